@@ -1,0 +1,1965 @@
+# SPDX-License-Identifier: MIT
+"""Record an AI agent's conversation as an append-only JSON Lines file, and read it back.
+
+    import session
+
+    with session.create("chat.jsonl") as s, s.begin_run() as run:
+        run.record(session.Event("turn_start", turn_index=1))
+
+    for record in session.iter_records("chat.jsonl"):
+        print(record.seq, record.type, record.data)
+
+One file, standard library only: copy it into a project as it is.  ``python -m session
+validate FILE`` checks a file against the format.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import errno
+import io
+import json
+import json.scanner
+import math
+import os
+import re
+import sys
+import threading
+import types
+import typing
+import uuid
+import weakref
+from datetime import datetime, timezone
+from typing import (
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
+
+__all__ = [
+    "create",
+    "open",
+    "read",
+    "iter_records",
+    "Session",
+    "Run",
+    "Event",
+    "Execution",
+    "ModelRequest",
+    "CallConfig",
+    "RetryInfo",
+    "RunSummary",
+    "RawJSON",
+    "CallRef",
+    "Record",
+    "ReadResult",
+    "Checkpoint",
+    "EventData",
+    "Codec",
+    "JSONCodec",
+    "TypeSpec",
+    "Message",
+    "AgentState",
+    "AgentSnapshot",
+    "SessionError",
+    "FormatError",
+    "UnsupportedVersionError",
+    "CodecError",
+    "RecordingError",
+    "RunOpenError",
+    "LockedError",
+    "main",
+]
+
+__version__ = "1.0.0"
+
+# ---------------------------------------------------------------------------- constants
+
+_FORMAT_VERSION = 1
+_MAX_LINE_BYTES = 256 << 20  # 256 MiB: far above any real record, far below a DoS
+_RESERVED = frozenset({"session_start", "run_start", "run_close", "checkpoint"})
+_CREDENTIAL_KEY = re.compile("api_key|apikey|authorization|password|secret|access_token", re.I)
+
+# ---------------------------------------------------------------------------- errors
+
+
+class SessionError(Exception):
+    """Base class of every error this module raises on purpose."""
+
+
+class FormatError(SessionError, ValueError):
+    """A session file breaks the format: *reason*, in file *path*, at *line* and byte *offset*.
+
+    *line* is 1-based and *offset* is where the line starts; either is ``None`` when
+    unknown.  Rendered like ``json.JSONDecodeError``:
+    ``chat.jsonl: seq 58 expected, found 60 (line 57, offset 10240)``.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        path: str | None = None,
+        line: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(reason, path, line, offset)
+        self.reason = reason
+        self.path = path
+        self.line = line
+        self.offset = offset
+
+    def __str__(self) -> str:
+        where = [f"{k} {v}" for k, v in (("line", self.line), ("offset", self.offset)) if v is not None]
+        text = f"{self.reason} ({', '.join(where)})" if where else self.reason
+        return f"{self.path}: {text}" if self.path else text
+
+
+class UnsupportedVersionError(FormatError):
+    """Line 1 declares a format *version* this module does not read."""
+
+    def __init__(
+        self,
+        version: int,
+        path: str | None = None,
+        line: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(f"unsupported format version {version} (this module reads 1)", path, line, offset)
+        self.args = (version, path, line, offset)
+        self.version = version
+
+
+class CodecError(SessionError, ValueError):
+    """A value the codec cannot encode or decode; the message names its type and JSON path."""
+
+
+class RecordingError(SessionError):
+    """Writing, syncing or encoding failed; the session records nothing more (sticky)."""
+
+
+class RunOpenError(SessionError, RuntimeError):
+    """``begin_run`` was called while a run of the same session is still open."""
+
+
+class LockedError(SessionError):
+    """Another handle, in this process or another, is writing to the file."""
+
+
+# ---------------------------------------------------------------------------- value types
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """One logical call: run-local *id*, *kind* (``model``, ``tool`` or ``compact``), and
+    *attempt*, counting retries from 1."""
+
+    id: str
+    kind: str
+    parent_id: str = ""
+    turn_index: int = 0
+    attempt: int = 1
+
+    def __post_init__(self) -> None:
+        for name, kind in (
+            ("id", str),
+            ("kind", str),
+            ("parent_id", str),
+            ("turn_index", int),
+            ("attempt", int),
+        ):
+            _require(getattr(self, name), kind, f"Execution.{name}")
+
+
+@dataclasses.dataclass
+class CallConfig:
+    """The resolved per-call configuration of a model request.  *api_key* is never written
+    and never shown by ``repr``."""
+
+    thinking_level: str = ""
+    thinking_budget: int = 0
+    max_tokens: int = 0
+    session_id: str = ""
+    prompt_cache_key: str = ""
+    tool_choice: Any = None
+    response_format: Any = None
+    extra: Any = None
+    api_key: str = dataclasses.field(default="", repr=False)
+
+
+@dataclasses.dataclass
+class ModelRequest:
+    """What the executor sent to the model: *messages* (codec values), *tools* (JSON values)
+    and *config*."""
+
+    messages: Sequence[Any]
+    tools: Sequence[Any] = ()
+    config: Optional[CallConfig] = None
+
+
+@dataclasses.dataclass
+class RetryInfo:
+    """A retry decision: *max_retries*, *delay* in seconds, and the *error* that caused it."""
+
+    max_retries: int = 0
+    delay: float = 0.0
+    error: Any = None
+
+
+@dataclasses.dataclass
+class RunSummary:
+    """The totals an ``agent_end`` event reports."""
+
+    turn_count: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    end_reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RawJSON:
+    """Exactly one JSON value given as *text*; checked when recorded, then written compacted
+    (insignificant whitespace removed, every token kept), like Go's ``json.RawMessage``."""
+
+    text: Union[str, bytes]
+
+
+@dataclasses.dataclass(init=False)
+class Event:
+    """One kernel event, as the host hands it to ``Run.record``.
+
+    *timestamp* is an aware ``datetime`` (``None``: now, at ``record``).  *message* and
+    *partial_message* are codec values; *args*, *result*, *details* and *preview* are JSON
+    values or ``RawJSON``; *error* is an exception or a string.  *state* and *delta* let a host
+    pass whole kernel events; they are never written.
+    """
+
+    type: str
+    timestamp: Optional[datetime] = None
+    execution: Optional[Execution] = None
+    turn_index: int = 0
+    message: Any = None
+    partial_message: Any = None
+    request: Optional[ModelRequest] = None
+    tool_id: str = ""
+    tool: str = ""
+    tool_label: str = ""
+    args: Any = None
+    result: Any = None
+    details: Any = None
+    preview: Any = None
+    is_error: bool = False
+    disposition: str = ""
+    context_operation: str = ""
+    context_items: Any = None
+    compaction: Any = None
+    retry: Optional[RetryInfo] = None
+    summary: Optional[RunSummary] = None
+    recovery: str = ""
+    error: Any = None
+    state: Any = None
+    delta: str = ""
+
+    def __init__(
+        self,
+        type: str,  # noqa: A002 - the field's name in the contract
+        *,
+        timestamp: Optional[datetime] = None,
+        execution: Optional[Execution] = None,
+        turn_index: int = 0,
+        message: Any = None,
+        partial_message: Any = None,
+        request: Optional[ModelRequest] = None,
+        tool_id: str = "",
+        tool: str = "",
+        tool_label: str = "",
+        args: Any = None,
+        result: Any = None,
+        details: Any = None,
+        preview: Any = None,
+        is_error: bool = False,
+        disposition: str = "",
+        context_operation: str = "",
+        context_items: Any = None,
+        compaction: Any = None,
+        retry: Optional[RetryInfo] = None,
+        summary: Optional[RunSummary] = None,
+        recovery: str = "",
+        error: Any = None,
+        state: Any = None,
+        delta: str = "",
+    ) -> None:
+        self.type = type
+        self.timestamp = timestamp
+        self.execution = execution
+        self.turn_index = turn_index
+        self.message = message
+        self.partial_message = partial_message
+        self.request = request
+        self.tool_id = tool_id
+        self.tool = tool
+        self.tool_label = tool_label
+        self.args = args
+        self.result = result
+        self.details = details
+        self.preview = preview
+        self.is_error = is_error
+        self.disposition = disposition
+        self.context_operation = context_operation
+        self.context_items = context_items
+        self.compaction = compaction
+        self.retry = retry
+        self.summary = summary
+        self.recovery = recovery
+        self.error = error
+        self.state = state
+        self.delta = delta
+
+
+@dataclasses.dataclass(frozen=True)
+class CallRef:
+    """The four coordinates of one model or tool call, for an application's timeline."""
+
+    session_id: str
+    run_id: str
+    execution_id: str
+    attempt: int
+
+    def to_json(self) -> Dict[str, Any]:
+        """The reference as a JSON object (a ``dict``)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Union[str, bytes, Dict[str, Any]]) -> CallRef:
+        """Rebuild a reference from ``to_json()``'s object, or from that object's JSON text."""
+        obj = json.loads(value) if isinstance(value, (str, bytes)) else value
+        if not isinstance(obj, dict):
+            raise ValueError("a CallRef is a JSON object")
+        try:
+            return cls(**{f: obj[f] for f in ("session_id", "run_id", "execution_id", "attempt")})
+        except KeyError as exc:
+            raise ValueError(f"CallRef lacks {exc}") from None
+
+    def __post_init__(self) -> None:
+        for name, kind in (("session_id", str), ("run_id", str), ("execution_id", str), ("attempt", int)):
+            _require(getattr(self, name), kind, f"CallRef.{name}")
+
+
+class Record(NamedTuple):
+    """One line of a session file: the envelope, *data* as parsed, and the byte *offset*
+    where the line starts.  *run_id* is ``None`` on ``session_start``; *time* is the string
+    as written."""
+
+    session_id: str
+    seq: int
+    type: str
+    time: str
+    run_id: Optional[str]
+    data: Dict[str, Any]
+    offset: int
+
+    @property
+    def ref(self) -> Optional[CallRef]:
+        """The ``CallRef`` of an event record that has an execution, else ``None``."""
+        if self.run_id is None or self.type in _RESERVED or "execution" not in self.data:
+            return None
+        ex = _execution_from_json(self.data["execution"], self)
+        return CallRef(self.session_id, self.run_id, ex.id, ex.attempt)
+
+
+class ReadResult(NamedTuple):
+    """What a read found: *records* complete records spanning *complete_bytes*, and the
+    length of the ignored unfinished last line, *tail_bytes*."""
+
+    session_id: str
+    records: int
+    complete_bytes: int
+    tail_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """The latest explicit checkpoint: the decoded *snapshot*, and the *seq*, *run_id* and
+    *time* (as written) of its record."""
+
+    snapshot: Any
+    seq: int
+    run_id: str
+    time: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EventData:
+    """A typed view of an event record's ``data``; absent keys take the empty default.
+
+    *execution*, *retry* and *summary* are rebuilt as their classes; *error* stays a dict;
+    *message*, *partial_message* and ``request["messages"]`` stay codec values: decode them
+    with the codec that wrote them.
+    """
+
+    execution: Optional[Execution] = None
+    turn_index: int = 0
+    message: Any = None
+    partial_message: Any = None
+    request: Optional[Dict[str, Any]] = None
+    snapshot_error: str = ""
+    redacted: Tuple[str, ...] = ()
+    tool_id: str = ""
+    tool: str = ""
+    tool_label: str = ""
+    args: Any = None
+    result: Any = None
+    details: Any = None
+    preview: Any = None
+    is_error: bool = False
+    disposition: str = ""
+    context_operation: str = ""
+    context_items: Any = None
+    compaction: Any = None
+    retry: Optional[RetryInfo] = None
+    summary: Optional[RunSummary] = None
+    recovery: str = ""
+    error: Optional[Dict[str, Any]] = None
+    committed: bool = False
+
+    @classmethod
+    def from_record(cls, record: Record) -> EventData:
+        """Check the JSON types of *record*'s data keys and build the view; a key of the
+        wrong type raises ``FormatError``."""
+        data = record.data
+        fields: Dict[str, Any] = {}
+        for key, kind in _EVENT_DATA_KINDS.items():
+            if key in data:
+                value = data[key]
+                if kind is not None and type(value) is not kind:
+                    where = f"data.{key} must be {_json_kind(kind)}, found {_json_kind(type(value))}"
+                    raise FormatError(where, None, record.seq, record.offset)
+                fields[key] = value
+        if "execution" in fields:
+            fields["execution"] = _execution_from_json(fields["execution"], record)
+        if "retry" in fields:
+            fields["retry"] = _retry_from_json(fields["retry"], record)
+        if "summary" in fields:
+            fields["summary"] = _summary_from_json(fields["summary"], record)
+        if "redacted" in fields:
+            fields["redacted"] = _strings_from_json(fields["redacted"], record, "redacted")
+        return cls(**fields)
+
+
+_EVENT_DATA_KINDS: Dict[str, Optional[type]] = {
+    "execution": dict,
+    "turn_index": int,
+    "message": None,
+    "partial_message": None,
+    "request": dict,
+    "snapshot_error": str,
+    "redacted": list,
+    "tool_id": str,
+    "tool": str,
+    "tool_label": str,
+    "args": None,
+    "result": None,
+    "details": None,
+    "preview": None,
+    "is_error": bool,
+    "disposition": str,
+    "context_operation": str,
+    "context_items": None,
+    "compaction": None,
+    "retry": dict,
+    "summary": dict,
+    "recovery": str,
+    "error": dict,
+    "committed": bool,
+}
+
+
+def _require(value: object, kind: type, name: str) -> None:
+    # bool is an int to Python, never to this format.
+    if type(value) is not kind and not (kind is str and isinstance(value, str)):
+        raise TypeError(f"{name} must be {kind.__name__}, not {type(value).__name__}")
+
+
+def _json_kind(kind: type) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", int: "an integer", bool: "a boolean"}
+    return names.get(kind, "a number" if kind is float else "null" if kind is type(None) else kind.__name__)
+
+
+def _take(obj: Dict[str, Any], key: str, kind: type, default: Any, record: Record, where: str) -> Any:
+    value = obj.get(key, default)
+    if type(value) is not kind and not (kind is float and type(value) is int):
+        problem = f"data.{where}.{key} must be {_json_kind(kind)}, found {_json_kind(type(value))}"
+        raise FormatError(problem, None, record.seq, record.offset)
+    return value
+
+
+def _execution_from_json(obj: Any, record: Record) -> Execution:
+    if type(obj) is not dict:
+        raise FormatError("data.execution must be an object", None, record.seq, record.offset)
+    return Execution(
+        _take(obj, "id", str, None, record, "execution"),
+        _take(obj, "kind", str, None, record, "execution"),
+        _take(obj, "parent_id", str, "", record, "execution"),
+        _take(obj, "turn_index", int, 0, record, "execution"),
+        _take(obj, "attempt", int, 1, record, "execution"),
+    )
+
+
+def _retry_from_json(obj: Dict[str, Any], record: Record) -> RetryInfo:
+    error = obj.get("error")
+    if error is not None and type(error) is not dict:
+        raise FormatError("data.retry.error must be an object", None, record.seq, record.offset)
+    return RetryInfo(
+        _take(obj, "max_retries", int, 0, record, "retry"),
+        float(_take(obj, "delay", float, 0.0, record, "retry")),
+        error,
+    )
+
+
+def _summary_from_json(obj: Dict[str, Any], record: Record) -> RunSummary:
+    return RunSummary(
+        _take(obj, "turn_count", int, 0, record, "summary"),
+        _take(obj, "tool_calls", int, 0, record, "summary"),
+        _take(obj, "tool_errors", int, 0, record, "summary"),
+        _take(obj, "end_reason", str, "", record, "summary"),
+    )
+
+
+def _strings_from_json(items: List[Any], record: Record, key: str) -> Tuple[str, ...]:
+    if any(type(item) is not str for item in items):
+        raise FormatError(f"data.{key} must hold strings", None, record.seq, record.offset)
+    return tuple(items)
+
+
+# ---------------------------------------------------------------------------- codec
+
+
+class Codec(Protocol):
+    """Turns application values into JSON values (``encode``) and back (``decode``)."""
+
+    def encode(self, value: Any) -> Any: ...
+
+    def decode(self, value: Any) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TypeSpec:
+    """Registers *cls* under *type_id* with a ``JSONCodec``.
+
+    Without functions, *cls* must be a dataclass: its fields become an object.  With them,
+    *encode(obj)* returns a JSON value (itself encoded further) and *decode(value)* rebuilds
+    the object from it.
+    """
+
+    type_id: str
+    cls: type
+    encode: Optional[Callable[[Any], Any]] = None
+    decode: Optional[Callable[[Any], Any]] = None
+
+    def __post_init__(self) -> None:
+        _require(self.type_id, str, "TypeSpec.type_id")
+        if not self.type_id:
+            raise ValueError("TypeSpec.type_id must not be empty")
+        if not isinstance(self.cls, type):
+            raise TypeError(f"TypeSpec.cls must be a class, not {self.cls!r}")
+        if (self.encode is None) != (self.decode is None):
+            raise ValueError(f"{self.type_id}: give both encode and decode, or neither")
+        if self.encode is None and not dataclasses.is_dataclass(self.cls):
+            raise TypeError(
+                f"{self.type_id}: {self.cls.__qualname__} is not a dataclass; give encode and decode"
+            )
+
+
+@dataclasses.dataclass
+class Message:
+    """A conversation message (``agentgo.message.v1``): *content* is a list of block dicts
+    such as ``{"type": "text", "text": "hi"}``; *usage* a dict such as ``{"input": 10,
+    "output": 5, "total_tokens": 15}``."""
+
+    role: str
+    content: List[Any]
+    stop_reason: str = ""
+    usage: Optional[Dict[str, Any]] = None
+    metadata: Optional[Dict[str, Any]] = None
+    timestamp: Optional[datetime] = None
+
+
+@dataclasses.dataclass
+class AgentState:
+    """An agent's conversation state (``agentgo.agent-state.v1``)."""
+
+    messages: List[Any] = dataclasses.field(default_factory=list)
+    artifacts: List[Any] = dataclasses.field(default_factory=list)
+    total_usage: Optional[Dict[str, Any]] = None
+    progress: Any = None
+
+
+@dataclasses.dataclass
+class AgentSnapshot:
+    """A state plus the input queues an agent had accepted (``agentgo.agent-snapshot.v1``)."""
+
+    state: AgentState
+    steering_queue: List[Any] = dataclasses.field(default_factory=list)
+    follow_up_queue: List[Any] = dataclasses.field(default_factory=list)
+
+
+_BUILTIN_TYPES = (
+    TypeSpec("agentgo.message.v1", Message),
+    TypeSpec("agentgo.agent-state.v1", AgentState),
+    TypeSpec("agentgo.agent-snapshot.v1", AgentSnapshot),
+)
+
+
+class _CodecFault(Exception):
+    """A codec failure on its way out; containers add their step of the JSON path."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.steps: List[str] = []
+
+    def error(self) -> CodecError:
+        return CodecError(f"{self.reason} at ${''.join(reversed(self.steps))}")
+
+
+class _Kind(NamedTuple):
+    """A registered type, ready for use."""
+
+    type_id: str
+    cls: type
+    fields: Tuple[str, ...]  # for dataclasses without functions
+    datetimes: FrozenSet[str]  # those of *fields* annotated as datetime
+    encode: Optional[Callable[[Any], Any]]
+    decode: Optional[Callable[[Any], Any]]
+
+
+_DATETIME_ANNOTATION = re.compile(
+    r"(?:typing\.)?(?:Optional\[D\]|Union\[D,None\]|Union\[None,D\])|D(?:\|None)?|None\|D".replace(
+        "D", r"(?:datetime\.)?datetime"
+    )
+)
+
+
+def _is_datetime(annotation: Any) -> bool:
+    if isinstance(annotation, str):  # an annotation this Python could not evaluate
+        return _DATETIME_ANNOTATION.fullmatch(re.sub(r"[\s'\"]", "", annotation)) is not None
+    if annotation is datetime:
+        return True
+    args = set(typing.get_args(annotation))
+    return typing.get_origin(annotation) in _UNIONS and datetime in args and args <= {datetime, type(None)}
+
+
+_UNIONS = (Union, getattr(types, "UnionType", Union))
+
+
+def _kind_of(spec: TypeSpec) -> _Kind:
+    if spec.encode is not None:
+        return _Kind(spec.type_id, spec.cls, (), frozenset(), spec.encode, spec.decode)
+    fields = [f for f in dataclasses.fields(spec.cls) if f.init]
+    try:
+        hints = typing.get_type_hints(spec.cls)
+    except Exception:  # noqa: BLE001 - e.g. "datetime | None" on Python 3.9: read the text
+        hints = {}
+    datetimes = frozenset(f.name for f in fields if _is_datetime(hints.get(f.name, f.type)))
+    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None)
+
+
+def _path_step(key: str) -> str:
+    return f".{key}" if key.isidentifier() else f"[{json.dumps(key, ensure_ascii=False)}]"
+
+
+class JSONCodec:
+    """The default codec: JSON values pass through; registered *types* become
+    ``{"$type": type_id, "value": ...}``; anything else raises ``CodecError``.
+
+    ``Message``, ``AgentState`` and ``AgentSnapshot`` are registered first.  Immutable, and
+    safe to share between threads.
+    """
+
+    def __init__(self, *types: TypeSpec) -> None:
+        by_id: Dict[str, _Kind] = {}
+        by_class: Dict[type, _Kind] = {}
+        for spec in _BUILTIN_TYPES + types:
+            if not isinstance(spec, TypeSpec):
+                raise TypeError(f"JSONCodec takes TypeSpec values, not {spec!r}")
+            if spec.type_id in by_id:
+                raise ValueError(f"type id {spec.type_id!r} is registered twice")
+            if spec.cls in by_class:
+                raise ValueError(f"class {spec.cls.__qualname__} is registered twice")
+            by_id[spec.type_id] = by_class[spec.cls] = _kind_of(spec)
+        self._by_id = by_id
+        self._by_class = by_class
+
+    def __repr__(self) -> str:
+        return f"JSONCodec({', '.join(sorted(self._by_id))})"
+
+    def encode(self, value: Any) -> Any:
+        """Return *value* as a JSON value (``dict``, ``list``, ``str``, ``int``, ``float``,
+        ``bool`` or ``None``); ``CodecError`` names what cannot be encoded and where."""
+        try:
+            return self._encode(value)
+        except _CodecFault as fault:
+            raise fault.error() from fault.__cause__
+        except RecursionError:
+            raise CodecError("value nested too deeply to encode") from None
+
+    def decode(self, value: Any) -> Any:
+        """Rebuild what ``encode`` produced *value* from; ``CodecError`` for an unknown type
+        id or a value its class rejects."""
+        try:
+            return self._decode(value)
+        except _CodecFault as fault:
+            raise fault.error() from fault.__cause__
+        except RecursionError:
+            raise CodecError("value nested too deeply to decode") from None
+
+    # JSON scalars are handled inline in the loops below: they are most of any message.
+    def _encode(self, value: Any) -> Any:
+        t = type(value)
+        if t is str or t is int or t is bool or value is None:
+            return value
+        if t is dict:
+            return self._encode_dict(value)
+        if t is list or t is tuple:
+            return self._encode_list(value)
+        if t is float:
+            if math.isfinite(value):
+                return value
+            raise _CodecFault(f"non-finite float {value!r}")
+        kind = self._by_class.get(t)
+        if kind is not None:
+            return {"$type": kind.type_id, "value": self._encode_object(kind, value)}
+        if t is datetime:
+            return _rfc3339(value)
+        raise _CodecFault(f"unregistered type {t.__module__}.{t.__qualname__}")
+
+    def _encode_dict(self, items: Dict[Any, Any]) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        key = None
+        try:
+            for key, item in items.items():
+                if type(key) is not str:
+                    raise _CodecFault(f"object key {key!r} of type {type(key).__name__}")
+                t = type(item)
+                out[key] = item if t is str or t is int or t is bool or item is None else self._encode(item)
+        except _CodecFault as fault:
+            if type(key) is str:
+                fault.steps.append(_path_step(key))
+            raise
+        if ("$type" in out and "value" in out) or (len(out) == 1 and "$object" in out):
+            return {"$object": out}  # would read back as a tagged value or an escape
+        return out
+
+    def _encode_list(self, items: Sequence[Any]) -> List[Any]:
+        out: List[Any] = []
+        try:
+            for item in items:
+                t = type(item)
+                out.append(item if t is str or t is int or t is bool or item is None else self._encode(item))
+        except _CodecFault as fault:
+            fault.steps.append(f"[{len(out)}]")
+            raise
+        return out
+
+    def _encode_object(self, kind: _Kind, obj: Any) -> Any:
+        if kind.encode is not None:
+            try:
+                plain = kind.encode(obj)
+            except Exception as exc:  # the host's function: report, don't crash
+                raise _CodecFault(f"{kind.type_id} encode function failed: {exc!r}") from exc
+            return self._encode(plain)
+        out = {}
+        for name in kind.fields:
+            item = getattr(obj, name)
+            if item is not None:
+                try:
+                    out[name] = self._encode(item)
+                except _CodecFault as fault:
+                    fault.steps.append(f".{name}")
+                    raise
+        return out
+
+    def _decode(self, value: Any) -> Any:
+        t = type(value)
+        if t is dict:
+            if "$type" in value and "value" in value:
+                return self._decode_tagged(value)
+            if len(value) == 1 and "$object" in value:
+                inner = value["$object"]
+                if type(inner) is not dict:
+                    raise _CodecFault("$object must wrap an object")
+                return self._decode_dict(inner)
+            return self._decode_dict(value)
+        if t is list:
+            out: List[Any] = []
+            try:
+                for item in value:
+                    out.append(self._decode(item))
+            except _CodecFault as fault:
+                fault.steps.append(f"[{len(out)}]")
+                raise
+            return out
+        return value
+
+    def _decode_dict(self, items: Dict[str, Any]) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        key = ""
+        try:
+            for key, item in items.items():
+                out[key] = self._decode(item) if type(item) is dict or type(item) is list else item
+        except _CodecFault as fault:
+            fault.steps.append(_path_step(key))
+            raise
+        return out
+
+    def _decode_tagged(self, tagged: Dict[str, Any]) -> Any:
+        type_id = tagged["$type"]
+        kind = self._by_id.get(type_id) if type(type_id) is str else None
+        if kind is None:
+            raise _CodecFault(f"unknown type id {type_id!r}")
+        value = tagged["value"]
+        if kind.decode is not None:
+            plain = self._decode(value)
+            try:
+                return kind.decode(plain)
+            except Exception as exc:  # the host's function meets a hostile file
+                raise _CodecFault(f"{type_id} decode function failed: {exc!r}") from exc
+        if type(value) is not dict:
+            raise _CodecFault(f"{type_id} value must be an object")
+        fields = {}
+        for name in kind.fields:
+            if name in value:
+                try:
+                    item = self._decode(value[name])
+                    if name in kind.datetimes and type(item) is str:
+                        item = _parse_rfc3339(item)
+                except _CodecFault as fault:
+                    fault.steps.append(f".{name}")
+                    raise
+                fields[name] = item
+        try:
+            return kind.cls(**fields)
+        except Exception as exc:  # the class rejects what a file holds
+            raise _CodecFault(f"{type_id}: {kind.cls.__qualname__} rejects its fields: {exc!r}") from exc
+
+
+def _rfc3339(moment: datetime) -> str:
+    """RFC 3339 with microseconds and the value's own offset (``Z`` for UTC)."""
+    if moment.utcoffset() is None:
+        raise _CodecFault("naive datetime (give it a timezone)")
+    text = moment.isoformat(timespec="microseconds")
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _parse_rfc3339(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
+    except ValueError:
+        raise _CodecFault(f"invalid RFC 3339 time {text!r}") from None
+    if moment.tzinfo is None:
+        raise _CodecFault(f"time without offset {text!r}")
+    return moment
+
+
+_DEFAULT_CODEC = JSONCodec()
+
+
+# ---------------------------------------------------------------------------- JSON text
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]  # a decoder is its context
+_quote = json.encoder.encode_basestring  # a str as a JSON string, non-ASCII kept
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_RAW_MARK = "\x00\ue000RawJSON\ue000\x00"  # stands for a RawJSON while its line is encoded
+
+
+class _HasRaw(Exception):
+    """A RawJSON value turned up: encode the line the slower way that splices it in."""
+
+
+def _unencodable(value: Any) -> Any:
+    if type(value) is RawJSON:
+        raise _HasRaw
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _make_encoder(default: Callable[[Any], Any]) -> Callable[[Any], str]:
+    options: Dict[str, Any] = {
+        "ensure_ascii": False,
+        "separators": (",", ":"),
+        "allow_nan": False,
+        "check_circular": False,
+    }
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator (another interpreter): the pure-Python encoder
+        return json.JSONEncoder(default=default, **options).encode
+    encoder = make(None, default, _quote, None, ":", ",", False, False, False)
+    return lambda value: "".join(encoder(value, 0))
+
+
+_encode_plain = _make_encoder(_unencodable)
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON text of *value*: non-ASCII kept, NaN refused, ``RawJSON`` spliced in."""
+    try:
+        return _encode_plain(value)
+    except _HasRaw:
+        pass
+    raws: List[str] = []
+
+    def default(obj: Any) -> Any:
+        if type(obj) is RawJSON:
+            raws.append(_compact(obj))
+            return _RAW_MARK
+        return _unencodable(obj)
+
+    pieces = _make_encoder(default)(value).split(_quote(_RAW_MARK))
+    if len(pieces) != len(raws) + 1:
+        raise ValueError("a string equal to the RawJSON placeholder cannot be recorded")
+    return "".join(piece + raw for piece, raw in zip(pieces, raws)) + pieces[-1]
+
+
+_JSON_STRING_OR_SPACE = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")|[ \t\n\r]+')
+
+
+def _compact(raw: RawJSON) -> str:
+    """*raw*'s text, checked to be one strict JSON value, without insignificant whitespace."""
+    text = raw.text.decode("utf-8") if isinstance(raw.text, bytes) else raw.text
+    if type(text) is not str:
+        raise TypeError(f"RawJSON.text must be str or bytes, not {type(raw.text).__name__}")
+    try:
+        _DECODER.decode(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"RawJSON is not one strict JSON value: {exc}") from None
+    return _JSON_STRING_OR_SPACE.sub(r"\1", text)
+
+
+def _utf8(text: str) -> bytes:
+    """*text* as UTF-8, lone surrogates written as ``\\udXXX`` escapes (JSON text only)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
+
+
+def _utc_text(moment: Optional[datetime]) -> str:
+    """The envelope's time: RFC 3339 in UTC, with microseconds and ``Z``."""
+    if moment is None:
+        moment = datetime.now(timezone.utc)
+    elif not isinstance(moment, datetime):
+        raise TypeError(f"timestamp must be a datetime, not {type(moment).__name__}")
+    offset = moment.utcoffset()
+    if offset is None:
+        raise ValueError(f"naive timestamp {moment} (give it a timezone)")
+    if offset:
+        moment -= offset
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031 - twice as fast as an f-string
+        moment.year,
+        moment.month,
+        moment.day,
+        moment.hour,
+        moment.minute,
+        moment.second,
+        moment.microsecond,
+    )
+
+
+# ---------------------------------------------------------------------------- event data
+# Each _put_* writes one Event field into a record's data, leaving out empty values.
+
+
+def _put_text(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if value != "":
+        _require(value, str, key)
+        data[key] = value
+
+
+def _put_int(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if value != 0 or type(value) is not int:
+        _require(value, int, key)
+        data[key] = value
+
+
+def _put_flag(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if value is not False:
+        _require(value, bool, key)
+        data[key] = value
+
+
+def _put_json(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if value is not None:
+        data[key] = value  # checked when the line is encoded; RawJSON spliced in then
+
+
+def _put_codec(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if value is not None:
+        data[key] = codec.encode(value)
+
+
+def _put_execution(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if value is not None:
+        if type(value) is not Execution:
+            raise TypeError(f"execution must be an Execution, not {type(value).__name__}")
+        out: Dict[str, Any] = {"id": value.id, "kind": value.kind}
+        if value.parent_id:
+            out["parent_id"] = value.parent_id
+        if value.turn_index:
+            out["turn_index"] = value.turn_index
+        out["attempt"] = value.attempt
+        data[key] = out
+
+
+def _put_error(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if isinstance(value, BaseException):
+        data[key] = {"message": str(value), "type": type(value).__name__}
+    elif value is not None and value != "":
+        _require(value, str, key)
+        data[key] = {"message": value}
+
+
+def _put_retry(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if value is not None:
+        if type(value) is not RetryInfo:
+            raise TypeError(f"retry must be a RetryInfo, not {type(value).__name__}")
+        out: Dict[str, Any] = {}
+        _put_int(out, "max_retries", value.max_retries, codec)
+        if value.delay:
+            out["delay"] = float(value.delay)
+        _put_error(out, "error", value.error, codec)
+        data[key] = out
+
+
+def _put_summary(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if value is not None:
+        if type(value) is not RunSummary:
+            raise TypeError(f"summary must be a RunSummary, not {type(value).__name__}")
+        for name in ("turn_count", "tool_calls", "tool_errors"):
+            _require(getattr(value, name), int, f"summary.{name}")
+        _require(value.end_reason, str, "summary.end_reason")
+        data[key] = dataclasses.asdict(value)
+
+
+def _put_request(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    if value is None:
+        return
+    if type(value) is not ModelRequest:
+        raise TypeError(f"request must be a ModelRequest, not {type(value).__name__}")
+    config = value.config or CallConfig()
+    out: Dict[str, Any] = {}
+    for name in ("thinking_level", "session_id", "prompt_cache_key"):
+        _put_text(out, name, getattr(config, name), codec)
+    for name in ("thinking_budget", "max_tokens"):
+        _put_int(out, name, getattr(config, name), codec)
+    problems: List[str] = []
+    redacted: List[str] = []
+    for name in ("tool_choice", "response_format", "extra"):
+        item = getattr(config, name)
+        if item is None:
+            continue
+        try:
+            if name == "extra":
+                item = _without_credentials(item, "config.extra", redacted)
+            _dumps(item)  # freeze now: what cannot be encoded is left out, not kept
+        except (TypeError, ValueError, RecursionError) as exc:
+            problems.append(f"config.{name}: {exc}")
+        else:
+            out[name] = item
+    data[key] = {
+        "messages": [codec.encode(m) for m in value.messages],
+        "tools": list(value.tools),
+        "config": out,
+    }
+    if problems:
+        data["snapshot_error"] = "; ".join(problems)
+    if redacted:
+        data["redacted"] = redacted
+
+
+def _without_credentials(value: Any, path: str, dropped: List[str]) -> Any:
+    """A copy of *value* without the object keys that name credentials; their paths go to
+    *dropped*."""
+    if isinstance(value, RawJSON):
+        value = _DECODER.decode(_compact(value))
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            step = f"{path}.{key}"
+            if isinstance(key, str) and _CREDENTIAL_KEY.search(key):
+                dropped.append(step)
+            else:
+                out[key] = _without_credentials(item, step, dropped)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_without_credentials(item, f"{path}[{i}]", dropped) for i, item in enumerate(value)]
+    return value
+
+
+_Put = Callable[[Dict[str, Any], str, Any, Codec], None]
+_PUTS: Dict[str, _Put] = {
+    "execution": _put_execution,
+    "turn_index": _put_int,
+    "message": _put_codec,
+    "partial_message": _put_codec,
+    "request": _put_request,
+    "tool_id": _put_text,
+    "tool": _put_text,
+    "tool_label": _put_text,
+    "args": _put_json,
+    "result": _put_json,
+    "details": _put_json,
+    "preview": _put_json,
+    "is_error": _put_flag,
+    "disposition": _put_text,
+    "context_operation": _put_text,
+    "context_items": _put_codec,
+    "compaction": _put_codec,
+    "retry": _put_retry,
+    "summary": _put_summary,
+    "recovery": _put_text,
+    "error": _put_error,
+}
+
+
+def _projection(*names: str) -> Tuple[Tuple[str, _Put], ...]:
+    return tuple((name, _PUTS[name]) for name in names)
+
+
+_Projection = Tuple[Tuple[str, _Put], ...]
+_TRANSIENT: _Projection = ()  # identity marks "not written"
+_EXEC_END_OK = _projection("execution", "message")
+_EXEC_END_FAILED = _projection("execution", "partial_message", "error")
+_EVERY_FIELD = _projection(*_PUTS)
+_PROJECTIONS: Dict[str, _Projection] = {
+    "message_start": _TRANSIENT,
+    "message_update": _TRANSIENT,
+    "tool_exec_update": _TRANSIENT,
+    "model_stream": _TRANSIENT,
+    "model_response": _projection("execution", "recovery"),
+    "model_request": _projection("execution", "request"),
+    "model_exec_start": _projection("execution"),
+    "model_exec_end": _EXEC_END_OK,
+    "message_end": _projection("execution", "message"),
+    "tool_queued": _projection("execution", "tool_id", "tool"),
+    "tool_exec_start": _projection("execution", "tool_id", "tool", "tool_label", "args"),
+    "tool_invoke_start": _projection("execution", "tool_id", "tool", "args"),
+    "tool_invoke_end": _projection("execution", "tool_id", "tool", "is_error", "error"),
+    "tool_exec_end": _projection(
+        "execution", "tool_id", "tool", "tool_label", "result", "details", "is_error", "disposition", "error"
+    ),
+    "context_projected": _projection("execution", "context_items"),
+    "context_compacted": _projection("execution", "compaction"),
+    "context_prepare_start": _projection("execution", "context_operation", "error"),
+    "context_prepare_end": _projection("execution", "context_operation", "error"),
+    "retry": _projection("execution", "retry", "error"),
+    "retry_wait_start": _projection("execution", "retry", "error"),
+    "retry_wait_end": _projection("execution", "retry", "error"),
+    "turn_start": _projection("turn_index"),
+    "turn_end": _projection("turn_index", "error"),
+    "agent_start": _projection(),
+    "agent_end": _projection("summary", "error"),
+    "error": _projection("error"),
+}
+
+
+def _event_data(event: Event, codec: Codec) -> Optional[Dict[str, Any]]:
+    """The ``data`` that records *event*, or ``None`` when its type is not written."""
+    kind = event.type
+    projection = _PROJECTIONS.get(kind, _EVERY_FIELD)
+    if projection is _TRANSIENT or (kind == "model_response" and not event.recovery):
+        return None
+    if kind == "model_exec_end" and event.error is not None and event.error != "":
+        projection = _EXEC_END_FAILED
+    data: Dict[str, Any] = {}
+    name = ""
+    try:
+        for name, put in projection:
+            put(data, name, getattr(event, name), codec)
+    except CodecError as exc:
+        raise CodecError(f"{name}: {exc}") from exc
+    if kind == "turn_end" and event.state is not None:
+        data["committed"] = True
+    return data
+
+
+# ---------------------------------------------------------------------------- platform
+
+_O_BINARY: int = getattr(os, "O_BINARY", 0)  # Windows would otherwise write "\r\n"
+
+if sys.platform == "win32":
+    import msvcrt
+
+    # One byte far past any data: Windows locks are mandatory, and readers take none.
+    _LOCK_OFFSET = 1 << 62
+
+    def _lock(fd: int, name: str) -> None:
+        os.lseek(fd, _LOCK_OFFSET, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            raise LockedError(f"{name} is open for writing by another handle") from None
+
+    def _unlock(fd: int) -> None:
+        os.lseek(fd, _LOCK_OFFSET, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+    def _sync_directory(name: str) -> None:
+        """Nothing to do: NTFS journals directory entries, and a directory cannot be opened."""
+
+    def _pread(fd: int, size: int, offset: int) -> bytes:
+        os.lseek(fd, offset, os.SEEK_SET)  # callers hold the session lock
+        return os.read(fd, size)
+
+else:
+    import fcntl
+
+    def _lock(fd: int, name: str) -> None:
+        # flock locks belong to the open file description, so a second open() in this
+        # process conflicts too (fcntl/lockf locks would not).
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockedError(f"{name} is open for writing by another handle") from None
+
+    def _unlock(fd: int) -> None:
+        """Nothing to do: closing releases the lock, and an explicit unlock would also
+        release it for a forked child's copy, or a parent's."""
+
+    def _sync_directory(name: str) -> None:
+        """Make a new directory entry durable (a file's fsync does not cover it)."""
+        fd = os.open(os.path.dirname(os.path.abspath(name)), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # a file system that cannot sync directories
+                raise
+        finally:
+            os.close(fd)
+
+    def _pread(fd: int, size: int, offset: int) -> bytes:
+        return os.pread(fd, size, offset)
+
+
+if sys.platform == "darwin":
+
+    def _sync(fd: int) -> None:
+        # macOS fsync reaches the drive but not its platter: F_FULLFSYNC flushes the cache.
+        os.fsync(fd)
+        try:
+            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+                raise
+
+else:
+
+    def _sync(fd: int) -> None:
+        os.fsync(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """One ``os.write`` loop: short writes are continued, never repeated."""
+    done = os.write(fd, data)
+    if done != len(data):
+        view = memoryview(data)
+        while done < len(view):
+            more = os.write(fd, view[done:])
+            if more <= 0:
+                raise OSError(errno.EIO, "write made no progress")
+            done += more
+
+
+def _read_at(fd: int, offset: int, size: int) -> bytes:
+    chunks = []
+    while size > 0:
+        chunk = _pread(fd, size, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _release(fd: int) -> None:
+    try:
+        _unlock(fd)
+    finally:
+        os.close(fd)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+# ---------------------------------------------------------------------------- writer
+
+_SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()  # what a forked child must disown
+
+
+class _CheckpointAt(NamedTuple):
+    offset: int
+    end: int
+    seq: int
+    run_id: str
+    time: str
+
+
+def create(
+    path: Union[str, os.PathLike[str]],
+    *,
+    codec: Optional[Codec] = None,
+    redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+) -> Session:
+    """Create a new session file at *path* and return its writer.
+
+    The file is made with mode 0600 and must not exist (``FileExistsError``); its first line,
+    ``session_start``, is synced with the directory entry before this returns.  *codec*
+    encodes messages and checkpoints (default: ``JSONCodec()``).  *redact*, if given, takes
+    each event's and checkpoint's JSON-ready ``data`` just before it is encoded and returns
+    what to write instead.
+    """
+    name = os.fspath(path)
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
+    try:
+        _lock(fd, name)
+    except BaseException:
+        os.close(fd)
+        raise
+    session_id = _new_id()
+    time = _utc_text(None)
+    header = (
+        _line_head(session_id)
+        + (f'1,"type":"session_start","time":"{time}","data":{{"version":{_FORMAT_VERSION}}}}}\n').encode()
+    )
+    try:
+        _write_all(fd, header)
+        _sync(fd)
+        _sync_directory(name)
+    except BaseException as exc:
+        _release(fd)
+        with contextlib.suppress(OSError):  # the error below says what went wrong
+            os.unlink(name)
+        if isinstance(exc, Exception):
+            raise RecordingError(f"{name}: cannot write the session header: {exc}") from exc
+        raise
+    return Session(name, fd, session_id, codec, redact, 1, len(header), None)
+
+
+def open(  # noqa: A001 - the contract's name; the builtin stays reachable as builtins.open
+    path: Union[str, os.PathLike[str]],
+    *,
+    codec: Optional[Codec] = None,
+    redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+    max_line_bytes: int = _MAX_LINE_BYTES,
+) -> Session:
+    """Open an existing session file at *path* to append to it.
+
+    The whole file is validated first (``FormatError``, nothing changed, if any complete
+    line is bad); an unfinished last line is then cut off and the cut synced.  Appending
+    continues its ``seq``; an interrupted run stays incomplete.  *codec* and *redact* are as
+    for ``create``; lines longer than *max_line_bytes* are a ``FormatError``.
+    """
+    name = os.fspath(path)
+    fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY)
+    try:
+        _lock(fd, name)
+        tally = _Tally()
+        with builtins.open(fd, "rb", closefd=False) as f:
+            f.seek(0)
+            result = _read(f, name, max_line_bytes, tally)
+        if result.tail_bytes:
+            try:
+                os.ftruncate(fd, result.complete_bytes)
+                _sync(fd)
+            except OSError as exc:
+                raise RecordingError(f"{name}: cannot cut the unfinished last line: {exc}") from exc
+    except BaseException:
+        _release(fd)
+        raise
+    checkpoint = tally.latest_checkpoint(result)
+    return Session(
+        name, fd, result.session_id, codec, redact, result.records, result.complete_bytes, checkpoint
+    )
+
+
+def _line_head(session_id: str) -> bytes:
+    return b'{"session_id":"%s","seq":' % session_id.encode()
+
+
+class Session:
+    """The one writer of a session file; get one from ``create`` or ``open``.
+
+    Safe to share between threads: every line is written whole, in ``seq`` order.  After
+    ``close()`` every method but ``close`` raises ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        fd: int,
+        session_id: str,
+        codec: Optional[Codec],
+        redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]],
+        seq: int,
+        size: int,
+        checkpoint: Optional[_CheckpointAt],
+    ) -> None:
+        self.path = path
+        self.session_id = session_id
+        self._fd = fd  # -1 once closed
+        self._codec: Codec = _DEFAULT_CODEC if codec is None else codec
+        self._redact = redact
+        self._lock = threading.Lock()
+        self._head = _line_head(session_id)
+        self._seq = seq
+        self._size = size
+        self._checkpoint = checkpoint
+        self._run: Optional[Run] = None
+        self._failure: Optional[BaseException] = None
+        _SESSIONS.add(self)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._fd < 0 else "failed" if self._failure else "open"
+        return f"<session.Session {self.path!r} {self.session_id} {state}>"
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def begin_run(self) -> Run:
+        """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open."""
+        run = Run(self, _new_id())
+        tail = self._tail(run.run_id, "run_start", _utc_text(None), "{}")
+        with self._lock:
+            self._check(None)
+            if self._run is not None:
+                raise RunOpenError(f"{self.path}: run {self._run.run_id} is still open; close it first")
+            self._write(None, tail)
+            self._run = run
+        return run
+
+    def sync(self) -> None:
+        """Flush every record written so far to stable storage (fsync)."""
+        with self._lock:
+            self._check(None)
+            self._sync()
+
+    def load_checkpoint(self) -> Optional[Checkpoint]:
+        """The latest checkpoint of this file, decoded with the session's codec, or ``None``.
+
+        It is read from where it lies, not searched for.  Loading starts nothing: the host
+        rebinds its model, tools and configuration and installs the snapshot itself.
+        """
+        with self._lock:
+            if self._fd < 0:
+                raise ValueError(f"{self.path}: session is closed")
+            at = self._checkpoint
+            if at is None:
+                return None
+            raw = _read_at(self._fd, at.offset, at.end - at.offset)
+        obj = _parse_line(raw, self.path, at.seq, at.offset) if raw.endswith(b"\n") else {}
+        data = obj.get("data")
+        if (
+            obj.get("seq") != at.seq
+            or obj.get("type") != "checkpoint"
+            or type(data) is not dict
+            or "snapshot" not in data
+        ):
+            raise FormatError("checkpoint record changed under the session", self.path, at.seq, at.offset)
+        return Checkpoint(self._codec.decode(data["snapshot"]), at.seq, at.run_id, at.time)
+
+    def close(self) -> None:
+        """Close an open run, sync, and release the file and its lock.
+
+        Idempotent; raises ``RecordingError`` (again) if recording failed, after releasing.
+        """
+        with self._lock:
+            if self._fd >= 0:
+                try:
+                    if self._failure is None:
+                        if self._run is not None:
+                            self._write(
+                                self._run, self._tail(self._run.run_id, "run_close", _utc_text(None), "{}")
+                            )
+                        self._sync()
+                finally:
+                    fd, self._fd, self._run = self._fd, -1, None
+                    _release(fd)
+            self._check_failure()
+
+    # Everything below runs with self._lock held, except _tail and _data_text.
+
+    def _check(self, run: Optional[Run]) -> None:
+        if self._fd < 0:
+            raise ValueError(f"{self.path}: session is closed")
+        self._check_failure()
+        if run is not None and run is not self._run:
+            raise ValueError(f"{self.path}: run {run.run_id} is closed")
+
+    def _check_failure(self) -> None:
+        if self._failure is not None:
+            raise RecordingError(
+                f"{self.path}: recording failed earlier ({self._failure!r}); nothing more is written"
+            ) from self._failure
+
+    def _fail(self, exc: BaseException, what: str) -> RecordingError:
+        """Make *exc* the sticky failure; the caller raises what this returns."""
+        if self._failure is None:
+            self._failure = exc
+        if not isinstance(exc, Exception):  # KeyboardInterrupt and kin: keep them as they are
+            raise exc
+        return RecordingError(f"{self.path}: {what}: {exc}")
+
+    def _write(self, run: Optional[Run], tail: bytes, sync: bool = False) -> Tuple[int, int]:
+        """Append one line (this session's head, the next seq, *tail*); return its offset and seq."""
+        self._check(run)
+        seq = self._seq + 1
+        line = self._head + b"%d" % seq + tail
+        try:
+            _write_all(self._fd, line)
+        except BaseException as exc:
+            raise self._fail(exc, "cannot write") from exc
+        offset = self._size
+        self._seq = seq
+        self._size += len(line)
+        if sync:
+            self._sync()
+        return offset, seq
+
+    def _sync(self) -> None:
+        try:
+            _sync(self._fd)
+        except BaseException as exc:
+            raise self._fail(exc, "cannot sync") from exc
+
+    def _tail(self, run_id: str, kind: str, time: str, data: str) -> bytes:
+        return _utf8(f',"type":{_quote(kind)},"time":"{time}","run_id":"{run_id}","data":{data}}}\n')
+
+    def _data_text(self, data: Dict[str, Any]) -> str:
+        """*data* passed through the redactor, then encoded; ``ValueError`` names a bad key."""
+        if self._redact is not None:
+            data = self._redact(data)
+            if type(data) is not dict:
+                raise TypeError(f"redact must return a dict, not {type(data).__name__}")
+        try:
+            return _dumps(data)
+        except (TypeError, ValueError, RecursionError) as exc:
+            bad = next((key for key, value in data.items() if not _encodable(value)), None)
+            raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
+
+    def _forked(self) -> None:
+        """In a forked child: never write through the parent's descriptor."""
+        self._lock = threading.Lock()
+        if self._failure is None:
+            self._failure = RecordingError(f"{self.path}: this handle belongs to process {os.getppid()}")
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        _dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def _after_fork_in_child() -> None:
+    for session in list(_SESSIONS):
+        session._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Run:
+    """One loop invocation inside a session; get one from ``Session.begin_run``.
+
+    Safe to share between threads.  After ``close()``, ``record`` and ``save_checkpoint``
+    raise ``ValueError``; ``ref`` always works.
+    """
+
+    def __init__(self, session: Session, run_id: str) -> None:
+        self._session = session
+        self.run_id = run_id
+        self.session_id = session.session_id
+
+    def __repr__(self) -> str:
+        return f"<session.Run {self.run_id} of {self.session_id}>"
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def record(self, event: Event) -> bool:
+        """Append *event* as one line; ``False`` when its type is not written (transient).
+
+        ``ValueError`` for a reserved type and ``TypeError`` for a type that is not a
+        non-empty string (nothing written, nothing sticky).  An encoding or write failure
+        raises ``RecordingError`` and ends recording for the whole session.
+        """
+        if not isinstance(event, Event):
+            raise TypeError(f"record takes an Event, not {type(event).__name__}")
+        kind = event.type
+        if type(kind) is not str or not kind:
+            raise TypeError(f"event type must be a non-empty str, not {kind!r}")
+        if kind in _RESERVED:
+            raise ValueError(f"{kind!r} is a reserved record type")
+        session = self._session
+        session._check(self)  # unlocked, so an idle event is refused too; checked again below
+        try:
+            data = _event_data(event, session._codec)
+            if data is None:
+                return False
+            tail = session._tail(self.run_id, kind, _utc_text(event.timestamp), session._data_text(data))
+        except Exception as exc:
+            with session._lock:
+                raise session._fail(exc, f"cannot encode a {kind} event") from exc
+        with session._lock:
+            session._write(self, tail)
+        return True
+
+    def ref(self, execution: Execution) -> CallRef:
+        """The ``CallRef`` of *execution* in this run (pure; works after close too)."""
+        return CallRef(self.session_id, self.run_id, execution.id, execution.attempt)
+
+    def save_checkpoint(self, snapshot: Any) -> None:
+        """Append *snapshot*, codec-encoded, as a checkpoint, and sync it with every record
+        before it.  ``Session.load_checkpoint`` returns the latest."""
+        session = self._session
+        session._check(self)
+        time = _utc_text(None)
+        try:
+            data = session._data_text({"snapshot": session._codec.encode(snapshot)})
+            tail = session._tail(self.run_id, "checkpoint", time, data)
+        except Exception as exc:
+            with session._lock:
+                raise session._fail(exc, "cannot encode the checkpoint") from exc
+        with session._lock:
+            offset, seq = session._write(self, tail, sync=True)
+            session._checkpoint = _CheckpointAt(offset, session._size, seq, self.run_id, time)
+
+    def close(self) -> None:
+        """Write ``run_close`` and sync.  Idempotent; ``RecordingError`` if recording failed."""
+        session = self._session
+        with session._lock:
+            session._check_failure()
+            if session._run is self:
+                session._write(
+                    self, session._tail(self.run_id, "run_close", _utc_text(None), "{}"), sync=True
+                )
+                session._run = None
+
+
+# ---------------------------------------------------------------------------- reader
+
+Source = Union[str, bytes, "os.PathLike[str]", BinaryIO]
+
+
+def read(
+    source: Source, visit: Callable[[Record], object], *, max_line_bytes: int = _MAX_LINE_BYTES
+) -> ReadResult:
+    """Validate *source* as it streams and call *visit* with each complete record.
+
+    *source* is a path or a binary file (read from its current position; offsets count from
+    the file's start).  One line is held at a time; a line longer than *max_line_bytes* is a
+    ``FormatError``, as is any other violation, after the records before it were visited.  An
+    exception from *visit* stops the read and propagates.
+    """
+    with _opened(source) as (f, name):
+        return _read(f, name, max_line_bytes, visit)
+
+
+def iter_records(source: Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Iterator[Record]:
+    """Yield the complete records of *source* as ``read`` validates them."""
+    with _opened(source) as (f, name):
+        yield from _records(f, name, max_line_bytes, [])
+
+
+@contextlib.contextmanager
+def _opened(source: Source) -> Iterator[Tuple[BinaryIO, Optional[str]]]:
+    if hasattr(source, "read"):
+        if isinstance(source, io.TextIOBase):
+            raise TypeError("a session is read from a binary file (mode 'rb'), not a text file")
+        name = getattr(source, "name", None)
+        yield source, name if isinstance(name, str) else None  # type: ignore[misc]
+    else:
+        path = os.fspath(source)
+        with builtins.open(path, "rb") as f:
+            yield f, os.fsdecode(path)
+
+
+def _read(
+    f: BinaryIO, name: Optional[str], max_line_bytes: int, visit: Callable[[Record], object]
+) -> ReadResult:
+    result: List[ReadResult] = []
+    for record in _records(f, name, max_line_bytes, result):
+        visit(record)
+    return result[0]
+
+
+def _records(
+    f: BinaryIO, name: Optional[str], max_line_bytes: int, result: List[ReadResult]
+) -> Iterator[Record]:
+    """The reader: yields each record once its line passed every rule, then appends the
+    ``ReadResult`` to *result*."""
+    try:
+        base = f.tell()
+    except (OSError, ValueError):  # a pipe: offsets count from where reading started
+        base = 0
+    limit = max_line_bytes + 1
+    readline = f.readline
+    raw = readline(limit)
+    if raw[-1:] != b"\n":
+        raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
+    header = _parse_line(raw, name, 1, base)
+    session_id = _check_header(header, name, base)
+    new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
+    yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
+    seq = 1
+    offset = base + len(raw)
+    open_run = None
+    seen: Set[str] = set()
+    while True:
+        raw = readline(limit)
+        if raw[-1:] != b"\n":
+            break
+        obj = _parse_line(raw, name, seq + 1, offset)
+        run_id = obj.get("run_id")
+        kind = obj.get("type")
+        time = obj.get("time")
+        data = obj.get("data")
+        n = obj.get("seq")
+        if (
+            type(n) is not int
+            or n != seq + 1
+            or obj.get("session_id") != session_id
+            or type(kind) is not str
+            or type(time) is not str
+            or type(run_id) is not str
+            or type(data) is not dict
+        ):
+            raise FormatError(_envelope_problem(obj, session_id, seq + 1), name, seq + 1, offset)
+        if kind == "run_start":
+            if run_id in seen:
+                raise FormatError(f"run_start reuses run_id {run_id!r}", name, seq + 1, offset)
+            seen.add(run_id)
+            open_run = run_id
+        elif run_id != open_run:
+            raise FormatError(_run_problem(run_id, open_run, seen), name, seq + 1, offset)
+        elif kind == "run_close":
+            open_run = None
+        seq += 1
+        yield new(Record, (session_id, seq, kind, time, run_id, data, offset))
+        offset += len(raw)
+    if raw:
+        _unfinished(raw, limit, name, seq + 1, offset, "")
+    result.append(ReadResult(session_id, seq, offset - base, len(raw)))
+
+
+def _unfinished(
+    raw: bytes, limit: int, name: Optional[str], line: int, offset: int, reason: str
+) -> FormatError:
+    """The error for a line without newline: too long (raised here), or *reason*."""
+    if len(raw) >= limit:
+        raise FormatError(f"line longer than max_line_bytes ({limit - 1})", name, line, offset)
+    return FormatError(reason, name, line, offset)
+
+
+def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict[str, Any]:
+    """The object on one line (*raw* ends with its newline), or ``FormatError``."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"invalid UTF-8 at byte {exc.start} of the line", name, line, offset) from None
+    try:
+        obj, end = _scan_once(text, 0)  # json.loads without its Python-level wrapping
+    except (StopIteration, ValueError, RecursionError):
+        end = -1
+    if end != len(text) - 1:  # an error, or whitespace around the value: ask the full decoder
+        try:
+            obj = _DECODER.decode(text)
+        except json.JSONDecodeError as exc:
+            raise FormatError(f"invalid JSON: {exc.msg} at column {exc.colno}", name, line, offset) from None
+        except ValueError as exc:  # NaN, Infinity, an integer too long to convert
+            raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
+        except RecursionError:
+            raise FormatError("invalid JSON: nested too deeply", name, line, offset) from None
+    if type(obj) is not dict:
+        raise FormatError(f"line holds {_json_kind(type(obj))}, not an object", name, line, offset)
+    return obj
+
+
+def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
+    """Line 1's session_id, once the line passed rule 3."""
+    data = obj.get("data")
+    version = data.get("version") if type(data) is dict else None
+    if obj.get("type") != "session_start":
+        problem = f"line 1 must be a session_start record, found type {obj.get('type')!r}"
+    elif type(version) is not int:
+        problem = "session_start needs an integer data.version"
+    elif version != _FORMAT_VERSION:
+        raise UnsupportedVersionError(version, name, 1, offset)
+    elif "run_id" in obj:
+        problem = "session_start carries no run_id"
+    else:
+        problem = _envelope_problem(obj, None, 1)
+    if problem:
+        raise FormatError(problem, name, 1, offset)
+    return obj["session_id"]  # type: ignore[no-any-return]
+
+
+_ENVELOPE = (("session_id", str), ("seq", int), ("type", str), ("time", str), ("data", dict))
+
+
+def _envelope_problem(obj: Dict[str, Any], session_id: Optional[str], seq: int) -> str:
+    """What is wrong with the envelope of line *seq* (``""`` when nothing is: line 1 only)."""
+    for key, kind in _ENVELOPE:
+        if key not in obj:
+            return f"missing key {key!r}"
+        if type(obj[key]) is not kind:
+            return f"{key} must be {_json_kind(kind)}, found {_json_kind(type(obj[key]))}"
+    if obj["seq"] != seq:
+        return f"seq {seq} expected, found {obj['seq']}"
+    if session_id is None:
+        return ""
+    if obj["session_id"] != session_id:
+        return f"session_id {obj['session_id']!r} differs from line 1's {session_id!r}"
+    if obj["type"] == "session_start":
+        return "session_start is allowed on line 1 only"
+    if "run_id" not in obj:
+        return "missing key 'run_id'"
+    return f"run_id must be a string, found {_json_kind(type(obj['run_id']))}"
+
+
+def _run_problem(run_id: str, open_run: Optional[str], seen: Set[str]) -> str:
+    if run_id not in seen:
+        return f"run_id {run_id!r} has no run_start"
+    if open_run is None:
+        return f"run {run_id!r} is already closed"
+    return f"record for run {run_id!r} after run {open_run!r} started"
+
+
+class _Tally:
+    """Counts runs and checkpoints as records stream by (for ``validate``), and keeps where
+    the latest checkpoint lies (for ``open``)."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.closed_runs = 0
+        self.checkpoints = 0
+        self._latest: Optional[Record] = None
+        self._latest_end: Optional[int] = None
+
+    def __call__(self, record: Record) -> None:
+        if self._latest_end is None and self._latest is not None:
+            self._latest_end = record.offset
+        kind = record.type
+        if kind == "run_start":
+            self.runs += 1
+        elif kind == "run_close":
+            self.closed_runs += 1
+        elif kind == "checkpoint":
+            self.checkpoints += 1
+            self._latest = record._replace(data={})  # where it is, not what it holds
+            self._latest_end = None
+
+    def latest_checkpoint(self, result: ReadResult) -> Optional[_CheckpointAt]:
+        at = self._latest
+        if at is None:
+            return None
+        end = result.complete_bytes if self._latest_end is None else self._latest_end
+        return _CheckpointAt(at.offset, end, at.seq, at.run_id or "", at.time)
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line, ``python -m session``; returns the exit status."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m session", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"session.py {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    check = commands.add_parser("validate", help="check session files against the format")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("--json", action="store_true", help="print one JSON object per file")
+    check.add_argument("--max-line-bytes", type=int, default=_MAX_LINE_BYTES, metavar="N")
+    check.set_defaults(handler=_validate_command)
+    args = parser.parse_args(argv)
+    return args.handler(args)  # type: ignore[no-any-return]
+
+
+def _validate_command(args: Any) -> int:
+    status = 0
+    for name in args.files:
+        tally = _Tally()
+        try:
+            result = read(name, tally, max_line_bytes=args.max_line_bytes)
+        except (FormatError, OSError) as exc:
+            status = 1
+            line = exc.line if isinstance(exc, FormatError) else None
+            offset = exc.offset if isinstance(exc, FormatError) else None
+            reason = exc.reason if isinstance(exc, FormatError) else _os_reason(exc)
+            if args.json:
+                _print_json({"file": name, "ok": False, "line": line, "offset": offset, "error": reason})
+            else:
+                print(f"{name}:{line}: {reason}" if line else f"{name}: {reason}", file=sys.stderr)
+            continue
+        incomplete = tally.runs - tally.closed_runs
+        if args.json:
+            _print_json(
+                {
+                    "file": name,
+                    "ok": True,
+                    "session_id": result.session_id,
+                    "records": result.records,
+                    "runs": tally.runs,
+                    "incomplete_runs": incomplete,
+                    "checkpoints": tally.checkpoints,
+                    "complete_bytes": result.complete_bytes,
+                    "tail_bytes": result.tail_bytes,
+                }
+            )
+        else:
+            tail = f", ignored {result.tail_bytes}-byte unfinished tail" if result.tail_bytes else ""
+            print(
+                f"{name}: ok, {result.records} records, {tally.runs} runs ({incomplete} incomplete), "
+                f"{tally.checkpoints} checkpoints{tail}"
+            )
+    return status
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _print_json(obj: Dict[str, Any]) -> None:
+    print(json.dumps(obj, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
