@@ -1143,15 +1143,14 @@ def _projection(*names: str) -> Tuple[Tuple[str, _Put], ...]:
 
 
 _Projection = Tuple[Tuple[str, _Put], ...]
-_TRANSIENT: _Projection = ()  # identity marks "not written"
 _EXEC_END_OK = _projection("execution", "message")
 _EXEC_END_FAILED = _projection("execution", "partial_message", "error")
 _EVERY_FIELD = _projection(*_PUTS)
-_PROJECTIONS: Dict[str, _Projection] = {
-    "message_start": _TRANSIENT,
-    "message_update": _TRANSIENT,
-    "tool_exec_update": _TRANSIENT,
-    "model_stream": _TRANSIENT,
+_PROJECTIONS: Dict[str, Optional[_Projection]] = {  # None: not written (transient)
+    "message_start": None,
+    "message_update": None,
+    "tool_exec_update": None,
+    "model_stream": None,
     "model_response": _projection("execution", "recovery"),
     "model_request": _projection("execution", "request"),
     "model_exec_start": _projection("execution"),
@@ -1183,7 +1182,7 @@ def _event_data(event: Event, codec: Codec) -> Optional[Dict[str, Any]]:
     """The ``data`` that records *event*, or ``None`` when its type is not written."""
     kind = event.type
     projection = _PROJECTIONS.get(kind, _EVERY_FIELD)
-    if projection is _TRANSIENT or (kind == "model_response" and not event.recovery):
+    if projection is None or (kind == "model_response" and not event.recovery):
         return None
     if kind == "model_exec_end" and event.error is not None and event.error != "":
         projection = _EXEC_END_FAILED
@@ -1799,7 +1798,7 @@ def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict
         end = -1
     if end != len(text) - 1:  # an error, or whitespace around the value: ask the full decoder
         try:
-            obj = _DECODER.decode(text)
+            obj = _DECODER.decode(text[:-1])
         except json.JSONDecodeError as exc:
             raise FormatError(f"invalid JSON: {exc.msg} at column {exc.colno}", name, line, offset) from None
         except ValueError as exc:  # NaN, Infinity, an integer too long to convert

@@ -1,0 +1,1856 @@
+"""Tests for session.py, in the module's order: surface, errors, values, codec, writer,
+faults, locking, reader, event data, command line."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import datetime as dt
+import enum
+import errno
+import json
+import os
+import pickle
+import random
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+import session
+from session import (
+    AgentSnapshot,
+    AgentState,
+    CallConfig,
+    CallRef,
+    CodecError,
+    Event,
+    EventData,
+    Execution,
+    FormatError,
+    JSONCodec,
+    Message,
+    ModelRequest,
+    RawJSON,
+    RecordingError,
+    RetryInfo,
+    RunSummary,
+    TypeSpec,
+)
+
+HERE = Path(__file__).resolve().parent
+MODULE = HERE / "session.py"
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 12, 2, 9, 27, 36, 123456, tzinfo=UTC)
+MODEL = Execution("m1", "model")
+TOOL = Execution("t1", "tool", parent_id="m1", turn_index=1)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def lines_of(path: Path) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def data_of(path: Path, seq: int) -> Dict[str, Any]:
+    return lines_of(path)[seq - 1]["data"]  # type: ignore[no-any-return]
+
+
+def records(path: Path) -> List[session.Record]:
+    return list(session.iter_records(path))
+
+
+def recorded(tmp_path: Path, *events: Event, codec: Optional[session.Codec] = None) -> List[Dict[str, Any]]:
+    """Record *events* in one run of a new session; the JSON objects of the event lines."""
+    path = tmp_path / "events.jsonl"
+    with session.create(path, codec=codec) as s, s.begin_run() as run:
+        for event in events:
+            run.record(event)
+    return lines_of(path)[2:-1]
+
+
+def sample_file(path: Path, runs: int = 2, checkpoint: bool = True) -> Path:
+    """A small valid session: *runs* runs, each a model call, a tool call and a checkpoint."""
+    with session.create(path) as s:
+        for n in range(runs):
+            with s.begin_run() as run:
+                run.record(Event("turn_start", turn_index=1, timestamp=T0))
+                run.record(Event("model_exec_start", execution=MODEL, timestamp=T0))
+                message = Message("assistant", [{"type": "text", "text": f"héllo {n}"}], usage={"input": 3})
+                run.record(Event("model_exec_end", execution=MODEL, message=message, timestamp=T0))
+                run.record(Event("tool_exec_start", execution=TOOL, tool="ls", args={"d": "/"}))
+                run.record(Event("tool_exec_end", execution=TOOL, tool="ls", result=["a", "b"]))
+                if checkpoint:
+                    run.save_checkpoint(AgentSnapshot(AgentState(messages=[message])))
+    return path
+
+
+def envelope_lines(n: int = 4) -> List[Dict[str, Any]]:
+    """The objects of a valid file: header, run_start, events, run_close (n lines in all)."""
+    sid, rid = "a" * 32, "b" * 32
+    objs: List[Dict[str, Any]] = [
+        {"session_id": sid, "seq": 1, "type": "session_start", "time": "t", "data": {"version": 1}},
+        {"session_id": sid, "seq": 2, "type": "run_start", "time": "t", "run_id": rid, "data": {}},
+    ]
+    for seq in range(3, n):
+        objs.append(
+            {"session_id": sid, "seq": seq, "type": "turn_start", "time": "t", "run_id": rid, "data": {}}
+        )
+    objs.append({"session_id": sid, "seq": n, "type": "run_close", "time": "t", "run_id": rid, "data": {}})
+    return objs
+
+
+def dump(objs: List[Any]) -> bytes:
+    return b"".join(json.dumps(o, separators=(",", ":")).encode() + b"\n" for o in objs)
+
+
+def offsets(blob: bytes) -> List[int]:
+    """The start offset of each line of *blob*."""
+    starts = [0]
+    for i, byte in enumerate(blob):
+        if byte == 0x0A:
+            starts.append(i + 1)
+    return starts
+
+
+def run_cli(*args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(MODULE), *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+# ---------------------------------------------------------------------------- surface
+
+
+SPEC_NAMES = [
+    *("create", "open", "read", "iter_records", "Session", "Run", "Event", "Execution", "CallRef"),
+    *("Record", "ReadResult", "Checkpoint", "EventData", "ModelRequest", "CallConfig", "RetryInfo"),
+    *("RunSummary", "RawJSON", "Codec", "JSONCodec", "TypeSpec", "Message", "AgentState", "AgentSnapshot"),
+    *("SessionError", "FormatError", "UnsupportedVersionError", "CodecError", "RecordingError"),
+    *("RunOpenError", "LockedError", "main"),
+]
+
+
+def test_all_lists_exactly_the_public_names() -> None:
+    assert sorted(session.__all__) == sorted(SPEC_NAMES)
+    public = {n for n in vars(session) if not n.startswith("_")}
+    imported_modules = {n for n, v in vars(session).items() if type(v) is type(os)}
+    typing_names = {"Any", "BinaryIO", "Callable", "Dict", "FrozenSet", "Iterator", "List", "NamedTuple"}
+    typing_names |= {"Optional", "Protocol", "Sequence", "Set", "Tuple", "Union", "datetime", "timezone"}
+    assert public - imported_modules - typing_names - {"annotations", "Source"} == set(SPEC_NAMES)
+
+
+def test_module_imports_only_the_standard_library() -> None:
+    tree = ast.parse(MODULE.read_text(encoding="utf-8"))
+    stdlib = set(getattr(sys, "stdlib_module_names", ())) or {
+        "builtins",
+        "contextlib",
+        "dataclasses",
+        "errno",
+        "io",
+        "json",
+        "math",
+        "os",
+        "re",
+        "sys",
+        "threading",
+        "types",
+        "typing",
+        "uuid",
+        "weakref",
+        "datetime",
+        "fcntl",
+        "msvcrt",
+        "argparse",
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    assert found - {"__future__"} <= stdlib
+
+
+def test_version_is_a_string() -> None:
+    assert isinstance(session.__version__, str) and session.__version__[0].isdigit()
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_error_family() -> None:
+    assert issubclass(session.FormatError, session.SessionError)
+    assert issubclass(session.FormatError, ValueError)
+    assert issubclass(session.UnsupportedVersionError, session.FormatError)
+    assert issubclass(session.CodecError, session.SessionError) and issubclass(session.CodecError, ValueError)
+    assert issubclass(session.RecordingError, session.SessionError)
+    assert issubclass(session.RunOpenError, session.SessionError)
+    assert issubclass(session.RunOpenError, RuntimeError)
+    assert issubclass(session.LockedError, session.SessionError)
+
+
+def test_format_error_renders_like_json_decode_error() -> None:
+    exc = FormatError("seq 58 expected, found 60", "chat.jsonl", 57, 10240)
+    assert str(exc) == "chat.jsonl: seq 58 expected, found 60 (line 57, offset 10240)"
+    assert (exc.reason, exc.path, exc.line, exc.offset) == (
+        "seq 58 expected, found 60",
+        "chat.jsonl",
+        57,
+        10240,
+    )
+    assert str(FormatError("bad")) == "bad"
+
+
+def test_errors_survive_pickling() -> None:
+    exc = pickle.loads(pickle.dumps(FormatError("r", "p", 3, 9)))
+    assert (exc.reason, exc.path, exc.line, exc.offset) == ("r", "p", 3, 9)
+    version = pickle.loads(pickle.dumps(session.UnsupportedVersionError(2, "p", 1, 0)))
+    assert version.version == 2 and version.line == 1 and "2" in str(version)
+
+
+# ---------------------------------------------------------------------------- values
+
+
+def test_execution_checks_its_field_types() -> None:
+    assert Execution("a", "tool").attempt == 1
+    with pytest.raises(TypeError, match="attempt"):
+        Execution("a", "tool", attempt=True)
+    with pytest.raises(TypeError, match="id"):
+        Execution(1, "tool")  # type: ignore[arg-type]
+
+
+def test_event_takes_keywords_after_type() -> None:
+    event = Event("tool_queued", tool="ls")
+    assert event.tool == "ls" and event.timestamp is None and event.result is None
+    with pytest.raises(TypeError):
+        Event("tool_queued", None)  # type: ignore[call-arg]
+    assert Event("x", tool="a") == Event("x", tool="a")
+    assert [f.name for f in dataclasses.fields(Event)][:3] == ["type", "timestamp", "execution"]
+
+
+def test_call_config_repr_hides_the_api_key() -> None:
+    assert "sk-secret" not in repr(CallConfig(api_key="sk-secret", max_tokens=5))
+
+
+def test_call_ref_round_trips_through_json() -> None:
+    ref = CallRef("s" * 32, "r" * 32, "call-1", 2)
+    assert CallRef.from_json(ref.to_json()) == ref
+    assert CallRef.from_json(json.dumps(ref.to_json())) == ref
+    assert {ref: 1}[CallRef("s" * 32, "r" * 32, "call-1", 2)] == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ref.attempt = 3  # type: ignore[misc]
+    with pytest.raises(ValueError, match="attempt"):
+        CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e"})
+    with pytest.raises(TypeError):
+        CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e", "attempt": "1"})
+
+
+# ---------------------------------------------------------------------------- codec
+
+
+class Color(str, enum.Enum):
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    ONE = 1
+
+
+@dataclasses.dataclass
+class Note:
+    text: str
+    at: Optional[dt.datetime] = None
+    tags: List[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Box:
+    inner: Any
+    label: str = ""
+
+
+class Point:
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Point) and (self.x, self.y) == (other.x, other.y)
+
+
+def point_codec() -> JSONCodec:
+    return JSONCodec(TypeSpec("test.point", Point, lambda p: [p.x, p.y], lambda v: Point(*v)))
+
+
+def test_builtin_types_round_trip_with_agentgo_ids() -> None:
+    codec = JSONCodec()
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    message = Message("user", [{"type": "text", "text": "hi"}], "stop", {"input": 1}, {"k": [1]}, when)
+    snapshot = AgentSnapshot(
+        AgentState([message], [{"name": "a"}], {"total_tokens": 3}, {"step": 1}),
+        steering_queue=[message],
+        follow_up_queue=[],
+    )
+    encoded = codec.encode(snapshot)
+    assert encoded["$type"] == "agentgo.agent-snapshot.v1"
+    assert encoded["value"]["state"]["$type"] == "agentgo.agent-state.v1"
+    assert encoded["value"]["state"]["value"]["messages"][0]["$type"] == "agentgo.message.v1"
+    assert encoded["value"]["steering_queue"][0]["value"]["timestamp"] == "2026-01-02T03:04:05.000006+02:00"
+    assert codec.decode(json.loads(json.dumps(encoded))) == snapshot
+
+
+def test_datetime_is_rfc3339_with_z_for_utc() -> None:
+    encoded = JSONCodec().encode(Message("user", [], timestamp=T0))
+    assert encoded["value"]["timestamp"] == "2026-12-02T09:27:36.123456Z"
+    assert JSONCodec().encode(dt.datetime(2026, 1, 1, tzinfo=UTC)) == "2026-01-01T00:00:00.000000Z"
+
+
+def test_none_fields_are_omitted() -> None:
+    assert JSONCodec().encode(Message("user", ["x"]))["value"] == {
+        "role": "user",
+        "content": ["x"],
+        "stop_reason": "",
+    }
+
+
+def test_registered_dataclass_restores_nested_values_and_datetimes() -> None:
+    codec = JSONCodec(TypeSpec("test.note", Note), TypeSpec("test.box", Box))
+    value = Box(Note("n", T0, ["a"]), "lbl")
+    assert codec.decode(json.loads(json.dumps(codec.encode(value)))) == value
+    # a datetime outside an annotated field stays a string
+    assert codec.decode(codec.encode({"at": T0})) == {"at": "2026-12-02T09:27:36.123456Z"}
+
+
+def test_string_annotations_an_old_python_cannot_evaluate() -> None:
+    namespace: Dict[str, Any] = {}
+    source = textwrap.dedent(
+        """
+        from __future__ import annotations
+        import dataclasses, datetime
+        @dataclasses.dataclass
+        class Stamp:
+            a: datetime.datetime | None = None
+            b: "Optional[datetime]" = None
+            c: int | None = None
+        """
+    )
+    exec(compile(source, "<stamp>", "exec"), namespace)
+    stamp_cls = namespace["Stamp"]
+    codec = JSONCodec(TypeSpec("test.stamp", stamp_cls))
+    decoded = codec.decode(codec.encode(stamp_cls(T0, T0, 3)))
+    assert decoded.a == T0 and decoded.b == T0 and decoded.c == 3
+
+
+def test_unordinary_dicts_are_escaped_and_come_back() -> None:
+    codec = JSONCodec()
+    tricky = [{"$type": "x", "value": 1}, {"$object": 2}, {"$object": {"$object": 3}}, {"$type": "y"}]
+    encoded = codec.encode(tricky)
+    assert encoded[0] == {"$object": {"$type": "x", "value": 1}}
+    assert encoded[1] == {"$object": {"$object": 2}}
+    assert encoded[3] == {"$type": "y"}  # not ambiguous: left alone
+    assert codec.decode(json.loads(json.dumps(encoded))) == tricky
+
+
+def test_tuples_become_arrays() -> None:
+    assert JSONCodec().encode((1, (2,))) == [1, [2]]
+
+
+def test_functions_encode_recursively() -> None:
+    codec = JSONCodec(
+        TypeSpec("test.point", Point, lambda p: [p.x, p.y], lambda v: Point(*v)),
+        TypeSpec("test.box", Box),
+    )
+    value = Box(Point(1, 2))
+    assert codec.encode(value)["value"]["inner"] == {"$type": "test.point", "value": [1, 2]}
+    assert codec.decode(codec.encode(value)) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"a": {1, 2}}, r"builtins\.set at \$\.a"),
+        ([0, b"x"], r"builtins\.bytes at \$\[1\]"),
+        ({"a": [1.0, float("nan")]}, r"non-finite float nan at \$\.a\[1\]"),
+        ({"a": float("inf")}, r"non-finite float inf at \$\.a"),
+        (Message("user", [{"type": "text", "text": Color.RED}]), r"Color at \$\.content\[0\]\.text"),
+        ({"x y": Point(1, 2)}, r"Point at \$\[\"x y\"\]"),
+        ({1: "a"}, r"object key 1 of type int at \$"),
+        (Message("user", [], timestamp=dt.datetime(2026, 1, 1)), r"naive datetime .* at \$\.timestamp"),
+        (Note("x"), r"unregistered type test_session\.Note at \$"),
+        (dict, r"unregistered type builtins\.type"),
+    ],
+)
+def test_anything_else_is_a_codec_error_naming_type_and_path(value: Any, message: str) -> None:
+    with pytest.raises(CodecError, match=message):
+        JSONCodec().encode(value)
+
+
+def test_subclasses_of_json_types_are_not_lowered() -> None:
+    class MyDict(dict):  # type: ignore[type-arg]
+        pass
+
+    for value in (MyDict(a=1), Color.RED, Level.ONE):
+        with pytest.raises(CodecError):
+            JSONCodec().encode(value)
+
+
+@pytest.mark.parametrize(
+    ("encoded", "message"),
+    [
+        ({"$type": "nope", "value": 1}, "unknown type id 'nope'"),
+        ([{"$type": 5, "value": 1}], r"unknown type id 5 at \$\[0\]"),
+        ({"a": {"$object": [1]}}, r"\$object must wrap an object at \$\.a"),
+        ({"$type": "agentgo.message.v1", "value": []}, "value must be an object"),
+        ({"$type": "agentgo.message.v1", "value": {"role": "user"}}, "rejects its fields"),
+        (
+            {"$type": "agentgo.message.v1", "value": {"role": "u", "content": [], "timestamp": "yesterday"}},
+            "RFC 3339",
+        ),
+        (
+            {
+                "$type": "agentgo.message.v1",
+                "value": {"role": "u", "content": [], "timestamp": "2026-01-01T00:00:00"},
+            },
+            "offset",
+        ),
+        ({"$type": "test.point", "value": "not a list"}, "test.point decode function failed"),
+    ],
+)
+def test_decoding_bad_values_is_a_codec_error(encoded: Any, message: str) -> None:
+    with pytest.raises(CodecError, match=message):
+        point_codec().decode(encoded)
+
+
+def test_decoding_never_builds_a_class_by_name() -> None:
+    hostile = {"$type": "os.system", "value": "echo pwned"}
+    with pytest.raises(CodecError, match=r"unknown type id 'os\.system'"):
+        JSONCodec().decode(hostile)
+    assert JSONCodec().decode({"$object": {"$type": "os.system", "value": 1}}) == {
+        "$type": "os.system",
+        "value": 1,
+    }
+
+
+def test_deep_nesting_is_a_codec_error() -> None:
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(CodecError, match="nested too deeply"):
+        JSONCodec().encode(deep)
+    nested: Any = 1
+    for _ in range(100_000):
+        nested = {"a": nested}
+    with pytest.raises(CodecError, match="nested too deeply"):
+        JSONCodec().decode(nested)
+
+
+def test_duplicate_registrations_are_refused() -> None:
+    with pytest.raises(ValueError, match="registered twice"):
+        JSONCodec(TypeSpec("agentgo.message.v1", Note))
+    with pytest.raises(ValueError, match="registered twice"):
+        JSONCodec(TypeSpec("test.message", Message))
+    with pytest.raises(ValueError, match="registered twice"):
+        JSONCodec(TypeSpec("a", Note), TypeSpec("a", Box))
+
+
+def test_type_spec_checks_what_it_is_given() -> None:
+    with pytest.raises(TypeError, match="not a dataclass"):
+        TypeSpec("test.point", Point)
+    with pytest.raises(ValueError, match="both"):
+        TypeSpec("test.point", Point, encode=lambda p: 1)
+    with pytest.raises(ValueError, match="empty"):
+        TypeSpec("", Note)
+    with pytest.raises(TypeError):
+        JSONCodec("test.note")  # type: ignore[arg-type]
+
+
+def test_codec_is_immutable_and_shareable_between_threads() -> None:
+    codec = JSONCodec(TypeSpec("test.note", Note))
+    value = [Note(str(i), T0) for i in range(200)]
+    results: List[Any] = []
+
+    def work() -> None:
+        results.append(codec.decode(codec.encode(value)))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [value] * 8
+    assert not hasattr(codec, "register")
+
+
+# ---------------------------------------------------------------------------- writer: the wire format
+
+ID = r"[0-9a-f]{32}"
+TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"
+
+
+def test_create_writes_the_header_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s:
+        assert re.fullmatch(ID, s.session_id) and s.path == str(path)
+    line = path.read_bytes().splitlines()[0]
+    assert re.fullmatch(
+        rb'\{"session_id":"'
+        + s.session_id.encode()
+        + rb'","seq":1,"type":"session_start","time":"'
+        + TIME.encode()
+        + rb'","data":\{"version":1\}\}',
+        line,
+    )
+
+
+def test_create_refuses_an_existing_file_and_makes_it_private(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"keep")
+    with pytest.raises(FileExistsError):
+        session.create(path)
+    assert path.read_bytes() == b"keep"
+    fresh = tmp_path / "new.jsonl"
+    session.create(fresh).close()
+    if os.name == "posix":
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+
+
+def test_envelope_of_run_and_event_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        assert re.fullmatch(ID, run.run_id) and run.session_id == s.session_id
+        run.record(Event("turn_start", turn_index=1, timestamp=T0))
+    objs = lines_of(path)
+    assert [o["seq"] for o in objs] == [1, 2, 3, 4]
+    assert [o["type"] for o in objs] == ["session_start", "run_start", "turn_start", "run_close"]
+    assert all(list(o) == ["session_id", "seq", "type", "time", "run_id", "data"] for o in objs[1:])
+    assert {o["run_id"] for o in objs[1:]} == {run.run_id} and "run_id" not in objs[0]
+    assert objs[1]["data"] == {} and objs[3]["data"] == {}
+    assert objs[2]["time"] == "2026-12-02T09:27:36.123456Z"
+
+
+def test_lines_are_compact_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("tool_exec_start", execution=TOOL, tool="grüß", args={"k": [1, 2.5, "日本", None]}))
+    for raw in path.read_bytes().splitlines():
+        obj = json.loads(raw)
+        assert raw == json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    assert "grüß".encode() in path.read_bytes() and "日本".encode() in path.read_bytes()
+
+
+def test_lone_surrogates_are_escaped_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    text = "a\ud800b\udfffc é"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("tool_exec_start", execution=TOOL, tool=text, args={text: [text]}))
+    blob = path.read_bytes()
+    blob.decode("utf-8")  # still valid UTF-8
+    assert b"a\\ud800b\\udfffc \xc3\xa9" in blob
+    data = records(path)[2].data
+    assert data["tool"] == text and data["args"] == {text: [text]}
+
+
+def test_event_time_is_converted_to_utc(tmp_path: Path) -> None:
+    plus2 = dt.timezone(dt.timedelta(hours=2))
+    before = dt.datetime.now(UTC)
+    objs = recorded(
+        tmp_path,
+        Event("turn_start", timestamp=dt.datetime(2026, 12, 2, 11, 0, tzinfo=plus2)),
+        Event("turn_start"),
+    )
+    assert objs[0]["time"] == "2026-12-02T09:00:00.000000Z"
+    now = dt.datetime.strptime(objs[1]["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert before <= now <= dt.datetime.now(UTC)
+
+
+def full_event(kind: str, **changes: Any) -> Event:
+    """An event with every field set to something non-empty."""
+    fields: Dict[str, Any] = {
+        "timestamp": T0,
+        "execution": MODEL,
+        "turn_index": 2,
+        "message": Message("assistant", [{"type": "text", "text": "ok"}]),
+        "partial_message": Message("assistant", [{"type": "text", "text": "o"}]),
+        "request": ModelRequest([Message("user", ["q"])], [{"name": "ls"}], CallConfig(max_tokens=9)),
+        "tool_id": "call-1",
+        "tool": "ls",
+        "tool_label": "List",
+        "args": {"dir": "/"},
+        "result": {"files": []},
+        "details": {"ms": 3},
+        "preview": "pre",
+        "is_error": True,
+        "disposition": "done",
+        "context_operation": "project",
+        "context_items": [{"id": 1}],
+        "compaction": {"kept": 2},
+        "retry": RetryInfo(3, 1.5, "rate limited"),
+        "summary": RunSummary(1, 2, 1, "stop"),
+        "recovery": "length",
+        "error": ValueError("boom"),
+        "state": {"messages": ["STATE-MARK"]},
+        "delta": "DELTA-MARK",
+    }
+    fields.update(changes)
+    return Event(kind, **fields)
+
+
+ALL_DATA_KEYS = {
+    "execution",
+    "turn_index",
+    "message",
+    "partial_message",
+    "request",
+    "tool_id",
+    "tool",
+    "tool_label",
+    "args",
+    "result",
+    "details",
+    "preview",
+    "is_error",
+    "disposition",
+    "context_operation",
+    "context_items",
+    "compaction",
+    "retry",
+    "summary",
+    "recovery",
+    "error",
+}
+
+PROJECTION = [
+    ("model_response", {"execution", "recovery"}),
+    ("model_request", {"execution", "request"}),
+    ("model_exec_start", {"execution"}),
+    ("model_exec_end", {"execution", "partial_message", "error"}),
+    ("message_end", {"execution", "message"}),
+    ("tool_queued", {"execution", "tool_id", "tool"}),
+    ("tool_exec_start", {"execution", "tool_id", "tool", "tool_label", "args"}),
+    ("tool_invoke_start", {"execution", "tool_id", "tool", "args"}),
+    ("tool_invoke_end", {"execution", "tool_id", "tool", "is_error", "error"}),
+    (
+        "tool_exec_end",
+        {
+            "execution",
+            "tool_id",
+            "tool",
+            "tool_label",
+            "result",
+            "details",
+            "is_error",
+            "disposition",
+            "error",
+        },
+    ),
+    ("context_projected", {"execution", "context_items"}),
+    ("context_compacted", {"execution", "compaction"}),
+    ("context_prepare_start", {"execution", "context_operation", "error"}),
+    ("context_prepare_end", {"execution", "context_operation", "error"}),
+    ("retry", {"execution", "retry", "error"}),
+    ("retry_wait_start", {"execution", "retry", "error"}),
+    ("retry_wait_end", {"execution", "retry", "error"}),
+    ("turn_start", {"turn_index"}),
+    ("turn_end", {"turn_index", "error", "committed"}),
+    ("agent_start", set()),
+    ("agent_end", {"summary", "error"}),
+    ("error", {"error"}),
+    ("my_custom_event", ALL_DATA_KEYS),
+]
+
+
+@pytest.mark.parametrize(("kind", "keys"), PROJECTION)
+def test_each_event_type_writes_exactly_its_keys(tmp_path: Path, kind: str, keys: set) -> None:  # type: ignore[type-arg]
+    [obj] = recorded(tmp_path, full_event(kind))
+    assert obj["type"] == kind and set(obj["data"]) == keys
+    blob = json.dumps(obj)
+    assert "STATE-MARK" not in blob and "DELTA-MARK" not in blob  # state and delta: never
+
+
+@pytest.mark.parametrize("kind", ["message_start", "message_update", "tool_exec_update", "model_stream"])
+def test_transient_events_are_not_written(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        assert run.record(full_event(kind)) is False
+        assert run.record(Event("turn_start")) is True
+    assert [o["type"] for o in lines_of(path)] == ["session_start", "run_start", "turn_start", "run_close"]
+
+
+def test_model_response_is_written_only_with_a_recovery(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        assert run.record(full_event("model_response", recovery="")) is False
+        assert run.record(full_event("model_response")) is True
+    assert data_of(path, 3) == {
+        "execution": {"id": "m1", "kind": "model", "attempt": 1},
+        "recovery": "length",
+    }
+
+
+def test_model_exec_end_success_writes_the_message(tmp_path: Path) -> None:
+    [ok, failed, failed_text] = recorded(
+        tmp_path,
+        full_event("model_exec_end", error=None),
+        full_event("model_exec_end", partial_message=None),
+        full_event("model_exec_end", error="timeout"),
+    )
+    assert set(ok["data"]) == {"execution", "message"}
+    assert ok["data"]["message"]["value"]["content"] == [{"type": "text", "text": "ok"}]
+    assert set(failed["data"]) == {"execution", "error"}
+    assert failed["data"]["error"] == {"message": "boom", "type": "ValueError"}
+    assert failed_text["data"]["error"] == {"message": "timeout"}
+
+
+def test_turn_end_marks_committed_only_with_a_state(tmp_path: Path) -> None:
+    [with_state, without] = recorded(tmp_path, full_event("turn_end"), full_event("turn_end", state=None))
+    assert with_state["data"]["committed"] is True and "committed" not in without["data"]
+
+
+def test_shapes_of_execution_retry_summary_error(tmp_path: Path) -> None:
+    [obj] = recorded(tmp_path, full_event("my_custom_event", execution=TOOL))
+    data = obj["data"]
+    assert data["execution"] == {"id": "t1", "kind": "tool", "parent_id": "m1", "turn_index": 1, "attempt": 1}
+    assert data["retry"] == {"max_retries": 3, "delay": 1.5, "error": {"message": "rate limited"}}
+    assert data["summary"] == {"turn_count": 1, "tool_calls": 2, "tool_errors": 1, "end_reason": "stop"}
+    assert data["error"] == {"message": "boom", "type": "ValueError"}
+    (tmp_path / "events.jsonl").unlink()
+    [bare] = recorded(tmp_path, Event("retry", retry=RetryInfo()))
+    assert bare["data"] == {"retry": {}}
+
+
+def test_empty_values_are_left_out_but_zero_results_are_written(tmp_path: Path) -> None:
+    [a, b, c] = recorded(
+        tmp_path,
+        Event("tool_exec_end", execution=TOOL, tool="", tool_id="", is_error=False, result=0, details={}),
+        Event("tool_exec_end", execution=TOOL, result=[], preview=""),
+        Event("turn_start", turn_index=0),
+    )
+    assert a["data"] == {"execution": a["data"]["execution"], "result": 0, "details": {}}
+    assert b["data"] == {"execution": b["data"]["execution"], "result": []}
+    assert c["data"] == {}
+
+
+def test_the_api_key_is_never_written(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    config = CallConfig(thinking_level="high", max_tokens=100, api_key="sk-live-123", prompt_cache_key="p")
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([], config=config)))
+    assert b"sk-live-123" not in path.read_bytes() and b"api_key" not in path.read_bytes()
+    request = data_of(path, 3)["request"]
+    assert request == {
+        "messages": [],
+        "tools": [],
+        "config": {"thinking_level": "high", "prompt_cache_key": "p", "max_tokens": 100},
+    }
+
+
+def test_request_messages_are_codec_values(tmp_path: Path) -> None:
+    request = ModelRequest([Message("user", ["hi"]), {"$object": 1}], ({"name": "t"},))
+    [obj] = recorded(tmp_path, Event("model_request", execution=MODEL, request=request))
+    messages = obj["data"]["request"]["messages"]
+    assert messages[0]["$type"] == "agentgo.message.v1" and messages[1] == {"$object": {"$object": 1}}
+    assert JSONCodec().decode(messages) == list(request.messages)
+    assert obj["data"]["request"]["tools"] == [{"name": "t"}]
+
+
+def test_unencodable_config_values_become_a_snapshot_error(tmp_path: Path) -> None:
+    config = CallConfig(tool_choice={1, 2}, response_format={"x": float("nan")}, extra={"f": print, "ok": 1})
+    [obj] = recorded(
+        tmp_path, Event("model_request", execution=MODEL, request=ModelRequest([], config=config))
+    )
+    data = obj["data"]
+    assert data["request"]["config"] == {}
+    assert "config.tool_choice: " in data["snapshot_error"] and "set" in data["snapshot_error"]
+    assert "config.response_format: " in data["snapshot_error"]
+    assert "config.extra: " in data["snapshot_error"] and "function" in data["snapshot_error"]
+
+
+def test_credential_keys_in_extra_are_dropped_and_listed(tmp_path: Path) -> None:
+    extra = {
+        "Authorization": "Bearer x",
+        "headers": [{"password": "p", "keep": 1}, {"X-Api_Key": "k"}],
+        "nested": {"client_secret": "s", "ACCESS_TOKEN": "t", "apikey": "a", "fine": RawJSON('{"secret":1}')},
+        "temperature": 0.2,
+    }
+    config = CallConfig(extra=extra, tool_choice={"password": "not extra: kept"})
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([], config=config)))
+    data = data_of(path, 3)
+    assert data["request"]["config"]["extra"] == {
+        "headers": [{"keep": 1}, {}],
+        "nested": {"fine": {}},
+        "temperature": 0.2,
+    }
+    assert data["redacted"] == [
+        "config.extra.Authorization",
+        "config.extra.headers[0].password",
+        "config.extra.headers[1].X-Api_Key",
+        "config.extra.nested.client_secret",
+        "config.extra.nested.ACCESS_TOKEN",
+        "config.extra.nested.apikey",
+        "config.extra.nested.fine.secret",
+    ]
+    assert data["request"]["config"]["tool_choice"] == {"password": "not extra: kept"}
+    for secret in (b"Bearer x", b'"p"', b'"k"', b'"s"', b'"t"', b'"a"'):
+        assert secret not in path.read_bytes()
+
+
+def test_raw_json_is_checked_and_written_compacted(tmp_path: Path) -> None:
+    raw = ' {"n": 1e2, "s": "a  b\\u00e9\\"", "l": [1.50 , true,null]}\n'
+    [obj] = recorded(
+        tmp_path,
+        Event("tool_exec_end", execution=TOOL, result=RawJSON(raw), details=[RawJSON(b" 7 "), RawJSON("[]")]),
+    )
+    line = (tmp_path / "events.jsonl").read_bytes().splitlines()[2]
+    assert b'"result":{"n":1e2,"s":"a  b\\u00e9\\"","l":[1.50,true,null]}' in line
+    assert b'"details":[7,[]]' in line
+    assert obj["data"]["result"] == {"n": 100.0, "s": 'a  bé"', "l": [1.5, True, None]}
+
+
+@pytest.mark.parametrize("text", ["", "{", "NaN", "[1] [2]", "{'a': 1}", "[1,]", b"\xff"])
+def test_invalid_raw_json_is_a_recording_error(tmp_path: Path, text: Any) -> None:
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+    with pytest.raises(RecordingError, match=r"RawJSON|utf-8"):
+        run.record(Event("tool_exec_end", execution=TOOL, result=RawJSON(text)))
+    with pytest.raises(RecordingError):
+        run.record(Event("turn_start"))  # sticky
+    with pytest.raises(RecordingError):
+        s.close()
+    # nothing of the bad event reached the file
+    assert [r.type for r in records(tmp_path / "s.jsonl")] == ["session_start", "run_start"]
+
+
+def test_a_string_like_the_raw_placeholder_is_refused_not_confused(tmp_path: Path) -> None:
+    mark = session._RAW_MARK
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+    run.record(Event("tool_exec_end", execution=TOOL, result=[mark]))  # no RawJSON: plain string
+    with pytest.raises(RecordingError, match="placeholder"):
+        run.record(Event("tool_exec_end", execution=TOOL, result=[mark, RawJSON("1")]))
+    with pytest.raises(RecordingError):
+        s.close()
+    assert records(tmp_path / "s.jsonl")[2].data["result"] == [mark]
+
+
+@pytest.mark.parametrize(
+    ("event", "cause"),
+    [
+        (Event("tool_exec_end", execution=TOOL, result={"x": float("nan")}), ValueError),
+        (Event("tool_exec_end", execution=TOOL, result={"x": {1, 2}}), ValueError),
+        (Event("message_end", execution=MODEL, message=Note("unregistered")), CodecError),
+        (
+            Event(
+                "message_end", execution=MODEL, message=Message("u", [], timestamp=dt.datetime(2026, 1, 1))
+            ),
+            CodecError,
+        ),
+        (Event("turn_start", timestamp=dt.datetime(2026, 1, 1)), ValueError),
+        (Event("turn_start", timestamp="2026-01-01"), TypeError),  # type: ignore[arg-type]
+        (Event("tool_queued", execution=TOOL, tool=7), TypeError),  # type: ignore[arg-type]
+        (Event("tool_queued", execution="t1"), TypeError),  # type: ignore[arg-type]
+        (Event("turn_start", turn_index=True), TypeError),
+        (Event("error", error=42), TypeError),
+    ],
+)
+def test_encoding_failures_are_sticky_recording_errors(tmp_path: Path, event: Event, cause: type) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    run.record(Event("turn_start"))
+    with pytest.raises(RecordingError) as info:
+        run.record(event)
+    assert isinstance(info.value.__cause__, cause)
+    for call in (
+        lambda: run.record(Event("turn_start")),
+        lambda: run.save_checkpoint({}),
+        s.begin_run,
+        s.sync,
+    ):
+        with pytest.raises(RecordingError) as again:
+            call()
+        assert again.value.__cause__ is info.value.__cause__
+    with pytest.raises(RecordingError):
+        run.close()
+    with pytest.raises(RecordingError):
+        s.close()
+    with pytest.raises(RecordingError):
+        s.close()  # again
+    assert [r.type for r in records(path)] == ["session_start", "run_start", "turn_start"]
+    session.open(path).close()  # the lock was released
+
+
+def test_the_failing_field_is_named(tmp_path: Path) -> None:
+    for event, message in [
+        (Event("tool_exec_end", execution=TOOL, result=1, details={"x": {1}}), r"data\.details: .*set"),
+        (Event("model_exec_end", error="x", partial_message=Note("n")), r"partial_message: .*Note at \$"),
+    ]:
+        s = session.create(tmp_path / f"{len(message)}.jsonl")
+        with pytest.raises(RecordingError, match=message):
+            s.begin_run().record(event)
+        with pytest.raises(RecordingError):
+            s.close()
+
+
+@pytest.mark.parametrize("kind", ["session_start", "run_start", "run_close", "checkpoint"])
+def test_reserved_types_are_refused_and_not_sticky(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        with pytest.raises(ValueError, match="reserved"):
+            run.record(Event(kind))
+        assert run.record(Event("turn_start"))
+    assert [r.type for r in records(path)][2:] == ["turn_start", "run_close"]
+
+
+@pytest.mark.parametrize("kind", ["", None, 5, b"turn_start"])
+def test_a_type_that_is_not_a_non_empty_string_is_a_type_error(tmp_path: Path, kind: Any) -> None:
+    with session.create(tmp_path / "s.jsonl") as s, s.begin_run() as run:
+        with pytest.raises(TypeError):
+            run.record(Event(kind))
+        with pytest.raises(TypeError):
+            run.record({"type": "turn_start"})  # type: ignore[arg-type]
+        assert run.record(Event("turn_start"))
+
+
+def test_redact_sees_each_events_and_checkpoints_data(tmp_path: Path) -> None:
+    seen: List[Dict[str, Any]] = []
+
+    def redact(data: Dict[str, Any]) -> Dict[str, Any]:
+        seen.append(data)
+        return json.loads(json.dumps(data).replace("sk-123", "[key]"))  # type: ignore[no-any-return]
+
+    path = tmp_path / "s.jsonl"
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        run.record(Event("tool_exec_end", execution=TOOL, result={"out": "token sk-123"}))
+        run.save_checkpoint({"note": "sk-123"})
+    assert b"sk-123" not in path.read_bytes() and path.read_bytes().count(b"[key]") == 2
+    assert len(seen) == 2 and seen[1] == {"snapshot": {"note": "sk-123"}}
+    s = session.open(path, redact=lambda d: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(RecordingError, match="redact must return a dict"):
+        s.begin_run().record(Event("turn_start"))
+    with pytest.raises(RecordingError):
+        s.close()
+
+
+# ---------------------------------------------------------------------------- writer: sessions and runs
+
+
+def test_one_run_at_a_time(tmp_path: Path) -> None:
+    with session.create(tmp_path / "s.jsonl") as s:
+        first = s.begin_run()
+        with pytest.raises(session.RunOpenError, match=first.run_id):
+            s.begin_run()
+        first.close()
+        second = s.begin_run()
+        assert second.run_id != first.run_id
+
+
+def test_closed_runs_and_sessions_refuse_work(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    run.close()
+    run.close()  # idempotent
+    with pytest.raises(ValueError, match="closed"):
+        run.record(Event("turn_start"))
+    with pytest.raises(ValueError, match="closed"):
+        run.record(Event("message_update"))  # even one that would not be written
+    with pytest.raises(ValueError, match="closed"):
+        run.save_checkpoint({})
+    assert run.ref(TOOL) == CallRef(s.session_id, run.run_id, "t1", 1)
+    s.close()
+    s.close()  # idempotent
+    for call in (s.begin_run, s.sync, s.load_checkpoint):
+        with pytest.raises(ValueError, match="closed"):
+            call()
+    assert [r.type for r in records(path)] == ["session_start", "run_start", "run_close"]
+
+
+def test_session_close_closes_the_open_run(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s:
+        run = s.begin_run()
+        run.record(Event("turn_start"))
+    with pytest.raises(ValueError, match="closed"):
+        run.record(Event("turn_start"))
+    run.close()  # nothing more to do
+    assert [r.type for r in records(path)] == ["session_start", "run_start", "turn_start", "run_close"]
+
+
+def test_ref_combines_the_four_coordinates(tmp_path: Path) -> None:
+    with session.create(tmp_path / "s.jsonl") as s, s.begin_run() as run:
+        ref = run.ref(Execution("call-7", "tool", attempt=3))
+        run.record(Event("tool_exec_start", execution=Execution("call-7", "tool", attempt=3), tool="ls"))
+    assert ref == CallRef(s.session_id, run.run_id, "call-7", 3)
+    assert records(tmp_path / "s.jsonl")[2].ref == ref
+
+
+class FsyncSpy:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = os.fsync
+
+        def spy(fd: int) -> None:
+            self.calls += 1
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", spy)
+
+
+def test_what_syncs_and_what_does_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spy = FsyncSpy(monkeypatch)
+    s = session.create(tmp_path / "s.jsonl")
+    assert spy.calls == (1 if os.name == "nt" else 2)  # the file, then its directory
+    run = s.begin_run()
+    spy.calls = 0
+    for _ in range(5):
+        run.record(Event("turn_start"))
+    assert spy.calls == 0
+    run.save_checkpoint({"n": 1})
+    assert spy.calls == 1
+    s.sync()
+    assert spy.calls == 2
+    run.close()
+    assert spy.calls == 3
+    s.close()
+    assert spy.calls == 4
+
+
+def test_checkpoints_latest_wins_across_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s:
+        assert s.load_checkpoint() is None
+        with s.begin_run() as run:
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["one"])])))
+            run.record(Event("turn_start"))
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["two"])])))
+            run.record(Event("tool_exec_end", execution=TOOL, result="later records never advance it"))
+            loaded = s.load_checkpoint()
+    assert loaded is not None and loaded.snapshot.state.messages[0].content == ["two"]
+    assert (loaded.seq, loaded.run_id) == (5, run.run_id) and re.fullmatch(TIME, loaded.time)
+    with session.open(path) as s:
+        again = s.load_checkpoint()
+        assert again == loaded
+        with s.begin_run() as second:
+            second.save_checkpoint({"three": 3})
+        third = s.load_checkpoint()
+    assert third is not None and third.snapshot == {"three": 3} and third.run_id == second.run_id
+
+
+def test_load_checkpoint_does_not_rescan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=3)
+    with session.open(path) as s:
+        monkeypatch.setattr(session, "_records", None)  # any scan now would crash
+        monkeypatch.setattr(session, "_read", None)
+        loaded = s.load_checkpoint()
+    assert loaded is not None and loaded.seq == records_count(path) - 1
+
+
+def records_count(path: Path) -> int:
+    return path.read_bytes().count(b"\n")
+
+
+def test_load_checkpoint_uses_the_sessions_codec(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path, codec=point_codec()) as s, s.begin_run() as run:
+        run.save_checkpoint({"at": Point(1, 2)})
+    with session.open(path, codec=point_codec()) as s:
+        loaded = s.load_checkpoint()
+        assert loaded is not None and loaded.snapshot == {"at": Point(1, 2)}
+    with session.open(path) as s, pytest.raises(CodecError, match=r"unknown type id 'test\.point'"):
+        s.load_checkpoint()
+
+
+def test_load_checkpoint_notices_a_file_changed_underneath(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.save_checkpoint({"n": 1})
+        blob = path.read_bytes()
+        with path.open("r+b") as f:  # another program rewrites the file behind the lock
+            f.write(blob.replace(b'"checkpoint"', b'"chockpoint"'))
+        with pytest.raises(FormatError, match="changed"):
+            s.load_checkpoint()
+
+
+def test_open_continues_seq_and_keeps_an_interrupted_run(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    old = s.begin_run()
+    old.record(Event("turn_start"))
+    fd = s._fd
+    s._fd = -1  # simulate a crash: the process vanishes without run_close
+    os.close(fd)
+    with session.open(path) as reopened:
+        assert reopened.session_id == s.session_id
+        with reopened.begin_run() as new:
+            new.record(Event("turn_start"))
+    rs = records(path)
+    assert [r.seq for r in rs] == list(range(1, 7))
+    assert [r.type for r in rs] == [
+        "session_start",
+        "run_start",
+        "turn_start",
+        "run_start",
+        "turn_start",
+        "run_close",
+    ]
+    assert rs[1].run_id == old.run_id and rs[3].run_id == new.run_id != old.run_id
+    assert run_cli("validate", str(path)).stdout.endswith("2 runs (1 incomplete), 0 checkpoints\n")
+
+
+@pytest.mark.parametrize("tail", [b'{"partial', b'{"session_id":"x"}', b"\x00" * 100])
+def test_open_cuts_the_unfinished_tail_and_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: bytes
+) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    whole = path.read_bytes()
+    path.write_bytes(whole + tail)
+    spy = FsyncSpy(monkeypatch)
+    with session.open(path) as s:
+        assert path.read_bytes() == whole
+        assert spy.calls == 1
+        s.begin_run().record(Event("turn_start"))
+    assert records(path)[-2].type == "turn_start"
+
+
+def test_open_changes_nothing_when_a_complete_line_is_bad(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    bad = path.read_bytes().replace(b'"seq":5,', b'"seq":50,') + b'{"torn'
+    path.write_bytes(bad)
+    before = path.stat()
+    with pytest.raises(FormatError, match="seq 5 expected, found 50") as info:
+        session.open(path)
+    assert (info.value.line, info.value.path) == (5, str(path))
+    assert path.read_bytes() == bad and path.stat().st_mtime_ns == before.st_mtime_ns
+    path.write_bytes(bad.replace(b'"seq":50,', b'"seq":5,'))
+    session.open(path).close()  # the lock was released after the failure
+
+
+def test_open_of_a_missing_file_passes_the_os_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        session.open(tmp_path / "missing.jsonl")
+    assert not (tmp_path / "missing.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------- faults
+
+
+def failing_write(monkeypatch: pytest.MonkeyPatch, *, after: int = 0, partial: int = 0) -> List[bytes]:
+    """Make the (*after*+1)-th os.write write *partial* bytes and then fail with ENOSPC."""
+    real = os.write
+    calls: List[bytes] = []
+
+    def write(fd: int, data: bytes) -> int:
+        calls.append(bytes(data))
+        if len(calls) == after + 1:
+            if partial:
+                real(fd, bytes(data)[:partial])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return calls
+
+
+def test_a_failed_write_is_sticky_and_close_still_releases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    run.save_checkpoint({"n": 1})
+    failing_write(monkeypatch, partial=10)
+    with pytest.raises(RecordingError, match="No space left") as info:
+        run.record(Event("turn_start"))
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
+    monkeypatch.undo()
+    calls = failing_write(monkeypatch, after=10**9)  # count writes from now on: none may happen
+    for call in (
+        lambda: run.record(Event("turn_start")),
+        lambda: run.record(Event("message_update")),
+        lambda: run.save_checkpoint({}),
+        s.begin_run,
+        s.sync,
+        run.close,
+        s.close,
+        s.close,
+        run.close,
+    ):
+        with pytest.raises(RecordingError) as again:
+            call()
+        assert again.value.__cause__ is info.value.__cause__
+    assert calls == []
+    monkeypatch.undo()
+    with session.open(path) as reopened:  # lock released; the torn line is cut
+        loaded = reopened.load_checkpoint()
+        assert loaded is not None and loaded.snapshot == {"n": 1}
+    assert [r.type for r in records(path)] == ["session_start", "run_start", "checkpoint"]
+
+
+def test_load_checkpoint_works_after_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+    run.save_checkpoint({"n": 1})
+    failing_write(monkeypatch)
+    with pytest.raises(RecordingError):
+        run.save_checkpoint({"n": 2})
+    loaded = s.load_checkpoint()
+    assert loaded is not None and loaded.snapshot == {"n": 1}
+    with pytest.raises(RecordingError):
+        s.close()
+
+
+def test_a_failed_fsync_is_sticky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+
+    def fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(RecordingError, match=r"cannot sync.*Input/output"):
+        run.save_checkpoint({"n": 1})
+    monkeypatch.undo()
+    with pytest.raises(RecordingError):
+        run.record(Event("turn_start"))
+    assert s.load_checkpoint() is None  # an unsynced checkpoint is not the latest
+    with pytest.raises(RecordingError):
+        s.close()
+    session.open(path).close()
+
+
+@pytest.mark.parametrize("call", ["sync", "close", "run_close"])
+def test_fsync_failure_in_each_syncing_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+    with pytest.raises(RecordingError, match="EIO"):
+        {"sync": s.sync, "close": s.close, "run_close": run.close}[call]()
+    monkeypatch.undo()
+    with pytest.raises(RecordingError):
+        s.close()
+    session.open(tmp_path / "s.jsonl").close()
+
+
+def test_short_writes_are_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data)[:7]))
+    path = sample_file(tmp_path / "s.jsonl")
+    monkeypatch.undo()
+    assert session.read(path, lambda r: None).records == records_count(path)
+
+
+def test_a_write_that_makes_no_progress_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = session.create(tmp_path / "s.jsonl")
+    monkeypatch.setattr(os, "write", lambda fd, data: 0)
+    with pytest.raises(RecordingError, match="no progress"):
+        s.begin_run()
+    monkeypatch.undo()
+    with pytest.raises(RecordingError):
+        s.close()
+
+
+def test_an_interrupt_during_a_write_fails_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+
+    def write(fd: int, data: bytes) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "write", write)
+    with pytest.raises(KeyboardInterrupt):
+        run.record(Event("turn_start"))
+    monkeypatch.undo()
+    with pytest.raises(RecordingError, match="KeyboardInterrupt"):
+        run.record(Event("turn_start"))
+    with pytest.raises(RecordingError):
+        s.close()
+
+
+@pytest.mark.parametrize("step", ["write", "fsync"])
+def test_create_removes_the_file_when_the_header_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    def fail(*args: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, step, fail)
+    path = tmp_path / "s.jsonl"
+    with pytest.raises(RecordingError, match="No space") as info:
+        session.create(path)
+    assert isinstance(info.value.__cause__, OSError)
+    assert not path.exists()
+
+
+# ---------------------------------------------------------------------------- locking and concurrency
+
+HOLD_OPEN = """
+import sys, time
+sys.path.insert(0, {here!r})
+import session
+s = session.open(sys.argv[1])
+print("locked", flush=True)
+sys.stdin.readline()
+s.close()
+"""
+
+
+def test_a_second_writer_in_this_process_is_locked_out(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    with session.open(path):
+        with pytest.raises(session.LockedError, match="another handle"):
+            session.open(path)
+        session.read(path, lambda r: None)  # readers take no lock
+    session.open(path).close()
+
+
+def test_a_second_writer_in_another_process_is_locked_out(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD_OPEN.format(here=str(HERE)))
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "locked\n"
+        with pytest.raises(session.LockedError):
+            session.open(path)
+    finally:
+        child.communicate("\n", timeout=60)
+    assert child.returncode == 0
+    with session.open(path):  # and the other way round
+        other = subprocess.run(
+            [sys.executable, str(script), str(path)], capture_output=True, text=True, timeout=60
+        )
+        assert other.returncode == 1 and "LockedError" in other.stderr
+
+
+def test_eight_threads_write_whole_contiguous_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    per_thread = 1000
+    with session.create(path) as s, s.begin_run() as run:
+
+        def work(n: int) -> None:
+            for i in range(per_thread):
+                run.record(
+                    Event(
+                        "tool_exec_end", execution=TOOL, tool=f"w{n}", result={"i": i, "pad": "x" * (i % 300)}
+                    )
+                )
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    rs = records(path)  # validates seq contiguity and every line
+    assert len(rs) == 3 + 8 * per_thread
+    for n in range(8):
+        assert [r.data["result"]["i"] for r in rs if r.data.get("tool") == f"w{n}"] == list(range(per_thread))
+
+
+KILL_WRITER = """
+import os, random, sys
+sys.path.insert(0, {here!r})
+import session
+s = session.open(sys.argv[1])
+run = s.begin_run()
+execution = session.Execution("t", "tool")
+i = 0
+while True:
+    i += 1
+    size = random.choice([10, 1000, 100000, 2000000])
+    run.record(session.Event("tool_exec_end", execution=execution, result={{"i": i, "pad": "x" * size}}))
+    if i % 3 == 0:
+        run.save_checkpoint({{"i": i}})
+        print(s.load_checkpoint().seq, flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="no SIGKILL on this platform")
+def test_kill_9_never_costs_a_checkpointed_record(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    session.create(path).close()
+    script = tmp_path / "writer.py"
+    script.write_text(KILL_WRITER.format(here=str(HERE)))
+    rng = random.Random(1)
+    for _ in range(12):
+        child = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.1, 0.6))
+        child.send_signal(signal.SIGKILL)
+        out, _ = child.communicate(timeout=60)
+        with session.open(path) as s:  # every reopen succeeds
+            latest = s.load_checkpoint()
+        by_seq = {r.seq: r for r in records(path)}
+        for seq in map(int, out.split()):
+            assert by_seq[seq].type == "checkpoint"
+            assert by_seq[seq].data["snapshot"] == {"i": by_seq[seq - 1].data["result"]["i"]}
+        if out.split():
+            assert latest is not None and latest.seq >= int(out.split()[-1])
+
+
+# ---------------------------------------------------------------------------- reader rules
+
+SID, RID = "a" * 32, "b" * 32
+
+
+def line_obj(n: int, kind: str = "turn_start", **changes: Any) -> Dict[str, Any]:
+    obj: Dict[str, Any] = {"session_id": SID, "seq": n, "type": kind, "time": "t", "run_id": RID, "data": {}}
+    obj.update(changes)
+    return {k: v for k, v in obj.items() if v is not DROP}
+
+
+DROP = object()
+HEAD = {"session_id": SID, "seq": 1, "type": "session_start", "time": "t", "data": {"version": 1}}
+START = line_obj(2, "run_start")
+
+
+def raw_line(text: str) -> Any:
+    return text.encode() if isinstance(text, str) else text
+
+
+BAD_FILES: List[Any] = [
+    # (id, objects or raw lines, bad line, reason pattern)
+    ("utf8", [HEAD, START, b'{"x":"\xff"}'], 3, "invalid UTF-8 at byte 6"),
+    ("surrogate bytes", [HEAD, START, b'{"x":"\xed\xa0\x80"}'], 3, "invalid UTF-8"),
+    ("json", [HEAD, START, b'{"seq":'], 3, "invalid JSON: Expecting value at column 8"),
+    ("trailing", [HEAD, START, b'{"seq":3} x'], 3, "invalid JSON: Extra data"),
+    ("NaN", [HEAD, START, b'{"seq":NaN}'], 3, "NaN is not strict JSON"),
+    ("Infinity", [HEAD, START, b'{"x":[-Infinity]}'], 3, "-Infinity is not strict JSON"),
+    ("deep", [HEAD, START, b"[" * 100_000], 3, "nested too deeply|Expecting"),
+    ("deep object", [HEAD, START, b'{"a":' * 100_000], 3, "nested too deeply|Expecting"),
+    ("array", [HEAD, START, [1, 2]], 3, "line holds an array, not an object"),
+    ("string", [HEAD, START, "x"], 3, "line holds a string"),
+    ("null", [HEAD, START, None], 3, "line holds null"),
+    ("empty line", [HEAD, START, b""], 3, "Expecting value"),
+    ("NUL run", [HEAD, START, b"\x00" * 4096], 3, "invalid JSON"),
+    ("no session_id", [HEAD, START, line_obj(3, session_id=DROP)], 3, "missing key 'session_id'"),
+    ("no seq", [HEAD, START, line_obj(3, seq=DROP)], 3, "missing key 'seq'"),
+    ("no type", [HEAD, START, line_obj(3, type=DROP)], 3, "missing key 'type'"),
+    ("no time", [HEAD, START, line_obj(3, time=DROP)], 3, "missing key 'time'"),
+    ("no data", [HEAD, START, line_obj(3, data=DROP)], 3, "missing key 'data'"),
+    ("no run_id", [HEAD, START, line_obj(3, run_id=DROP)], 3, "missing key 'run_id'"),
+    ("seq string", [HEAD, START, line_obj(3, seq="3")], 3, "seq must be an integer, found a string"),
+    ("seq float", [HEAD, START, line_obj(3, seq=3.0)], 3, "seq must be an integer, found a number"),
+    ("seq bool", [HEAD, line_obj(2, "run_start", seq=True)], 2, "seq must be an integer, found a boolean"),
+    ("type int", [HEAD, START, line_obj(3, type=3)], 3, "type must be a string, found an integer"),
+    ("time null", [HEAD, START, line_obj(3, time=None)], 3, "time must be a string, found null"),
+    ("data array", [HEAD, START, line_obj(3, data=[])], 3, "data must be an object, found an array"),
+    ("run_id int", [HEAD, START, line_obj(3, run_id=1)], 3, "run_id must be a string, found an integer"),
+    ("session_id int", [HEAD, START, line_obj(3, session_id=1)], 3, "session_id must be a string"),
+    (
+        "other session",
+        [HEAD, START, line_obj(3, session_id="c" * 32)],
+        3,
+        "session_id 'c+' differs from line 1's",
+    ),
+    ("seq gap", [HEAD, START, line_obj(4)], 3, "seq 3 expected, found 4"),
+    ("seq repeat", [HEAD, START, line_obj(2)], 3, "seq 3 expected, found 2"),
+    ("huge seq", [HEAD, START, b'{"seq":' + b"9" * 5000 + b"}"], 3, "seq|integer|JSON"),
+    ("first not header", [START], 1, "line 1 must be a session_start record, found type 'run_start'"),
+    ("no version", [dict(HEAD, data={})], 1, "integer data.version"),
+    ("version text", [dict(HEAD, data={"version": "1"})], 1, "integer data.version"),
+    ("version bool", [dict(HEAD, data={"version": True})], 1, "integer data.version"),
+    ("header run_id", [dict(HEAD, run_id=RID)], 1, "session_start carries no run_id"),
+    ("header seq", [dict(HEAD, seq=0)], 1, "seq 1 expected, found 0"),
+    ("header time", [dict(HEAD, time=0)], 1, "time must be a string"),
+    ("header array", [[HEAD]], 1, "line holds an array"),
+    ("BOM", [b"\xef\xbb\xbf" + json.dumps(HEAD).encode()], 1, "invalid JSON"),
+    (
+        "header again",
+        [HEAD, START, line_obj(3, "session_start", run_id=DROP)],
+        3,
+        "session_start is allowed on line 1 only",
+    ),
+    (
+        "run_id reused",
+        [HEAD, START, line_obj(3, "run_close"), line_obj(4, "run_start")],
+        4,
+        "run_start reuses run_id 'b+'",
+    ),
+    ("before a run", [HEAD, line_obj(2)], 2, "run_id 'b+' has no run_start"),
+    ("unknown run", [HEAD, START, line_obj(3, run_id="d" * 32)], 3, "run_id 'd+' has no run_start"),
+    ("after close", [HEAD, START, line_obj(3, "run_close"), line_obj(4)], 4, "run 'b+' is already closed"),
+    ("close twice", [HEAD, START, line_obj(3, "run_close"), line_obj(4, "run_close")], 4, "already closed"),
+    (
+        "old run",
+        [HEAD, START, line_obj(3, "run_start", run_id="e" * 32), line_obj(4)],
+        4,
+        "record for run 'b+' after run 'e+' started",
+    ),
+    (
+        "checkpoint of old run",
+        [
+            HEAD,
+            START,
+            line_obj(3, "run_start", run_id="e" * 32),
+            line_obj(4, "checkpoint", data={"snapshot": 1}),
+        ],
+        4,
+        "after run",
+    ),
+]
+
+
+def blob_of(items: List[Any]) -> bytes:
+    return b"".join(
+        (item if isinstance(item, bytes) else json.dumps(item, separators=(",", ":")).encode()) + b"\n"
+        for item in items
+    )
+
+
+@pytest.mark.parametrize(
+    ("items", "line", "reason"), [case[1:] for case in BAD_FILES], ids=[c[0] for c in BAD_FILES]
+)
+def test_each_reader_rule_names_its_line_and_offset(
+    tmp_path: Path, items: List[Any], line: int, reason: str
+) -> None:
+    blob = blob_of(items) + blob_of([line_obj(99)])  # what follows a bad line does not matter
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(blob)
+    visited: List[int] = []
+    with pytest.raises(FormatError) as info:
+        session.read(path, lambda r: visited.append(r.seq))
+    assert re.search(reason, info.value.reason), info.value.reason
+    assert (info.value.line, info.value.offset, info.value.path) == (line, offsets(blob)[line - 1], str(path))
+    assert visited == list(range(1, line))  # the records before it were visited
+    with pytest.raises(FormatError):
+        list(session.iter_records(path))
+    with pytest.raises(FormatError):
+        session.open(path)
+    assert path.read_bytes() == blob
+
+
+def test_an_unsupported_version_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "v2.jsonl"
+    path.write_bytes(blob_of([dict(HEAD, data={"version": 2}, new_envelope=True)]))
+    with pytest.raises(session.UnsupportedVersionError, match="unsupported format version 2") as info:
+        session.read(path, lambda r: None)
+    assert info.value.version == 2 and (info.value.line, info.value.offset) == (1, 0)
+
+
+@pytest.mark.parametrize("blob", [b"", b'{"session_id":"a', b"\x00" * 600, json.dumps(HEAD).encode()])
+def test_a_file_without_a_complete_line_is_not_a_session(tmp_path: Path, blob: bytes) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob)
+    with pytest.raises(FormatError, match="no complete line") as info:
+        session.read(path, lambda r: None)
+    assert (info.value.line, info.value.offset) == (1, 0)
+    with pytest.raises(FormatError, match="no complete line"):
+        session.open(path)
+    assert path.read_bytes() == blob
+
+
+def test_a_final_line_without_newline_is_ignored_even_when_valid(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    complete = blob_of([HEAD, START])
+    tail = json.dumps(line_obj(3)).encode()
+    path.write_bytes(complete + tail)
+    seen: List[session.Record] = []
+    result = session.read(path, seen.append)
+    assert result == session.ReadResult(SID, 2, len(complete), len(tail))
+    assert [r.type for r in seen] == ["session_start", "run_start"]
+
+
+def test_whitespace_around_a_line_and_crlf_are_json(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(
+        b" " + json.dumps(HEAD).encode() + b"\r\n" + json.dumps(START, indent=None).encode() + b" \t\n"
+    )
+    assert [r.seq for r in records(path)] == [1, 2]
+
+
+def test_records_carry_envelope_data_and_offset(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    blob = path.read_bytes()
+    rs = records(path)
+    assert [r.offset for r in rs] == offsets(blob)[:-1]
+    assert rs[0].run_id is None and rs[0].data == {"version": 1} and rs[0].ref is None
+    head = json.loads(blob.splitlines()[2])
+    assert rs[2] == session.Record(
+        head["session_id"], 3, head["type"], head["time"], head["run_id"], head["data"], rs[2].offset
+    )
+    assert rs[3].ref == CallRef(rs[0].session_id, str(rs[1].run_id), "m1", 1)
+    assert [r.ref for r in rs if r.type in ("run_start", "checkpoint", "turn_start")] == [None, None, None]
+
+
+def test_unknown_envelope_keys_are_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([dict(HEAD, extra=1), dict(START, trace="x")]))
+    assert [r.seq for r in records(path)] == [1, 2]
+
+
+def test_every_truncation_of_a_sample_file(tmp_path: Path) -> None:
+    blob = sample_file(tmp_path / "whole.jsonl", runs=1).read_bytes()
+    starts = offsets(blob)
+    path = tmp_path / "cut.jsonl"
+    for size in range(len(blob) + 1):
+        path.write_bytes(blob[:size])
+        complete = [s for s in starts if 0 < s <= size]
+        if not complete:
+            with pytest.raises(FormatError) as info:
+                session.read(path, lambda r: None)
+            assert (info.value.line, info.value.offset) == (1, 0)
+            continue
+        result = session.read(path, lambda r: None)
+        assert (result.records, result.complete_bytes) == (len(complete), complete[-1])
+        assert result.tail_bytes == size - complete[-1]
+
+
+def test_open_after_every_truncation_keeps_the_complete_lines(tmp_path: Path) -> None:
+    blob = sample_file(tmp_path / "whole.jsonl", runs=1).read_bytes()
+    starts = offsets(blob)
+    path = tmp_path / "cut.jsonl"
+    for size in range(starts[1], len(blob) + 1, 7):
+        path.write_bytes(blob[:size])
+        keep = max(s for s in starts if s <= size)
+        with session.open(path) as s:
+            assert path.read_bytes() == blob[:keep]
+            with s.begin_run() as run:
+                run.record(Event("turn_start"))
+        assert records(path)[-2].type == "turn_start"
+
+
+def test_a_file_object_is_read_from_its_position(tmp_path: Path) -> None:
+    blob = sample_file(tmp_path / "s.jsonl", runs=1).read_bytes()
+    path = tmp_path / "container"
+    path.write_bytes(b"PREFIX\n" + blob)
+    with path.open("rb") as f:
+        f.seek(7)
+        seen: List[int] = []
+        result = session.read(f, lambda r: seen.append(r.offset))
+    assert seen == [7 + o for o in offsets(blob)[:-1]]
+    assert result.complete_bytes == len(blob) and result.tail_bytes == 0
+    with path.open("rb") as f:
+        with pytest.raises(FormatError) as info:
+            session.read(f, lambda r: None)
+        assert info.value.path == str(path) and info.value.line == 1
+
+
+def test_a_text_file_is_refused(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    with path.open(encoding="utf-8") as f, pytest.raises(TypeError, match="binary"):
+        session.read(f, lambda r: None)  # type: ignore[arg-type]
+
+
+def test_a_visit_exception_stops_the_read(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    seen: List[int] = []
+
+    def visit(record: session.Record) -> None:
+        seen.append(record.seq)
+        if record.seq == 3:
+            raise KeyError("stop")
+
+    with pytest.raises(KeyError, match="stop"):
+        session.read(path, visit)
+    assert seen == [1, 2, 3]
+
+
+def test_a_line_longer_than_max_line_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    blob = blob_of([HEAD, START, line_obj(3, data={"x": "y" * 5000}), line_obj(4)])
+    path.write_bytes(blob)
+    longest = max(len(line) for line in blob.split(b"\n"))
+    assert session.read(path, lambda r: None, max_line_bytes=longest).records == 4
+    with pytest.raises(FormatError, match=r"longer than max_line_bytes \(1000\)") as info:
+        session.read(path, lambda r: None, max_line_bytes=1000)
+    assert (info.value.line, info.value.offset) == (3, offsets(blob)[2])
+    with pytest.raises(FormatError, match="longer than"):
+        session.read(path, lambda r: None, max_line_bytes=10)  # line 1
+    path.write_bytes(blob[: offsets(blob)[2] + 3000])  # an over-long unfinished tail
+    with pytest.raises(FormatError, match="longer than"):
+        session.open(path, max_line_bytes=1000)
+
+
+CORPUS = HERE / "testdata" / "JSONTestSuite" / "test_parsing"
+
+
+def test_json_test_suite_lines_are_rejected_cleanly(tmp_path: Path) -> None:
+    header = blob_of([HEAD])
+    path = tmp_path / "case.jsonl"
+    cases = sorted(CORPUS.iterdir())
+    checked = 0
+    for case in cases:
+        content = case.read_bytes()
+        if b"\n" in content:
+            continue
+        path.write_bytes(header + content + b"\n")
+        with pytest.raises(FormatError) as info:
+            session.read(path, lambda r: None)
+        assert (info.value.line, info.value.offset) == (2, len(header)), case.name
+        checked += 1
+    assert checked > 250
+
+
+# ---------------------------------------------------------------------------- event data
+
+
+def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    event = full_event(
+        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
+    )
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(event)
+        run.record(full_event("turn_end"))
+        run.record(Event("turn_start"))
+    rs = records(path)
+    view = EventData.from_record(rs[2])
+    assert view.execution == TOOL and view.turn_index == 2
+    assert JSONCodec().decode(view.message) == event.message
+    assert JSONCodec().decode(view.partial_message) == event.partial_message
+    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
+    assert view.redacted == ("config.extra.password",)
+    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
+    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
+    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
+    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
+    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
+    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
+    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
+    assert EventData.from_record(rs[3]).committed is True
+    assert EventData.from_record(rs[4]) == EventData()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"tool": 1}, "data.tool must be a string, found an integer"),
+        ({"is_error": 1}, "data.is_error must be a boolean"),
+        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
+        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
+        (
+            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
+            "data.execution.attempt must be an integer",
+        ),
+        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
+        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
+        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
+        ({"redacted": [1]}, "data.redacted must hold strings"),
+        ({"error": "text"}, "data.error must be an object, found a string"),
+        ({"request": []}, "data.request must be an object"),
+    ],
+)
+def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
+    record = session.Record(SID, 7, "x", "t", RID, data, 420)
+    with pytest.raises(FormatError, match=re.escape(reason)) as info:
+        EventData.from_record(record)
+    assert (info.value.line, info.value.offset) == (7, 420)
+    if "execution" in data:
+        with pytest.raises(FormatError):
+            _ = record.ref
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def test_validate_reports_a_valid_file(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    with path.open("ab") as f:
+        f.write(b'{"torn')
+    done = run_cli("validate", str(path))
+    n = records_count(path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (
+        done.stdout
+        == f"{path}: ok, {n} records, 2 runs (0 incomplete), 2 checkpoints, ignored 6-byte unfinished tail\n"
+    )
+
+
+def test_validate_reports_every_file_and_fails_if_any_fails(tmp_path: Path) -> None:
+    good = sample_file(tmp_path / "good.jsonl", runs=1)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(good.read_bytes().replace(b'"seq":4,', b'"seq":9,'))
+    missing = tmp_path / "missing.jsonl"
+    done = run_cli("validate", str(bad), str(missing), str(good))
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"{bad}:4: seq 4 expected, found 9",
+        f"{missing}: No such file or directory",
+    ]
+    assert done.stdout.startswith(f"{good}: ok, ")
+
+
+def test_validate_json_output(tmp_path: Path) -> None:
+    good = sample_file(tmp_path / "good.jsonl", runs=1)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(good.read_bytes()[:300] + b"\x00" * 10 + b"\n")
+    done = run_cli("validate", "--json", str(good), str(bad), str(tmp_path))
+    assert done.returncode == 1 and done.stderr == ""
+    first, second, third = map(json.loads, done.stdout.splitlines())
+    result = session.read(good, lambda r: None)
+    assert first == {
+        "file": str(good),
+        "ok": True,
+        "session_id": result.session_id,
+        "records": result.records,
+        "runs": 1,
+        "incomplete_runs": 0,
+        "checkpoints": 1,
+        "complete_bytes": result.complete_bytes,
+        "tail_bytes": 0,
+    }
+    with pytest.raises(FormatError) as info:
+        session.read(bad, lambda r: None)
+    err = info.value
+    assert second == {
+        "file": str(bad),
+        "ok": False,
+        "line": err.line,
+        "offset": err.offset,
+        "error": err.reason,
+    }
+    assert third["ok"] is False and third["line"] is None and third["error"]
+
+
+def test_usage_errors_exit_2() -> None:
+    assert run_cli().returncode == 2
+    assert run_cli("validate").returncode == 2
+    assert run_cli("frobnicate", "x").returncode == 2
+    assert run_cli("validate", "--nope", "x").returncode == 2
+
+
+def test_main_returns_the_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    assert session.main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(f"{path}: ok")
+
+
+def test_a_lone_copy_runs_isolated(tmp_path: Path) -> None:
+    lone = tmp_path / "elsewhere"
+    lone.mkdir()
+    shutil.copy(MODULE, lone / "session.py")
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(lone / "session.py"), "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.startswith(f"{path}: ok, ")
+    module = subprocess.run(
+        [sys.executable, "-S", "-m", "session", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=lone,
+        timeout=60,
+    )
+    assert module.returncode == 0, module.stderr
