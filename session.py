@@ -31,7 +31,7 @@ import types
 import typing
 import uuid
 import weakref
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import (
     Any,
     BinaryIO,
@@ -521,11 +521,12 @@ def _retry_from_json(obj: Dict[str, Any], record: Record) -> RetryInfo:
     error = obj.get("error")
     if error is not None and type(error) is not dict:
         raise FormatError("data.retry.error must be an object", None, record.seq, record.offset)
-    return RetryInfo(
-        _take(obj, "max_retries", int, 0, record, "retry"),
-        float(_take(obj, "delay", float, 0.0, record, "retry")),
-        error,
-    )
+    delay = _take(obj, "delay", float, 0.0, record, "retry")
+    try:
+        delay = float(delay)
+    except OverflowError:
+        raise FormatError("data.retry.delay is out of range", None, record.seq, record.offset) from None
+    return RetryInfo(_take(obj, "max_retries", int, 0, record, "retry"), delay, error)
 
 
 def _summary_from_json(obj: Dict[str, Any], record: Record) -> RunSummary:
@@ -646,8 +647,8 @@ class _Kind(NamedTuple):
 
 
 _DATETIME_ANNOTATION = re.compile(
-    r"(?:typing\.)?(?:Optional\[D\]|Union\[D,None\]|Union\[None,D\])|D(?:\|None)?|None\|D".replace(
-        "D", r"(?:datetime\.)?datetime"
+    r"(?:\w+\.)?(?:Optional\[D\]|Union\[D,None\]|Union\[None,D\])|D(?:\|None)?|None\|D".replace(
+        "D", r"(?:\w+\.)?datetime"
     )
 )
 
@@ -863,14 +864,24 @@ def _rfc3339(moment: datetime) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
+_RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:[Zz]|([+-]\d\d):(\d\d))")
+
+
 def _parse_rfc3339(text: str) -> datetime:
+    """An aware datetime; fractions beyond microseconds (Go's RFC3339Nano) are cut."""
+    match = _RFC3339.fullmatch(text)
     try:
-        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
-    except ValueError:
-        raise _CodecFault(f"invalid RFC 3339 time {text!r}") from None
-    if moment.tzinfo is None:
-        raise _CodecFault(f"time without offset {text!r}")
-    return moment
+        if match is None:
+            raise ValueError("not RFC 3339 with an offset")
+        year, month, day, hour, minute, second, fraction, hours, minutes = match.groups()
+        offset = timedelta(
+            hours=int(hours or 0), minutes=int(minutes or 0) * (-1 if (hours or "+")[0] == "-" else 1)
+        )
+        micro = int((fraction or "0")[:6].ljust(6, "0"))
+        zone = timezone(offset) if offset else timezone.utc
+        return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, zone)
+    except ValueError as exc:
+        raise _CodecFault(f"invalid RFC 3339 time {text!r}: {exc}") from None
 
 
 _DEFAULT_CODEC = JSONCodec()
@@ -1323,9 +1334,10 @@ class _CheckpointAt(NamedTuple):
 
 def create(
     path: Union[str, os.PathLike[str]],
-    *,
     codec: Optional[Codec] = None,
+    *,
     redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+    max_line_bytes: int = _MAX_LINE_BYTES,
 ) -> Session:
     """Create a new session file at *path* and return its writer.
 
@@ -1333,7 +1345,8 @@ def create(
     ``session_start``, is synced with the directory entry before this returns.  *codec*
     encodes messages and checkpoints (default: ``JSONCodec()``).  *redact*, if given, takes
     each event's and checkpoint's JSON-ready ``data`` just before it is encoded and returns
-    what to write instead.
+    what to write instead.  A line longer than *max_line_bytes* is refused
+    (``RecordingError``): the session never writes what its own ``open`` would reject.
     """
     name = os.fspath(path)
     fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
@@ -1341,6 +1354,7 @@ def create(
         _lock(fd, name)
     except BaseException:
         os.close(fd)
+        os.unlink(name)  # it is ours (O_EXCL) and holds nothing
         raise
     session_id = _new_id()
     time = _utc_text(None)
@@ -1359,13 +1373,13 @@ def create(
         if isinstance(exc, Exception):
             raise RecordingError(f"{name}: cannot write the session header: {exc}") from exc
         raise
-    return Session(name, fd, session_id, codec, redact, 1, len(header), None)
+    return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None)
 
 
 def open(  # noqa: A001 - the contract's name; the builtin stays reachable as builtins.open
     path: Union[str, os.PathLike[str]],
-    *,
     codec: Optional[Codec] = None,
+    *,
     redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
     max_line_bytes: int = _MAX_LINE_BYTES,
 ) -> Session:
@@ -1395,7 +1409,15 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
         raise
     checkpoint = tally.latest_checkpoint(result)
     return Session(
-        name, fd, result.session_id, codec, redact, result.records, result.complete_bytes, checkpoint
+        name,
+        fd,
+        result.session_id,
+        codec,
+        redact,
+        max_line_bytes,
+        result.records,
+        result.complete_bytes,
+        checkpoint,
     )
 
 
@@ -1417,6 +1439,7 @@ class Session:
         session_id: str,
         codec: Optional[Codec],
         redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]],
+        max_line_bytes: int,
         seq: int,
         size: int,
         checkpoint: Optional[_CheckpointAt],
@@ -1426,6 +1449,7 @@ class Session:
         self._fd = fd  # -1 once closed
         self._codec: Codec = _DEFAULT_CODEC if codec is None else codec
         self._redact = redact
+        self._max_line_bytes = max_line_bytes
         self._lock = threading.Lock()
         self._head = _line_head(session_id)
         self._seq = seq
@@ -1477,14 +1501,11 @@ class Session:
                 return None
             raw = _read_at(self._fd, at.offset, at.end - at.offset)
         obj = _parse_line(raw, self.path, at.seq, at.offset) if raw.endswith(b"\n") else {}
-        data = obj.get("data")
-        if (
-            obj.get("seq") != at.seq
-            or obj.get("type") != "checkpoint"
-            or type(data) is not dict
-            or "snapshot" not in data
-        ):
+        if obj.get("seq") != at.seq or obj.get("type") != "checkpoint":
             raise FormatError("checkpoint record changed under the session", self.path, at.seq, at.offset)
+        data = obj.get("data")
+        if type(data) is not dict or "snapshot" not in data:
+            raise FormatError("checkpoint record has no data.snapshot", self.path, at.seq, at.offset)
         return Checkpoint(self._codec.decode(data["snapshot"]), at.seq, at.run_id, at.time)
 
     def close(self) -> None:
@@ -1534,6 +1555,9 @@ class Session:
         self._check(run)
         seq = self._seq + 1
         line = self._head + b"%d" % seq + tail
+        if len(line) > self._max_line_bytes + 1:
+            too_long = ValueError(f"a line of {len(line) - 1} bytes is longer than max_line_bytes")
+            raise self._fail(too_long, "cannot write") from too_long
         try:
             _write_all(self._fd, line)
         except BaseException as exc:
@@ -1673,11 +1697,11 @@ class Run:
 
 # ---------------------------------------------------------------------------- reader
 
-Source = Union[str, bytes, "os.PathLike[str]", BinaryIO]
+_Source = Union[str, bytes, "os.PathLike[str]", BinaryIO]
 
 
 def read(
-    source: Source, visit: Callable[[Record], object], *, max_line_bytes: int = _MAX_LINE_BYTES
+    source: _Source, visit: Callable[[Record], object], *, max_line_bytes: int = _MAX_LINE_BYTES
 ) -> ReadResult:
     """Validate *source* as it streams and call *visit* with each complete record.
 
@@ -1690,14 +1714,14 @@ def read(
         return _read(f, name, max_line_bytes, visit)
 
 
-def iter_records(source: Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Iterator[Record]:
+def iter_records(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Iterator[Record]:
     """Yield the complete records of *source* as ``read`` validates them."""
     with _opened(source) as (f, name):
         yield from _records(f, name, max_line_bytes, [])
 
 
 @contextlib.contextmanager
-def _opened(source: Source) -> Iterator[Tuple[BinaryIO, Optional[str]]]:
+def _opened(source: _Source) -> Iterator[Tuple[BinaryIO, Optional[str]]]:
     if hasattr(source, "read"):
         if isinstance(source, io.TextIOBase):
             raise TypeError("a session is read from a binary file (mode 'rb'), not a text file")
@@ -1765,8 +1789,8 @@ def _records(
                 raise FormatError(f"run_start reuses run_id {run_id!r}", name, seq + 1, offset)
             seen.add(run_id)
             open_run = run_id
-        elif run_id != open_run:
-            raise FormatError(_run_problem(run_id, open_run, seen), name, seq + 1, offset)
+        elif run_id != open_run or kind == "session_start":
+            raise FormatError(_run_problem(kind, run_id, open_run, seen), name, seq + 1, offset)
         elif kind == "run_close":
             open_run = None
         seq += 1
@@ -1798,7 +1822,7 @@ def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict
         end = -1
     if end != len(text) - 1:  # an error, or whitespace around the value: ask the full decoder
         try:
-            obj = _DECODER.decode(text[:-1])
+            obj = _decode_anywhere(text[:-1])
         except json.JSONDecodeError as exc:
             raise FormatError(f"invalid JSON: {exc.msg} at column {exc.colno}", name, line, offset) from None
         except ValueError as exc:  # NaN, Infinity, an integer too long to convert
@@ -1808,6 +1832,32 @@ def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict
     if type(obj) is not dict:
         raise FormatError(f"line holds {_json_kind(type(obj))}, not an object", name, line, offset)
     return obj
+
+
+def _decode_anywhere(text: str) -> Any:
+    """``json.loads``, strict, whose outcome does not depend on the caller's stack depth.
+
+    Deep nesting counts against the recursion limit: on ``RecursionError`` the text is
+    decoded again in a new thread, whose count starts at zero.
+    """
+    try:
+        return _DECODER.decode(text)
+    except RecursionError:
+        pass
+    outcome: List[Any] = []
+
+    def decode() -> None:
+        try:
+            outcome.append(_DECODER.decode(text))
+        except (ValueError, RecursionError) as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=decode, name="session-deep-line")
+    thread.start()
+    thread.join()
+    if isinstance(outcome[0], (ValueError, RecursionError)):
+        raise outcome[0]
+    return outcome[0]
 
 
 def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
@@ -1852,7 +1902,9 @@ def _envelope_problem(obj: Dict[str, Any], session_id: Optional[str], seq: int) 
     return f"run_id must be a string, found {_json_kind(type(obj['run_id']))}"
 
 
-def _run_problem(run_id: str, open_run: Optional[str], seen: Set[str]) -> str:
+def _run_problem(kind: str, run_id: str, open_run: Optional[str], seen: Set[str]) -> str:
+    if kind == "session_start":
+        return "session_start is allowed on line 1 only"
     if run_id not in seen:
         return f"run_id {run_id!r} has no run_start"
     if open_run is None:
@@ -1899,7 +1951,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line, ``python -m session``; returns the exit status."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m session", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m session", description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--version", action="version", version=f"session.py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True

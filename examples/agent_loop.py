@@ -1,0 +1,213 @@
+"""An offline agent loop, recorded with session.py.
+
+A scripted model answers from a script, two real tools read this project's files, one tool
+call fails, the first model call is rate limited and retried, the context is compacted, a
+checkpoint is saved after every turn, and a second run resumes from the latest checkpoint,
+as a host would after a restart.  Each call's CallRef goes to a small "timeline", as an
+application's own trace would hold it.
+
+    python3 examples/agent_loop.py demo.jsonl
+    python3 -m session validate demo.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a clone without installing anything
+
+import session  # noqa: E402 - after the path above
+from session import AgentSnapshot, AgentState, Event, Execution, Message  # noqa: E402
+
+TOOLS = [
+    {"name": "list_files", "description": "List a folder of the project", "parameters": {"folder": "string"}},
+    {"name": "count_lines", "description": "Count the lines of a file", "parameters": {"path": "string"}},
+]
+CONFIG = session.CallConfig(max_tokens=1024, thinking_level="low", api_key="sk-demo-never-written")
+
+
+class RateLimited(Exception):
+    """What a provider's client raises on HTTP 429."""
+
+
+def list_files(folder: str) -> List[str]:
+    return sorted(p.name for p in (ROOT / folder).iterdir() if not p.name.startswith("."))
+
+
+def count_lines(path: str) -> int:
+    with (ROOT / path).open(encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+TOOL_FUNCTIONS: Dict[str, Callable[..., Any]] = {"list_files": list_files, "count_lines": count_lines}
+Timeline = List[Tuple[session.CallRef, str, str]]  # what an application's own trace keeps
+
+
+def text(message: Message) -> str:
+    return " ".join(block.get("text", "") for block in message.content if isinstance(block, dict))
+
+
+def tool_call(call_id: str, name: str, **args: Any) -> Dict[str, Any]:
+    return {"type": "tool_call", "id": call_id, "name": name, "arguments": args}
+
+
+class ScriptedModel:
+    """Answers the way the script says; looks at the latest tool results for its final words."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(self, messages: List[Message]) -> Message:
+        self.calls += 1
+        if self.calls == 1:
+            raise RateLimited("429 Too Many Requests: retry after 10 ms")
+        question = next(text(m) for m in reversed(messages) if m.role == "user")
+        results = [text(m) for m in messages if m.role == "tool"]
+        if "tests" in question and not any("test_session.py" in r for r in results):
+            content = [tool_call("call-4", "count_lines", path="test_session.py")]
+        elif "tests" in question:
+            content = [{"type": "text", "text": f"The tests: {results[-1]}."}]
+        elif not results:
+            content = [
+                {"type": "text", "text": "Let me look around."},
+                tool_call("call-1", "list_files", folder="."),
+                tool_call("call-2", "count_lines", path="sessions.py"),
+            ]
+        elif not any(r.startswith("session.py:") for r in results):
+            content = [tool_call("call-3", "count_lines", path="session.py")]
+        else:
+            content = [{"type": "text", "text": f"{results[-1]}; the project holds {results[0]}."}]
+        stop = "tool_use" if any(b["type"] == "tool_call" for b in content) else "end_turn"
+        usage = {"input": 40 * len(messages), "output": 12, "total_tokens": 40 * len(messages) + 12}
+        return Message("assistant", content, stop, usage)
+
+
+def call_model(
+    run: session.Run, model: ScriptedModel, state: AgentState, turn: int, timeline: Timeline
+) -> Message:
+    """One model call with up to two retries, as a kernel's executor reports it."""
+    for attempt in (1, 2, 3):
+        execution = Execution(f"model-{turn}", "model", turn_index=turn, attempt=attempt)
+        request = session.ModelRequest(list(state.messages), TOOLS, CONFIG)
+        run.record(Event("model_exec_start", execution=execution))
+        run.record(Event("model_request", execution=execution, request=request))
+        try:
+            response = model.generate(state.messages)
+        except RateLimited as exc:
+            run.record(Event("model_exec_end", execution=execution, error=exc))
+            timeline.append((run.ref(execution), "model", "error"))
+            retry = session.RetryInfo(max_retries=2, delay=0.01, error=exc)
+            run.record(Event("retry", execution=execution, retry=retry))
+            continue
+        run.record(Event("model_stream", execution=execution, delta="partial tokens"))  # not written
+        run.record(Event("model_exec_end", execution=execution, message=response))
+        run.record(Event("message_end", execution=execution, message=response))
+        timeline.append((run.ref(execution), "model", "ok"))
+        return response
+    raise RuntimeError("the model kept failing")
+
+
+def run_tools(run: session.Run, response: Message, turn: int, timeline: Timeline) -> List[Message]:
+    """Run each tool call of *response*; a failure becomes an error result, not a crash."""
+    results = []
+    for block in response.content:
+        if block.get("type") != "tool_call":
+            continue
+        execution = Execution(block["id"], "tool", parent_id=f"model-{turn}", turn_index=turn)
+        name, args = block["name"], block["arguments"]
+        run.record(Event("tool_exec_start", execution=execution, tool_id=block["id"], tool=name, args=args))
+        try:
+            value = TOOL_FUNCTIONS[name](**args)
+            output, error = f"{args.get('path', args.get('folder'))}: {value}", None
+        except OSError as exc:
+            output, error = f"error: {exc.strerror}", exc
+        run.record(
+            Event(
+                "tool_exec_end",
+                execution=execution,
+                tool_id=block["id"],
+                tool=name,
+                result={"output": output},
+                is_error=error is not None,
+                error=error,
+                disposition="continue",
+            )
+        )
+        timeline.append((run.ref(execution), "tool", "error" if error else "ok"))
+        message = Message("tool", [{"type": "text", "text": output}], metadata={"tool_call_id": block["id"]})
+        run.record(Event("message_end", execution=execution, message=message))
+        results.append(message)
+    return results
+
+
+def compact(run: session.Run, state: AgentState, turn: int) -> None:
+    """Keep the first user message and the last three messages: a stand-in for summarising."""
+    execution = Execution(f"compact-{turn}", "compact", turn_index=turn)
+    run.record(Event("context_prepare_start", execution=execution, context_operation="compact"))
+    dropped = state.messages[1:-3]
+    state.messages = state.messages[:1] + state.messages[-3:]
+    compaction = {"dropped_messages": len(dropped), "kept_messages": len(state.messages)}
+    run.record(Event("context_compacted", execution=execution, compaction=compaction))
+    run.record(Event("context_prepare_end", execution=execution, context_operation="compact"))
+
+
+def agent_loop(
+    run: session.Run, model: ScriptedModel, state: AgentState, question: str, timeline: Timeline
+) -> None:
+    run.record(Event("agent_start"))
+    state.messages.append(Message("user", [{"type": "text", "text": question}]))
+    turns = tool_calls = tool_errors = 0
+    while True:
+        turns += 1
+        run.record(Event("turn_start", turn_index=turns))
+        if len(state.messages) > 6:
+            compact(run, state, turns)
+        response = call_model(run, model, state, turns, timeline)
+        state.messages.append(response)
+        results = run_tools(run, response, turns, timeline)
+        state.messages.extend(results)
+        tool_calls += len(results)
+        tool_errors += sum(text(r).startswith("error") for r in results)
+        run.record(Event("turn_end", turn_index=turns, state=state))
+        run.save_checkpoint(AgentSnapshot(state))  # a committed boundary: resume from here
+        if not results:
+            break
+    summary = session.RunSummary(turns, tool_calls, tool_errors, "end_turn")
+    run.record(Event("agent_end", summary=summary))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python3 examples/agent_loop.py SESSION_FILE", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    path.unlink(missing_ok=True)
+    model = ScriptedModel()
+    timeline: Timeline = []
+
+    with session.create(path) as s, s.begin_run() as run:
+        agent_loop(run, model, AgentState(), "How long is session.py, and what is beside it?", timeline)
+
+    # Later, in another process: reopen, resume from the latest checkpoint, ask more.
+    with session.open(path) as s:
+        checkpoint = s.load_checkpoint()
+        assert checkpoint is not None
+        with s.begin_run() as run:
+            agent_loop(run, model, checkpoint.snapshot.state, "And how long are the tests?", timeline)
+
+    for ref, kind, outcome in timeline:
+        print(
+            f"{kind:5} {ref.execution_id:8} attempt {ref.attempt}  {outcome:5}  {json.dumps(ref.to_json())}"
+        )
+    result = session.read(path, lambda record: None)
+    print(f"recorded {result.records} records ({result.complete_bytes} bytes) to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
