@@ -54,6 +54,7 @@ __all__ = [
     "open",
     "read",
     "iter_records",
+    "repair",
     "Session",
     "Run",
     "Event",
@@ -66,6 +67,7 @@ __all__ = [
     "CallRef",
     "Record",
     "ReadResult",
+    "RepairResult",
     "Checkpoint",
     "EventData",
     "Codec",
@@ -1315,6 +1317,11 @@ def _release(fd: int) -> None:
         os.close(fd)
 
 
+def _name(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]) -> str:
+    """A path as text, for messages and for the os calls alike."""
+    return os.fsdecode(os.fspath(path))
+
+
 def _new_id() -> str:
     return uuid.uuid4().hex
 
@@ -1348,7 +1355,7 @@ def create(
     what to write instead.  A line longer than *max_line_bytes* is refused
     (``RecordingError``): the session never writes what its own ``open`` would reject.
     """
-    name = os.fspath(path)
+    name = _name(path)
     fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
     try:
         _lock(fd, name)
@@ -1390,7 +1397,7 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     continues its ``seq``; an interrupted run stays incomplete.  *codec* and *redact* are as
     for ``create``; lines longer than *max_line_bytes* are a ``FormatError``.
     """
-    name = os.fspath(path)
+    name = _name(path)
     fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY)
     try:
         _lock(fd, name)
@@ -1728,9 +1735,9 @@ def _opened(source: _Source) -> Iterator[Tuple[BinaryIO, Optional[str]]]:
         name = getattr(source, "name", None)
         yield source, name if isinstance(name, str) else None  # type: ignore[misc]
     else:
-        path = os.fspath(source)
-        with builtins.open(path, "rb") as f:
-            yield f, os.fsdecode(path)
+        name = _name(source)
+        with builtins.open(name, "rb") as f:
+            yield f, name
 
 
 def _read(
@@ -1944,6 +1951,87 @@ class _Tally:
         return _CheckpointAt(at.offset, end, at.seq, at.run_id or "", at.time)
 
 
+# ---------------------------------------------------------------------------- repair
+
+
+class RepairResult(NamedTuple):
+    """What ``repair`` did: *kept_records* before the cut, *dropped_bytes* from the cut to
+    the old end, the untouched copy at *backup_path*, and the *error* that set the cut (both
+    ``None`` when the file was valid and nothing changed)."""
+
+    kept_records: int
+    dropped_bytes: int
+    backup_path: Optional[str]
+    error: Optional[FormatError]
+
+
+def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LINE_BYTES) -> RepairResult:
+    """Keep every record before the first bad line of the session file at *path*; drop the rest.
+
+    For a file that ``open`` refuses because a crash left garbage or a NUL run in it.  The
+    untouched file is first copied to ``FILE.broken-<UTC time>`` and synced; then the file is
+    cut at the first bad line and synced.  Takes the writer's lock (``LockedError`` while a
+    session has the file open).  A valid file is left as it is, unfinished tail included.  A
+    file whose first line is bad cannot be repaired: ``FormatError``.  Nothing else in this
+    module rewrites a file.
+    """
+    name = _name(path)
+    fd = os.open(name, os.O_RDWR | _O_BINARY)
+    try:
+        _lock(fd, name)
+        with builtins.open(fd, "rb", closefd=False) as f:
+            f.seek(0)
+            try:
+                result = _read(f, name, max_line_bytes, lambda record: None)
+            except FormatError as exc:
+                error = exc
+            else:
+                return RepairResult(result.records, 0, None, None)
+        cut = error.offset
+        if error.line == 1 or cut is None:
+            raise error
+        size = os.fstat(fd).st_size
+        backup = _backup(fd, name)
+        try:
+            os.ftruncate(fd, cut)
+            _sync(fd)
+        except OSError as exc:
+            raise RecordingError(
+                f"{name}: cannot cut at offset {cut} (the original is in {backup}): {exc}"
+            ) from exc
+        return RepairResult(error.line - 1 if error.line else 0, size - cut, backup, error)
+    finally:
+        _release(fd)
+
+
+def _backup(fd: int, name: str) -> str:
+    """Copy the file open at *fd* to a new ``NAME.broken-<UTC time>[-N]``, synced with its
+    directory entry; the path of the copy."""
+    stamp = f"{name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+    for n in range(1, 1000):
+        backup = stamp if n == 1 else f"{stamp}-{n}"
+        try:
+            out = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "too many backups", stamp)
+    try:
+        offset = 0
+        while chunk := _pread(fd, 1 << 20, offset):
+            _write_all(out, chunk)
+            offset += len(chunk)
+        _sync(out)
+    except BaseException:
+        os.close(out)
+        os.unlink(backup)  # a partial copy is no backup
+        raise
+    os.close(out)
+    _sync_directory(backup)
+    return backup
+
+
 # ---------------------------------------------------------------------------- command line
 
 
@@ -1955,11 +2043,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--version", action="version", version=f"session.py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    check = commands.add_parser("validate", help="check session files against the format")
-    check.add_argument("files", nargs="+", metavar="FILE")
+
+    def command(name: str, handler: Callable[[Any], int], about: str, many: bool = False) -> Any:
+        sub = commands.add_parser(name, help=about, description=about)
+        sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE")
+        sub.add_argument(
+            "--max-line-bytes", type=int, default=_MAX_LINE_BYTES, metavar="N", help="longest line read"
+        )
+        sub.set_defaults(handler=handler)
+        return sub
+
+    check = command("validate", _validate_command, "check session files against the format", many=True)
     check.add_argument("--json", action="store_true", help="print one JSON object per file")
-    check.add_argument("--max-line-bytes", type=int, default=_MAX_LINE_BYTES, metavar="N")
-    check.set_defaults(handler=_validate_command)
+    command(
+        "repair", _repair_command, "keep the records before the first bad line, drop the rest (keeps a copy)"
+    )
     args = parser.parse_args(argv)
     return args.handler(args)  # type: ignore[no-any-return]
 
@@ -1972,13 +2070,7 @@ def _validate_command(args: Any) -> int:
             result = read(name, tally, max_line_bytes=args.max_line_bytes)
         except (FormatError, OSError) as exc:
             status = 1
-            line = exc.line if isinstance(exc, FormatError) else None
-            offset = exc.offset if isinstance(exc, FormatError) else None
-            reason = exc.reason if isinstance(exc, FormatError) else _os_reason(exc)
-            if args.json:
-                _print_json({"file": name, "ok": False, "line": line, "offset": offset, "error": reason})
-            else:
-                print(f"{name}:{line}: {reason}" if line else f"{name}: {reason}", file=sys.stderr)
+            _print_failure(name, exc, args.json)
             continue
         incomplete = tally.runs - tally.closed_runs
         if args.json:
@@ -2002,6 +2094,42 @@ def _validate_command(args: Any) -> int:
                 f"{tally.checkpoints} checkpoints{tail}"
             )
     return status
+
+
+def _repair_command(args: Any) -> int:
+    name = args.file
+    try:
+        result = repair(name, max_line_bytes=args.max_line_bytes)
+    except (SessionError, OSError) as exc:
+        _print_failure(name, exc, False)
+        if isinstance(exc, FormatError):
+            print(
+                f"{name}: not repaired: without a good first line there is no session to keep",
+                file=sys.stderr,
+            )
+        return 1
+    error = result.error
+    if error is None:
+        print(f"{name}: valid, nothing to repair ({result.kept_records} records)")
+    else:
+        print(
+            f"{name}: kept {result.kept_records} records; dropped {result.dropped_bytes} bytes "
+            f"from line {error.line} (offset {error.offset}): {error.reason}"
+        )
+        print(f"{name}: the original is kept as {result.backup_path}")
+    return 0
+
+
+def _print_failure(name: str, exc: Exception, as_json: bool) -> None:
+    """One file's failure: ``FILE:LINE: reason`` on stderr, or a JSON object on stdout."""
+    if isinstance(exc, FormatError):
+        line, offset, reason = exc.line, exc.offset, exc.reason
+    else:
+        line, offset, reason = None, None, _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+    if as_json:
+        _print_json({"file": name, "ok": False, "line": line, "offset": offset, "error": reason})
+    else:
+        print(f"{name}:{line}: {reason}" if line else f"{name}: {reason}", file=sys.stderr)
 
 
 def _os_reason(exc: OSError) -> str:

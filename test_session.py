@@ -137,6 +137,7 @@ SPEC_NAMES = [
     *("RunSummary", "RawJSON", "Codec", "JSONCodec", "TypeSpec", "Message", "AgentState", "AgentSnapshot"),
     *("SessionError", "FormatError", "UnsupportedVersionError", "CodecError", "RecordingError"),
     *("RunOpenError", "LockedError", "main"),
+    *("repair", "RepairResult"),  # section 8
 ]
 
 
@@ -1961,3 +1962,179 @@ def test_a_checkpoint_without_snapshot_says_so(tmp_path: Path) -> None:
     with session.open(path) as s, pytest.raises(FormatError, match=r"no data\.snapshot") as info:
         s.load_checkpoint()
     assert (info.value.line, info.value.offset) == (3, offsets(path.read_bytes())[2])
+
+
+# ---------------------------------------------------------------------------- repair
+
+
+def damaged(tmp_path: Path, garbage: bytes = b"\x00" * 700, tail: bytes = b"") -> tuple:  # type: ignore[type-arg]
+    """A sample file with *garbage* over its fourth line onward, as a power cut leaves it;
+    (path, the good prefix, the whole damaged content)."""
+    path = sample_file(tmp_path / "s.jsonl")
+    blob = path.read_bytes()
+    cut = offsets(blob)[3]
+    bad = blob[:cut] + garbage + b"\n" + blob[cut + len(garbage) + 1 :] + tail
+    path.write_bytes(bad)
+    return path, blob[:cut], bad
+
+
+def test_repair_keeps_the_good_records_and_a_backup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, good, bad = damaged(tmp_path, tail=b'{"torn')
+    with pytest.raises(FormatError):
+        session.open(path)
+    spy = FsyncSpy(monkeypatch)
+    result = session.repair(path)
+    assert spy.calls >= 2  # the copy and the cut (plus their directory on POSIX)
+    assert (result.kept_records, result.dropped_bytes) == (3, len(bad) - len(good))
+    assert result.error is not None and (result.error.line, result.error.offset) == (4, len(good))
+    assert "invalid JSON" in result.error.reason
+    assert result.backup_path is not None and re.fullmatch(
+        re.escape(str(path)) + r"\.broken-\d{8}T\d{6}Z", result.backup_path
+    )
+    backup = Path(result.backup_path)
+    assert backup.read_bytes() == bad
+    if os.name == "posix":
+        assert stat.S_IMODE(backup.stat().st_mode) == 0o600
+    assert path.read_bytes() == good
+    with session.open(path) as s, s.begin_run() as run:  # and recording goes on
+        run.record(Event("turn_start"))
+    assert [r.seq for r in records(path)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_repair_leaves_a_valid_file_alone(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    with path.open("ab") as f:
+        f.write(b'{"unfinished')
+    before = path.read_bytes()
+    result = session.repair(path)
+    assert result == session.RepairResult(records_count(path), 0, None, None)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
+
+
+def test_repair_never_overwrites_a_backup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz: Optional[dt.tzinfo] = None) -> Frozen:  # type: ignore[override]
+            return cls(2026, 12, 2, 9, 0, 0, tzinfo=UTC)
+
+    path, _, bad = damaged(tmp_path)
+    monkeypatch.setattr(session, "datetime", Frozen)  # for the backup's name only
+    backups = []
+    for n in range(3):
+        path.write_bytes(bad + b"#" * n)
+        result = session.repair(path)
+        assert result.backup_path is not None
+        backups.append(result.backup_path)
+    stamp = f"{path}.broken-20261202T090000Z"
+    assert backups == [stamp, stamp + "-2", stamp + "-3"]
+    assert [Path(b).read_bytes() for b in backups] == [bad, bad + b"#", bad + b"##"]
+
+
+def test_repair_refuses_a_bad_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\x00" * 100 + b"\n" + blob_of([START]))
+    with pytest.raises(FormatError) as info:
+        session.repair(path)
+    assert info.value.line == 1
+    assert path.read_bytes() == b"\x00" * 100 + b"\n" + blob_of([START])
+    assert [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
+
+
+def test_repair_takes_the_writers_lock(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    with session.open(path), pytest.raises(session.LockedError):
+        session.repair(path)
+
+
+def test_repair_cuts_at_an_over_long_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    blob = blob_of([HEAD, START, line_obj(3, data={"x": "y" * 5000}), line_obj(4)])
+    path.write_bytes(blob)
+    result = session.repair(path, max_line_bytes=1000)
+    assert result.kept_records == 2 and path.read_bytes() == blob[: offsets(blob)[2]]
+
+
+def test_a_failed_backup_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, good, bad = damaged(tmp_path)
+    failing_write(monkeypatch)
+    with pytest.raises(OSError, match="No space"):
+        session.repair(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == bad and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
+
+
+def test_repair_command(tmp_path: Path) -> None:
+    path, good, bad = damaged(tmp_path)
+    done = run_cli("repair", str(path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    dropped = f"dropped {len(bad) - len(good)} bytes from line 4 (offset {len(good)})"
+    assert lines[0] == f"{path}: kept 3 records; {dropped}: invalid JSON: Expecting value at column 1"
+    assert re.fullmatch(
+        re.escape(f"{path}: the original is kept as {path}.broken-") + r"\d{8}T\d{6}Z", lines[1]
+    )
+    again = run_cli("repair", str(path))
+    assert (again.returncode, again.stdout) == (0, f"{path}: valid, nothing to repair (3 records)\n")
+    assert run_cli("validate", str(path)).returncode == 0
+    path.write_bytes(b"garbage\n")
+    hopeless = run_cli("repair", str(path))
+    assert hopeless.returncode == 1 and hopeless.stderr.startswith(f"{path}:1: invalid JSON")
+    missing = run_cli("repair", str(tmp_path / "missing"))
+    assert missing.returncode == 1 and "No such file" in missing.stderr
+
+
+# ---------------------------------------------------------------------------- fork, redaction
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_cannot_write_through_the_parents_handle(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("turn_start", turn_index=1))
+        pid = os.fork()
+        if pid == 0:  # the child: every write must fail, and close must not unlock
+            status = 0
+            for call in (lambda: run.record(Event("turn_start", turn_index=99)), s.sync, run.close, s.close):
+                try:
+                    call()
+                    status = 1
+                except RecordingError as exc:
+                    status |= 0 if "belongs to process" in str(exc) else 2
+            os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        with pytest.raises(session.LockedError):  # the child's close released nothing
+            session.open(path)
+        run.record(Event("turn_start", turn_index=2))
+    assert [r.data.get("turn_index") for r in records(path) if r.type == "turn_start"] == [1, 2]
+
+
+def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
+    sys.path.insert(0, str(HERE / "examples"))
+    try:
+        from redactor import redact
+    finally:
+        sys.path.remove(str(HERE / "examples"))
+    secrets = [
+        "sk-proj-" + "a" * 40,
+        "sk-ant-api03-" + "b" * 40,
+        "AKIA" + "C" * 16,
+        "ghp_" + "d" * 36,
+        "xoxb-1234567890-abcdef",
+        "AIza" + "e" * 35,
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+    ]
+    path = tmp_path / "s.jsonl"
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        for secret in secrets:
+            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
+        run.record(
+            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
+        )
+        run.save_checkpoint({"note": secrets[0]})
+    blob = path.read_bytes()
+    for secret in [*secrets, "f" * 30]:
+        assert json.dumps(secret)[1:-1].encode() not in blob
+    assert blob.count(b"[REDACTED]") == len(secrets) + 2
+    assert b'"out":"x [REDACTED] y"' in blob
