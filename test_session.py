@@ -2014,7 +2014,7 @@ def test_repair_leaves_a_valid_file_alone(tmp_path: Path) -> None:
 def test_repair_never_overwrites_a_backup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     class Frozen(dt.datetime):
         @classmethod
-        def now(cls, tz: Optional[dt.tzinfo] = None) -> Frozen:  # type: ignore[override]
+        def now(cls, tz: Optional[dt.tzinfo] = None) -> Frozen:
             return cls(2026, 12, 2, 9, 0, 0, tzinfo=UTC)
 
     path, _, bad = damaged(tmp_path)
@@ -2055,7 +2055,7 @@ def test_repair_cuts_at_an_over_long_line(tmp_path: Path) -> None:
 
 
 def test_a_failed_backup_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path, good, bad = damaged(tmp_path)
+    path, _, bad = damaged(tmp_path)
     failing_write(monkeypatch)
     with pytest.raises(OSError, match="No space"):
         session.repair(path)
