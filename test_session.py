@@ -2086,28 +2086,33 @@ def test_repair_command(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- fork, redaction
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
-def test_a_forked_child_cannot_write_through_the_parents_handle(tmp_path: Path) -> None:
-    assert sys.platform != "win32"  # for the type checker: the mark above skips it there
-    path = tmp_path / "s.jsonl"
-    with session.create(path) as s, s.begin_run() as run:
-        run.record(Event("turn_start", turn_index=1))
-        pid = os.fork()
-        if pid == 0:  # the child: every write must fail, and close must not unlock
-            status = 0
-            for call in (lambda: run.record(Event("turn_start", turn_index=99)), s.sync, run.close, s.close):
-                try:
-                    call()
-                    status = 1
-                except RecordingError as exc:
-                    status |= 0 if "belongs to process" in str(exc) else 2
-            os._exit(status)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-        with pytest.raises(session.LockedError):  # the child's close released nothing
-            session.open(path)
-        run.record(Event("turn_start", turn_index=2))
-    assert [r.data.get("turn_index") for r in records(path) if r.type == "turn_start"] == [1, 2]
+if sys.platform != "win32":  # os.fork is POSIX
+
+    def test_a_forked_child_cannot_write_through_the_parents_handle(tmp_path: Path) -> None:
+        path = tmp_path / "s.jsonl"
+        with session.create(path) as s, s.begin_run() as run:
+            run.record(Event("turn_start", turn_index=1))
+            pid = os.fork()
+            if pid == 0:  # the child: every write must fail, and close must not unlock
+                status = 0
+                for call in (
+                    lambda: run.record(Event("turn_start", turn_index=99)),
+                    s.sync,
+                    run.close,
+                    s.close,
+                ):
+                    try:
+                        call()
+                        status = 1
+                    except RecordingError as exc:
+                        status |= 0 if "belongs to process" in str(exc) else 2
+                os._exit(status)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            with pytest.raises(session.LockedError):  # the child's close released nothing
+                session.open(path)
+            run.record(Event("turn_start", turn_index=2))
+        assert [r.data.get("turn_index") for r in records(path) if r.type == "turn_start"] == [1, 2]
 
 
 def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
