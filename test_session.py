@@ -4,10 +4,13 @@ faults, locking, reader, event data, command line."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import datetime as dt
 import enum
 import errno
+import functools
+import io
 import json
 import os
 import pickle
@@ -17,13 +20,16 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 import session
 from session import (
@@ -1376,7 +1382,7 @@ execution = session.Execution("t", "tool")
 i = 0
 while True:
     i += 1
-    size = random.choice([10, 1000, 100000, 2000000])
+    size = random.choice([10, 1000, 30000, 300000])
     run.record(session.Event("tool_exec_end", execution=execution, result={{"i": i, "pad": "x" * size}}))
     if i % 3 == 0:
         run.save_checkpoint({{"i": i}})
@@ -1385,25 +1391,38 @@ while True:
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL is POSIX")
-def test_kill_9_never_costs_a_checkpointed_record(tmp_path: Path) -> None:
+def test_reliability_kill_9(tmp_path: Path) -> None:
+    """A writer killed at random moments, again and again on one file: every reopen
+    succeeds and every checkpointed record, of every earlier round too, is there."""
     path = tmp_path / "s.jsonl"
     session.create(path).close()
     script = tmp_path / "writer.py"
     script.write_text(KILL_WRITER.format(here=str(HERE)))
     rng = random.Random(1)
-    for _ in range(12):
-        child = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(0.1, 0.6))
+    confirmed: List[int] = []
+    rounds, tails = 30, 0
+    for _ in range(rounds):
+        child = subprocess.Popen(
+            [sys.executable, "-S", str(script), str(path)], stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(rng.uniform(0.1, 0.35))
         child.kill()  # SIGKILL
         out, _ = child.communicate(timeout=60)
+        confirmed += map(int, out.split())
+        before = path.stat().st_size
         with session.open(path) as s:  # every reopen succeeds
             latest = s.load_checkpoint()
+        tails += path.stat().st_size < before
         by_seq = {r.seq: r for r in records(path)}
-        for seq in map(int, out.split()):
+        for seq in confirmed:
             assert by_seq[seq].type == "checkpoint"
             assert by_seq[seq].data["snapshot"] == {"i": by_seq[seq - 1].data["result"]["i"]}
-        if out.split():
-            assert latest is not None and latest.seq >= int(out.split()[-1])
+        if confirmed:
+            assert latest is not None and latest.seq >= confirmed[-1]
+    print(
+        f"kill -9: {rounds} crashes, {tails} torn tails cut, {len(confirmed)} checkpoints confirmed, 0 lost"
+    )
+    assert len(confirmed) > rounds
 
 
 # ---------------------------------------------------------------------------- reader rules
@@ -2144,3 +2163,314 @@ def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
         assert json.dumps(secret)[1:-1].encode() not in blob
     assert blob.count(b"[REDACTED]") == len(secrets) + 2
     assert b'"out":"x [REDACTED] y"' in blob
+
+
+# ---------------------------------------------------------------------------- reliability: power loss
+# Sessions are recorded through a layer that logs every write, cut and fsync reaching the file.
+# From that log come the disk states a power cut may leave: everything up to the last completed
+# fsync intact; after it, any prefix of the later writes, the file's size possibly updated
+# before its data, so that any 512-byte sector of the unsynced region holds the data, zeros or
+# garbage.  For each state, open either succeeds with every synced record intact, or raises
+# FormatError and changes nothing; then repair recovers every synced record.
+
+
+class DiskLog:
+    """The writes (offset, bytes), cuts and syncs that reach one file, in order."""
+
+    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ops: List[Any] = []
+        real_write, real_fsync, real_truncate = os.write, os.fsync, os.ftruncate
+
+        def ours(fd: int) -> bool:
+            try:
+                mine, target = os.fstat(fd), os.stat(path)
+            except OSError:
+                return False
+            return (mine.st_dev, mine.st_ino) == (target.st_dev, target.st_ino)
+
+        def write(fd: int, data: bytes) -> int:
+            offset = os.fstat(fd).st_size  # the file is opened O_APPEND
+            done = real_write(fd, data)
+            if ours(fd):
+                self.ops.append(("write", offset, bytes(data)[:done]))
+            return done
+
+        def fsync(fd: int) -> None:
+            real_fsync(fd)
+            if ours(fd):
+                self.ops.append(("sync",))
+
+        def ftruncate(fd: int, size: int) -> None:
+            real_truncate(fd, size)
+            if ours(fd):
+                self.ops.append(("cut", size))
+
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "ftruncate", ftruncate)
+
+
+def crash_images(ops: List[Any], rng: random.Random, variants: int) -> Any:
+    """(synced bytes, what a power cut after each logged operation may leave on disk)."""
+    image = bytearray()
+    synced = b""
+    for op in ops:
+        if op[0] == "write":
+            assert op[1] == len(image)
+            image += op[2]
+        elif op[0] == "cut":
+            del image[op[1] :]
+        else:
+            synced = bytes(image)
+            continue
+        if not synced:
+            continue  # create has not returned yet: there is no session to lose
+        assert image.startswith(synced)
+        later = bytes(image[len(synced) :])
+        for _ in range(variants):
+            yield synced, synced + torn(later, len(synced), rng)
+
+
+def torn(later: bytes, start: int, rng: random.Random) -> bytes:
+    """Any prefix of *later*, whose 512-byte sectors (aligned in the file) may be lost."""
+    data = bytearray(later[: rng.choice([0, len(later), rng.randint(0, len(later))])])
+    sector = start - start % 512
+    while sector < start + len(data):
+        lo, hi = max(sector, start) - start, min(sector + 512, start + len(data)) - start
+        fate = rng.choices(["kept", "zeros", "garbage"], [5, 3, 2])[0]
+        if fate == "zeros":
+            data[lo:hi] = bytes(hi - lo)
+        elif fate == "garbage":
+            data[lo:hi] = rng.randbytes(hi - lo) if hasattr(rng, "randbytes") else os.urandom(hi - lo)
+        sector += 512
+    return bytes(data)
+
+
+def record_scenarios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, List[Any]]:
+    """Realistic sessions, each with its operation log."""
+    logs: Dict[str, List[Any]] = {}
+    sys.path.insert(0, str(HERE / "examples"))
+    try:
+        import agent_loop
+    finally:
+        sys.path.remove(str(HERE / "examples"))
+
+    path = tmp_path / "example.jsonl"
+    logs["example agent loop, two runs"] = DiskLog(path, monkeypatch).ops
+    agent_loop.main([str(path)])
+    monkeypatch.undo()
+
+    path = tmp_path / "heavy.jsonl"
+    logs["large tool results"] = DiskLog(path, monkeypatch).ops
+    rng = random.Random(7)
+    with session.create(path) as s:
+        for _ in range(2):
+            with s.begin_run() as run:
+                for i in range(30):
+                    size = rng.choice([100, 3000, 40000])
+                    run.record(Event("tool_exec_end", execution=TOOL, result={"i": i, "out": "é" * size}))
+                    if i % 7 == 6:
+                        run.save_checkpoint({"i": i})
+    monkeypatch.undo()
+
+    path = tmp_path / "failing.jsonl"
+    log = DiskLog(path, monkeypatch)
+    logs["a failed write, then reopened"] = log.ops
+    s = session.create(path)
+    run = s.begin_run()
+    for i in range(10):
+        run.record(Event("turn_start", turn_index=i))
+    run.save_checkpoint({"i": 10})
+    logged_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: logged_write(fd, bytes(data)[:50]) and 1 / 0)
+    with pytest.raises(RecordingError):
+        run.record(Event("tool_exec_end", execution=TOOL, result="x" * 2000))
+    monkeypatch.setattr(os, "write", logged_write)
+    with pytest.raises(RecordingError):
+        s.close()
+    with session.open(path) as s, s.begin_run() as run:
+        for i in range(10):
+            run.record(Event("turn_start", turn_index=i))
+    monkeypatch.undo()
+    return logs
+
+
+def test_reliability_power_loss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = record_scenarios(tmp_path, monkeypatch)
+    rng = random.Random(2026)
+    path = tmp_path / "state.jsonl"
+    states = opened = repaired = synced_records = 0
+    for scenario, ops in logs.items():
+        for synced, image in crash_images(ops, rng, variants=4):
+            states += 1
+            synced_records = max(synced_records, synced.count(b"\n"))
+            path.write_bytes(image)
+            try:
+                session.open(path).close()
+            except FormatError:
+                assert path.read_bytes() == image, scenario  # a failed open changes nothing
+                result = session.repair(path)
+                assert result.kept_records >= synced.count(b"\n"), scenario
+                assert result.backup_path is not None and Path(result.backup_path).read_bytes() == image
+                Path(result.backup_path).unlink()
+                session.open(path).close()
+                repaired += 1
+            else:
+                opened += 1
+            assert path.read_bytes().startswith(synced), scenario  # every synced record, byte for byte
+    print(f"power loss: {states} states; {opened} opened, {repaired} repaired; 0 synced records lost")
+    assert states > 600 and opened > 100 and repaired > 100
+
+
+# ---------------------------------------------------------------------------- reliability: fuzzing
+# Valid files, mutated the ways damage and malice mutate them, go through read, open, validate
+# and repair: only FormatError and CodecError may escape, a failed open changes nothing, and an
+# accepted file is consistent.
+
+FUZZ_MAX_LINE = 1 << 16
+
+
+@functools.lru_cache(maxsize=None)
+def fuzz_base() -> bytes:
+    with tempfile.TemporaryDirectory() as scratch:
+        path = sample_file(Path(scratch) / "base.jsonl")
+        with session.open(path) as s, s.begin_run() as run:
+            run.record(full_event("model_request", error=None))
+            run.record(full_event("tool_exec_end", result={"n": [1.5, -2, True, None, "\\u00e9"]}))
+        return path.read_bytes()
+
+
+POSITION = st.integers(min_value=0, max_value=10**6)
+MUTATION = st.one_of(
+    st.tuples(st.just("flip"), POSITION, st.integers(0, 7)),
+    st.tuples(st.just("insert"), POSITION, st.binary(min_size=1, max_size=12)),
+    st.tuples(st.just("delete"), POSITION, st.integers(1, 80)),
+    st.tuples(st.just("duplicate line"), POSITION),
+    st.tuples(st.just("drop line"), POSITION),
+    st.tuples(st.just("swap lines"), POSITION, POSITION),
+    st.tuples(st.just("NUL run"), POSITION, st.integers(1, 3000)),
+    st.tuples(st.just("deep nesting"), POSITION, st.integers(1, 50_000)),
+    st.tuples(
+        st.just("invalid UTF-8"), POSITION, st.sampled_from([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf4\x90"])
+    ),
+    st.tuples(st.just("lone surrogate"), POSITION, st.sampled_from(['"\\ud800"', '"\\udfff x"'])),
+    st.tuples(st.just("NaN"), POSITION, st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999"])),
+    st.tuples(st.just("huge line"), POSITION),
+)
+
+
+def mutate(blob: bytes, mutation: Tuple[Any, ...]) -> bytes:
+    kind, at, *rest = mutation
+    extra: Any = rest[0] if rest else None
+    lines = blob.split(b"\n")
+    pos = at % (len(blob) + 1)
+    row = at % len(lines)
+    if kind == "flip" and blob:
+        pos %= len(blob)
+        return blob[:pos] + bytes([blob[pos] ^ (1 << extra)]) + blob[pos + 1 :]
+    if kind in ("insert", "invalid UTF-8"):
+        return blob[:pos] + bytes(extra) + blob[pos:]
+    if kind == "delete":
+        return blob[:pos] + blob[pos + extra :]
+    if kind == "duplicate line":
+        return b"\n".join([*lines[: row + 1], lines[row], *lines[row + 1 :]])
+    if kind == "drop line":
+        return b"\n".join(lines[:row] + lines[row + 1 :])
+    if kind == "swap lines":
+        other = extra % len(lines)
+        lines[row], lines[other] = lines[other], lines[row]
+        return b"\n".join(lines)
+    if kind == "NUL run":
+        size: int = extra
+        return blob[:pos] + b"\x00" * size + blob[pos + size :]
+    if kind == "deep nesting":
+        lines[row] = b'{"session_id":' + b"[" * extra + b"]" * extra + b"}"
+        return b"\n".join(lines)
+    if kind in ("lone surrogate", "NaN"):  # in place of the first value after a colon
+        colon = blob.find(b":", pos)
+        end = min((i for i in (blob.find(b",", colon), blob.find(b"}", colon)) if i > 0), default=-1)
+        return blob if colon < 0 or end < 0 else blob[: colon + 1] + extra.encode() + blob[end:]
+    lines[row] = b'{"x":"' + b"y" * (FUZZ_MAX_LINE + 10) + b'"}'  # huge line
+    return b"\n".join(lines)
+
+
+def check_consistent(path: Path) -> int:
+    """An accepted file reads the same twice, its values decode or fail cleanly; its records."""
+    first = records(path)
+    assert [r.seq for r in first] == list(range(1, len(first) + 1))
+    assert [r.offset for r in first] == sorted(r.offset for r in first)
+    assert records(path) == first
+    for record in first:
+        try:
+            view = EventData.from_record(record)
+            _ = record.ref
+            JSONCodec().decode([view.message, view.partial_message, view.context_items, view.compaction])
+        except (FormatError, CodecError):
+            pass
+    return len(first)
+
+
+FUZZ_CASES = 400
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(MUTATION, min_size=1, max_size=4))
+def test_reliability_fuzz_mutated_files(mutations: List[Any]) -> None:
+    blob = fuzz_base()
+    for mutation in mutations:
+        blob = mutate(blob, mutation)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "fuzz.jsonl"
+        path.write_bytes(blob)
+        try:
+            accepted = session.read(path, lambda r: None, max_line_bytes=FUZZ_MAX_LINE)
+        except FormatError:
+            accepted = None
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = session.main(["validate", "--json", "--max-line-bytes", str(FUZZ_MAX_LINE), str(path)])
+        assert status == (0 if accepted else 1) and json.loads(out.getvalue())["ok"] is bool(accepted)
+        if accepted:
+            check_consistent(path)
+        try:
+            with session.open(path, max_line_bytes=FUZZ_MAX_LINE) as s, s.begin_run() as run:
+                run.record(Event("turn_start"))
+        except FormatError:
+            assert accepted is None and path.read_bytes() == blob  # a failed open changes nothing
+            unrepairable: Optional[FormatError] = None
+            try:
+                result = session.repair(path, max_line_bytes=FUZZ_MAX_LINE)
+            except FormatError as exc:
+                unrepairable = exc
+            if unrepairable is not None:
+                assert unrepairable.line == 1 and path.read_bytes() == blob
+                return
+            assert result.error is not None and path.read_bytes() == blob[: result.error.offset]
+            assert check_consistent(path) == result.kept_records
+        else:
+            assert accepted is not None and check_consistent(path) == accepted.records + 3
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["$type", "value", "$object", "role", "content", "timestamp"]) | st.text(),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
+@hypothesis.given(JSON_VALUES)
+def test_reliability_fuzz_codec_and_event_data(value: Any) -> None:
+    with contextlib.suppress(CodecError):
+        JSONCodec().decode(value)
+    data = value if isinstance(value, dict) else {"execution": value, "retry": value, "summary": value}
+    with contextlib.suppress(FormatError):
+        EventData.from_record(session.Record(SID, 3, "x", "t", RID, data, 0))
+    assert JSONCodec().decode(JSONCodec().encode(value)) == value  # plain JSON round-trips
