@@ -2257,7 +2257,8 @@ def record_scenarios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[st
 
     path = tmp_path / "example.jsonl"
     logs["example agent loop, two runs"] = DiskLog(path, monkeypatch).ops
-    agent_loop.main([str(path)])
+    with contextlib.redirect_stdout(io.StringIO()):
+        agent_loop.main([str(path)])
     monkeypatch.undo()
 
     path = tmp_path / "heavy.jsonl"
