@@ -68,6 +68,11 @@ __all__ = [
     "Record",
     "ReadResult",
     "RepairResult",
+    "find",
+    "summarize",
+    "Summary",
+    "RunInfo",
+    "Gap",
     "Checkpoint",
     "EventData",
     "Codec",
@@ -1507,13 +1512,7 @@ class Session:
             if at is None:
                 return None
             raw = _read_at(self._fd, at.offset, at.end - at.offset)
-        obj = _parse_line(raw, self.path, at.seq, at.offset) if raw.endswith(b"\n") else {}
-        if obj.get("seq") != at.seq or obj.get("type") != "checkpoint":
-            raise FormatError("checkpoint record changed under the session", self.path, at.seq, at.offset)
-        data = obj.get("data")
-        if type(data) is not dict or "snapshot" not in data:
-            raise FormatError("checkpoint record has no data.snapshot", self.path, at.seq, at.offset)
-        return Checkpoint(self._codec.decode(data["snapshot"]), at.seq, at.run_id, at.time)
+        return Checkpoint(self._codec.decode(_snapshot_of(raw, self.path, at)), at.seq, at.run_id, at.time)
 
     def close(self) -> None:
         """Close an open run, sync, and release the file and its lock.
@@ -1602,6 +1601,17 @@ class Session:
         self._lock = threading.Lock()
         if self._failure is None:
             self._failure = RecordingError(f"{self.path}: this handle belongs to process {os.getppid()}")
+
+
+def _snapshot_of(raw: bytes, name: str, at: _CheckpointAt) -> Any:
+    """The JSON snapshot on the checkpoint line *raw*, read back from where *at* says."""
+    obj = _parse_line(raw, name, at.seq, at.offset) if raw.endswith(b"\n") else {}
+    if obj.get("seq") != at.seq or obj.get("type") != "checkpoint":
+        raise FormatError("checkpoint record changed while it was read", name, at.seq, at.offset)
+    data = obj.get("data")
+    if type(data) is not dict or "snapshot" not in data:
+        raise FormatError("checkpoint record has no data.snapshot", name, at.seq, at.offset)
+    return data["snapshot"]
 
 
 def _encodable(value: Any) -> bool:
@@ -1740,8 +1750,16 @@ def _opened(source: _Source) -> Iterator[Tuple[BinaryIO, Optional[str]]]:
             yield f, name
 
 
+class _Lines(Protocol):
+    """What the reader needs of a binary file."""
+
+    def tell(self) -> int: ...
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+
 def _read(
-    f: BinaryIO, name: Optional[str], max_line_bytes: int, visit: Callable[[Record], object]
+    f: _Lines, name: Optional[str], max_line_bytes: int, visit: Callable[[Record], object]
 ) -> ReadResult:
     result: List[ReadResult] = []
     for record in _records(f, name, max_line_bytes, result):
@@ -1750,7 +1768,7 @@ def _read(
 
 
 def _records(
-    f: BinaryIO, name: Optional[str], max_line_bytes: int, result: List[ReadResult]
+    f: _Lines, name: Optional[str], max_line_bytes: int, result: List[ReadResult]
 ) -> Iterator[Record]:
     """The reader: yields each record once its line passed every rule, then appends the
     ``ReadResult`` to *result*."""
@@ -1951,6 +1969,173 @@ class _Tally:
         return _CheckpointAt(at.offset, end, at.seq, at.run_id or "", at.time)
 
 
+# ---------------------------------------------------------------------------- analysis
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """One run of a session: its records' seq span and times (the ``run_start``'s and the
+    last record's), whether it was closed, and its ``agent_end``'s end reason and error."""
+
+    run_id: str
+    first_seq: int
+    last_seq: int
+    start_time: str
+    end_time: str
+    records: int
+    closed: bool
+    end_reason: str
+    error: Optional[Dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """Missing evidence: *kind* is ``run_not_closed``, ``no_agent_end``,
+    ``model_call_unfinished`` or ``tool_call_unfinished``; *seq* is the record that opened
+    it; *ref* the call to look up (``None`` for the first two)."""
+
+    kind: str
+    run_id: str
+    seq: int
+    ref: Optional[CallRef]
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """What ``summarize`` found in one session file."""
+
+    session_id: str
+    records: int
+    counts: Dict[str, int]
+    runs: List[RunInfo]
+    checkpoints: int
+    gaps: List[Gap]
+    usage: Dict[str, int]
+    tail_bytes: int
+
+
+def find(source: _Source, ref: CallRef, *, max_line_bytes: int = _MAX_LINE_BYTES) -> List[Record]:
+    """Every record of the call *ref* in *source*, in file order (validating as ``read`` does)."""
+    found: List[Record] = []
+
+    def visit(record: Record) -> None:
+        if record.run_id == ref.run_id and record.ref == ref:
+            found.append(record)
+
+    read(source, visit, max_line_bytes=max_line_bytes)
+    return found
+
+
+def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summary:
+    """Runs, record counts, checkpoints, token usage and evidence gaps of *source*, in one
+    streaming pass (memory grows with the runs and the calls still open, not the file)."""
+    tally = _Summarizer()
+    result = read(source, tally, max_line_bytes=max_line_bytes)
+    return tally.summary(result)
+
+
+class _RunState:
+    """What ``summarize`` keeps of one run while it streams."""
+
+    def __init__(self, record: Record) -> None:
+        self.start = record
+        self.last = record
+        self.records = 0
+        self.closed = False
+        self.end_reason = ""
+        self.error: Optional[Dict[str, Any]] = None
+        self.agent_start: Optional[int] = None  # seq of the first agent_start not yet ended
+        self.open_calls: Dict[Tuple[str, CallRef], int] = {}  # (gap kind, ref) -> opening seq
+
+
+_OPENS = {
+    "model_exec_start": "model_call_unfinished",
+    "model_request": "model_call_unfinished",
+    "tool_exec_start": "tool_call_unfinished",
+}
+_CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
+
+
+class _Summarizer:
+    def __init__(self) -> None:
+        self.counts: Dict[str, int] = {}
+        self.runs: Dict[str, _RunState] = {}
+        self.usage: Dict[str, int] = {}
+
+    def __call__(self, record: Record) -> None:
+        kind = record.type
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if record.run_id is None:
+            return
+        if kind == "run_start":
+            self.runs[record.run_id] = _RunState(record)
+        run = self.runs[record.run_id]
+        run.last = record
+        run.records += 1
+        if kind == "run_close":
+            run.closed = True
+        elif kind == "agent_start":
+            if run.agent_start is None:
+                run.agent_start = record.seq
+        elif kind == "agent_end":
+            run.agent_start = None
+            data = EventData.from_record(record)
+            run.end_reason = data.summary.end_reason if data.summary else ""
+            run.error = data.error
+        elif kind in _OPENS:
+            ref = record.ref
+            if ref is not None:
+                run.open_calls.setdefault((_OPENS[kind], ref), record.seq)
+        elif kind in _CLOSES:
+            ref = record.ref
+            if ref is not None:
+                run.open_calls.pop((_CLOSES[kind], ref), None)
+            if kind == "model_exec_end" and "error" not in record.data:
+                self._add_usage(record.data.get("message"))
+
+    def _add_usage(self, message: Any) -> None:
+        value = message.get("value") if type(message) is dict else None
+        usage = value.get("usage") if type(value) is dict else None
+        if type(usage) is dict:
+            for key, count in usage.items():
+                if type(count) is int:
+                    self.usage[key] = self.usage.get(key, 0) + count
+
+    def summary(self, result: ReadResult) -> Summary:
+        runs, gaps = [], []
+        for run_id, run in self.runs.items():
+            runs.append(
+                RunInfo(
+                    run_id,
+                    run.start.seq,
+                    run.last.seq,
+                    run.start.time,
+                    run.last.time,
+                    run.records,
+                    run.closed,
+                    run.end_reason,
+                    run.error,
+                )
+            )
+            if not run.closed:
+                gaps.append(Gap("run_not_closed", run_id, run.start.seq, None))
+            if run.agent_start is not None:
+                gaps.append(Gap("no_agent_end", run_id, run.agent_start, None))
+            gaps += [Gap(kind, run_id, seq, ref) for (kind, ref), seq in run.open_calls.items()]
+        gaps.sort(key=lambda gap: gap.seq)
+        checkpoints = self.counts.get("checkpoint", 0)
+        return Summary(
+            result.session_id,
+            result.records,
+            self.counts,
+            runs,
+            checkpoints,
+            gaps,
+            self.usage,
+            result.tail_bytes,
+        )
+
+
 # ---------------------------------------------------------------------------- repair
 
 
@@ -2058,8 +2243,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command(
         "repair", _repair_command, "keep the records before the first bad line, drop the rest (keeps a copy)"
     )
+    report = command(
+        "summary", _summary_command, "runs, counts, token usage and missing evidence of a session"
+    )
+    report.add_argument("--json", action="store_true", help="print one JSON object")
+    show = command("show", _show_command, "print the matching records' lines as they are in the file")
+    show.add_argument("--run", metavar="RUN_ID", help="records of this run")
+    show.add_argument(
+        "--type", action="append", metavar="TYPE", help="records of this type (repeat: any of them)"
+    )
+    show.add_argument("--execution", metavar="ID", help="records of this execution id")
+    show.add_argument("--attempt", type=int, metavar="N", help="of this attempt (needs --execution)")
+    show.add_argument("--pretty", action="store_true", help="a readable transcript instead of the lines")
+    command("checkpoint", _checkpoint_command, "print the latest checkpoint's snapshot as JSON")
     args = parser.parse_args(argv)
-    return args.handler(args)  # type: ignore[no-any-return]
+    if getattr(args, "attempt", None) is not None and args.execution is None:
+        parser.error("--attempt needs --execution")
+    try:
+        return args.handler(args)  # type: ignore[no-any-return]
+    except BrokenPipeError:  # the reader stopped early (| head): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _validate_command(args: Any) -> int:
@@ -2067,7 +2271,7 @@ def _validate_command(args: Any) -> int:
     for name in args.files:
         tally = _Tally()
         try:
-            result = read(name, tally, max_line_bytes=args.max_line_bytes)
+            result = _read_file(name, args.max_line_bytes, tally)
         except (FormatError, OSError) as exc:
             status = 1
             _print_failure(name, exc, args.json)
@@ -2118,6 +2322,222 @@ def _repair_command(args: Any) -> int:
         )
         print(f"{name}: the original is kept as {result.backup_path}")
     return 0
+
+
+def _summary_command(args: Any) -> int:
+    tally = _Summarizer()
+    try:
+        result = _read_file(args.file, args.max_line_bytes, tally)
+    except (FormatError, OSError) as exc:
+        _print_failure(args.file, exc, args.json)
+        return 1
+    summary = tally.summary(result)
+    if args.json:
+        fields = dataclasses.asdict(summary)
+        fields["gaps"] = [dict(vars(gap), ref=gap.ref and gap.ref.to_json()) for gap in summary.gaps]
+        _print_json({"file": args.file, "ok": True, **fields})
+    else:
+        print(_summary_text(args.file, summary), end="")
+    return 0
+
+
+def _summary_text(name: str, summary: Summary) -> str:
+    tail = f", ignored {summary.tail_bytes}-byte unfinished tail" if summary.tail_bytes else ""
+    out = [
+        f"{name}: session {summary.session_id}, {summary.records} records, {len(summary.runs)} runs, "
+        f"{summary.checkpoints} checkpoints{tail}"
+    ]
+    for run in summary.runs:
+        state = "closed" if run.closed else "not closed"
+        reason = f", end reason {run.end_reason}" if run.end_reason else ""
+        out.append(
+            f"run {run.run_id}: seq {run.first_seq}-{run.last_seq}, {run.records} records, {state}{reason}"
+        )
+        out.append(f"  {run.start_time} to {run.end_time} ({_duration(run.start_time, run.end_time)})")
+        if run.error is not None:
+            out.append(f"  error: {_error_text(run.error)}")
+    out.append("records by type: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())))
+    out.append("usage: " + (", ".join(f"{k} {v}" for k, v in summary.usage.items()) or "none reported"))
+    out.append("gaps: none" if not summary.gaps else f"gaps: {len(summary.gaps)}")
+    for gap in summary.gaps:
+        where = (
+            f"run {gap.run_id}" if gap.ref is None else f"{gap.ref.execution_id} attempt {gap.ref.attempt}"
+        )
+        out.append(f"  seq {gap.seq}: {gap.kind}, {where}")
+        if gap.ref is not None:
+            out.append(f"    ref {json.dumps(gap.ref.to_json())}")
+            out.append(
+                f"    python -m session show {name} --run {gap.run_id} "
+                f"--execution {gap.ref.execution_id} --attempt {gap.ref.attempt} --pretty"
+            )
+    return "\n".join(out) + "\n"
+
+
+def _duration(start: str, end: str) -> str:
+    try:
+        seconds = (_parse_rfc3339(end) - _parse_rfc3339(start)).total_seconds()
+    except _CodecFault:
+        return "duration unknown"
+    return f"{seconds:.3f} s"
+
+
+def _error_text(error: Any) -> str:
+    if type(error) is dict and "message" in error:
+        return f"{error['type']}: {error['message']}" if "type" in error else str(error["message"])
+    return _json_text(error)
+
+
+def _show_command(args: Any) -> int:
+    types = set(args.type or ())
+    out = sys.stdout.buffer
+
+    def visit(record: Record) -> None:
+        if args.run is not None and record.run_id != args.run:
+            return
+        if types and record.type not in types:
+            return
+        if args.execution is not None:
+            ref = record.ref
+            if ref is None or ref.execution_id != args.execution:
+                return
+            if args.attempt is not None and ref.attempt != args.attempt:
+                return
+        out.write(_transcript(record).encode() if args.pretty else lines.last)
+
+    try:
+        with builtins.open(args.file, "rb") as f:
+            lines = _Tap(f)
+            _read_file(args.file, args.max_line_bytes, visit, lines)
+    except BrokenPipeError:
+        raise
+    except (FormatError, OSError) as exc:
+        out.flush()
+        _print_failure(args.file, exc, False)
+        return 1
+    return 0
+
+
+class _Tap:
+    """A binary file that keeps the last line it handed out: ``show`` prints it as it was."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.last = b""
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readline(self, size: int = -1, /) -> bytes:
+        self.last = self._f.readline(size)
+        return self.last
+
+
+def _transcript(record: Record) -> str:
+    """One record as readable text: roles and texts of messages, tool names, arguments and
+    results, errors; nothing cut short."""
+    head = f"#{record.seq} {record.time} {record.type}"
+    execution = record.data.get("execution")
+    if type(execution) is dict:
+        head += f"  [{execution.get('kind')} {execution.get('id')} attempt {execution.get('attempt')}]"
+    out = [head]
+    for key, value in record.data.items():
+        if key == "execution":
+            continue
+        if key in ("message", "partial_message"):
+            out += _message_text(value, key)
+        elif key == "error":
+            out.append(f"  error: {_error_text(value)}")
+        elif key == "request" and type(value) is dict:
+            for message in value.get("messages") or ():
+                out += _message_text(message, "request")
+            out.append(f"  tools: {_json_text(value.get('tools'))}")
+            out.append(f"  config: {_json_text(value.get('config'))}")
+        else:
+            out.append(f"  {key}: {_json_text(value)}")
+    return "\n".join(out) + "\n"
+
+
+def _message_text(message: Any, label: str) -> List[str]:
+    """A codec-encoded message as ``role: text`` lines; anything unexpected as JSON."""
+    value = message.get("value") if type(message) is dict and "$type" in message else message
+    if type(value) is not dict or type(value.get("content")) is not list:
+        return [f"  {label}: {_json_text(message)}"]
+    role = value.get("role", "?")
+    out = []
+    for block in value["content"]:
+        kind = block.get("type") if type(block) is dict else None
+        if kind == "text":
+            text = str(block.get("text", "")).replace("\n", "\n    ")
+            out.append(f"  {role}: {text}")
+        elif kind == "tool_call":
+            call = f"{block.get('name')}({_json_text(block.get('arguments'))})"
+            out.append(f"  {role} calls {call} id {block.get('id')}")
+        else:
+            out.append(f"  {role}: {_json_text(block)}")
+    for key in ("stop_reason", "usage"):
+        if value.get(key):
+            out.append(f"  {key}: {_json_text(value[key])}")
+    return out
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _checkpoint_command(args: Any) -> int:
+    tally = _Tally()
+    try:
+        result = _read_file(args.file, args.max_line_bytes, tally)
+        at = tally.latest_checkpoint(result)
+        if at is None:
+            print(f"{args.file}: no checkpoint in {result.records} records", file=sys.stderr)
+            return 1
+        with builtins.open(args.file, "rb") as f:
+            f.seek(at.offset)
+            snapshot = _snapshot_of(f.read(at.end - at.offset), args.file, at)
+    except (FormatError, OSError) as exc:
+        _print_failure(args.file, exc, False)
+        return 1
+    print(json.dumps(snapshot, ensure_ascii=False, indent=2))
+    return 0
+
+
+def _read_file(
+    name: str, max_line_bytes: int, visit: Callable[[Record], object], lines: Optional[_Lines] = None
+) -> ReadResult:
+    """``read`` for the commands, showing a percentage on a terminal while a big file is read."""
+    size = os.stat(name).st_size
+    progress = _Progress(name, size, visit) if size > _PROGRESS_FROM and sys.stderr.isatty() else None
+    try:
+        if lines is not None:
+            return _read(lines, name, max_line_bytes, progress or visit)
+        return read(name, progress or visit, max_line_bytes=max_line_bytes)
+    finally:
+        if progress is not None:
+            progress.done()
+
+
+_PROGRESS_FROM = 64 << 20  # bytes: smaller files take no time worth showing
+
+
+class _Progress:
+    """Calls *visit*, and shows on stderr how much of *size* bytes has been read."""
+
+    def __init__(self, name: str, size: int, visit: Callable[[Record], object]) -> None:
+        self._name = name
+        self._size = size
+        self._visit = visit
+        self._next = 0
+
+    def __call__(self, record: Record) -> None:
+        if record.offset >= self._next:
+            percent = record.offset * 100 // self._size
+            print(f"\r{self._name}: {percent}%", end="", file=sys.stderr, flush=True)
+            self._next = (percent + 1) * self._size // 100
+        self._visit(record)
+
+    def done(self) -> None:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)  # erase the line
 
 
 def _print_failure(name: str, exc: Exception, as_json: bool) -> None:

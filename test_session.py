@@ -144,6 +144,7 @@ SPEC_NAMES = [
     *("SessionError", "FormatError", "UnsupportedVersionError", "CodecError", "RecordingError"),
     *("RunOpenError", "LockedError", "main"),
     *("repair", "RepairResult"),  # section 8
+    *("find", "summarize", "Summary", "RunInfo", "Gap"),  # section 9
 ]
 
 
@@ -2475,3 +2476,326 @@ def test_reliability_fuzz_codec_and_event_data(value: Any) -> None:
     with contextlib.suppress(FormatError):
         EventData.from_record(session.Record(SID, 3, "x", "t", RID, data, 0))
     assert JSONCodec().decode(JSONCodec().encode(value)) == value  # plain JSON round-trips
+
+
+# ---------------------------------------------------------------------------- analysis
+
+
+def crash(s: session.Session) -> None:
+    """The process dies: the handle is dropped without writing or syncing anything."""
+    fd, s._fd = s._fd, -1
+    os.close(fd)
+
+
+def usage_message(text: str, **usage: int) -> Message:
+    return Message("assistant", [{"type": "text", "text": text}], "end_turn", usage)
+
+
+def gappy_file(path: Path) -> Dict[str, Any]:
+    """Three runs: one complete, one cut off by a crash with calls left open, one after."""
+    m1a1, m1a2 = Execution("m1", "model", attempt=1), Execution("m1", "model", attempt=2)
+    m2, m3, t1, t2 = (
+        Execution("m2", "model"),
+        Execution("m3", "model"),
+        Execution("t1", "tool"),
+        Execution("t2", "tool"),
+    )
+    s = session.create(path)
+    a = s.begin_run()
+    a.record(Event("agent_start", timestamp=T0))
+    a.record(Event("model_exec_start", execution=m1a1))
+    a.record(Event("model_request", execution=m1a1, request=ModelRequest([])))
+    a.record(
+        Event("model_exec_end", execution=m1a1, error="429", partial_message=usage_message("p", input=99))
+    )
+    a.record(Event("model_exec_start", execution=m1a2))
+    a.record(Event("model_request", execution=m1a2, request=ModelRequest([])))
+    a.record(
+        Event(
+            "model_exec_end", execution=m1a2, message=usage_message("hi", input=10, output=5, total_tokens=15)
+        )
+    )
+    a.record(Event("message_end", execution=m1a2, message=usage_message("hi")))
+    a.record(Event("tool_exec_start", execution=t1, tool="ls"))
+    a.record(Event("tool_exec_end", execution=t1, tool="ls", result=[]))
+    a.record(
+        Event("model_exec_end", execution=m3, message=usage_message("x", input=3, output=1, cached=True))
+    )
+    a.record(Event("agent_end", summary=RunSummary(1, 1, 0, "stop"), error=ValueError("boom")))
+    a.close()
+    b = s.begin_run()
+    b.record(Event("agent_start"))
+    b.record(Event("model_exec_start", execution=m2))
+    b.record(Event("model_request", execution=m2, request=ModelRequest([])))
+    b.record(Event("tool_exec_start", execution=t2, tool="cat"))
+    b.record(Event("model_request", execution=m3, request=ModelRequest([])))
+    crash(s)
+    with session.open(path) as s2, s2.begin_run() as c:
+        c.record(Event("agent_start"))
+        c.record(Event("agent_end", summary=RunSummary(end_reason="done")))
+        c.save_checkpoint({"n": 1})
+    return {"session": s.session_id, "a": a.run_id, "b": b.run_id, "c": c.run_id}
+
+
+def test_summarize_finds_runs_counts_usage_and_gaps(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    ids = gappy_file(path)
+    rs = records(path)
+    summary = session.summarize(path)
+    assert (summary.session_id, summary.records, summary.checkpoints, summary.tail_bytes) == (
+        ids["session"],
+        26,
+        1,
+        0,
+    )
+    assert summary.counts == {
+        "session_start": 1, "run_start": 3, "run_close": 2, "agent_start": 3, "agent_end": 2,
+        "model_exec_start": 3, "model_request": 4, "model_exec_end": 3, "message_end": 1,
+        "tool_exec_start": 2, "tool_exec_end": 1, "checkpoint": 1,
+    }  # fmt: skip
+    assert summary.usage == {
+        "input": 13,
+        "output": 6,
+        "total_tokens": 15,
+    }  # each successful attempt; no bools
+    a, b, c = summary.runs
+    boom = {"message": "boom", "type": "ValueError"}
+    assert a == session.RunInfo(ids["a"], 2, 15, rs[1].time, rs[14].time, 14, True, "stop", boom)
+    assert b == session.RunInfo(ids["b"], 16, 21, rs[15].time, rs[20].time, 6, False, "", None)
+    assert c == session.RunInfo(ids["c"], 22, 26, rs[21].time, rs[25].time, 5, True, "done", None)
+
+    def ref(execution: str) -> CallRef:
+        return CallRef(ids["session"], ids["b"], execution, 1)
+
+    assert summary.gaps == [
+        session.Gap("run_not_closed", ids["b"], 16, None),
+        session.Gap("no_agent_end", ids["b"], 17, None),
+        session.Gap("model_call_unfinished", ids["b"], 18, ref("m2")),
+        session.Gap("tool_call_unfinished", ids["b"], 20, ref("t2")),
+        session.Gap("model_call_unfinished", ids["b"], 21, ref("m3")),
+    ]
+
+
+def test_summarize_of_a_complete_session_has_no_gaps(tmp_path: Path) -> None:
+    summary = session.summarize(sample_file(tmp_path / "s.jsonl"))
+    assert summary.gaps == [] and all(run.closed for run in summary.runs) and summary.usage == {"input": 6}
+
+
+def test_find_returns_every_record_of_one_call_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    ids = gappy_file(path)
+    found = session.find(path, CallRef(ids["session"], ids["a"], "m1", 2))
+    assert [(r.seq, r.type) for r in found] == [
+        (7, "model_exec_start"),
+        (8, "model_request"),
+        (9, "model_exec_end"),
+        (10, "message_end"),
+    ]
+    assert session.find(path, CallRef(ids["session"], ids["c"], "m1", 2)) == []
+    with path.open("rb") as f:
+        assert [r.seq for r in session.find(f, CallRef(ids["session"], ids["b"], "t2", 1))] == [20]
+
+
+def test_analysis_of_a_bad_file_is_a_format_error(tmp_path: Path) -> None:
+    path, _, _ = damaged(tmp_path)
+    with pytest.raises(FormatError):
+        session.summarize(path)
+    with pytest.raises(FormatError):
+        session.find(path, CallRef("a", "b", "c", 1))
+
+
+def test_summary_command(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    ids = gappy_file(path)
+    done = run_cli("summary", str(path))
+    assert done.returncode == 0 and done.stderr == ""  # gaps are findings, not failures
+    text = done.stdout
+    assert text.startswith(f"{path}: session {ids['session']}, 26 records, 3 runs, 1 checkpoints\n")
+    assert f"run {ids['a']}: seq 2-15, 14 records, closed, end reason stop\n" in text
+    assert (
+        "  error: ValueError: boom\n" in text
+        and f"run {ids['b']}: seq 16-21, 6 records, not closed\n" in text
+    )
+    assert "usage: input 13, output 6, total_tokens 15\n" in text and "gaps: 5\n" in text
+    assert (
+        f"  seq 18: model_call_unfinished, m2 attempt 1\n"
+        f"    ref {json.dumps(CallRef(ids['session'], ids['b'], 'm2', 1).to_json())}\n" in text
+    )
+    assert f"python -m session show {path} --run {ids['b']} --execution m2 --attempt 1 --pretty" in text
+    assert re.search(r"\n  \S+Z to \S+Z \(\d+\.\d{3} s\)\n", text)
+
+
+def test_summary_json(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    ids = gappy_file(path)
+    done = run_cli("summary", "--json", str(path))
+    report = json.loads(done.stdout)
+    summary = session.summarize(path)
+    assert done.returncode == 0 and report["file"] == str(path) and report["ok"] is True
+    assert list(report) == [
+        *(
+            "file",
+            "ok",
+            "session_id",
+            "records",
+            "counts",
+            "runs",
+            "checkpoints",
+            "gaps",
+            "usage",
+            "tail_bytes",
+        )
+    ]
+    assert report["runs"] == [dataclasses.asdict(run) for run in summary.runs]
+    assert report["gaps"][0] == {"kind": "run_not_closed", "run_id": ids["b"], "seq": 16, "ref": None}
+    assert CallRef.from_json(report["gaps"][2]["ref"]) == summary.gaps[2].ref
+    (tmp_path / "bad").mkdir()
+    bad, _, _ = damaged(tmp_path / "bad")
+    failed = run_cli("summary", "--json", str(bad))
+    assert failed.returncode == 1 and json.loads(failed.stdout)["ok"] is False
+
+
+def test_show_prints_the_original_lines(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    ids = gappy_file(path)
+    blob = path.read_bytes()
+    lines = blob.splitlines(keepends=True)
+    everything = subprocess.run(
+        [sys.executable, str(MODULE), "show", str(path)], capture_output=True, timeout=60
+    )
+    assert everything.returncode == 0 and everything.stdout == blob
+
+    def show(*args: str) -> bytes:
+        done = subprocess.run(
+            [sys.executable, str(MODULE), "show", str(path), *args], capture_output=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert show("--type", "agent_end", "--type", "checkpoint") == lines[13] + lines[23] + lines[24]
+    call = session.find(path, CallRef(ids["session"], ids["a"], "m1", 2))
+    assert show("--run", ids["a"], "--execution", "m1", "--attempt", "2") == b"".join(
+        lines[r.seq - 1] for r in call
+    )
+    assert show("--execution", "m1") == b"".join(lines[3:10])
+    assert show("--run", ids["c"], "--type", "agent_start") == lines[22]
+    for out in (show("--execution", "m1"), show("--type", "tool_exec_start")):
+        assert all(json.loads(line) for line in out.splitlines())  # ready for jq
+
+
+def test_show_needs_execution_for_attempt_and_reports_bad_files(tmp_path: Path) -> None:
+    path, good, _ = damaged(tmp_path)
+    assert run_cli("show", str(path), "--attempt", "1").returncode == 2
+    done = subprocess.run([sys.executable, str(MODULE), "show", str(path)], capture_output=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == good  # what came before the bad line
+    assert done.stderr.decode().startswith(f"{path}:4: invalid JSON")
+
+
+def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        question = Message("user", [{"type": "text", "text": "line one\nline two"}])
+        call = {"type": "tool_call", "id": "c1", "name": "grep", "arguments": {"pattern": "x" * 5000}}
+        answer = Message("assistant", [{"type": "text", "text": "Looking."}, call], "tool_use", {"input": 7})
+        run.record(
+            Event("model_request", execution=MODEL, request=ModelRequest([question], [{"name": "grep"}]))
+        )
+        run.record(Event("model_exec_end", execution=MODEL, message=answer))
+        run.record(
+            Event(
+                "tool_exec_end",
+                execution=TOOL,
+                tool="grep",
+                result={"lines": 3},
+                is_error=True,
+                error=OSError("disk"),
+            )
+        )
+    done = run_cli(
+        "show",
+        str(path),
+        "--pretty",
+        "--type",
+        "model_request",
+        "--type",
+        "model_exec_end",
+        "--type",
+        "tool_exec_end",
+    )
+    assert done.returncode == 0
+    text = done.stdout
+    assert "#3 " in text and "model_request  [model m1 attempt 1]" in text
+    assert "  user: line one\n    line two\n" in text and '  tools: [{"name": "grep"}]\n' in text
+    assert "  assistant: Looking.\n" in text
+    assert f'  assistant calls grep({{"pattern": "{"x" * 5000}"}}) id c1\n' in text  # never cut short
+    assert '  stop_reason: "tool_use"\n  usage: {"input": 7}\n' in text
+    assert (
+        '  tool: "grep"\n' in text
+        and '  result: {"lines": 3}\n' in text
+        and "  error: OSError: disk\n" in text
+    )
+
+
+def test_checkpoint_command(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    done = run_cli("checkpoint", str(path))
+    latest = [r for r in records(path) if r.type == "checkpoint"][-1]
+    assert done.returncode == 0 and json.loads(done.stdout) == latest.data["snapshot"]
+    empty = sample_file(tmp_path / "none.jsonl", checkpoint=False)
+    none = run_cli("checkpoint", str(empty))
+    assert (
+        none.returncode == 1 and none.stderr == f"{empty}: no checkpoint in {records_count(empty)} records\n"
+    )
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("command", ["validate", "summary", "show"])
+def test_progress_on_a_terminal_for_big_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    monkeypatch.setattr(session, "_PROGRESS_FROM", 1000)  # "big", for this test
+    for stderr, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stderr)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            if command == "show":
+                out.buffer = io.BytesIO()  # type: ignore[misc]
+            assert session.main([command, str(path)]) == 0
+        progress = stderr.getvalue()
+        if shown:
+            assert progress.startswith(f"\r{path}: 0%") and f"\r{path}: 9" in progress
+            assert progress.endswith("\r\033[K")
+        else:
+            assert progress == ""
+
+
+def test_many_sessions_with_duckdb(tmp_path: Path) -> None:
+    import duckdb
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    summaries = {}
+    for n in range(3):
+        path = folder / f"chat-{n}.jsonl"
+        gappy_file(path) if n == 0 else sample_file(path, runs=n)
+        summaries[session.summarize(path).session_id] = session.summarize(path)
+    readme = (HERE / "README.md").read_text(encoding="utf-8")
+    queries = re.findall(r"```sql\n(.*?)```", readme, re.S)
+    assert len(queries) == 2
+    con = duckdb.connect()
+    tokens = con.execute(queries[0].replace("sessions/", f"{folder}/")).fetchall()
+    assert {sid: (inp, out) for sid, inp, out in tokens} == {
+        sid: (s.usage.get("input", 0), s.usage.get("output", 0)) for sid, s in summaries.items() if s.usage
+    }
+    assert con.execute(queries[1].replace("sessions/", f"{folder}/")).fetchall() == []
+    with session.create(folder / "chat-3.jsonl") as s, s.begin_run() as run:
+        run.record(
+            Event("tool_exec_end", execution=TOOL, tool="rm", is_error=True, error=OSError("disk full"))
+        )
+        run.record(Event("tool_exec_end", execution=Execution("t2", "tool"), tool="ls", result=[]))
+    failed = con.execute(queries[1].replace("sessions/", f"{folder}/")).fetchall()
+    assert failed == [(s.session_id, run.run_id, "t1", "rm", "disk full")]
