@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import json
 import os
 import statistics
@@ -56,7 +57,8 @@ def events() -> Dict[str, session.Event]:
         "medium": session.Event("message_end", timestamp=T0, execution=model, message=message),
         "large": session.Event(
             "tool_exec_end", timestamp=T0, execution=tool, tool_id="call-7", tool="read_file",
-            tool_label="Read file", result={"content": [{"type": "text", "text": output}]}, disposition="continue",
+            tool_label="Read file", result={"content": [{"type": "text", "text": output}]},
+            disposition="continue",
         ),
     }  # fmt: skip
 
@@ -89,7 +91,7 @@ def bench_record(folder: Path, n: int, runs: int) -> List[str]:
         line = json.loads(path.read_bytes().splitlines()[-1])
         fd = os.open(folder / f"bare-{size}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         peer_file = open(folder / f"jsonlines-{size}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
-        peer = jsonlines.Writer(peer_file, flush=True)
+        peer = jsonlines.Writer(peer_file, flush=True, dumps=json.dumps)  # as installed without orjson
 
         def ours(event: session.Event = event, run: session.Run = run) -> float:
             return timed(lambda: [run.record(event) for _ in range(n)])
@@ -117,9 +119,10 @@ def bench_record(folder: Path, n: int, runs: int) -> List[str]:
     return rows
 
 
-def write_session(path: Path, target: int, checkpoint_every: int = 500) -> int:
-    """A session of about *target* bytes with the three event sizes mixed; its record count."""
-    sample = list(events().values())
+def write_session(path: Path, target: int, checkpoint_every: int = 500, sizes: Sequence[str] = ()) -> int:
+    """A session of about *target* bytes with the event *sizes* (all three by default) in
+    turn; its record count."""
+    sample = [event for size, event in events().items() if size in sizes or not sizes]
     with session.create(path) as s, s.begin_run() as run:
         count = 0
         while path.stat().st_size < target:
@@ -146,31 +149,49 @@ def bench_read(path: Path, runs: int) -> List[str]:
 
         return timed(loop)
 
-    def theirs() -> float:
+    def tuned() -> float:  # the floor: what session.read does, less the checks
         def loop() -> None:
-            with jsonlines.open(path) as reader:
+            with open(path, "rb", buffering=1 << 20) as f:
+                for line in f:
+                    json.loads(line)
+
+        return timed(loop)
+
+    def theirs(loads: Callable[[Any], Any]) -> Callable[[], float]:
+        def loop() -> None:
+            with jsonlines.open(path, loads=loads) as reader:
                 for _ in reader:
                     pass
 
-        return timed(loop)
+        return lambda: timed(loop)
 
     def opened() -> float:
         return timed(lambda: session.open(path).close())
 
     size = path.stat().st_size >> 20
-    return [
-        f"read       ({size} MB): {median_ratio(runs, ours, bare):.3f}x the bare `for line in f: json.loads(line)` loop, "
-        f"{median_ratio(runs, ours, theirs):.2f}x jsonlines' reader",
+    rows = [
+        f"read         ({size} MB): {median_ratio(runs, ours, bare):.3f}x the bare "
+        f"`for line in f: json.loads(line)` loop, "
+        f"{median_ratio(runs, ours, tuned):.3f}x that loop on a binary file with a 1 MB buffer, "
+        f"{median_ratio(runs, ours, theirs(json.loads)):.2f}x jsonlines' reader",
         f"iter_records ({size} MB): {median_ratio(runs, iterate, bare):.3f}x the bare loop",
-        f"open       ({size} MB): {median_ratio(runs, opened, ours):.3f}x read, {median_ratio(runs, opened, bare):.3f}x the bare loop",
-    ]  # fmt: skip
+        f"open         ({size} MB): {median_ratio(runs, opened, ours):.3f}x read, "
+        f"{median_ratio(runs, opened, bare):.3f}x the bare loop",
+    ]
+    try:
+        orjson = importlib.import_module("orjson")  # what jsonlines takes when it is installed
+    except ImportError:
+        return rows
+    with_orjson = median_ratio(runs, ours, theirs(orjson.loads))
+    rows.append(f"read         ({size} MB): {with_orjson:.2f}x jsonlines' reader with orjson installed")
+    return rows
 
 
 def bench_checkpoint(big: Path, small: Path, runs: int) -> str:
     def load(path: Path) -> Callable[[], float]:
         def work() -> float:
             with session.open(path) as s:  # opening is not what is timed
-                return timed(s.load_checkpoint)
+                return statistics.median(timed(s.load_checkpoint) for _ in range(25))
 
         return work
 
@@ -185,26 +206,37 @@ sys.path.insert(0, {root!r})
 import session
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 {work}
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
 def bench_memory(path: Path) -> List[str]:
-    longest = max(len(line) for line in path.open("rb"))
+    with path.open("rb") as f:
+        longest = max(len(line) for line in f)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiling the module would set the peak
+    subprocess.run([sys.executable, "-c", "import session"], cwd=ROOT, env=env, check=True)
     rows = []
     for name, work in (
         ("read", "session.read({p!r}, lambda r: None)"),
         ("open", "session.open({p!r}).close()"),
         ("validate", "session.main(['validate', {p!r}])"),
+        ("(for contrast) list(iter_records)", "records = list(session.iter_records({p!r}))"),
     ):
         code = PEAK.format(root=str(ROOT), work=work.format(p=str(path)))
-        growth = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split()[-1])
-        rows.append(f"peak RSS growth of {name:8} on {path.stat().st_size >> 20} MB: {growth / 1024:.1f} MB "
-                    f"(longest line {longest / 1024:.0f} KB)")  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        )
+        before, after = (int(kib) / 1024 for kib in done.stdout.split()[-2:])  # KiB on Linux
+        size = path.stat().st_size >> 20
+        rows.append(
+            f"peak RSS of {name} on {size} MB: {after:.1f} MB, {after - before:.1f} MB over "
+            f"`import session` (longest line {longest >> 10} KB)"
+        )
     return rows
 
 
-def bench_threads(folder: Path, n: int, runs: int) -> str:
+def bench_threads(folder: Path, n: int, runs: int) -> List[str]:
     event = events()["small"]
 
     def throughput(threads: int) -> Callable[[], float]:
@@ -212,7 +244,10 @@ def bench_threads(folder: Path, n: int, runs: int) -> str:
             path = folder / f"threads-{threads}-{time.perf_counter_ns()}.jsonl"
             with session.create(path) as s, s.begin_run() as run:
                 per = n // threads
-                workers = [threading.Thread(target=lambda: [run.record(event) for _ in range(per)]) for _ in range(threads)]
+                workers = [
+                    threading.Thread(target=lambda: [run.record(event) for _ in range(per)])
+                    for _ in range(threads)
+                ]
                 start = time.perf_counter()
                 for w in workers:
                     w.start()
@@ -224,16 +259,48 @@ def bench_threads(folder: Path, n: int, runs: int) -> str:
 
         return work
 
-    ratio = 1 / median_ratio(runs, throughput(8), throughput(1))
-    return f"record from 8 threads: {ratio:.2f}x the throughput of 1 thread"
+    def floor(threads: int) -> Callable[[], float]:  # a line written under one lock: the least a writer does
+        def work() -> float:
+            path = folder / f"floor-{threads}-{time.perf_counter_ns()}.jsonl"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            lock = threading.Lock()
+
+            def write() -> None:
+                for _ in range(n // threads):
+                    with lock:
+                        os.write(fd, (json.dumps({"x": "y" * 300}, separators=(",", ":")) + "\n").encode())
+
+            workers = [threading.Thread(target=write) for _ in range(threads)]
+            start = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            elapsed = time.perf_counter() - start
+            os.close(fd)
+            path.unlink()
+            return elapsed
+
+        return work
+
+    ours = 1 / median_ratio(runs, throughput(8), throughput(1))
+    bare = 1 / median_ratio(runs, floor(8), floor(1))
+    return [
+        f"record from 8 threads: {ours:.2f}x the throughput of 1 thread "
+        f"(json.dumps + os.write under one lock: {bare:.2f}x)"
+    ]
 
 
 def bench_import(runs: int) -> str:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as users run it: compiled once, then cached
+
     def whole(module: str) -> Callable[[], float]:
         command = [sys.executable, "-c", f"import {module}"]
-        return lambda: timed(lambda: subprocess.run(command, check=True, cwd=ROOT))
+        return lambda: timed(lambda: subprocess.run(command, check=True, cwd=ROOT, env=env))
 
     ours, theirs = whole("session"), whole("json")
+    ours()
     pairs = [(ours(), theirs()) for _ in range(runs)]
     extra = statistics.median(a - b for a, b in pairs) * 1000
     return f"import session: {extra:.1f} ms more than import json (whole process, median of {runs})"
@@ -245,20 +312,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quick = args.quick
     runs = 5 if quick else 15
-    print(f"Python {sys.version.split()[0]} on {os.cpu_count()} cores; every figure is a median of interleaved runs")
+    print(
+        f"Python {sys.version.split()[0]} on {os.cpu_count()} cores; "
+        "every figure is a median of interleaved runs"
+    )
     with tempfile.TemporaryDirectory(dir=ROOT / "bench") as scratch:
         folder = Path(scratch)
         for row in bench_record(folder, 200 if quick else 2000, runs):
             print(row, flush=True)
-        print(bench_threads(folder, 2000 if quick else 16000, runs), flush=True)
-        medium = folder / "medium.jsonl"
-        write_session(medium, (10 if quick else 100) << 20)
-        for row in bench_read(medium, 3 if quick else 7):
+        for row in bench_threads(folder, 2000 if quick else 16000, runs):
+            print(row, flush=True)
+        mixed = folder / "mixed.jsonl"
+        write_session(mixed, (10 if quick else 100) << 20)
+        print("-- a file of small, medium and large records in turn", flush=True)
+        for row in bench_read(mixed, 3 if quick else 7):
+            print(row, flush=True)
+        small_only = folder / "small-records.jsonl"
+        write_session(small_only, (10 if quick else 100) << 20, sizes=("small",))
+        print("-- a file of small records only: the most lines for its size", flush=True)
+        for row in bench_read(small_only, 3 if quick else 7):
             print(row, flush=True)
         big = folder / "big.jsonl"
         write_session(big, (100 if quick else 1024) << 20)
         small = folder / "small.jsonl"
-        write_session(small, 1 << 20)
+        write_session(small, 1 << 20, checkpoint_every=30)
         print(bench_checkpoint(big, small, runs), flush=True)
         for row in bench_memory(big):
             print(row, flush=True)
