@@ -2799,3 +2799,58 @@ def test_many_sessions_with_duckdb(tmp_path: Path) -> None:
         run.record(Event("tool_exec_end", execution=Execution("t2", "tool"), tool="ls", result=[]))
     failed = con.execute(queries[1].replace("sessions/", f"{folder}/")).fetchall()
     assert failed == [(s.session_id, run.run_id, "t1", "rm", "disk full")]
+
+
+# ---------------------------------------------------------------------------- found while tuning
+
+
+def test_ids_are_uuid4_hex(tmp_path: Path) -> None:
+    import uuid
+
+    with session.create(tmp_path / "s.jsonl") as s, s.begin_run() as run:
+        ids = [s.session_id, run.run_id]
+    for value in ids + [session._new_id() for _ in range(50)]:
+        assert (
+            re.fullmatch(ID, value)
+            and uuid.UUID(hex=value).version == 4
+            and uuid.UUID(hex=value).hex == value
+        )
+
+
+def test_time_stamps_stay_right_when_seconds_and_offsets_alternate(tmp_path: Path) -> None:
+    plus = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    minus = dt.timezone(dt.timedelta(hours=-8))
+    moments = [
+        T0,
+        T0 + dt.timedelta(seconds=1),
+        T0.astimezone(plus),
+        T0,
+        T0.astimezone(minus),
+        T0.replace(microsecond=0),
+    ]
+    objs = recorded(tmp_path, *(Event("turn_start", timestamp=m) for m in moments))
+    assert [o["time"] for o in objs] == [
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T09:27:37.123456Z",
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T09:27:36.000000Z",
+    ]
+    codec = JSONCodec()
+    assert [codec.encode(m) for m in moments[2:5]] == [
+        "2026-12-02T14:57:36.123456+05:30",
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T01:27:36.123456-08:00",
+    ]
+    assert [codec.decode(codec.encode(Message("u", [], timestamp=m))).timestamp for m in moments] == moments
+
+
+def test_encoding_shares_unchanged_values_and_never_changes_its_input() -> None:
+    codec = JSONCodec()
+    plain = {"a": [1, {"b": "c"}], "d": None}
+    assert codec.encode(plain) is plain  # nothing to change: nothing copied
+    mixed = {"a": [1, (2, 3)], "at": T0, "keep": {"x": 1}}
+    encoded = codec.encode(mixed)
+    assert encoded == {"a": [1, [2, 3]], "at": "2026-12-02T09:27:36.123456Z", "keep": {"x": 1}}
+    assert mixed == {"a": [1, (2, 3)], "at": T0, "keep": {"x": 1}} and encoded["keep"] is mixed["keep"]
