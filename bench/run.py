@@ -236,26 +236,27 @@ def bench_memory(path: Path) -> List[str]:
     return rows
 
 
+def in_threads(threads: int, work: Callable[[], object]) -> float:
+    """Seconds for *threads* threads to run *work* each, from the first start to the last end."""
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - start
+
+
 def bench_threads(folder: Path, n: int, runs: int) -> List[str]:
     event = events()["small"]
 
-    def throughput(threads: int) -> Callable[[], float]:
+    def throughput(threads: int) -> Callable[[], float]:  # the same number of records either way
         def work() -> float:
             path = folder / f"threads-{threads}-{time.perf_counter_ns()}.jsonl"
             with session.create(path) as s, s.begin_run() as run:
-                per = n // threads
-                workers = [
-                    threading.Thread(target=lambda: [run.record(event) for _ in range(per)])
-                    for _ in range(threads)
-                ]
-                start = time.perf_counter()
-                for w in workers:
-                    w.start()
-                for w in workers:
-                    w.join()
-                elapsed = time.perf_counter() - start
+                elapsed = in_threads(threads, lambda: [run.record(event) for _ in range(n // threads)])
             path.unlink()
-            return elapsed  # the same number of records either way
+            return elapsed
 
         return work
 
@@ -270,13 +271,7 @@ def bench_threads(folder: Path, n: int, runs: int) -> List[str]:
                     with lock:
                         os.write(fd, (json.dumps({"x": "y" * 300}, separators=(",", ":")) + "\n").encode())
 
-            workers = [threading.Thread(target=write) for _ in range(threads)]
-            start = time.perf_counter()
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            elapsed = time.perf_counter() - start
+            elapsed = in_threads(threads, write)
             os.close(fd)
             path.unlink()
             return elapsed
