@@ -161,6 +161,7 @@ def test_all_lists_exactly_the_public_names() -> None:
 def test_module_imports_only_the_standard_library() -> None:
     tree = ast.parse(MODULE.read_text(encoding="utf-8"))
     stdlib = set(getattr(sys, "stdlib_module_names", ())) or {
+        "_thread",
         "builtins",
         "contextlib",
         "dataclasses",
