@@ -1903,13 +1903,16 @@ def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict
         text = raw.decode()
     except UnicodeDecodeError as exc:
         raise FormatError(f"invalid UTF-8 at byte {exc.start} of the line", name, line, offset) from None
+    deep = False
     try:
         obj, end = _scan_once(text, 0)  # json.loads without its Python-level wrapping
-    except (StopIteration, ValueError, RecursionError):
+    except (StopIteration, ValueError):
         end = -1
+    except RecursionError:
+        end, deep = -1, True
     if end != len(text) - 1:  # an error, or whitespace around the value: ask the full decoder
         try:
-            obj = _decode_anywhere(text[:-1])
+            obj = _decode_anywhere(text[:-1], deep)
         except json.JSONDecodeError as exc:
             raise FormatError(f"invalid JSON: {exc.msg} at column {exc.colno}", name, line, offset) from None
         except ValueError as exc:  # NaN, Infinity, an integer too long to convert
@@ -1921,16 +1924,19 @@ def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict
     return obj
 
 
-def _decode_anywhere(text: str) -> Any:
+def _decode_anywhere(text: str, deep: bool = False) -> Any:
     """``json.loads``, strict, whose outcome does not depend on the caller's stack depth.
 
-    Deep nesting counts against the recursion limit: on ``RecursionError`` the text is
-    decoded again in a new thread, whose count starts at zero.
+    Deep nesting counts against the recursion limit: a text known to be *deep*, or found so
+    here, is decoded in a new thread, whose count starts at zero.  (Never twice that deep in
+    a row in one thread: right after a RecursionError, that has aborted CPython 3.8 with
+    "Cannot recover from stack overflow".)
     """
-    try:
-        return _DECODER.decode(text)
-    except RecursionError:
-        pass
+    if not deep:
+        try:
+            return _DECODER.decode(text)
+        except RecursionError:
+            pass
     outcome: List[Any] = []
 
     def decode() -> None:
