@@ -1541,7 +1541,7 @@ class Session:
         rebinds its model, tools and configuration and installs the snapshot itself.
         """
         with self._lock:
-            if self._busy or self._fd < 0:
+            if self._busy or self._fd < 0:  # re-entered or closed; a failed session stays readable
                 self._check(None)
             at = self._checkpoint
             if at is None:
