@@ -134,6 +134,13 @@ def run_cli(*args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProce
     )
 
 
+def deep_value(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 # ---------------------------------------------------------------------------- surface
 
 
@@ -498,6 +505,40 @@ def test_codec_is_immutable_and_shareable_between_threads() -> None:
         thread.join()
     assert results == [value] * 8
     assert not hasattr(codec, "register")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-01-02T03:04:05.1Z", dt.datetime(2026, 1, 2, 3, 4, 5, 100000, tzinfo=UTC)),
+        ("2026-01-02T03:04:05.123456789Z", dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)),
+        ("2026-01-02T03:04:05Z", dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("2026-01-02t03:04:05.5-05:30", dt.datetime(2026, 1, 2, 8, 34, 5, 500000, tzinfo=UTC)),
+    ],
+)
+def test_rfc3339_times_decode_alike_on_every_python(text: str, expected: dt.datetime) -> None:
+    value = {"role": "u", "content": [], "timestamp": text}
+    decoded = JSONCodec().decode({"$type": "agentgo.message.v1", "value": value})
+    assert decoded.timestamp == expected and decoded.timestamp.utcoffset() is not None
+
+
+def test_datetime_annotations_through_a_module_alias() -> None:
+    namespace: Dict[str, Any] = {}
+    source = "from __future__ import annotations\nimport dataclasses, datetime as dtm\n"
+    source += "@dataclasses.dataclass\nclass Seen:\n    at: dtm.datetime | None = None\n"
+    exec(compile(source, "<seen>", "exec"), namespace)
+    codec = JSONCodec(TypeSpec("test.seen", namespace["Seen"]))
+    assert codec.decode(codec.encode(namespace["Seen"](T0))).at == T0
+
+
+def test_encoding_shares_unchanged_values_and_never_changes_its_input() -> None:
+    codec = JSONCodec()
+    plain = {"a": [1, {"b": "c"}], "d": None}
+    assert codec.encode(plain) is plain  # nothing to change: nothing copied
+    mixed = {"a": [1, (2, 3)], "at": T0, "keep": {"x": 1}}
+    encoded = codec.encode(mixed)
+    assert encoded == {"a": [1, [2, 3]], "at": "2026-12-02T09:27:36.123456Z", "keep": {"x": 1}}
+    assert mixed == {"a": [1, (2, 3)], "at": T0, "keep": {"x": 1}} and encoded["keep"] is mixed["keep"]
 
 
 # ---------------------------------------------------------------------------- writer: the wire format
@@ -952,6 +993,61 @@ def test_redact_sees_each_events_and_checkpoints_data(tmp_path: Path) -> None:
         s.close()
 
 
+def test_the_writer_refuses_a_line_its_open_would_refuse(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path, max_line_bytes=1000)
+    run = s.begin_run()
+    run.record(Event("tool_exec_end", execution=TOOL, result="x" * 700))
+    with pytest.raises(RecordingError, match="longer than max_line_bytes"):
+        run.record(Event("tool_exec_end", execution=TOOL, result="x" * 1000))
+    with pytest.raises(RecordingError):
+        s.close()
+    with session.open(path, max_line_bytes=1000) as again:
+        assert again.session_id == s.session_id
+
+
+def test_ids_are_uuid4_hex(tmp_path: Path) -> None:
+    import uuid
+
+    with session.create(tmp_path / "s.jsonl") as s, s.begin_run() as run:
+        ids = [s.session_id, run.run_id]
+    for value in ids + [session._new_id() for _ in range(50)]:
+        assert (
+            re.fullmatch(ID, value)
+            and uuid.UUID(hex=value).version == 4
+            and uuid.UUID(hex=value).hex == value
+        )
+
+
+def test_time_stamps_stay_right_when_seconds_and_offsets_alternate(tmp_path: Path) -> None:
+    plus = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    minus = dt.timezone(dt.timedelta(hours=-8))
+    moments = [
+        T0,
+        T0 + dt.timedelta(seconds=1),
+        T0.astimezone(plus),
+        T0,
+        T0.astimezone(minus),
+        T0.replace(microsecond=0),
+    ]
+    objs = recorded(tmp_path, *(Event("turn_start", timestamp=m) for m in moments))
+    assert [o["time"] for o in objs] == [
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T09:27:37.123456Z",
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T09:27:36.000000Z",
+    ]
+    codec = JSONCodec()
+    assert [codec.encode(m) for m in moments[2:5]] == [
+        "2026-12-02T14:57:36.123456+05:30",
+        "2026-12-02T09:27:36.123456Z",
+        "2026-12-02T01:27:36.123456-08:00",
+    ]
+    assert [codec.decode(codec.encode(Message("u", [], timestamp=m))).timestamp for m in moments] == moments
+
+
 # ---------------------------------------------------------------------------- writer: sessions and runs
 
 
@@ -1152,6 +1248,23 @@ def test_open_of_a_missing_file_passes_the_os_error(tmp_path: Path) -> None:
     assert not (tmp_path / "missing.jsonl").exists()
 
 
+def test_codec_may_be_given_by_position(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path, point_codec()) as s, s.begin_run() as run:
+        run.save_checkpoint(Point(3, 4))
+    with session.open(path, point_codec()) as s:
+        loaded = s.load_checkpoint()
+    assert loaded is not None and loaded.snapshot == Point(3, 4)
+
+
+def test_a_checkpoint_without_snapshot_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line_obj(3, "checkpoint", data={})]))
+    with session.open(path) as s, pytest.raises(FormatError, match=r"no data\.snapshot") as info:
+        s.load_checkpoint()
+    assert (info.value.line, info.value.offset) == (3, offsets(path.read_bytes())[2])
+
+
 # ---------------------------------------------------------------------------- faults
 
 
@@ -1307,6 +1420,22 @@ def test_create_removes_the_file_when_the_header_fails(
     assert not path.exists()
 
 
+def test_a_failed_close_is_a_recording_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = session.create(tmp_path / "s.jsonl")
+    real_close = os.close
+
+    def close(fd: int) -> None:
+        real_close(fd)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "close", close)
+    with pytest.raises(RecordingError, match="cannot close"):
+        s.close()
+    monkeypatch.undo()
+    with pytest.raises(RecordingError):
+        s.close()
+
+
 # ---------------------------------------------------------------------------- locking and concurrency
 
 HOLD_OPEN = """
@@ -1425,6 +1554,107 @@ def test_reliability_kill_9(tmp_path: Path) -> None:
         f"kill -9: {rounds} crashes, {tails} torn tails cut, {len(confirmed)} checkpoints confirmed, 0 lost"
     )
     assert len(confirmed) > rounds
+
+
+def test_create_removes_its_file_when_it_cannot_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_locks(fd: int, name: str) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(session, "_lock", no_locks)
+    path = tmp_path / "s.jsonl"
+    with pytest.raises(OSError, match="No locks"):
+        session.create(path)
+    assert not path.exists()
+
+
+def test_a_codec_or_redactor_calling_its_session_fails_instead_of_hanging(tmp_path: Path) -> None:
+    holder: List[session.Session] = []
+
+    def redact(data: Dict[str, Any]) -> Dict[str, Any]:
+        holder[0].sync()
+        return data
+
+    s = session.create(tmp_path / "a.jsonl", redact=redact)
+    holder.append(s)
+    run = s.begin_run()
+    with pytest.raises(RecordingError) as info:
+        run.record(Event("turn_start"))
+    assert isinstance(info.value.__cause__, RuntimeError) and "must not use its session" in str(
+        info.value.__cause__
+    )
+    with pytest.raises(RecordingError):
+        s.close()
+
+    class Calling:
+        def encode(self, value: Any) -> Any:
+            other.load_checkpoint()
+            return value
+
+        def decode(self, value: Any) -> Any:
+            return value
+
+    other = session.create(tmp_path / "b.jsonl", Calling())
+    with pytest.raises(RecordingError):
+        other.begin_run().save_checkpoint(1)
+    with pytest.raises(RecordingError):
+        other.close()
+
+
+if sys.platform != "win32":  # os.fork is POSIX
+
+    def test_a_forked_child_cannot_write_through_the_parents_handle(tmp_path: Path) -> None:
+        path = tmp_path / "s.jsonl"
+        with session.create(path) as s, s.begin_run() as run:
+            run.record(Event("turn_start", turn_index=1))
+            pid = os.fork()
+            if pid == 0:  # the child: every write must fail, and close must not unlock
+                status = 0
+                for call in (
+                    lambda: run.record(Event("turn_start", turn_index=99)),
+                    s.sync,
+                    run.close,
+                    s.close,
+                ):
+                    try:
+                        call()
+                        status = 1
+                    except RecordingError as exc:
+                        status |= 0 if "belongs to process" in str(exc) else 2
+                os._exit(status)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            with pytest.raises(session.LockedError):  # the child's close released nothing
+                session.open(path)
+            run.record(Event("turn_start", turn_index=2))
+        assert [r.data.get("turn_index") for r in records(path) if r.type == "turn_start"] == [1, 2]
+
+
+if sys.platform != "win32":  # os.fork is POSIX
+
+    def test_a_forked_child_does_not_keep_the_file_locked(tmp_path: Path) -> None:
+        path = tmp_path / "s.jsonl"
+        s = session.create(path)
+        closed_before = session.create(tmp_path / "other.jsonl")
+        closed_before.close()
+        s.begin_run().record(Event("turn_start"))
+        parent_reads, child_ready = os.pipe()
+        child_waits, parent_done = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a long-lived worker, as a fork pool keeps
+            closed_before.close()  # closed before the fork: still just closed
+            os.write(child_ready, b"x")  # running: the at-fork hook has let go of the file
+            os.read(child_waits, 1)
+            os._exit(0)
+        os.read(parent_reads, 1)
+        try:
+            s.close()
+            with session.open(path) as again:  # the child's copy of the descriptor is gone
+                again.begin_run().record(Event("turn_start"))
+        finally:
+            os.write(parent_done, b"x")
+            _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert [r.type for r in records(path)].count("turn_start") == 2
 
 
 # ---------------------------------------------------------------------------- reader rules
@@ -1728,6 +1958,20 @@ def test_json_test_suite_lines_are_rejected_cleanly(tmp_path: Path) -> None:
     assert checked > 250
 
 
+def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("tool_exec_end", execution=TOOL, result=deep_value(900)))
+
+    def deep_call(frames: int) -> session.ReadResult:
+        if frames:
+            return deep_call(frames - 1)
+        session.open(path).close()
+        return session.read(path, lambda r: None)
+
+    assert deep_call(300).records == 4
+
+
 # ---------------------------------------------------------------------------- event data
 
 
@@ -1788,361 +2032,6 @@ def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], re
             _ = record.ref
 
 
-# ---------------------------------------------------------------------------- command line
-
-
-def test_validate_reports_a_valid_file(tmp_path: Path) -> None:
-    path = sample_file(tmp_path / "s.jsonl")
-    with path.open("ab") as f:
-        f.write(b'{"torn')
-    done = run_cli("validate", str(path))
-    n = records_count(path)
-    assert (done.returncode, done.stderr) == (0, "")
-    assert (
-        done.stdout
-        == f"{path}: ok, {n} records, 2 runs (0 incomplete), 2 checkpoints, ignored 6-byte unfinished tail\n"
-    )
-
-
-def test_validate_reports_every_file_and_fails_if_any_fails(tmp_path: Path) -> None:
-    good = sample_file(tmp_path / "good.jsonl", runs=1)
-    bad = tmp_path / "bad.jsonl"
-    bad.write_bytes(good.read_bytes().replace(b'"seq":4,', b'"seq":9,'))
-    missing = tmp_path / "missing.jsonl"
-    done = run_cli("validate", str(bad), str(missing), str(good))
-    assert done.returncode == 1
-    assert done.stderr.splitlines() == [
-        f"{bad}:4: seq 4 expected, found 9",
-        f"{missing}: No such file or directory",
-    ]
-    assert done.stdout.startswith(f"{good}: ok, ")
-
-
-def test_validate_json_output(tmp_path: Path) -> None:
-    good = sample_file(tmp_path / "good.jsonl", runs=1)
-    bad = tmp_path / "bad.jsonl"
-    bad.write_bytes(good.read_bytes()[:300] + b"\x00" * 10 + b"\n")
-    done = run_cli("validate", "--json", str(good), str(bad), str(tmp_path))
-    assert done.returncode == 1 and done.stderr == ""
-    first, second, third = map(json.loads, done.stdout.splitlines())
-    result = session.read(good, lambda r: None)
-    assert first == {
-        "file": str(good),
-        "ok": True,
-        "session_id": result.session_id,
-        "records": result.records,
-        "runs": 1,
-        "incomplete_runs": 0,
-        "checkpoints": 1,
-        "complete_bytes": result.complete_bytes,
-        "tail_bytes": 0,
-    }
-    with pytest.raises(FormatError) as info:
-        session.read(bad, lambda r: None)
-    err = info.value
-    assert second == {
-        "file": str(bad),
-        "ok": False,
-        "line": err.line,
-        "offset": err.offset,
-        "error": err.reason,
-    }
-    assert third["ok"] is False and third["line"] is None and third["error"]
-
-
-def test_usage_errors_exit_2() -> None:
-    assert run_cli().returncode == 2
-    assert run_cli("validate").returncode == 2
-    assert run_cli("frobnicate", "x").returncode == 2
-    assert run_cli("validate", "--nope", "x").returncode == 2
-
-
-def test_main_returns_the_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = sample_file(tmp_path / "s.jsonl", runs=1)
-    assert session.main(["validate", str(path)]) == 0
-    assert capsys.readouterr().out.startswith(f"{path}: ok")
-
-
-def test_a_lone_copy_runs_isolated(tmp_path: Path) -> None:
-    lone = tmp_path / "elsewhere"
-    lone.mkdir()
-    shutil.copy(MODULE, lone / "session.py")
-    path = sample_file(tmp_path / "s.jsonl", runs=1)
-    done = subprocess.run(
-        [sys.executable, "-I", "-S", str(lone / "session.py"), "validate", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-    )
-    assert done.returncode == 0 and done.stdout.startswith(f"{path}: ok, ")
-    module = subprocess.run(
-        [sys.executable, "-S", "-m", "session", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=lone,
-        timeout=60,
-    )
-    assert module.returncode == 0, module.stderr
-
-
-# ---------------------------------------------------------------------------- found in review
-
-
-def deep_value(depth: int) -> Any:
-    value: Any = 0
-    for _ in range(depth):
-        value = [value]
-    return value
-
-
-def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    with session.create(path) as s, s.begin_run() as run:
-        run.record(Event("tool_exec_end", execution=TOOL, result=deep_value(900)))
-
-    def deep_call(frames: int) -> session.ReadResult:
-        if frames:
-            return deep_call(frames - 1)
-        session.open(path).close()
-        return session.read(path, lambda r: None)
-
-    assert deep_call(300).records == 4
-
-
-def test_the_writer_refuses_a_line_its_open_would_refuse(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    s = session.create(path, max_line_bytes=1000)
-    run = s.begin_run()
-    run.record(Event("tool_exec_end", execution=TOOL, result="x" * 700))
-    with pytest.raises(RecordingError, match="longer than max_line_bytes"):
-        run.record(Event("tool_exec_end", execution=TOOL, result="x" * 1000))
-    with pytest.raises(RecordingError):
-        s.close()
-    with session.open(path, max_line_bytes=1000) as again:
-        assert again.session_id == s.session_id
-
-
-def test_codec_may_be_given_by_position(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    with session.create(path, point_codec()) as s, s.begin_run() as run:
-        run.save_checkpoint(Point(3, 4))
-    with session.open(path, point_codec()) as s:
-        loaded = s.load_checkpoint()
-    assert loaded is not None and loaded.snapshot == Point(3, 4)
-
-
-def test_validate_works_without_docstrings(tmp_path: Path) -> None:
-    path = sample_file(tmp_path / "s.jsonl", runs=1)
-    done = subprocess.run(
-        [sys.executable, "-OO", str(MODULE), "validate", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0 and done.stdout.startswith(f"{path}: ok")
-
-
-def test_create_removes_its_file_when_it_cannot_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_locks(fd: int, name: str) -> None:
-        raise OSError(errno.ENOLCK, "No locks available")
-
-    monkeypatch.setattr(session, "_lock", no_locks)
-    path = tmp_path / "s.jsonl"
-    with pytest.raises(OSError, match="No locks"):
-        session.create(path)
-    assert not path.exists()
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("2026-01-02T03:04:05.1Z", dt.datetime(2026, 1, 2, 3, 4, 5, 100000, tzinfo=UTC)),
-        ("2026-01-02T03:04:05.123456789Z", dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)),
-        ("2026-01-02T03:04:05Z", dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)),
-        ("2026-01-02t03:04:05.5-05:30", dt.datetime(2026, 1, 2, 8, 34, 5, 500000, tzinfo=UTC)),
-    ],
-)
-def test_rfc3339_times_decode_alike_on_every_python(text: str, expected: dt.datetime) -> None:
-    value = {"role": "u", "content": [], "timestamp": text}
-    decoded = JSONCodec().decode({"$type": "agentgo.message.v1", "value": value})
-    assert decoded.timestamp == expected and decoded.timestamp.utcoffset() is not None
-
-
-def test_datetime_annotations_through_a_module_alias() -> None:
-    namespace: Dict[str, Any] = {}
-    source = "from __future__ import annotations\nimport dataclasses, datetime as dtm\n"
-    source += "@dataclasses.dataclass\nclass Seen:\n    at: dtm.datetime | None = None\n"
-    exec(compile(source, "<seen>", "exec"), namespace)
-    codec = JSONCodec(TypeSpec("test.seen", namespace["Seen"]))
-    assert codec.decode(codec.encode(namespace["Seen"](T0))).at == T0
-
-
-def test_a_checkpoint_without_snapshot_says_so(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    path.write_bytes(blob_of([HEAD, START, line_obj(3, "checkpoint", data={})]))
-    with session.open(path) as s, pytest.raises(FormatError, match=r"no data\.snapshot") as info:
-        s.load_checkpoint()
-    assert (info.value.line, info.value.offset) == (3, offsets(path.read_bytes())[2])
-
-
-# ---------------------------------------------------------------------------- repair
-
-
-def damaged(tmp_path: Path, garbage: bytes = b"\x00" * 700, tail: bytes = b"") -> tuple:  # type: ignore[type-arg]
-    """A sample file with *garbage* over its fourth line onward, as a power cut leaves it;
-    (path, the good prefix, the whole damaged content)."""
-    path = sample_file(tmp_path / "s.jsonl")
-    blob = path.read_bytes()
-    cut = offsets(blob)[3]
-    bad = blob[:cut] + garbage + b"\n" + blob[cut + len(garbage) + 1 :] + tail
-    path.write_bytes(bad)
-    return path, blob[:cut], bad
-
-
-def test_repair_keeps_the_good_records_and_a_backup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path, good, bad = damaged(tmp_path, tail=b'{"torn')
-    with pytest.raises(FormatError):
-        session.open(path)
-    spy = FsyncSpy(monkeypatch)
-    result = session.repair(path)
-    assert spy.calls == (2 if os.name == "nt" else 4)  # the copy, the cut, and their directory
-    assert (result.kept_records, result.dropped_bytes) == (3, len(bad) - len(good))
-    assert result.error is not None and (result.error.line, result.error.offset) == (4, len(good))
-    assert "invalid JSON" in result.error.reason
-    assert result.backup_path is not None and re.fullmatch(
-        re.escape(str(path)) + r"\.broken-\d{8}T\d{6}Z", result.backup_path
-    )
-    backup = Path(result.backup_path)
-    assert backup.read_bytes() == bad
-    if os.name == "posix":
-        assert stat.S_IMODE(backup.stat().st_mode) == 0o600
-    assert path.read_bytes() == good
-    with session.open(path) as s, s.begin_run() as run:  # and recording goes on
-        run.record(Event("turn_start"))
-    assert [r.seq for r in records(path)] == [1, 2, 3, 4, 5, 6]
-
-
-def test_repair_leaves_a_valid_file_alone(tmp_path: Path) -> None:
-    path = sample_file(tmp_path / "s.jsonl")
-    with path.open("ab") as f:
-        f.write(b'{"unfinished')
-    before = path.read_bytes()
-    result = session.repair(path)
-    assert result == session.RepairResult(records_count(path), 0, None, None)
-    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
-
-
-def test_repair_never_overwrites_a_backup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    class Frozen(dt.datetime):
-        @classmethod
-        def now(cls, tz: Optional[dt.tzinfo] = None) -> Frozen:
-            return cls(2026, 12, 2, 9, 0, 0, tzinfo=UTC)
-
-    path, _, bad = damaged(tmp_path)
-    monkeypatch.setattr(session, "datetime", Frozen)  # for the backup's name only
-    backups = []
-    for n in range(3):
-        path.write_bytes(bad + b"#" * n)
-        result = session.repair(path)
-        assert result.backup_path is not None
-        backups.append(result.backup_path)
-    stamp = f"{path}.broken-20261202T090000Z"
-    assert backups == [stamp, stamp + "-2", stamp + "-3"]
-    assert [Path(b).read_bytes() for b in backups] == [bad, bad + b"#", bad + b"##"]
-
-
-def test_repair_refuses_a_bad_first_line(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    path.write_bytes(b"\x00" * 100 + b"\n" + blob_of([START]))
-    with pytest.raises(FormatError) as info:
-        session.repair(path)
-    assert info.value.line == 1
-    assert path.read_bytes() == b"\x00" * 100 + b"\n" + blob_of([START])
-    assert [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
-
-
-def test_repair_takes_the_writers_lock(tmp_path: Path) -> None:
-    path = sample_file(tmp_path / "s.jsonl")
-    with session.open(path), pytest.raises(session.LockedError):
-        session.repair(path)
-
-
-def test_repair_does_not_cut_a_line_only_for_its_length(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    blob = blob_of([HEAD, START, line_obj(3, data={"x": "y" * 5000}), line_obj(4)])
-    path.write_bytes(blob)
-    with pytest.raises(FormatError, match="not cut: repair with a larger max_line_bytes") as info:
-        session.repair(path, max_line_bytes=1000)
-    assert (info.value.line, info.value.offset) == (3, offsets(blob)[2])
-    assert path.read_bytes() == blob and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
-    assert session.repair(path).error is None  # with room for it, the line is a good one
-    garbage = blob.replace(b'"x":"yyy', b'"x":\x00yy')
-    path.write_bytes(garbage)
-    assert session.repair(path).kept_records == 2 and path.read_bytes() == blob[: offsets(blob)[2]]
-
-
-def test_a_failed_backup_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path, _, bad = damaged(tmp_path)
-    failing_write(monkeypatch)
-    with pytest.raises(OSError, match="No space"):
-        session.repair(path)
-    monkeypatch.undo()
-    assert path.read_bytes() == bad and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
-
-
-def test_repair_command(tmp_path: Path) -> None:
-    path, good, bad = damaged(tmp_path)
-    done = run_cli("repair", str(path))
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    dropped = f"dropped {len(bad) - len(good)} bytes from line 4 (offset {len(good)})"
-    assert lines[0] == f"{path}: kept 3 records; {dropped}: invalid JSON: Expecting value at column 1"
-    assert re.fullmatch(
-        re.escape(f"{path}: the original is kept as {path}.broken-") + r"\d{8}T\d{6}Z", lines[1]
-    )
-    again = run_cli("repair", str(path))
-    assert (again.returncode, again.stdout) == (0, f"{path}: valid, nothing to repair (3 records)\n")
-    assert run_cli("validate", str(path)).returncode == 0
-    path.write_bytes(b"garbage\n")
-    hopeless = run_cli("repair", str(path))
-    assert hopeless.returncode == 1 and hopeless.stderr.startswith(f"{path}:1: invalid JSON")
-    missing = run_cli("repair", str(tmp_path / "missing"))
-    assert missing.returncode == 1 and "No such file" in missing.stderr
-
-
-# ---------------------------------------------------------------------------- fork, redaction
-
-
-if sys.platform != "win32":  # os.fork is POSIX
-
-    def test_a_forked_child_cannot_write_through_the_parents_handle(tmp_path: Path) -> None:
-        path = tmp_path / "s.jsonl"
-        with session.create(path) as s, s.begin_run() as run:
-            run.record(Event("turn_start", turn_index=1))
-            pid = os.fork()
-            if pid == 0:  # the child: every write must fail, and close must not unlock
-                status = 0
-                for call in (
-                    lambda: run.record(Event("turn_start", turn_index=99)),
-                    s.sync,
-                    run.close,
-                    s.close,
-                ):
-                    try:
-                        call()
-                        status = 1
-                    except RecordingError as exc:
-                        status |= 0 if "belongs to process" in str(exc) else 2
-                os._exit(status)
-            _, status = os.waitpid(pid, 0)
-            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-            with pytest.raises(session.LockedError):  # the child's close released nothing
-                session.open(path)
-            run.record(Event("turn_start", turn_index=2))
-        assert [r.data.get("turn_index") for r in records(path) if r.type == "turn_start"] == [1, 2]
-
-
 def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
     sys.path.insert(0, str(HERE / "examples"))
     try:
@@ -2172,319 +2061,6 @@ def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
         assert json.dumps(secret)[1:-1].encode() not in blob
     assert blob.count(b"[REDACTED]") == len(secrets) + 2
     assert b'"out":"x [REDACTED] y"' in blob
-
-
-# ---------------------------------------------------------------------------- reliability: power loss
-# Sessions are recorded through a layer that logs every write, cut and fsync reaching the file.
-# From that log come the disk states a power cut may leave: everything up to the last completed
-# fsync intact; after it, any prefix of the later writes, the file's size possibly updated
-# before its data, so that any 512-byte sector of the unsynced region holds the data, zeros or
-# garbage.  For each state, open either succeeds with every synced record intact, or raises
-# FormatError and changes nothing; then repair recovers every synced record.
-
-
-class DiskLog:
-    """The writes (offset, bytes), cuts and syncs that reach one file, in order."""
-
-    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.ops: List[Any] = []
-        real_write, real_fsync, real_truncate = os.write, os.fsync, os.ftruncate
-
-        def ours(fd: int) -> bool:
-            try:
-                mine, target = os.fstat(fd), os.stat(path)
-            except OSError:
-                return False
-            return (mine.st_dev, mine.st_ino) == (target.st_dev, target.st_ino)
-
-        def write(fd: int, data: bytes) -> int:
-            offset = os.fstat(fd).st_size  # the file is opened O_APPEND
-            done = real_write(fd, data)
-            if ours(fd):
-                self.ops.append(("write", offset, bytes(data)[:done]))
-            return done
-
-        def fsync(fd: int) -> None:
-            real_fsync(fd)
-            if ours(fd):
-                self.ops.append(("sync",))
-
-        def ftruncate(fd: int, size: int) -> None:
-            real_truncate(fd, size)
-            if ours(fd):
-                self.ops.append(("cut", size))
-
-        monkeypatch.setattr(os, "write", write)
-        monkeypatch.setattr(os, "fsync", fsync)
-        monkeypatch.setattr(os, "ftruncate", ftruncate)
-
-
-def crash_images(ops: List[Any], rng: random.Random, variants: int) -> Any:
-    """(synced bytes, what a power cut after each logged operation may leave on disk)."""
-    image = bytearray()
-    synced = b""
-    for op in ops:
-        if op[0] == "write":
-            assert op[1] == len(image)
-            image += op[2]
-        elif op[0] == "cut":
-            del image[op[1] :]
-        else:
-            synced = bytes(image)
-            continue
-        if not synced:
-            continue  # create has not returned yet: there is no session to lose
-        assert image.startswith(synced)
-        later = bytes(image[len(synced) :])
-        for _ in range(variants):
-            yield synced, synced + torn(later, len(synced), rng)
-
-
-def torn(later: bytes, start: int, rng: random.Random) -> bytes:
-    """Any prefix of *later*, whose 512-byte sectors (aligned in the file) may be lost."""
-    data = bytearray(later[: rng.choice([0, len(later), rng.randint(0, len(later))])])
-    sector = start - start % 512
-    while sector < start + len(data):
-        lo, hi = max(sector, start) - start, min(sector + 512, start + len(data)) - start
-        fate = rng.choices(["kept", "zeros", "garbage"], [5, 3, 2])[0]
-        if fate == "zeros":
-            data[lo:hi] = bytes(hi - lo)
-        elif fate == "garbage":
-            data[lo:hi] = rng.randbytes(hi - lo) if hasattr(rng, "randbytes") else os.urandom(hi - lo)
-        sector += 512
-    return bytes(data)
-
-
-def record_scenarios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, List[Any]]:
-    """Realistic sessions, each with its operation log."""
-    logs: Dict[str, List[Any]] = {}
-    sys.path.insert(0, str(HERE / "examples"))
-    try:
-        import agent_loop
-    finally:
-        sys.path.remove(str(HERE / "examples"))
-
-    path = tmp_path / "example.jsonl"
-    logs["example agent loop, two runs"] = DiskLog(path, monkeypatch).ops
-    with contextlib.redirect_stdout(io.StringIO()):
-        agent_loop.main([str(path)])
-    monkeypatch.undo()
-
-    path = tmp_path / "heavy.jsonl"
-    logs["large tool results"] = DiskLog(path, monkeypatch).ops
-    rng = random.Random(7)
-    with session.create(path) as s:
-        for _ in range(2):
-            with s.begin_run() as run:
-                for i in range(30):
-                    size = rng.choice([100, 3000, 40000])
-                    run.record(Event("tool_exec_end", execution=TOOL, result={"i": i, "out": "é" * size}))
-                    if i % 7 == 6:
-                        run.save_checkpoint({"i": i})
-    monkeypatch.undo()
-
-    path = tmp_path / "failing.jsonl"
-    log = DiskLog(path, monkeypatch)
-    logs["a failed write, then reopened"] = log.ops
-    s = session.create(path)
-    run = s.begin_run()
-    for i in range(10):
-        run.record(Event("turn_start", turn_index=i))
-    run.save_checkpoint({"i": 10})
-    logged_write = os.write
-    monkeypatch.setattr(os, "write", lambda fd, data: logged_write(fd, bytes(data)[:50]) and 1 / 0)
-    with pytest.raises(RecordingError):
-        run.record(Event("tool_exec_end", execution=TOOL, result="x" * 2000))
-    monkeypatch.setattr(os, "write", logged_write)
-    with pytest.raises(RecordingError):
-        s.close()
-    with session.open(path) as s, s.begin_run() as run:
-        for i in range(10):
-            run.record(Event("turn_start", turn_index=i))
-    monkeypatch.undo()
-    return logs
-
-
-def test_reliability_power_loss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    logs = record_scenarios(tmp_path, monkeypatch)
-    rng = random.Random(2026)
-    path = tmp_path / "state.jsonl"
-    states = opened = repaired = synced_records = 0
-    for scenario, ops in logs.items():
-        for synced, image in crash_images(ops, rng, variants=4):
-            states += 1
-            synced_records = max(synced_records, synced.count(b"\n"))
-            path.write_bytes(image)
-            try:
-                session.open(path).close()
-            except FormatError:
-                assert path.read_bytes() == image, scenario  # a failed open changes nothing
-                result = session.repair(path)
-                assert result.kept_records >= synced.count(b"\n"), scenario
-                assert result.backup_path is not None and Path(result.backup_path).read_bytes() == image
-                Path(result.backup_path).unlink()
-                session.open(path).close()
-                repaired += 1
-            else:
-                opened += 1
-            assert path.read_bytes().startswith(synced), scenario  # every synced record, byte for byte
-    print(f"power loss: {states} states; {opened} opened, {repaired} repaired; 0 synced records lost")
-    assert states > 600 and opened > 100 and repaired > 100
-
-
-# ---------------------------------------------------------------------------- reliability: fuzzing
-# Valid files, mutated the ways damage and malice mutate them, go through read, open, validate
-# and repair: only FormatError and CodecError may escape, a failed open changes nothing, and an
-# accepted file is consistent.
-
-FUZZ_MAX_LINE = 1 << 16
-
-
-@functools.lru_cache(maxsize=None)
-def fuzz_base() -> bytes:
-    with tempfile.TemporaryDirectory() as scratch:
-        path = sample_file(Path(scratch) / "base.jsonl")
-        with session.open(path) as s, s.begin_run() as run:
-            run.record(full_event("model_request", error=None))
-            run.record(full_event("tool_exec_end", result={"n": [1.5, -2, True, None, "\\u00e9"]}))
-        return path.read_bytes()
-
-
-POSITION = st.integers(min_value=0, max_value=10**6)
-MUTATION = st.one_of(
-    st.tuples(st.just("flip"), POSITION, st.integers(0, 7)),
-    st.tuples(st.just("insert"), POSITION, st.binary(min_size=1, max_size=12)),
-    st.tuples(st.just("delete"), POSITION, st.integers(1, 80)),
-    st.tuples(st.just("duplicate line"), POSITION),
-    st.tuples(st.just("drop line"), POSITION),
-    st.tuples(st.just("swap lines"), POSITION, POSITION),
-    st.tuples(st.just("NUL run"), POSITION, st.integers(1, 3000)),
-    st.tuples(st.just("deep nesting"), POSITION, st.integers(1, 50_000)),
-    st.tuples(
-        st.just("invalid UTF-8"), POSITION, st.sampled_from([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf4\x90"])
-    ),
-    st.tuples(st.just("lone surrogate"), POSITION, st.sampled_from(['"\\ud800"', '"\\udfff x"'])),
-    st.tuples(st.just("NaN"), POSITION, st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999"])),
-    st.tuples(st.just("huge line"), POSITION),
-)
-
-
-def mutate(blob: bytes, mutation: Tuple[Any, ...]) -> bytes:
-    kind, at, *rest = mutation
-    extra: Any = rest[0] if rest else None
-    lines = blob.split(b"\n")
-    pos = at % (len(blob) + 1)
-    row = at % len(lines)
-    if kind == "flip" and blob:
-        pos %= len(blob)
-        return blob[:pos] + bytes([blob[pos] ^ (1 << extra)]) + blob[pos + 1 :]
-    if kind in ("insert", "invalid UTF-8"):
-        return blob[:pos] + bytes(extra) + blob[pos:]
-    if kind == "delete":
-        return blob[:pos] + blob[pos + extra :]
-    if kind == "duplicate line":
-        return b"\n".join([*lines[: row + 1], lines[row], *lines[row + 1 :]])
-    if kind == "drop line":
-        return b"\n".join(lines[:row] + lines[row + 1 :])
-    if kind == "swap lines":
-        other = extra % len(lines)
-        lines[row], lines[other] = lines[other], lines[row]
-        return b"\n".join(lines)
-    if kind == "NUL run":
-        size: int = extra
-        return blob[:pos] + b"\x00" * size + blob[pos + size :]
-    if kind == "deep nesting":
-        lines[row] = b'{"session_id":' + b"[" * extra + b"]" * extra + b"}"
-        return b"\n".join(lines)
-    if kind in ("lone surrogate", "NaN"):  # in place of the first value after a colon
-        colon = blob.find(b":", pos)
-        end = min((i for i in (blob.find(b",", colon), blob.find(b"}", colon)) if i > 0), default=-1)
-        return blob if colon < 0 or end < 0 else blob[: colon + 1] + extra.encode() + blob[end:]
-    lines[row] = b'{"x":"' + b"y" * (FUZZ_MAX_LINE + 10) + b'"}'  # huge line
-    return b"\n".join(lines)
-
-
-def check_consistent(path: Path) -> int:
-    """An accepted file reads the same twice, its values decode or fail cleanly; its records."""
-    first = records(path)
-    assert [r.seq for r in first] == list(range(1, len(first) + 1))
-    assert [r.offset for r in first] == sorted(r.offset for r in first)
-    assert records(path) == first
-    for record in first:
-        try:
-            view = EventData.from_record(record)
-            _ = record.ref
-            JSONCodec().decode([view.message, view.partial_message, view.context_items, view.compaction])
-        except (FormatError, CodecError):
-            pass
-    return len(first)
-
-
-FUZZ_CASES = 400
-
-
-@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
-@hypothesis.given(st.lists(MUTATION, min_size=1, max_size=4))
-def test_reliability_fuzz_mutated_files(mutations: List[Any]) -> None:
-    blob = fuzz_base()
-    for mutation in mutations:
-        blob = mutate(blob, mutation)
-    with tempfile.TemporaryDirectory() as scratch:
-        path = Path(scratch) / "fuzz.jsonl"
-        path.write_bytes(blob)
-        try:
-            accepted = session.read(path, lambda r: None, max_line_bytes=FUZZ_MAX_LINE)
-        except FormatError:
-            accepted = None
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = session.main(["validate", "--json", "--max-line-bytes", str(FUZZ_MAX_LINE), str(path)])
-        assert status == (0 if accepted else 1) and json.loads(out.getvalue())["ok"] is bool(accepted)
-        if accepted:
-            check_consistent(path)
-        try:
-            with session.open(path, max_line_bytes=FUZZ_MAX_LINE) as s, s.begin_run() as run:
-                run.record(Event("turn_start"))
-        except FormatError:
-            assert accepted is None and path.read_bytes() == blob  # a failed open changes nothing
-            unrepairable: Optional[FormatError] = None
-            try:
-                result = session.repair(path, max_line_bytes=FUZZ_MAX_LINE)
-            except FormatError as exc:
-                unrepairable = exc
-            if unrepairable is not None:  # a bad first line, or a line too long to judge
-                assert unrepairable.line == 1 or "not cut" in unrepairable.reason
-                assert path.read_bytes() == blob
-                return
-            assert result.error is not None and path.read_bytes() == blob[: result.error.offset]
-            assert check_consistent(path) == result.kept_records
-        else:
-            assert accepted is not None and check_consistent(path) == accepted.records + 3
-
-
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.dictionaries(
-            st.sampled_from(["$type", "value", "$object", "role", "content", "timestamp"]) | st.text(),
-            inner,
-            max_size=4,
-        )
-    ),
-    max_leaves=20,
-)
-
-
-@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
-@hypothesis.given(JSON_VALUES)
-def test_reliability_fuzz_codec_and_event_data(value: Any) -> None:
-    with contextlib.suppress(CodecError):
-        JSONCodec().decode(value)
-    data = value if isinstance(value, dict) else {"execution": value, "retry": value, "summary": value}
-    with contextlib.suppress(FormatError):
-        EventData.from_record(session.Record(SID, 3, "x", "t", RID, data, 0))
-    assert JSONCodec().decode(JSONCodec().encode(value)) == value  # plain JSON round-trips
 
 
 # ---------------------------------------------------------------------------- analysis
@@ -2810,139 +2386,152 @@ def test_many_sessions_with_duckdb(tmp_path: Path) -> None:
     assert failed == [(s.session_id, run.run_id, "t1", "rm", "disk full")]
 
 
-# ---------------------------------------------------------------------------- found while tuning
-
-
-def test_ids_are_uuid4_hex(tmp_path: Path) -> None:
-    import uuid
-
-    with session.create(tmp_path / "s.jsonl") as s, s.begin_run() as run:
-        ids = [s.session_id, run.run_id]
-    for value in ids + [session._new_id() for _ in range(50)]:
-        assert (
-            re.fullmatch(ID, value)
-            and uuid.UUID(hex=value).version == 4
-            and uuid.UUID(hex=value).hex == value
-        )
-
-
-def test_time_stamps_stay_right_when_seconds_and_offsets_alternate(tmp_path: Path) -> None:
-    plus = dt.timezone(dt.timedelta(hours=5, minutes=30))
-    minus = dt.timezone(dt.timedelta(hours=-8))
-    moments = [
-        T0,
-        T0 + dt.timedelta(seconds=1),
-        T0.astimezone(plus),
-        T0,
-        T0.astimezone(minus),
-        T0.replace(microsecond=0),
-    ]
-    objs = recorded(tmp_path, *(Event("turn_start", timestamp=m) for m in moments))
-    assert [o["time"] for o in objs] == [
-        "2026-12-02T09:27:36.123456Z",
-        "2026-12-02T09:27:37.123456Z",
-        "2026-12-02T09:27:36.123456Z",
-        "2026-12-02T09:27:36.123456Z",
-        "2026-12-02T09:27:36.123456Z",
-        "2026-12-02T09:27:36.000000Z",
-    ]
-    codec = JSONCodec()
-    assert [codec.encode(m) for m in moments[2:5]] == [
-        "2026-12-02T14:57:36.123456+05:30",
-        "2026-12-02T09:27:36.123456Z",
-        "2026-12-02T01:27:36.123456-08:00",
-    ]
-    assert [codec.decode(codec.encode(Message("u", [], timestamp=m))).timestamp for m in moments] == moments
-
-
-def test_encoding_shares_unchanged_values_and_never_changes_its_input() -> None:
-    codec = JSONCodec()
-    plain = {"a": [1, {"b": "c"}], "d": None}
-    assert codec.encode(plain) is plain  # nothing to change: nothing copied
-    mixed = {"a": [1, (2, 3)], "at": T0, "keep": {"x": 1}}
-    encoded = codec.encode(mixed)
-    assert encoded == {"a": [1, [2, 3]], "at": "2026-12-02T09:27:36.123456Z", "keep": {"x": 1}}
-    assert mixed == {"a": [1, (2, 3)], "at": T0, "keep": {"x": 1}} and encoded["keep"] is mixed["keep"]
-
-
-# ---------------------------------------------------------------------------- found in the second review
-
-
-def test_a_codec_or_redactor_calling_its_session_fails_instead_of_hanging(tmp_path: Path) -> None:
-    holder: List[session.Session] = []
-
-    def redact(data: Dict[str, Any]) -> Dict[str, Any]:
-        holder[0].sync()
-        return data
-
-    s = session.create(tmp_path / "a.jsonl", redact=redact)
-    holder.append(s)
-    run = s.begin_run()
-    with pytest.raises(RecordingError) as info:
-        run.record(Event("turn_start"))
-    assert isinstance(info.value.__cause__, RuntimeError) and "must not use its session" in str(
-        info.value.__cause__
+def test_summary_of_values_too_deep_or_long_to_print(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("agent_end", error="x"))
+    blob = path.read_bytes().replace(
+        b'"error":{"message":"x"}', b'"error":{"message":"x","deep":' + b"[" * 600 + b"]" * 600 + b"}"
     )
-    with pytest.raises(RecordingError):
-        s.close()
-
-    class Calling:
-        def encode(self, value: Any) -> Any:
-            other.load_checkpoint()
-            return value
-
-        def decode(self, value: Any) -> Any:
-            return value
-
-    other = session.create(tmp_path / "b.jsonl", Calling())
-    with pytest.raises(RecordingError):
-        other.begin_run().save_checkpoint(1)
-    with pytest.raises(RecordingError):
-        other.close()
+    path.write_bytes(blob)
+    assert run_cli("validate", str(path)).returncode == 0
+    done = run_cli("summary", "--json", str(path))
+    assert "Traceback" not in done.stderr
+    if done.returncode:
+        assert json.loads(done.stdout)["error"].startswith("cannot print the summary")
 
 
-if sys.platform != "win32":  # os.fork is POSIX
-
-    def test_a_forked_child_does_not_keep_the_file_locked(tmp_path: Path) -> None:
-        path = tmp_path / "s.jsonl"
-        s = session.create(path)
-        closed_before = session.create(tmp_path / "other.jsonl")
-        closed_before.close()
-        s.begin_run().record(Event("turn_start"))
-        parent_reads, child_ready = os.pipe()
-        child_waits, parent_done = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # a long-lived worker, as a fork pool keeps
-            closed_before.close()  # closed before the fork: still just closed
-            os.write(child_ready, b"x")  # running: the at-fork hook has let go of the file
-            os.read(child_waits, 1)
-            os._exit(0)
-        os.read(parent_reads, 1)
-        try:
-            s.close()
-            with session.open(path) as again:  # the child's copy of the descriptor is gone
-                again.begin_run().record(Event("turn_start"))
-        finally:
-            os.write(parent_done, b"x")
-            _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-        assert [r.type for r in records(path)].count("turn_start") == 2
+def test_analysis_errors_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line_obj(3, "agent_end", data={"summary": "x"})]))
+    with pytest.raises(FormatError) as info:
+        session.summarize(path)
+    assert (info.value.path, info.value.line) == (str(path), 3)
 
 
-def test_a_failed_close_is_a_recording_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = session.create(tmp_path / "s.jsonl")
-    real_close = os.close
+# ---------------------------------------------------------------------------- repair
 
-    def close(fd: int) -> None:
-        real_close(fd)
-        raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "close", close)
-    with pytest.raises(RecordingError, match="cannot close"):
-        s.close()
+def damaged(tmp_path: Path, garbage: bytes = b"\x00" * 700, tail: bytes = b"") -> tuple:  # type: ignore[type-arg]
+    """A sample file with *garbage* over its fourth line onward, as a power cut leaves it;
+    (path, the good prefix, the whole damaged content)."""
+    path = sample_file(tmp_path / "s.jsonl")
+    blob = path.read_bytes()
+    cut = offsets(blob)[3]
+    bad = blob[:cut] + garbage + b"\n" + blob[cut + len(garbage) + 1 :] + tail
+    path.write_bytes(bad)
+    return path, blob[:cut], bad
+
+
+def test_repair_keeps_the_good_records_and_a_backup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, good, bad = damaged(tmp_path, tail=b'{"torn')
+    with pytest.raises(FormatError):
+        session.open(path)
+    spy = FsyncSpy(monkeypatch)
+    result = session.repair(path)
+    assert spy.calls == (2 if os.name == "nt" else 4)  # the copy, the cut, and their directory
+    assert (result.kept_records, result.dropped_bytes) == (3, len(bad) - len(good))
+    assert result.error is not None and (result.error.line, result.error.offset) == (4, len(good))
+    assert "invalid JSON" in result.error.reason
+    assert result.backup_path is not None and re.fullmatch(
+        re.escape(str(path)) + r"\.broken-\d{8}T\d{6}Z", result.backup_path
+    )
+    backup = Path(result.backup_path)
+    assert backup.read_bytes() == bad
+    if os.name == "posix":
+        assert stat.S_IMODE(backup.stat().st_mode) == 0o600
+    assert path.read_bytes() == good
+    with session.open(path) as s, s.begin_run() as run:  # and recording goes on
+        run.record(Event("turn_start"))
+    assert [r.seq for r in records(path)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_repair_leaves_a_valid_file_alone(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    with path.open("ab") as f:
+        f.write(b'{"unfinished')
+    before = path.read_bytes()
+    result = session.repair(path)
+    assert result == session.RepairResult(records_count(path), 0, None, None)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
+
+
+def test_repair_never_overwrites_a_backup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz: Optional[dt.tzinfo] = None) -> Frozen:
+            return cls(2026, 12, 2, 9, 0, 0, tzinfo=UTC)
+
+    path, _, bad = damaged(tmp_path)
+    monkeypatch.setattr(session, "datetime", Frozen)  # for the backup's name only
+    backups = []
+    for n in range(3):
+        path.write_bytes(bad + b"#" * n)
+        result = session.repair(path)
+        assert result.backup_path is not None
+        backups.append(result.backup_path)
+    stamp = f"{path}.broken-20261202T090000Z"
+    assert backups == [stamp, stamp + "-2", stamp + "-3"]
+    assert [Path(b).read_bytes() for b in backups] == [bad, bad + b"#", bad + b"##"]
+
+
+def test_repair_refuses_a_bad_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\x00" * 100 + b"\n" + blob_of([START]))
+    with pytest.raises(FormatError) as info:
+        session.repair(path)
+    assert info.value.line == 1
+    assert path.read_bytes() == b"\x00" * 100 + b"\n" + blob_of([START])
+    assert [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
+
+
+def test_repair_takes_the_writers_lock(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    with session.open(path), pytest.raises(session.LockedError):
+        session.repair(path)
+
+
+def test_repair_does_not_cut_a_line_only_for_its_length(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    blob = blob_of([HEAD, START, line_obj(3, data={"x": "y" * 5000}), line_obj(4)])
+    path.write_bytes(blob)
+    with pytest.raises(FormatError, match="not cut: repair with a larger max_line_bytes") as info:
+        session.repair(path, max_line_bytes=1000)
+    assert (info.value.line, info.value.offset) == (3, offsets(blob)[2])
+    assert path.read_bytes() == blob and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
+    assert session.repair(path).error is None  # with room for it, the line is a good one
+    garbage = blob.replace(b'"x":"yyy', b'"x":\x00yy')
+    path.write_bytes(garbage)
+    assert session.repair(path).kept_records == 2 and path.read_bytes() == blob[: offsets(blob)[2]]
+
+
+def test_a_failed_backup_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _, bad = damaged(tmp_path)
+    failing_write(monkeypatch)
+    with pytest.raises(OSError, match="No space"):
+        session.repair(path)
     monkeypatch.undo()
-    with pytest.raises(RecordingError):
-        s.close()
+    assert path.read_bytes() == bad and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
+
+
+def test_repair_command(tmp_path: Path) -> None:
+    path, good, bad = damaged(tmp_path)
+    done = run_cli("repair", str(path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    dropped = f"dropped {len(bad) - len(good)} bytes from line 4 (offset {len(good)})"
+    assert lines[0] == f"{path}: kept 3 records; {dropped}: invalid JSON: Expecting value at column 1"
+    assert re.fullmatch(
+        re.escape(f"{path}: the original is kept as {path}.broken-") + r"\d{8}T\d{6}Z", lines[1]
+    )
+    again = run_cli("repair", str(path))
+    assert (again.returncode, again.stdout) == (0, f"{path}: valid, nothing to repair (3 records)\n")
+    assert run_cli("validate", str(path)).returncode == 0
+    path.write_bytes(b"garbage\n")
+    hopeless = run_cli("repair", str(path))
+    assert hopeless.returncode == 1 and hopeless.stderr.startswith(f"{path}:1: invalid JSON")
+    missing = run_cli("repair", str(tmp_path / "missing"))
+    assert missing.returncode == 1 and "No such file" in missing.stderr
 
 
 def test_repair_refuses_a_file_that_changes_while_copied(
@@ -2961,6 +2550,115 @@ def test_repair_refuses_a_file_that_changes_while_copied(
     with pytest.raises(RecordingError, match="changed while it was copied; nothing was cut"):
         session.repair(path)
     assert path.read_bytes() == bad + b"more\n"
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def test_validate_reports_a_valid_file(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    with path.open("ab") as f:
+        f.write(b'{"torn')
+    done = run_cli("validate", str(path))
+    n = records_count(path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (
+        done.stdout
+        == f"{path}: ok, {n} records, 2 runs (0 incomplete), 2 checkpoints, ignored 6-byte unfinished tail\n"
+    )
+
+
+def test_validate_reports_every_file_and_fails_if_any_fails(tmp_path: Path) -> None:
+    good = sample_file(tmp_path / "good.jsonl", runs=1)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(good.read_bytes().replace(b'"seq":4,', b'"seq":9,'))
+    missing = tmp_path / "missing.jsonl"
+    done = run_cli("validate", str(bad), str(missing), str(good))
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"{bad}:4: seq 4 expected, found 9",
+        f"{missing}: No such file or directory",
+    ]
+    assert done.stdout.startswith(f"{good}: ok, ")
+
+
+def test_validate_json_output(tmp_path: Path) -> None:
+    good = sample_file(tmp_path / "good.jsonl", runs=1)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(good.read_bytes()[:300] + b"\x00" * 10 + b"\n")
+    done = run_cli("validate", "--json", str(good), str(bad), str(tmp_path))
+    assert done.returncode == 1 and done.stderr == ""
+    first, second, third = map(json.loads, done.stdout.splitlines())
+    result = session.read(good, lambda r: None)
+    assert first == {
+        "file": str(good),
+        "ok": True,
+        "session_id": result.session_id,
+        "records": result.records,
+        "runs": 1,
+        "incomplete_runs": 0,
+        "checkpoints": 1,
+        "complete_bytes": result.complete_bytes,
+        "tail_bytes": 0,
+    }
+    with pytest.raises(FormatError) as info:
+        session.read(bad, lambda r: None)
+    err = info.value
+    assert second == {
+        "file": str(bad),
+        "ok": False,
+        "line": err.line,
+        "offset": err.offset,
+        "error": err.reason,
+    }
+    assert third["ok"] is False and third["line"] is None and third["error"]
+
+
+def test_usage_errors_exit_2() -> None:
+    assert run_cli().returncode == 2
+    assert run_cli("validate").returncode == 2
+    assert run_cli("frobnicate", "x").returncode == 2
+    assert run_cli("validate", "--nope", "x").returncode == 2
+
+
+def test_main_returns_the_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    assert session.main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(f"{path}: ok")
+
+
+def test_a_lone_copy_runs_isolated(tmp_path: Path) -> None:
+    lone = tmp_path / "elsewhere"
+    lone.mkdir()
+    shutil.copy(MODULE, lone / "session.py")
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(lone / "session.py"), "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.startswith(f"{path}: ok, ")
+    module = subprocess.run(
+        [sys.executable, "-S", "-m", "session", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=lone,
+        timeout=60,
+    )
+    assert module.returncode == 0, module.stderr
+
+
+def test_validate_works_without_docstrings(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    done = subprocess.run(
+        [sys.executable, "-OO", str(MODULE), "validate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.startswith(f"{path}: ok")
 
 
 def test_commands_print_lone_surrogates_as_escapes(tmp_path: Path) -> None:
@@ -2983,24 +2681,314 @@ def test_commands_print_lone_surrogates_as_escapes(tmp_path: Path) -> None:
     assert "error: bad \\udc80" in output("summary")
 
 
-def test_summary_of_values_too_deep_or_long_to_print(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    with session.create(path) as s, s.begin_run() as run:
-        run.record(Event("agent_end", error="x"))
-    blob = path.read_bytes().replace(
-        b'"error":{"message":"x"}', b'"error":{"message":"x","deep":' + b"[" * 600 + b"]" * 600 + b"}"
-    )
-    path.write_bytes(blob)
-    assert run_cli("validate", str(path)).returncode == 0
-    done = run_cli("summary", "--json", str(path))
-    assert "Traceback" not in done.stderr
-    if done.returncode:
-        assert json.loads(done.stdout)["error"].startswith("cannot print the summary")
+# ---------------------------------------------------------------------------- reliability: power loss
+# Sessions are recorded through a layer that logs every write, cut and fsync reaching the file.
+# From that log come the disk states a power cut may leave: everything up to the last completed
+# fsync intact; after it, any prefix of the later writes, the file's size possibly updated
+# before its data, so that any 512-byte sector of the unsynced region holds the data, zeros or
+# garbage.  For each state, open either succeeds with every synced record intact, or raises
+# FormatError and changes nothing; then repair recovers every synced record.
 
 
-def test_analysis_errors_name_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    path.write_bytes(blob_of([HEAD, START, line_obj(3, "agent_end", data={"summary": "x"})]))
-    with pytest.raises(FormatError) as info:
-        session.summarize(path)
-    assert (info.value.path, info.value.line) == (str(path), 3)
+class DiskLog:
+    """The writes (offset, bytes), cuts and syncs that reach one file, in order."""
+
+    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ops: List[Any] = []
+        real_write, real_fsync, real_truncate = os.write, os.fsync, os.ftruncate
+
+        def ours(fd: int) -> bool:
+            try:
+                mine, target = os.fstat(fd), os.stat(path)
+            except OSError:
+                return False
+            return (mine.st_dev, mine.st_ino) == (target.st_dev, target.st_ino)
+
+        def write(fd: int, data: bytes) -> int:
+            offset = os.fstat(fd).st_size  # the file is opened O_APPEND
+            done = real_write(fd, data)
+            if ours(fd):
+                self.ops.append(("write", offset, bytes(data)[:done]))
+            return done
+
+        def fsync(fd: int) -> None:
+            real_fsync(fd)
+            if ours(fd):
+                self.ops.append(("sync",))
+
+        def ftruncate(fd: int, size: int) -> None:
+            real_truncate(fd, size)
+            if ours(fd):
+                self.ops.append(("cut", size))
+
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "ftruncate", ftruncate)
+
+
+def crash_images(ops: List[Any], rng: random.Random, variants: int) -> Any:
+    """(synced bytes, what a power cut after each logged operation may leave on disk)."""
+    image = bytearray()
+    synced = b""
+    for op in ops:
+        if op[0] == "write":
+            assert op[1] == len(image)
+            image += op[2]
+        elif op[0] == "cut":
+            del image[op[1] :]
+        else:
+            synced = bytes(image)
+            continue
+        if not synced:
+            continue  # create has not returned yet: there is no session to lose
+        assert image.startswith(synced)
+        later = bytes(image[len(synced) :])
+        for _ in range(variants):
+            yield synced, synced + torn(later, len(synced), rng)
+
+
+def torn(later: bytes, start: int, rng: random.Random) -> bytes:
+    """Any prefix of *later*, whose 512-byte sectors (aligned in the file) may be lost."""
+    data = bytearray(later[: rng.choice([0, len(later), rng.randint(0, len(later))])])
+    sector = start - start % 512
+    while sector < start + len(data):
+        lo, hi = max(sector, start) - start, min(sector + 512, start + len(data)) - start
+        fate = rng.choices(["kept", "zeros", "garbage"], [5, 3, 2])[0]
+        if fate == "zeros":
+            data[lo:hi] = bytes(hi - lo)
+        elif fate == "garbage":
+            data[lo:hi] = rng.randbytes(hi - lo) if hasattr(rng, "randbytes") else os.urandom(hi - lo)
+        sector += 512
+    return bytes(data)
+
+
+def record_scenarios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, List[Any]]:
+    """Realistic sessions, each with its operation log."""
+    logs: Dict[str, List[Any]] = {}
+    sys.path.insert(0, str(HERE / "examples"))
+    try:
+        import agent_loop
+    finally:
+        sys.path.remove(str(HERE / "examples"))
+
+    path = tmp_path / "example.jsonl"
+    logs["example agent loop, two runs"] = DiskLog(path, monkeypatch).ops
+    with contextlib.redirect_stdout(io.StringIO()):
+        agent_loop.main([str(path)])
+    monkeypatch.undo()
+
+    path = tmp_path / "heavy.jsonl"
+    logs["large tool results"] = DiskLog(path, monkeypatch).ops
+    rng = random.Random(7)
+    with session.create(path) as s:
+        for _ in range(2):
+            with s.begin_run() as run:
+                for i in range(30):
+                    size = rng.choice([100, 3000, 40000])
+                    run.record(Event("tool_exec_end", execution=TOOL, result={"i": i, "out": "é" * size}))
+                    if i % 7 == 6:
+                        run.save_checkpoint({"i": i})
+    monkeypatch.undo()
+
+    path = tmp_path / "failing.jsonl"
+    log = DiskLog(path, monkeypatch)
+    logs["a failed write, then reopened"] = log.ops
+    s = session.create(path)
+    run = s.begin_run()
+    for i in range(10):
+        run.record(Event("turn_start", turn_index=i))
+    run.save_checkpoint({"i": 10})
+    logged_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: logged_write(fd, bytes(data)[:50]) and 1 / 0)
+    with pytest.raises(RecordingError):
+        run.record(Event("tool_exec_end", execution=TOOL, result="x" * 2000))
+    monkeypatch.setattr(os, "write", logged_write)
+    with pytest.raises(RecordingError):
+        s.close()
+    with session.open(path) as s, s.begin_run() as run:
+        for i in range(10):
+            run.record(Event("turn_start", turn_index=i))
+    monkeypatch.undo()
+    return logs
+
+
+def test_reliability_power_loss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = record_scenarios(tmp_path, monkeypatch)
+    rng = random.Random(2026)
+    path = tmp_path / "state.jsonl"
+    states = opened = repaired = synced_records = 0
+    for scenario, ops in logs.items():
+        for synced, image in crash_images(ops, rng, variants=4):
+            states += 1
+            synced_records = max(synced_records, synced.count(b"\n"))
+            path.write_bytes(image)
+            try:
+                session.open(path).close()
+            except FormatError:
+                assert path.read_bytes() == image, scenario  # a failed open changes nothing
+                result = session.repair(path)
+                assert result.kept_records >= synced.count(b"\n"), scenario
+                assert result.backup_path is not None and Path(result.backup_path).read_bytes() == image
+                Path(result.backup_path).unlink()
+                session.open(path).close()
+                repaired += 1
+            else:
+                opened += 1
+            assert path.read_bytes().startswith(synced), scenario  # every synced record, byte for byte
+    print(f"power loss: {states} states; {opened} opened, {repaired} repaired; 0 synced records lost")
+    assert states > 600 and opened > 100 and repaired > 100
+
+
+# ---------------------------------------------------------------------------- reliability: fuzzing
+# Valid files, mutated the ways damage and malice mutate them, go through read, open, validate
+# and repair: only FormatError and CodecError may escape, a failed open changes nothing, and an
+# accepted file is consistent.
+
+FUZZ_MAX_LINE = 1 << 16
+
+
+@functools.lru_cache(maxsize=None)
+def fuzz_base() -> bytes:
+    with tempfile.TemporaryDirectory() as scratch:
+        path = sample_file(Path(scratch) / "base.jsonl")
+        with session.open(path) as s, s.begin_run() as run:
+            run.record(full_event("model_request", error=None))
+            run.record(full_event("tool_exec_end", result={"n": [1.5, -2, True, None, "\\u00e9"]}))
+        return path.read_bytes()
+
+
+POSITION = st.integers(min_value=0, max_value=10**6)
+MUTATION = st.one_of(
+    st.tuples(st.just("flip"), POSITION, st.integers(0, 7)),
+    st.tuples(st.just("insert"), POSITION, st.binary(min_size=1, max_size=12)),
+    st.tuples(st.just("delete"), POSITION, st.integers(1, 80)),
+    st.tuples(st.just("duplicate line"), POSITION),
+    st.tuples(st.just("drop line"), POSITION),
+    st.tuples(st.just("swap lines"), POSITION, POSITION),
+    st.tuples(st.just("NUL run"), POSITION, st.integers(1, 3000)),
+    st.tuples(st.just("deep nesting"), POSITION, st.integers(1, 50_000)),
+    st.tuples(
+        st.just("invalid UTF-8"), POSITION, st.sampled_from([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf4\x90"])
+    ),
+    st.tuples(st.just("lone surrogate"), POSITION, st.sampled_from(['"\\ud800"', '"\\udfff x"'])),
+    st.tuples(st.just("NaN"), POSITION, st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999"])),
+    st.tuples(st.just("huge line"), POSITION),
+)
+
+
+def mutate(blob: bytes, mutation: Tuple[Any, ...]) -> bytes:
+    kind, at, *rest = mutation
+    extra: Any = rest[0] if rest else None
+    lines = blob.split(b"\n")
+    pos = at % (len(blob) + 1)
+    row = at % len(lines)
+    if kind == "flip" and blob:
+        pos %= len(blob)
+        return blob[:pos] + bytes([blob[pos] ^ (1 << extra)]) + blob[pos + 1 :]
+    if kind in ("insert", "invalid UTF-8"):
+        return blob[:pos] + bytes(extra) + blob[pos:]
+    if kind == "delete":
+        return blob[:pos] + blob[pos + extra :]
+    if kind == "duplicate line":
+        return b"\n".join([*lines[: row + 1], lines[row], *lines[row + 1 :]])
+    if kind == "drop line":
+        return b"\n".join(lines[:row] + lines[row + 1 :])
+    if kind == "swap lines":
+        other = extra % len(lines)
+        lines[row], lines[other] = lines[other], lines[row]
+        return b"\n".join(lines)
+    if kind == "NUL run":
+        size: int = extra
+        return blob[:pos] + b"\x00" * size + blob[pos + size :]
+    if kind == "deep nesting":
+        lines[row] = b'{"session_id":' + b"[" * extra + b"]" * extra + b"}"
+        return b"\n".join(lines)
+    if kind in ("lone surrogate", "NaN"):  # in place of the first value after a colon
+        colon = blob.find(b":", pos)
+        end = min((i for i in (blob.find(b",", colon), blob.find(b"}", colon)) if i > 0), default=-1)
+        return blob if colon < 0 or end < 0 else blob[: colon + 1] + extra.encode() + blob[end:]
+    lines[row] = b'{"x":"' + b"y" * (FUZZ_MAX_LINE + 10) + b'"}'  # huge line
+    return b"\n".join(lines)
+
+
+def check_consistent(path: Path) -> int:
+    """An accepted file reads the same twice, its values decode or fail cleanly; its records."""
+    first = records(path)
+    assert [r.seq for r in first] == list(range(1, len(first) + 1))
+    assert [r.offset for r in first] == sorted(r.offset for r in first)
+    assert records(path) == first
+    for record in first:
+        try:
+            view = EventData.from_record(record)
+            _ = record.ref
+            JSONCodec().decode([view.message, view.partial_message, view.context_items, view.compaction])
+        except (FormatError, CodecError):
+            pass
+    return len(first)
+
+
+FUZZ_CASES = 400
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(MUTATION, min_size=1, max_size=4))
+def test_reliability_fuzz_mutated_files(mutations: List[Any]) -> None:
+    blob = fuzz_base()
+    for mutation in mutations:
+        blob = mutate(blob, mutation)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "fuzz.jsonl"
+        path.write_bytes(blob)
+        try:
+            accepted = session.read(path, lambda r: None, max_line_bytes=FUZZ_MAX_LINE)
+        except FormatError:
+            accepted = None
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = session.main(["validate", "--json", "--max-line-bytes", str(FUZZ_MAX_LINE), str(path)])
+        assert status == (0 if accepted else 1) and json.loads(out.getvalue())["ok"] is bool(accepted)
+        if accepted:
+            check_consistent(path)
+        try:
+            with session.open(path, max_line_bytes=FUZZ_MAX_LINE) as s, s.begin_run() as run:
+                run.record(Event("turn_start"))
+        except FormatError:
+            assert accepted is None and path.read_bytes() == blob  # a failed open changes nothing
+            unrepairable: Optional[FormatError] = None
+            try:
+                result = session.repair(path, max_line_bytes=FUZZ_MAX_LINE)
+            except FormatError as exc:
+                unrepairable = exc
+            if unrepairable is not None:  # a bad first line, or a line too long to judge
+                assert unrepairable.line == 1 or "not cut" in unrepairable.reason
+                assert path.read_bytes() == blob
+                return
+            assert result.error is not None and path.read_bytes() == blob[: result.error.offset]
+            assert check_consistent(path) == result.kept_records
+        else:
+            assert accepted is not None and check_consistent(path) == accepted.records + 3
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["$type", "value", "$object", "role", "content", "timestamp"]) | st.text(),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
+@hypothesis.given(JSON_VALUES)
+def test_reliability_fuzz_codec_and_event_data(value: Any) -> None:
+    with contextlib.suppress(CodecError):
+        JSONCodec().decode(value)
+    data = value if isinstance(value, dict) else {"execution": value, "retry": value, "summary": value}
+    with contextlib.suppress(FormatError):
+        EventData.from_record(session.Record(SID, 3, "x", "t", RID, data, 0))
+    assert JSONCodec().decode(JSONCodec().encode(value)) == value  # plain JSON round-trips
