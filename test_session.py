@@ -134,6 +134,19 @@ def run_cli(*args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProce
     )
 
 
+def need(name: str, why: str) -> None:
+    """Skip, saying *why*, when the program or module *name* is missing; under CI=true, fail:
+    CI installs every tool the tests use, so a missing one there is a broken set-up."""
+    import importlib.util
+
+    if shutil.which(name) or importlib.util.find_spec(name) is not None:
+        return
+    message = f"{name} is not installed: {why}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def deep_value(depth: int) -> Any:
     value: Any = 0
     for _ in range(depth):
