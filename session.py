@@ -2408,7 +2408,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "attempt", None) is not None and args.execution is None:
         show.error("--attempt needs --execution")
     args.prog = prog
-    status = 0
+    status: int = 0
     try:
         status = args.handler(args)
         sys.stdout.flush()  # with default buffering, a closed pipe or a full disk shows here
@@ -2693,7 +2693,7 @@ def _checkpoint_command(args: Any) -> int:
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, False)
         return 1
-    _emit(_json_text(snapshot, indent=2), sys.stdout)
+    _emit(_json_for_terminal(_json_text(snapshot, indent=2)), sys.stdout)
     return 0
 
 
@@ -2768,8 +2768,7 @@ def _os_reason(exc: OSError) -> str:
 
 
 def _print_json(obj: Dict[str, Any]) -> None:
-    """JSON on stdout, for programs: not escaped beyond what JSON escapes."""
-    _emit(json.dumps(obj, ensure_ascii=False, allow_nan=False), sys.stdout)
+    _emit(_json_for_terminal(json.dumps(obj, ensure_ascii=False, allow_nan=False)), sys.stdout)
 
 
 def _print_text(line: str) -> None:
@@ -2817,6 +2816,13 @@ def _for_terminal(text: str, newlines: bool = False) -> str:
     *newlines* (a transcript's texts keep their lines)."""
     unsafe = _UNSAFE_IN_TEXT if newlines else _UNSAFE_IN_LINE
     return unsafe.sub(_escape, text)
+
+
+def _json_for_terminal(text: str) -> str:
+    """JSON *text* with what ``_for_terminal`` escapes written as JSON escapes (``\\u202e``):
+    the same value, safe on a terminal too.  (JSON escapes C0 controls itself, and only
+    strings can hold the others.)"""
+    return _UNSAFE_IN_TEXT.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def _escape(match: typing.Match[str]) -> str:

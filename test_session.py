@@ -2766,6 +2766,7 @@ def hostile_file(path: Path) -> Path:
     text = {"type": "text", "text": f"hi{HOSTILE}"}
     run.record(Event("message_end", execution=MODEL, message=Message(f"user{HOSTILE}", [text])))
     run.record(Event(f"kind{HOSTILE}", tool=f"ls{HOSTILE}", error=RuntimeError(HOSTILE)))
+    run.save_checkpoint({HOSTILE: HOSTILE})
     crash(s)
     return path
 
@@ -2788,6 +2789,10 @@ def test_human_output_shows_terminal_controls_as_escapes(tmp_path: Path) -> None
         f"  error: RuntimeError: {SHOWN}\n" in pretty.stdout
         and f"  error: bad{SHOWN}\n    fake\n" in pretty.stdout
     )
+    report, snapshot = run_cli("summary", "--json", str(path)), run_cli("checkpoint", str(path))
+    assert not UNSAFE.search(report.stdout + snapshot.stdout)  # JSON escapes: the same values
+    assert json.loads(report.stdout)["runs"][0]["end_reason"] == f"stop{HOSTILE}"
+    assert json.loads(snapshot.stdout) == {HOSTILE: HOSTILE}
     raw = subprocess.run([sys.executable, str(MODULE), "show", str(path)], capture_output=True, timeout=60)
     assert raw.returncode == 0 and raw.stdout == path.read_bytes()  # the lines, byte for byte
     path.write_bytes(path.read_bytes() + f'{{"x":"{HOSTILE}"}}\n'.encode())
@@ -2795,7 +2800,7 @@ def test_human_output_shows_terminal_controls_as_escapes(tmp_path: Path) -> None
     for done in failures:
         assert done.returncode == 1 and not UNSAFE.search(done.stderr.rstrip("\n")), done.stderr
     assert failures[0].stderr.startswith(
-        f"{tmp_path}/s{SHOWN}.jsonl:8: invalid JSON: Invalid control character at"
+        f"{tmp_path}/s{SHOWN}.jsonl:9: invalid JSON: Invalid control character at"
     )
 
 
@@ -2834,7 +2839,8 @@ for depth in range(1200, 900, -1):
         value = [value]
     try:
         with session.create(sys.argv[1] + str(depth), codec=Plain()) as s, s.begin_run() as run:
-            run.record(session.Event("tool_exec_end", execution=session.Execution("t1", "tool"), result=value))
+            call = session.Execution("t1", "tool")
+            run.record(session.Event("tool_exec_end", execution=call, result=value))
             run.save_checkpoint(value)
     except session.RecordingError:
         continue
@@ -3184,8 +3190,8 @@ def test_reliability_power_loss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 # ---------------------------------------------------------------------------- reliability: fuzzing
 # Valid files, mutated the ways damage and malice mutate them, go through read, open, validate
-# and repair: only FormatError and CodecError may escape, a failed open changes nothing, and an
-# accepted file is consistent.
+# and repair: only FormatError and CodecError may escape, a failed open changes nothing, an
+# accepted file is consistent, and every command works on it.
 
 FUZZ_MAX_LINE = 1 << 16
 
@@ -3216,6 +3222,12 @@ MUTATION = st.one_of(
     st.tuples(st.just("lone surrogate"), POSITION, st.sampled_from(['"\\ud800"', '"\\udfff x"'])),
     st.tuples(st.just("NaN"), POSITION, st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999"])),
     st.tuples(st.just("huge line"), POSITION),
+    st.tuples(
+        st.just("retype"),
+        POSITION,
+        POSITION,
+        st.sampled_from([5, -1, "x; \x1b[2J\u202e", [], {}, None, True, "deep"]),
+    ),
 )
 
 
@@ -3250,8 +3262,33 @@ def mutate(blob: bytes, mutation: Tuple[Any, ...]) -> bytes:
         colon = blob.find(b":", pos)
         end = min((i for i in (blob.find(b",", colon), blob.find(b"}", colon)) if i > 0), default=-1)
         return blob if colon < 0 or end < 0 else blob[: colon + 1] + extra.encode() + blob[end:]
+    if kind == "retype":
+        return b"\n".join([*lines[:row], retyped(lines[row], extra, rest[1]), *lines[row + 1 :]])
     lines[row] = b'{"x":"' + b"y" * (FUZZ_MAX_LINE + 10) + b'"}'  # huge line
     return b"\n".join(lines)
+
+
+def retyped(line: bytes, pick: int, value: Any) -> bytes:
+    """*line* with one value inside its data replaced by *value*: a file the format allows,
+    holding data no writer writes."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return line
+    if type(obj) is not dict or type(obj.get("data")) is not dict:
+        return line
+    places, todo = [], [obj["data"]]
+    while todo:
+        node = todo.pop()
+        for key in list(node) if isinstance(node, dict) else range(len(node)):
+            places.append((node, key))
+            if isinstance(node[key], (dict, list)):
+                todo.append(node[key])
+    if not places:
+        return line
+    node, key = places[pick % len(places)]
+    node[key] = deep_value(500) if value == "deep" else value
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def check_consistent(path: Path) -> int:
@@ -3268,6 +3305,35 @@ def check_consistent(path: Path) -> int:
         except (FormatError, CodecError):
             pass
     return len(first)
+
+
+COMMANDS = [
+    ["summary"],
+    ["summary", "--json"],
+    ["show"],
+    ["show", "--pretty"],
+    ["show", "--execution", "m1", "--attempt", "1"],
+    ["checkpoint"],
+    ["repair"],
+]
+
+
+def check_commands(path: Path) -> None:
+    """Every command on an accepted file prints its output: no exception, exit status 0."""
+    for command in COMMANDS:
+        raw, err = io.BytesIO(), io.StringIO()
+        out = io.TextIOWrapper(raw, encoding="utf-8")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = session.main([*command, "--max-line-bytes", str(FUZZ_MAX_LINE), str(path)])
+        if command == ["checkpoint"] and err.getvalue().endswith(" records\n"):
+            assert status == 1 and "no checkpoint in" in err.getvalue()
+        else:
+            assert status == 0, (command, err.getvalue())
+        out.flush()
+        if command in (["summary"], ["show", "--pretty"]):
+            assert not UNSAFE.search(raw.getvalue().decode()), command
+        if command == ["show"]:
+            assert path.read_bytes().startswith(raw.getvalue())
 
 
 FUZZ_CASES = 400
@@ -3292,6 +3358,7 @@ def test_reliability_fuzz_mutated_files(mutations: List[Any]) -> None:
         assert status == (0 if accepted else 1) and json.loads(out.getvalue())["ok"] is bool(accepted)
         if accepted:
             check_consistent(path)
+            check_commands(path)
         try:
             with session.open(path, max_line_bytes=FUZZ_MAX_LINE) as s, s.begin_run() as run:
                 run.record(Event("turn_start"))
