@@ -2347,9 +2347,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def command(name: str, handler: Callable[[Any], int], about: str, status: str, many: bool = False) -> Any:
         epilog = f"exit status: {status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
         sub = commands.add_parser(name, help=about, description=about, epilog=epilog)
-        sub.add_argument(
-            "files" if many else "file", nargs="+" if many else None, metavar="FILE", help="- reads stdin"
-        )
+        stdin = "- reads stdin" if name in _READS_STDIN else None
+        sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE", help=stdin)
         sub.add_argument(
             "--max-line-bytes",
             type=int,
@@ -2360,7 +2359,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sub.set_defaults(handler=handler)
         return sub
 
-    invalid = "1 invalid or unreadable"
     check = command(
         "validate",
         _validate_command,
@@ -2379,14 +2377,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "summary",
         _summary_command,
         "runs, counts, token usage and missing evidence of a session",
-        f"0 valid, whatever its gaps; {invalid}",
+        "0 valid, whatever its gaps; 1 invalid or unreadable",
     )
     report.add_argument("--json", action="store_true", help="print one JSON object")
     show = command(
         "show",
         _show_command,
         "print the matching records' lines as they are in the file",
-        f"0 valid; {invalid} (the records before the bad line are printed)",
+        "0 valid; 1 invalid or unreadable (the records before the bad line are printed)",
     )
     show.add_argument("--run", metavar="RUN_ID", help="records of this run")
     show.add_argument(
@@ -2399,7 +2397,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "checkpoint",
         _checkpoint_command,
         "print the latest checkpoint's snapshot as JSON",
-        f"0 printed; 1 no checkpoint, or {invalid[2:]}",
+        "0 printed; 1 no checkpoint, or the file invalid or unreadable",
     )
     args = parser.parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate prints as \udXXX, in JSON too
@@ -2426,6 +2424,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 _EX_IOERR = 74  # BSD sysexits.h: an error while doing I/O on some file (here, the output)
+_READS_STDIN = ("validate", "summary", "show")  # checkpoint reads its line twice; repair cuts a file
 
 
 def _validate_command(args: Any) -> int:
@@ -2469,7 +2468,8 @@ def _repair_command(args: Any) -> int:
     name = args.file
     try:
         result = repair(name, max_line_bytes=args.max_line_bytes)
-        tail = read(name, lambda record: None, max_line_bytes=args.max_line_bytes).tail_bytes
+        valid = result.error is None  # and maybe ending in an unfinished line, which repair leaves
+        tail = read(name, lambda record: None, max_line_bytes=args.max_line_bytes).tail_bytes if valid else 0
     except (SessionError, OSError) as exc:
         _print_failure(name, exc, False)
         if isinstance(exc, FormatError) and exc.line == 1:
