@@ -2768,7 +2768,7 @@ def _os_reason(exc: OSError) -> str:
 
 
 def _print_json(obj: Dict[str, Any]) -> None:
-    _emit(_json_for_terminal(json.dumps(obj, ensure_ascii=False, allow_nan=False)), sys.stdout)
+    _emit(_json_for_terminal(_json_text(obj)), sys.stdout)
 
 
 def _print_text(line: str) -> None:
