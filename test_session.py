@@ -17,6 +17,7 @@ import pickle
 import random
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -1617,6 +1618,150 @@ def test_a_codec_or_redactor_calling_its_session_neither_hangs_nor_breaks_the_fi
     with pytest.raises(RecordingError):
         other.close()
     records(tmp_path / "b.jsonl")
+
+
+def signal_after_each_write(monkeypatch: pytest.MonkeyPatch, signum: int) -> List[int]:
+    """A real signal raised the moment each os.write returns: its handler runs before the
+    writer has taken note of the line (the window where a seq could be written twice)."""
+    real = os.write
+    sizes: List[int] = []
+
+    def write(fd: int, data: bytes) -> int:
+        done = real(fd, data)
+        sizes.append(done)
+        signal.raise_signal(signum)
+        return done
+
+    monkeypatch.setattr(os, "write", write)
+    return sizes
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="SIGUSR1 is POSIX")
+@pytest.mark.parametrize("call", ["record", "save_checkpoint", "sync", "close", "close and exit"])
+def test_a_signal_handler_that_calls_the_session_right_after_a_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    run.save_checkpoint({"n": 0})
+    calls: List[str] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if len(calls) < 3:
+            calls.append(call)
+            if call == "record":
+                run.record(Event("turn_start", turn_index=len(calls)))
+            elif call == "save_checkpoint":
+                run.save_checkpoint({"n": len(calls)})
+            elif call == "sync":
+                s.sync()
+            else:
+                s.close()
+                if call == "close and exit":
+                    raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        signal_after_each_write(monkeypatch, signal.SIGUSR1)
+        with contextlib.suppress(SystemExit, ValueError):  # ValueError: recording after close
+            for i in range(5):
+                run.record(Event("tool_exec_end", execution=TOOL, result={"i": i}))
+        monkeypatch.undo()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    if not call.startswith("close"):
+        s.close()
+    assert calls and repr(s).endswith("closed>")
+    rs = records(path)  # every line valid, seqs consecutive
+    assert rs[-1].type == "run_close"
+    with session.open(path) as again:  # the lock is released, the last checkpoint found
+        loaded = again.load_checkpoint()
+    assert loaded is not None
+    assert loaded.snapshot == {"n": 3 if call == "save_checkpoint" else 0}
+    if call == "record":
+        assert [r.data["turn_index"] for r in rs if r.type == "turn_start"] == [1, 2, 3]
+    if call.startswith("close"):  # the line under way when the handler ran, then run_close
+        assert [r.type for r in rs][-3:] == ["checkpoint", "tool_exec_end", "run_close"]
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="setitimer is POSIX")
+def test_a_heartbeat_signal_every_half_millisecond_records_while_the_program_does(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    beats: List[int] = []
+
+    def beat(signum: int, frame: Any) -> None:
+        beats.append(len(beats))
+        run.record(Event("turn_start", turn_index=-len(beats)))
+
+    previous = signal.signal(signal.SIGALRM, beat)
+    signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)
+    try:
+        for i in range(3000):
+            run.record(Event("tool_exec_end", execution=TOOL, result={"i": i, "pad": "x" * (i % 7 * 500)}))
+            if i % 100 == 0:
+                run.save_checkpoint({"i": i})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    s.close()
+    rs = records(path)  # validates every line and that seqs are consecutive
+    assert [r.seq for r in rs] == list(range(1, len(rs) + 1))
+    assert [r.data["result"]["i"] for r in rs if r.type == "tool_exec_end"] == list(range(3000))
+    assert sorted(-r.data["turn_index"] for r in rs if r.type == "turn_start") == list(range(1, len(beats) + 1))
+    assert beats  # 3000 records take far longer than half a millisecond
+
+
+SIGTERM_WRITER = """
+import signal, sys
+sys.path.insert(0, {here!r})
+import session
+s = session.create(sys.argv[1])
+run = s.begin_run()
+
+
+def stop(signum, frame):
+    s.close()
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, stop)
+execution = session.Execution("t", "tool")
+i = 0
+while True:
+    i += 1
+    run.record(session.Event("tool_exec_end", execution=execution, result={{"i": i, "pad": "x" * (i % 4 * 40000)}}))
+    if i % 3 == 0:
+        run.save_checkpoint({{"i": i}})
+        print(s.load_checkpoint().seq, flush=True)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGTERM to a handler is POSIX")
+def test_graceful_shutdown_on_sigterm_at_random_moments(tmp_path: Path) -> None:
+    """The usual handler, s.close() then sys.exit(0), run at a random moment of recording:
+    every file opens, ends closed, and holds every checkpoint the writer confirmed."""
+    script = tmp_path / "writer.py"
+    script.write_text(SIGTERM_WRITER.format(here=str(HERE)))
+    rng = random.Random(3)
+    for n in range(30):
+        path = tmp_path / f"s{n}.jsonl"
+        child = subprocess.Popen([sys.executable, "-S", str(script), str(path)], stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        first = child.stdout.readline()  # recording has begun
+        time.sleep(rng.uniform(0, 0.05))
+        child.terminate()  # SIGTERM
+        out, _ = child.communicate(timeout=60)
+        assert child.returncode == 0, (n, first, out)
+        confirmed = [int(seq) for seq in (first + out).split()]
+        with session.open(path) as s:  # opens: nothing to cut, the handler closed it
+            latest = s.load_checkpoint()
+        rs = records(path)
+        assert rs[-1].type == "run_close", n
+        assert all(rs[seq - 1].type == "checkpoint" for seq in confirmed)
+        assert latest is not None and latest.seq >= confirmed[-1]
 
 
 if sys.platform != "win32":  # os.fork is POSIX
