@@ -1412,7 +1412,10 @@ def create(
     try:
         fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
     except FileExistsError:
-        fd = _take_over_torn(name)
+        taken = _take_over_torn(name)
+        if taken is None:
+            raise
+        fd = taken
     else:
         try:
             _lock(fd, name)
@@ -1447,27 +1450,30 @@ def _header(session_id: str, time: str) -> bytes:
 _HEADER_BYTES = len(_header(32 * "0", "2000-01-01T00:00:00.000000Z"))
 
 
-def _take_over_torn(name: str) -> int:
+def _take_over_torn(name: str) -> Optional[int]:
     """The locked, emptied descriptor of the file at *name* if a crash cut its ``create``
-    short; ``FileExistsError`` for any other file.
+    short, else ``None``.
 
     Such a file holds no complete line, so no record: nothing is lost by starting it again.
     Only what a ``create`` writes qualifies (a regular file, no symlink, shorter than a
     header, starting as one does or zeros, as some file systems leave after a power loss), so
     that a mistyped path never empties a file that is not a session's.
     """
-    fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY | getattr(os, "O_NOFOLLOW", 0))
     try:
-        if not _is_torn_header(fd):
-            raise FileExistsError(errno.EEXIST, "File exists", name)
-        _lock(fd, name)  # LockedError: a create is writing it now
-        if not _is_torn_header(fd):  # looked again under the lock
-            raise FileExistsError(errno.EEXIST, "File exists", name)
-        os.ftruncate(fd, 0)
+        fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # a symlink, or a file this process may not write
+        return None
+    try:
+        if _is_torn_header(fd):
+            _lock(fd, name)  # LockedError: a create is writing it now
+            if _is_torn_header(fd):  # looked again under the lock
+                os.ftruncate(fd, 0)
+                return fd
     except BaseException:
         os.close(fd)  # a lock taken above goes with it
         raise
-    return fd
+    os.close(fd)
+    return None
 
 
 def _is_torn_header(fd: int) -> bool:
@@ -2014,7 +2020,14 @@ def _records(
     readline = f.readline
     raw = readline(limit)
     if raw[-1:] != b"\n":
-        raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
+        raise _unfinished(
+            raw,
+            limit,
+            name,
+            1,
+            base,
+            "no complete line: not a session file, or one whose create was cut short (create replaces it)",
+        )
     header = _parse_line(raw, name, 1, base)
     session_id = _check_header(header, name, base)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
