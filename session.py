@@ -1399,14 +1399,15 @@ def create(
 
     The file is made with mode 0600 and must not exist (``FileExistsError``); its first line,
     ``session_start``, is synced with the directory entry before this returns.  One file
-    that exists is replaced: what a ``create`` cut short by a crash leaves, a regular file
-    holding nothing but the start of a header (``open`` and ``repair`` refuse it: "no
-    complete line").  *codec*
+    that exists is started afresh: what a ``create`` cut short by a crash leaves, a regular
+    file holding only the start of a header or zeros (``open`` and ``repair`` refuse it:
+    "no complete line"); ``LockedError`` while another ``create`` writes it.  *codec*
     encodes messages and checkpoints (default: ``JSONCodec()``).  *redact*, if given, takes
     each event's and checkpoint's JSON-ready ``data`` just before it is encoded and returns
     what to write instead.  A line longer than *max_line_bytes* is refused
     (``RecordingError``): the session never writes what its own ``open`` would reject.
-    The codec and *redact* run under the session's lock: they must not call the session.
+    The codec and *redact* run under the session's lock: they should not call the session
+    (if they do, the calls are done as a signal handler's are: see ``Session.close``).
     """
     name = _name(path)
     try:
