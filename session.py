@@ -1653,9 +1653,11 @@ class Session:
         """
         with self._lock:
             if self._fd >= 0:
-                if self._writing and self._failure is None:
-                    self._sync()  # what is written is safe, even if the handler ends the process
-                self._write(self._decide_close, self._close_now)
+                try:
+                    if self._writing and self._failure is None:
+                        self._sync()  # what is written is safe, even if the handler ends the process
+                finally:
+                    self._write(self._decide_close, self._close_now)
             self._check_failure()
 
     # Everything below runs with self._lock held.
@@ -1708,7 +1710,8 @@ class Session:
             self._finish()
 
     def _finish(self) -> None:
-        """End a ``_write``: do what interrupting calls queued, then let them write directly."""
+        """End a ``_write``: do, in order, what calls that interrupted it queued; from then on
+        such calls write at once."""
         first: Optional[BaseException] = None
         try:
             while True:
@@ -1790,7 +1793,7 @@ class Session:
                     self._append(self._run.run_id, "run_close", _utc_text(None), "{}", None)
                 self._sync()
         finally:
-            fd, self._fd, self._run = self._fd, -1, None
+            fd, self._fd, self._run, self._pending = self._fd, -1, None, None
             try:
                 _release(fd)
             except OSError as exc:  # NFS reports write errors here
