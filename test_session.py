@@ -1793,6 +1793,29 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         if call.startswith("close"):  # the line under way when the handler ran, then run_close
             assert [r.type for r in rs][-3:] == ["checkpoint", "tool_exec_end", "run_close"]
 
+    def test_a_signal_handler_that_closes_and_exits_while_close_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = tmp_path / "s.jsonl"
+        s = session.create(path)
+        s.begin_run().record(Event("turn_start"))
+
+        def handler(signum: int, frame: Any) -> None:
+            s.close()
+            raise SystemExit(0)
+
+        previous = signal.signal(signal.SIGUSR1, handler)
+        try:
+            signal_after_each_write(monkeypatch, signal.SIGUSR1)  # right after run_close is written
+            with pytest.raises(SystemExit):
+                s.close()
+        finally:
+            monkeypatch.undo()
+            signal.signal(signal.SIGUSR1, previous)
+        assert repr(s).endswith("closed>")
+        assert [r.type for r in records(path)] == ["session_start", "run_start", "turn_start", "run_close"]
+        session.open(path).close()
+
     def test_a_heartbeat_signal_every_half_millisecond_records_while_the_program_does(tmp_path: Path) -> None:
         path = tmp_path / "s.jsonl"
         s = session.create(path)
