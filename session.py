@@ -385,10 +385,10 @@ class Record(NamedTuple):
     @property
     def ref(self) -> Optional[CallRef]:
         """The ``CallRef`` of an event record that has an execution, else ``None``."""
-        if self.run_id is None or self.type in _RESERVED or "execution" not in self.data:
+        if self.run_id is None or self.type in _RESERVED:
             return None
-        ex = _execution_from_json(self.data["execution"], self)
-        return CallRef(self.session_id, self.run_id, ex.id, ex.attempt)
+        call = _execution_key(self)
+        return None if call is None else CallRef(self.session_id, self.run_id, *call)
 
 
 class ReadResult(NamedTuple):
@@ -527,6 +527,27 @@ def _execution_from_json(obj: Any, record: Record) -> Execution:
         _take(obj, "turn_index", int, 0, record, "execution"),
         _take(obj, "attempt", int, 1, record, "execution"),
     )
+
+
+def _execution_key(record: Record) -> Optional[Tuple[str, int]]:
+    """The execution id and attempt of *record*'s ``data.execution`` (``None`` without
+    one), checked as ``_execution_from_json`` checks it, without building the Execution."""
+    data = record.data
+    if "execution" not in data:
+        return None
+    obj = data["execution"]
+    if type(obj) is dict:
+        ex_id, attempt = obj.get("id"), obj.get("attempt", 1)
+        if (
+            type(ex_id) is str
+            and type(attempt) is int
+            and type(obj.get("kind")) is str
+            and type(obj.get("parent_id", "")) is str
+            and type(obj.get("turn_index", 0)) is int
+        ):
+            return ex_id, attempt
+    ex = _execution_from_json(obj, record)  # raises the FormatError that names the problem
+    return ex.id, ex.attempt
 
 
 def _retry_from_json(obj: Dict[str, Any], record: Record) -> RetryInfo:
@@ -2323,13 +2344,13 @@ class _RunState:
 
     def __init__(self, record: Record) -> None:
         self.start = record
-        self.last = record
-        self.records = 0
+        self.last = record  # a run's records come in a row: it holds last.seq - start.seq + 1
         self.closed = False
         self.end_reason = ""
         self.error: Optional[Dict[str, Any]] = None
         self.agent_start: Optional[int] = None  # seq of the first agent_start not yet ended
-        self.open_calls: Dict[Tuple[str, CallRef], int] = {}  # (gap kind, ref) -> opening seq
+        # (gap kind, (execution id, attempt)) -> opening seq; CallRefs are built for the gaps only
+        self.open_calls: Dict[Tuple[str, Tuple[str, int]], int] = {}
 
 
 _OPENS = {
@@ -2344,19 +2365,21 @@ class _Summarizer:
     def __init__(self) -> None:
         self.counts: Dict[str, int] = {}
         self.runs: Dict[str, _RunState] = {}
+        self.run: Optional[_RunState] = None  # the latest run_start's: the reader lets no other through
         self.usage: Dict[str, int] = {}
         self.uninterpreted = 0
 
     def __call__(self, record: Record) -> None:
         kind = record.type
-        self.counts[kind] = self.counts.get(kind, 0) + 1
+        counts = self.counts
+        counts[kind] = counts.get(kind, 0) + 1
         if record.run_id is None:
             return
         if kind == "run_start":
-            self.runs[record.run_id] = _RunState(record)
-        run = self.runs[record.run_id]
+            self.run = self.runs[record.run_id] = _RunState(record)
+        run = self.run
+        assert run is not None
         run.last = record
-        run.records += 1
         try:
             self._interpret(record, run)
         except FormatError:  # data the format does not write: counted, never a failure
@@ -2366,7 +2389,18 @@ class _Summarizer:
         """Take what the summary needs from *record*; ``FormatError`` before changing anything
         when its data is not of the format's shape."""
         kind = record.type
-        if kind == "run_close":
+        opens = _OPENS.get(kind)
+        if opens is not None:  # the calls first: most records are theirs
+            call = _execution_key(record)
+            if call is not None:
+                run.open_calls.setdefault((opens, call), record.seq)
+        elif kind in _CLOSES:
+            call = _execution_key(record)
+            if call is not None:
+                run.open_calls.pop((_CLOSES[kind], call), None)
+            if kind == "model_exec_end" and "error" not in record.data:
+                self._add_usage(record.data.get("message"))
+        elif kind == "run_close":
             run.closed = True
         elif kind == "agent_start":
             if run.agent_start is None:
@@ -2376,16 +2410,6 @@ class _Summarizer:
             run.agent_start = None
             run.end_reason = data.summary.end_reason if data.summary else ""
             run.error = data.error
-        elif kind in _OPENS:
-            ref = record.ref
-            if ref is not None:
-                run.open_calls.setdefault((_OPENS[kind], ref), record.seq)
-        elif kind in _CLOSES:
-            ref = record.ref
-            if ref is not None:
-                run.open_calls.pop((_CLOSES[kind], ref), None)
-            if kind == "model_exec_end" and "error" not in record.data:
-                self._add_usage(record.data.get("message"))
 
     def _add_usage(self, message: Any) -> None:
         value = message.get("value") if type(message) is dict else None
@@ -2405,7 +2429,7 @@ class _Summarizer:
                     run.last.seq,
                     run.start.time,
                     run.last.time,
-                    run.records,
+                    run.last.seq - run.start.seq + 1,
                     run.closed,
                     run.end_reason,
                     run.error,
@@ -2415,7 +2439,10 @@ class _Summarizer:
                 gaps.append(Gap("run_not_closed", run_id, run.start.seq, None))
             if run.agent_start is not None:
                 gaps.append(Gap("no_agent_end", run_id, run.agent_start, None))
-            gaps += [Gap(kind, run_id, seq, ref) for (kind, ref), seq in run.open_calls.items()]
+            gaps += [
+                Gap(kind, run_id, seq, CallRef(result.session_id, run_id, *call))
+                for (kind, call), seq in run.open_calls.items()
+            ]
         gaps.sort(key=lambda gap: gap.seq)
         checkpoints = self.counts.get("checkpoint", 0)
         return Summary(

@@ -2824,6 +2824,31 @@ def test_summarize_counts_the_data_it_cannot_interpret(tmp_path: Path) -> None:
     assert session.summarize(sample_file(tmp_path / "good.jsonl")).uninterpreted == 0
 
 
+@pytest.mark.parametrize(
+    "execution",
+    [
+        {"kind": "tool"},
+        {"id": "e"},
+        {"id": "e", "kind": 5},
+        {"id": "e", "kind": "tool", "parent_id": 1},
+        {"id": "e", "kind": "tool", "turn_index": "3"},
+        {"id": "e", "kind": "tool", "turn_index": True},
+        {"id": "e", "kind": "tool", "attempt": True},
+        {"id": "e", "kind": "tool", "attempt": 1.0},
+        ["e", 1],
+        None,
+    ],
+)
+def test_summarize_checks_an_execution_as_record_ref_does(tmp_path: Path, execution: Any) -> None:
+    path = tmp_path / "s.jsonl"
+    lines = [HEAD, START, line_obj(3, "tool_exec_start", data={"execution": execution})]
+    path.write_bytes(blob_of(lines))
+    with pytest.raises(FormatError):
+        _ = records(path)[2].ref
+    summary = session.summarize(path)
+    assert summary.uninterpreted == 1 and [gap.kind for gap in summary.gaps] == ["run_not_closed"]
+
+
 def test_summary_and_show_work_on_every_file_validate_accepts(tmp_path: Path) -> None:
     path = odd_shapes_file(tmp_path / "s.jsonl")
     assert run_cli("validate", str(path)).returncode == 0

@@ -90,7 +90,7 @@ def timed(work: Callable[[], Any]) -> float:
 
 def _tuned_encoder() -> Callable[[Any, int], Sequence[str]]:
     """The C encoder ``json.dumps`` builds on every call, built once: what ``record`` uses."""
-    quote = json.encoder.encode_basestring  # type: ignore[attr-defined]
+    quote = json.encoder.encode_basestring
     return json.encoder.c_make_encoder(None, None, quote, None, ":", ",", False, False, False)  # type: ignore[attr-defined,no-any-return]
 
 
