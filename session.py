@@ -15,6 +15,7 @@ validate FILE`` checks a file against the format.
 
 from __future__ import annotations
 
+import base64
 import builtins
 import contextlib
 import dataclasses
@@ -39,12 +40,14 @@ from typing import (
     FrozenSet,
     Iterator,
     List,
+    Literal,
     NamedTuple,
     Optional,
     Protocol,
     Sequence,
     Set,
     Tuple,
+    TypedDict,
     Union,
 )
 
@@ -78,6 +81,23 @@ __all__ = [
     "JSONCodec",
     "TypeSpec",
     "Message",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolCall",
+    "ToolCallBlock",
+    "ImageData",
+    "ImageBlock",
+    "ToolReferenceBlock",
+    "ContentBlock",
+    "Usage",
+    "Cost",
+    "STOP_REASONS",
+    "text_block",
+    "thinking_block",
+    "tool_call_block",
+    "image_block",
+    "tool_reference_block",
+    "tool_result",
     "AgentState",
     "AgentSnapshot",
     "SessionError",
@@ -590,18 +610,245 @@ class TypeSpec:
             )
 
 
+class TextBlock(TypedDict):
+    """A text block: ``{"type": "text", "text": "..."}``; built by ``text_block``."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ThinkingBlock(TypedDict):
+    """The model's reasoning: ``{"type": "thinking", "thinking": "..."}``."""
+
+    type: Literal["thinking"]
+    thinking: str
+
+
+class ToolCall(TypedDict, total=False):
+    """One tool call inside a ``ToolCallBlock``.  *id*, *name* and *args* are always written;
+    *args* is the JSON value the model sent (a ``RawJSON`` keeps its text as sent).  When the
+    model's arguments did not parse, *args* is ``{}``, *args_invalid* is true and
+    *args_raw_text* holds the text.  *thought_signature* is an opaque provider signature to
+    replay verbatim."""
+
+    id: str
+    name: str
+    args: Any
+    args_invalid: bool
+    args_raw_text: str
+    args_parse_error: str
+    thought_signature: str
+
+
+class ToolCallBlock(TypedDict):
+    """``{"type": "toolCall", "tool_call": {...}}``; built by ``tool_call_block``."""
+
+    type: Literal["toolCall"]
+    tool_call: ToolCall
+
+
+class ImageData(TypedDict, total=False):
+    """An image as base64 *data* with its *mime_type*, or as a *url*."""
+
+    data: str
+    url: str
+    mime_type: str
+
+
+class ImageBlock(TypedDict):
+    """``{"type": "image", "image": {...}}``; built by ``image_block``."""
+
+    type: Literal["image"]
+    image: ImageData
+
+
+class ToolReferenceBlock(TypedDict):
+    """A reference to a tool by name: ``{"type": "tool_reference", "tool_name": "..."}``."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
+ContentBlock = Union[TextBlock, ThinkingBlock, ToolCallBlock, ImageBlock, ToolReferenceBlock]
+
+
+class Cost(TypedDict, total=False):
+    """What a model call cost, in USD."""
+
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+    total: float
+
+
+class Usage(TypedDict, total=False):
+    """A model call's token counts (integers that fit in 64 bits), for ``Message.usage``.
+    Any subset of the keys is valid; Go reads a missing count as 0."""
+
+    provider: str
+    model: str
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    total_tokens: int
+    cost: Cost
+
+
+STOP_REASONS = ("stop", "length", "toolUse", "error", "safety", "aborted")
+"""The values of ``Message.stop_reason`` besides ``""`` (none given)."""
+
+
+def text_block(text: str) -> TextBlock:
+    """A text block holding *text*."""
+    _require(text, str, "text")
+    return {"type": "text", "text": text}
+
+
+def thinking_block(thinking: str) -> ThinkingBlock:
+    """A block holding the model's reasoning, *thinking*."""
+    _require(thinking, str, "thinking")
+    return {"type": "thinking", "thinking": thinking}
+
+
+def tool_call_block(
+    id: str,  # noqa: A002 - agentgo's field name
+    name: str,
+    args: Any,
+    *,
+    args_invalid: bool = False,
+    args_raw_text: str = "",
+    args_parse_error: str = "",
+    thought_signature: str = "",
+) -> ToolCallBlock:
+    """A block for the call *id* of the tool *name* with the arguments *args*.
+
+    *args* is a JSON value (usually a dict), or the model's JSON text as a ``str`` or
+    ``RawJSON``, written exactly as sent.  When the model's text did not parse, pass
+    ``args_invalid=True``, the text as *args_raw_text* (and the parser's message as
+    *args_parse_error*); *args* must then be ``{}`` or ``None``.  *thought_signature* is an
+    opaque provider signature replayed verbatim.
+    """
+    _require(id, str, "id")
+    _require(name, str, "name")
+    _require(args_invalid, bool, "args_invalid")
+    for key, text in (("args_raw_text", args_raw_text), ("args_parse_error", args_parse_error)):
+        _require(text, str, key)
+    _require(thought_signature, str, "thought_signature")
+    if not name:
+        raise ValueError("a tool call needs the tool's name")
+    if args_invalid:
+        if args is not None and args != {}:
+            raise ValueError("args must be {} when args_invalid is set (give the text as args_raw_text)")
+        args = {}
+    elif args_raw_text or args_parse_error:
+        raise ValueError("args_raw_text and args_parse_error go with args_invalid=True")
+    elif isinstance(args, str):
+        args = RawJSON(args)
+    call: ToolCall = {"id": id, "name": name, "args": _tool_args(args)}
+    if args_invalid:
+        call["args_invalid"] = True
+    if args_raw_text:
+        call["args_raw_text"] = args_raw_text
+    if args_parse_error:
+        call["args_parse_error"] = args_parse_error
+    if thought_signature:
+        call["thought_signature"] = thought_signature
+    return {"type": "toolCall", "tool_call": call}
+
+
+def image_block(*, data: Union[bytes, str, None] = None, mime_type: str = "", url: str = "") -> ImageBlock:
+    """An image: *data* (bytes, or their base64 text) with its *mime_type*, or a *url*.
+    Exactly one of *data* and *url*."""
+    _require(mime_type, str, "mime_type")
+    _require(url, str, "url")
+    if (data is None) == (not url):
+        raise ValueError("give exactly one of data and url")
+    image: ImageData = {}
+    if data is not None:
+        if not mime_type:
+            raise ValueError("image data needs its mime_type")
+        image["data"] = _base64_text(data)
+    else:
+        image["url"] = url
+    if mime_type:
+        image["mime_type"] = mime_type
+    return {"type": "image", "image": image}
+
+
+def _base64_text(data: Union[bytes, str]) -> str:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return base64.b64encode(data).decode("ascii")
+    _require(data, str, "data")
+    try:
+        base64.b64decode(data, validate=True)
+    except ValueError:  # binascii.Error is one
+        raise ValueError("image data given as str must be base64 text") from None
+    return data
+
+
+def tool_reference_block(tool_name: str) -> ToolReferenceBlock:
+    """A block that refers to the tool *tool_name*."""
+    _require(tool_name, str, "tool_name")
+    if not tool_name:
+        raise ValueError("a tool reference needs the tool's name")
+    return {"type": "tool_reference", "tool_name": tool_name}
+
+
+def tool_result(
+    tool_call_id: str,
+    content: Union[str, Sequence[ContentBlock]],
+    *,
+    is_error: bool = False,
+    timestamp: Optional[datetime] = None,
+) -> Message:
+    """The ``tool``-role message answering the call *tool_call_id*.
+
+    *content* is the result's text or a list of blocks; *is_error* marks a failed call
+    (``metadata["is_error"]``, written only when true); *timestamp* defaults to now.
+    """
+    _require(tool_call_id, str, "tool_call_id")
+    if not tool_call_id:
+        raise ValueError("a tool result needs the id of the call it answers")
+    _require(is_error, bool, "is_error")
+    blocks: List[Any] = [text_block(content)] if isinstance(content, str) else list(content)
+    metadata: Dict[str, Any] = {"tool_call_id": tool_call_id}
+    if is_error:
+        metadata["is_error"] = True
+    return Message("tool", blocks, metadata=metadata, timestamp=timestamp or _now())
+
+
+def _tool_args(args: Any) -> Any:
+    """*args* checked to be one JSON value (a ``RawJSON``'s text included)."""
+    if type(args) is RawJSON:
+        _compact(args)
+    else:
+        _dumps(args)
+    return args
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 @dataclasses.dataclass
 class Message:
-    """A conversation message (``agentgo.message.v1``): *content* is a list of block dicts
-    such as ``{"type": "text", "text": "hi"}``; *usage* a dict such as ``{"input": 10,
-    "output": 5, "total_tokens": 15}``."""
+    """A conversation message (``agentgo.message.v1``).
+
+    *role* is ``user``, ``assistant``, ``system`` or ``tool``; *content* a list of blocks
+    (``text_block`` and its siblings build them); *stop_reason* one of ``STOP_REASONS`` or
+    ``""``; *usage* a ``Usage`` dict; *metadata* free-form JSON (a tool result's
+    ``tool_call_id``: see ``tool_result``); *timestamp* when the message was made (default
+    now, in UTC; ``None`` stands for Go's zero time).
+    """
 
     role: str
     content: List[Any]
     stop_reason: str = ""
-    usage: Optional[Dict[str, Any]] = None
+    usage: Optional[Usage] = None
     metadata: Optional[Dict[str, Any]] = None
-    timestamp: Optional[datetime] = None
+    timestamp: Optional[datetime] = dataclasses.field(default_factory=_now)
 
 
 @dataclasses.dataclass
