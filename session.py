@@ -269,8 +269,9 @@ class Event:
 
     *timestamp* is an aware ``datetime`` (``None``: now, at ``record``).  *message* and
     *partial_message* are codec values; *args*, *result*, *details* and *preview* are JSON
-    values or ``RawJSON``; *error* is an exception or a string.  *state* and *delta* let a host
-    pass whole kernel events; they are never written.
+    values or ``RawJSON``; *error* is an exception, a string or a dict ``{"message": str,
+    "type": str}`` (``type`` optional).  *state* and *delta* let a host pass whole kernel
+    events; they are never written.
     """
 
     type: str
@@ -1622,6 +1623,14 @@ def _put_execution(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> 
 def _put_error(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
     if isinstance(value, BaseException):
         data[key] = {"message": str(value), "type": type(value).__name__}
+    elif type(value) is dict:  # an error handed over as data, as EventData reads it back
+        if not value.keys() <= {"message", "type"} or type(value.get("message")) is not str:
+            raise ValueError(f'{key} as a dict is {{"message": str, "type": str}}, not {value!r}')
+        _require(value.get("type", ""), str, f"{key}.type")
+        error = {"message": value["message"]}
+        if value.get("type"):
+            error["type"] = value["type"]
+        data[key] = error
     elif value is not None and value != "":
         _require(value, str, key)
         data[key] = {"message": value}
