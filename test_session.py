@@ -863,9 +863,7 @@ def test_values_go_writes_come_back_and_go_out_as_go_wrote_them() -> None:
     assert values[8].state.progress["pending_messages"][0].content == [session.text_block("and then?")]
 
 
-GO_TEXT = st.text(
-    st.characters(codec="utf-8"), max_size=12
-)  # Go makes a lone surrogate U+FFFD
+GO_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)  # Go makes a lone surrogate U+FFFD
 GO_INT = st.integers(-(1 << 63), (1 << 63) - 1)
 GO_JSON = st.recursive(
     st.none() | st.booleans() | GO_INT | st.floats(allow_nan=False, allow_infinity=False) | GO_TEXT,
