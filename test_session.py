@@ -1193,6 +1193,25 @@ def test_what_go_writes_comes_back_from_python_unchanged_for_go(go_mirror: Path)
     assert through_go(go_mirror, rewritten) == samples  # Go reads back what it wrote, byte for byte
 
 
+def test_the_example_session_holds_only_values_go_reads_whole(go_mirror: Path, tmp_path: Path) -> None:
+    path = tmp_path / "demo.jsonl"
+    done = subprocess.run(
+        [sys.executable, str(HERE / "examples" / "agent_loop.py"), str(path)], capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    values = []
+    for record in records(path):
+        data = record.data
+        request = data.get("request", {})
+        values += [data[key] for key in ("message", "partial_message", "snapshot") if key in data]
+        values += request.get("messages", [])
+    lines = [json.dumps(value, ensure_ascii=False, separators=(",", ":")) for value in values]
+    assert len(lines) > 20 and all(value["$type"].startswith("agentgo.") for value in values)
+    assert sum(line.count('"type":"toolCall"') for line in lines) >= 4
+    for written, read in zip(lines, through_go(go_mirror, lines)):
+        assert go_kept(go_time(json.loads(written)), go_time(json.loads(read))), (written, read)
+
+
 def test_go_refuses_what_the_codec_refuses(go_mirror: Path) -> None:
     def message(**fields: Any) -> str:
         value = {"role": "user", "content": [], "timestamp": "2026-01-01T00:00:00Z", **fields}
