@@ -1091,7 +1091,8 @@ def go_mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("agentgocheck")
     (folder / "main.go").write_text(GO_MIRROR.lstrip(), encoding="utf-8")
     (folder / "go.mod").write_text("module agentgocheck\n\ngo 1.18\n", encoding="utf-8")
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off", "CGO_ENABLED": "0"}
+    offline = {"GOFLAGS": "-mod=mod", "GOPROXY": "off", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+    env = {**os.environ, **offline, "GOCACHE": str(folder / "cache")}
     subprocess.run(["go", "build", "-o", "mirror", "."], cwd=folder, env=env, check=True, timeout=600)
     return folder / "mirror"
 
