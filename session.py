@@ -2443,7 +2443,12 @@ class _Facts:
         if record.run_id is None or execution is None or record.type in _RESERVED:
             self.items.append((record.seq, record.offset))
             return
-        attempt = self._attempt(record, _execution_from_json(execution, record))
+        try:
+            call = _execution_from_json(execution, record)
+        except FormatError:  # not a call this page can place: shown as it is
+            self.items.append((record.seq, record.offset))
+            return
+        attempt = self._attempt(record, call)
         data = record.data
         if "error" in data or data.get("is_error") is True:
             attempt.failed = True
@@ -2774,7 +2779,8 @@ class _Page:
             write(
                 f'<tr><td><a href="#seq-{run.first_seq}"><code>{_h(run.run_id)}</code></a></td>'
                 f"<td>{run.records}</td><td>{_h(run.start_time)}</td><td>{_h(run.end_time)}</td>"
-                f"<td>{_h(_duration(run.start_time, run.end_time))}</td><td>{'yes' if run.closed else 'no'}</td>"
+                f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
+                f"<td>{'yes' if run.closed else 'no'}</td>"
                 f'<td>{_h(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
             )
         write("</table>\n<p>records by type: ")
@@ -2848,7 +2854,8 @@ class _Page:
         for calls in self.facts.compactions:
             x = calls // per_bar * width
             write(
-                f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100"><title>compaction</title></line>'
+                f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
+                "<title>compaction</title></line>"
             )
         write("</svg></section>\n")
 
@@ -2864,58 +2871,69 @@ class _Page:
         turns: Dict[Tuple[str, int], List[_Attempt]] = {}
         for attempt in self.facts.attempts.values():
             turns.setdefault((attempt.run_id, attempt.turn), []).append(attempt)
-        run_id, budget = None, self.out.size + self.out.budget // 4
+        run_id, limit = None, self.out.size + self.out.budget // 4  # the rest is for the records
         for (run, turn), group in turns.items():
-            if self.out.size >= budget:
-                write(f'<p class="cut">the waterfall stops here: the page budget; {self.command(run)}</p>')
-                break
             if run != run_id:
                 write(f"<h3>run <code>{_h(run)}</code></h3>\n")
                 run_id = run
-            self.turn(turn, group)
+            if not self.turn(turn, group, limit):
+                write('<p class="cut">The waterfall stops here, at a quarter of the page budget.</p>')
+                break
         write("</section>\n")
 
-    def turn(self, turn: int, group: List[_Attempt]) -> None:
+    def turn(self, turn: int, group: List[_Attempt], limit: int) -> bool:
+        """One turn's waterfall, as many rows as fit below *limit*; False if not all did."""
         timed = [attempt for attempt in group if attempt.start is not None]
         start = min((a.start or 0.0 for a in timed), default=0.0)
         span = max((a.end or 0.0 for a in timed), default=0.0) - start or 1e-6
-        failed = sum(attempt.failed for attempt in group)
-        write = self.out.write
-        state = " open" if len(group) <= 40 else ""
-        write(
-            f"<details{state}><summary>turn {turn}: {len(group)} attempts, {_span(span)}, "
-            f"{failed} failed</summary>\n"
-        )
-        write(f'<svg class="waterfall" viewBox="0 0 1000 {len(group) * 18 + 20}">')
+        rows: List[str] = []
+        size = self.out.size
         ends: Dict[str, Tuple[float, int]] = {}  # execution id -> end x, row of its latest attempt
         for row, attempt in enumerate(group):
-            y = row * 18 + 2
-            kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
-            mark = " ✗" if attempt.failed else ""
-            label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
-            write(f'<a href="#seq-{attempt.seqs[0]}"><text x="0" y="{y + 12}">{_h(label)}</text>')
-            if attempt.start is not None:
-                x = 300 + (attempt.start - start) / span * 690
-                width = max(attempt.seconds / span * 690, 2)
-                fail = " fail" if attempt.failed else ""
-                write(
-                    f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
-                    f"<title>{_h(attempt.kind)} {_h(attempt.id)} attempt {attempt.attempt}: "
-                    f"{_span(attempt.seconds)}</title></rect>"
-                )
-                tied = ends.get(attempt.id)
-                if tied is not None and attempt.attempt > 1:
-                    write(
-                        f'<path class="tie" d="M{tied[0]:.1f} {tied[1] * 18 + 9}L{x:.1f} {y + 7}">'
-                        f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
-                    )
-                ends[attempt.id] = (x + width, row)
-            write("</a>")
-        bottom = len(group) * 18 + 16
-        write(
+            if size >= limit:
+                break
+            rows.append(self.bar(row, attempt, start, span, ends))
+            size += len(rows[-1])
+        failed = sum(attempt.failed for attempt in group)
+        shown = f", {len(rows)} drawn" if len(rows) < len(group) else ""
+        bottom = len(rows) * 18 + 16
+        self.out.write(
+            f"<details{' open' if len(group) <= 40 else ''}><summary>turn {turn}: {len(group)} attempts"
+            f"{shown}, {_span(span)}, {failed} failed</summary>\n"
+            f'<svg class="waterfall" viewBox="0 0 1000 {bottom + 4}">',
+            *rows,
             f'<text x="300" y="{bottom}">0 s</text><text class="end" x="990" y="{bottom}">'
-            f"{_span(span)}</text></svg></details>\n"
+            f"{_span(span)}</text></svg></details>\n",
         )
+        return len(rows) == len(group)
+
+    @staticmethod
+    def bar(
+        row: int, attempt: _Attempt, start: float, span: float, ends: Dict[str, Tuple[float, int]]
+    ) -> str:
+        """One attempt's row: its label, and its bar tied to the attempt it retries."""
+        y = row * 18 + 2
+        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+        mark = " ✗" if attempt.failed else ""
+        label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
+        parts = [f'<a href="#seq-{attempt.seqs[0]}"><text x="0" y="{y + 12}">{_h(label)}</text>']
+        if attempt.start is not None:
+            x = 300 + (attempt.start - start) / span * 690
+            width = max(attempt.seconds / span * 690, 2)
+            fail = " fail" if attempt.failed else ""
+            parts.append(
+                f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
+                f"<title>{_h(attempt.kind)} {_h(attempt.id)} attempt {attempt.attempt}: "
+                f"{_span(attempt.seconds)}</title></rect>"
+            )
+            tied = ends.get(attempt.id)
+            if tied is not None and attempt.attempt > 1:
+                parts.append(
+                    f'<path class="tie" d="M{tied[0]:.1f} {tied[1] * 18 + 9}L{x:.1f} {y + 7}">'
+                    f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
+                )
+            ends[attempt.id] = (x + width, row)
+        return "".join(parts) + "</a>"
 
     def cards(self, source: BinaryIO, max_line_bytes: int) -> None:
         write = self.out.write
@@ -2977,9 +2995,8 @@ class _Page:
         more = self.command(attempt.run_id, attempt.id, attempt.attempt)
         for seq, offset in zip(attempt.seqs, attempt.offsets):
             record = self.read(source, max_line_bytes, seq, offset)
-            write(
-                f'<div class="part" id="seq-{seq}">{self.record_head(record)}{self.record_body(record, more)}</div>\n'
-            )
+            body = self.record_body(record, more)
+            write(f'<div class="part" id="seq-{seq}">{self.record_head(record)}{body}</div>\n')
         write("</article>\n")
 
     def parent(self, attempt: _Attempt) -> str:
@@ -3035,7 +3052,8 @@ def _write_page(args: Any, facts: _Facts, summary: Summary, out: BinaryIO) -> No
 
 # The page's only style and script: the Content-Security-Policy allows exactly these, by hash.
 _PAGE_STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em;color:#1b1b1b;background:#fff}
+body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
+body{color:#1b1b1b;background:#fff}
 h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
 code,pre{font:12px/1.35 ui-monospace,monospace}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4;padding:.3em .5em}
@@ -3045,9 +3063,11 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-
 .key,.role{font-weight:600;color:#35557a}.thinking{opacity:.75}.change{color:#2d6a2d;font-weight:600}
 .card{border:1px solid #ccd;border-left:5px solid #6b8fc7;border-radius:4px;margin:.6em 0;padding:.3em .6em}
 .card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
-.part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}.rec.heading{font-weight:600;margin-top:.6em}
+.part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}
+.rec.heading{font-weight:600;margin-top:.6em}
 .rec.fail{color:#b00020}.seq{color:#777;text-decoration:none}.type{font-weight:600}.time{color:#777;font-size:12px}
-.how{font-size:11px;color:#555}.how code{font-size:11px}.msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
+.how{font-size:11px;color:#555}.how code{font-size:11px}
+.msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
 svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
 .waterfall text.end{text-anchor:end}
 rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
