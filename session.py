@@ -2702,16 +2702,7 @@ class _Page:
         parts = []
         if change is not None and type(messages) is list:
             parts.append(f'<div class="change">{self.change_text(change, len(messages))}</div>')
-            for index, earlier in change.new:
-                if earlier:
-                    value = _message_value(messages[index])
-                    role = _h(str(value.get("role"))) if value is not None else "a"
-                    parts.append(
-                        f'<div class="msg">new: <span class="role">{role}</span> message as recorded '
-                        f'in <a href="#seq-{earlier}">#{earlier}</a></div>'
-                    )
-                else:
-                    parts.append(self.message(messages[index], record.run_id or "", more))
+            parts += self.new_messages(record, messages, change.new, more)
         for key, item in request.items():
             if key == "tools" and type(item) is list:
                 names = [str(tool.get("name")) for tool in item if type(tool) is dict and "name" in tool]
@@ -2720,6 +2711,29 @@ class _Page:
             elif key != "messages":
                 parts.append(self.value(item, more, key))
         return "".join(parts)
+
+    def new_messages(
+        self, record: Record, messages: List[Any], new: Tuple[Tuple[int, int], ...], more: str
+    ) -> List[str]:
+        """The new messages of a request: a link to a record that showed one already, else the
+        message; none past the page budget."""
+        parts: List[str] = []
+        size = self.out.size
+        for n, (index, earlier) in enumerate(new):
+            if size >= self.out.budget or index >= len(messages):
+                parts.append(f'<div class="cut">{len(new) - n} more new messages not shown: see {more}</div>')
+                break
+            if earlier:
+                value = _message_value(messages[index])
+                role = _h(str(value.get("role"))) if value is not None else "a"
+                parts.append(
+                    f'<div class="msg">new: <span class="role">{role}</span> message as recorded '
+                    f'in <a href="#seq-{earlier}">#{earlier}</a></div>'
+                )
+            else:
+                parts.append(self.message(messages[index], record.run_id or "", more))
+            size += len(parts[-1])
+        return parts
 
     @staticmethod
     def change_text(change: _Change, total: int) -> str:

@@ -2909,6 +2909,8 @@ def test_html_page_shortens_long_values_with_a_visible_mark(tmp_path: Path) -> N
 def test_html_page_keeps_to_its_budget_and_says_what_it_left_out(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
+        context = [say(f"{n} {'z' * 500}") for n in range(300)]
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
         for n in range(300):
             run.record(
                 Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", result="y" * 500)
@@ -2918,6 +2920,8 @@ def test_html_page_keeps_to_its_budget_and_says_what_it_left_out(tmp_path: Path)
     assert len(page.encode()) < 50000 < len(whole.encode())
     shown = len(re.findall(r'id="seq-\d+"', page))
     assert f"{len(records(path)) - shown} more records are not shown here" in page
+    new = page.count('<span class="role">user</span>')
+    assert 0 < new < 300 and f"{300 - new} more new messages not shown: see" in page
     assert f"<code>python -m session show {path}</code> prints them all" in page
 
 
