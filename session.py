@@ -2383,15 +2383,19 @@ class _Change(NamedTuple):
     resumed: bool  # the previous request belongs to an earlier run
 
 
-def _digest(value: Any) -> str:
-    """A stand-in for a message's JSON, to compare messages without keeping them."""
+def _digest(value: Any) -> bytes:
+    """A stand-in for a message's JSON, to compare messages without keeping them.  (Keys in
+    the order written: a writer encodes one message the same way each time.)"""
     try:
-        text = json.dumps(value, ensure_ascii=True, sort_keys=True)
+        text = _DIGEST_JSON.encode(value)
     except (ValueError, RecursionError):  # too deep to compare: counts as new
-        return f"uncomparable {id(value)}"
+        return b"uncomparable %d" % id(value)
     import hashlib
 
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(text.encode()).digest()
+
+
+_DIGEST_JSON = json.JSONEncoder(check_circular=False)  # one encoder: dumps() makes one per call
 
 
 def _span(seconds: float) -> str:
@@ -2427,11 +2431,11 @@ class _Facts:
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
         self.compactions: List[int] = []  # number of model calls before each compaction
         self.turn = 0
-        self._previous: Dict[str, int] = {}  # the previous request's message digests -> count
+        self._previous: Dict[bytes, int] = {}  # the previous request's message digests -> count
         self._previous_seq = 0
         self._previous_run = ""
         self._compacted = False
-        self._recent: Dict[str, int] = {}  # digests of messages recorded since that request
+        self._recent: Dict[bytes, int] = {}  # digests of messages recorded since that request
 
     def __call__(self, record: Record) -> None:
         self.summarizer(record)
@@ -2498,7 +2502,7 @@ class _Facts:
         request = record.data.get("request")
         messages = request.get("messages") if type(request) is dict else None
         remaining = dict(self._previous)
-        current: Dict[str, int] = {}
+        current: Dict[bytes, int] = {}
         new = []
         for index, message in enumerate(messages if type(messages) is list else ()):
             digest = _digest(message)
@@ -2869,7 +2873,7 @@ class _Page:
             x = calls // per_bar * width
             write(
                 f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
-                "<title>compaction</title></line>"
+                f'<title>compaction</title></line><text x="{x + 4:.1f}" y="10">compaction</text>'
             )
         write("</svg></section>\n")
 
@@ -3085,7 +3089,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-
 svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
 .waterfall text.end{text-anchor:end}
 rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
-rect.bar{fill:#6b8fc7}.compaction{stroke:#b39a6b;stroke-width:2;stroke-dasharray:4 3}
+rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray:5 3}
 .tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
 .filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
 body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .rec:not(.fail){display:none}

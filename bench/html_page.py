@@ -1,7 +1,7 @@
 """How long ``python -m session html`` takes on a large session, against ``validate``.
 
-    python3 bench/html.py          # a ~230 MB session: every model request holds the whole context
-    python3 bench/html.py 0.1      # a tenth of that: a smoke test
+    python3 bench/html_page.py          # a ~230 MB session: every model request holds the whole context
+    python3 bench/html_page.py 0.1      # a tenth of that: a smoke test
 
 The session is made at run time under a temporary folder and removed afterwards.  Both
 commands run as a user runs them (a new interpreter each time); the figure that counts is the
