@@ -2976,6 +2976,19 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert "1 failed attempts" in page
 
 
+def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    objs = envelope_lines(3)
+    execution = {"id": "m", "kind": "model"}
+    objs[2] = dict(objs[2], type="model_request", data={"execution": execution, "request": {"messages": [0]}})
+    deep = b"[" * 980 + b"0" + b"]" * 980  # too deep for json.dumps under pytest's stack
+    path.write_bytes(dump(objs).replace(b'"messages":[0]', b'"messages":[' + deep + b"]"))
+    page = html_page(path, "--max-field", str(10**6))  # everything, as far as the stack allows
+    assert "context: 1 messages; 1 new" in page
+    whole = "[" * 980 + "0" + "]" * 980 in re.sub(r"\s", "", page)
+    assert whole or "cannot be shown here: maximum recursion depth exceeded" in page  # never a crash
+
+
 def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(dump(envelope_lines())[:-30] + b"\n")
