@@ -15,6 +15,7 @@ validate FILE`` checks a file against the format.
 
 from __future__ import annotations
 
+import base64
 import builtins
 import contextlib
 import dataclasses
@@ -39,12 +40,14 @@ from typing import (
     FrozenSet,
     Iterator,
     List,
+    Literal,
     NamedTuple,
     Optional,
     Protocol,
     Sequence,
     Set,
     Tuple,
+    TypedDict,
     Union,
 )
 
@@ -78,6 +81,23 @@ __all__ = [
     "JSONCodec",
     "TypeSpec",
     "Message",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolCall",
+    "ToolCallBlock",
+    "ImageData",
+    "ImageBlock",
+    "ToolReferenceBlock",
+    "ContentBlock",
+    "Usage",
+    "Cost",
+    "STOP_REASONS",
+    "text_block",
+    "thinking_block",
+    "tool_call_block",
+    "image_block",
+    "tool_reference_block",
+    "tool_result",
     "AgentState",
     "AgentSnapshot",
     "SessionError",
@@ -590,18 +610,245 @@ class TypeSpec:
             )
 
 
+class TextBlock(TypedDict):
+    """A text block: ``{"type": "text", "text": "..."}``; built by ``text_block``."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ThinkingBlock(TypedDict):
+    """The model's reasoning: ``{"type": "thinking", "thinking": "..."}``."""
+
+    type: Literal["thinking"]
+    thinking: str
+
+
+class ToolCall(TypedDict, total=False):
+    """One tool call inside a ``ToolCallBlock``.  *id*, *name* and *args* are always written;
+    *args* is the JSON value the model sent (a ``RawJSON`` keeps its text as sent).  When the
+    model's arguments did not parse, *args* is ``{}``, *args_invalid* is true and
+    *args_raw_text* holds the text.  *thought_signature* is an opaque provider signature to
+    replay verbatim."""
+
+    id: str
+    name: str
+    args: Any
+    args_invalid: bool
+    args_raw_text: str
+    args_parse_error: str
+    thought_signature: str
+
+
+class ToolCallBlock(TypedDict):
+    """``{"type": "toolCall", "tool_call": {...}}``; built by ``tool_call_block``."""
+
+    type: Literal["toolCall"]
+    tool_call: ToolCall
+
+
+class ImageData(TypedDict, total=False):
+    """An image as base64 *data* with its *mime_type*, or as a *url*."""
+
+    data: str
+    url: str
+    mime_type: str
+
+
+class ImageBlock(TypedDict):
+    """``{"type": "image", "image": {...}}``; built by ``image_block``."""
+
+    type: Literal["image"]
+    image: ImageData
+
+
+class ToolReferenceBlock(TypedDict):
+    """A reference to a tool by name: ``{"type": "tool_reference", "tool_name": "..."}``."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
+ContentBlock = Union[TextBlock, ThinkingBlock, ToolCallBlock, ImageBlock, ToolReferenceBlock]
+
+
+class Cost(TypedDict, total=False):
+    """What a model call cost, in USD."""
+
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+    total: float
+
+
+class Usage(TypedDict, total=False):
+    """A model call's token counts (integers that fit in 64 bits), for ``Message.usage``.
+    Any subset of the keys is valid; Go reads a missing count as 0."""
+
+    provider: str
+    model: str
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    total_tokens: int
+    cost: Cost
+
+
+STOP_REASONS = ("stop", "length", "toolUse", "error", "safety", "aborted")
+"""The values of ``Message.stop_reason`` besides ``""`` (none given)."""
+
+
+def text_block(text: str) -> TextBlock:
+    """A text block holding *text*."""
+    _require(text, str, "text")
+    return {"type": "text", "text": text}
+
+
+def thinking_block(thinking: str) -> ThinkingBlock:
+    """A block holding the model's reasoning, *thinking*."""
+    _require(thinking, str, "thinking")
+    return {"type": "thinking", "thinking": thinking}
+
+
+def tool_call_block(
+    id: str,  # noqa: A002 - agentgo's field name
+    name: str,
+    args: Any,
+    *,
+    args_invalid: bool = False,
+    args_raw_text: str = "",
+    args_parse_error: str = "",
+    thought_signature: str = "",
+) -> ToolCallBlock:
+    """A block for the call *id* of the tool *name* with the arguments *args*.
+
+    *args* is a JSON value (usually a dict), or the model's JSON text as a ``str`` or
+    ``RawJSON``, written exactly as sent.  When the model's text did not parse, pass
+    ``args_invalid=True``, the text as *args_raw_text* (and the parser's message as
+    *args_parse_error*); *args* must then be ``{}`` or ``None``.  *thought_signature* is an
+    opaque provider signature replayed verbatim.
+    """
+    _require(id, str, "id")
+    _require(name, str, "name")
+    _require(args_invalid, bool, "args_invalid")
+    for key, text in (("args_raw_text", args_raw_text), ("args_parse_error", args_parse_error)):
+        _require(text, str, key)
+    _require(thought_signature, str, "thought_signature")
+    if not name:
+        raise ValueError("a tool call needs the tool's name")
+    if args_invalid:
+        if args is not None and args != {}:
+            raise ValueError("args must be {} when args_invalid is set (give the text as args_raw_text)")
+        args = {}
+    elif args_raw_text or args_parse_error:
+        raise ValueError("args_raw_text and args_parse_error go with args_invalid=True")
+    elif isinstance(args, str):
+        args = RawJSON(args)
+    call: ToolCall = {"id": id, "name": name, "args": _tool_args(args)}
+    if args_invalid:
+        call["args_invalid"] = True
+    if args_raw_text:
+        call["args_raw_text"] = args_raw_text
+    if args_parse_error:
+        call["args_parse_error"] = args_parse_error
+    if thought_signature:
+        call["thought_signature"] = thought_signature
+    return {"type": "toolCall", "tool_call": call}
+
+
+def image_block(*, data: Union[bytes, str, None] = None, mime_type: str = "", url: str = "") -> ImageBlock:
+    """An image: *data* (bytes, or their base64 text) with its *mime_type*, or a *url*.
+    Exactly one of *data* and *url*."""
+    _require(mime_type, str, "mime_type")
+    _require(url, str, "url")
+    if (data is None) == (not url):
+        raise ValueError("give exactly one of data and url")
+    image: ImageData = {}
+    if data is not None:
+        if not mime_type:
+            raise ValueError("image data needs its mime_type")
+        image["data"] = _base64_text(data)
+    else:
+        image["url"] = url
+    if mime_type:
+        image["mime_type"] = mime_type
+    return {"type": "image", "image": image}
+
+
+def _base64_text(data: Union[bytes, str]) -> str:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return base64.b64encode(data).decode("ascii")
+    _require(data, str, "data")
+    try:
+        base64.b64decode(data, validate=True)
+    except ValueError:  # binascii.Error is one
+        raise ValueError("image data given as str must be base64 text") from None
+    return data
+
+
+def tool_reference_block(tool_name: str) -> ToolReferenceBlock:
+    """A block that refers to the tool *tool_name*."""
+    _require(tool_name, str, "tool_name")
+    if not tool_name:
+        raise ValueError("a tool reference needs the tool's name")
+    return {"type": "tool_reference", "tool_name": tool_name}
+
+
+def tool_result(
+    tool_call_id: str,
+    content: Union[str, Sequence[ContentBlock]],
+    *,
+    is_error: bool = False,
+    timestamp: Optional[datetime] = None,
+) -> Message:
+    """The ``tool``-role message answering the call *tool_call_id*.
+
+    *content* is the result's text or a list of blocks; *is_error* marks a failed call
+    (``metadata["is_error"]``, written only when true); *timestamp* defaults to now.
+    """
+    _require(tool_call_id, str, "tool_call_id")
+    if not tool_call_id:
+        raise ValueError("a tool result needs the id of the call it answers")
+    _require(is_error, bool, "is_error")
+    blocks: List[Any] = [text_block(content)] if isinstance(content, str) else list(content)
+    metadata: Dict[str, Any] = {"tool_call_id": tool_call_id}
+    if is_error:
+        metadata["is_error"] = True
+    return Message("tool", blocks, metadata=metadata, timestamp=timestamp or _now())
+
+
+def _tool_args(args: Any) -> Any:
+    """*args* checked to be one JSON value (a ``RawJSON``'s text included)."""
+    if type(args) is RawJSON:
+        _compact(args)
+    else:
+        _dumps(args)
+    return args
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 @dataclasses.dataclass
 class Message:
-    """A conversation message (``agentgo.message.v1``): *content* is a list of block dicts
-    such as ``{"type": "text", "text": "hi"}``; *usage* a dict such as ``{"input": 10,
-    "output": 5, "total_tokens": 15}``."""
+    """A conversation message (``agentgo.message.v1``).
+
+    *role* is ``user``, ``assistant``, ``system`` or ``tool``; *content* a list of blocks
+    (``text_block`` and its siblings build them); *stop_reason* one of ``STOP_REASONS`` or
+    ``""``; *usage* a ``Usage`` dict; *metadata* free-form JSON (a tool result's
+    ``tool_call_id``: see ``tool_result``); *timestamp* when the message was made (default
+    now, in UTC; ``None`` stands for Go's zero time).
+    """
 
     role: str
-    content: List[Any]
+    content: Optional[List[ContentBlock]]
     stop_reason: str = ""
-    usage: Optional[Dict[str, Any]] = None
+    usage: Optional[Usage] = None
     metadata: Optional[Dict[str, Any]] = None
-    timestamp: Optional[datetime] = None
+    timestamp: Optional[datetime] = dataclasses.field(default_factory=_now)
 
 
 @dataclasses.dataclass
@@ -651,6 +898,8 @@ class _Kind(NamedTuple):
     datetimes: FrozenSet[str]  # those of *fields* annotated as datetime
     encode: Optional[Callable[[Any], Any]]
     decode: Optional[Callable[[Any], Any]]
+    write: Optional[Callable[[JSONCodec, Any], Any]] = None  # agentgo's types: checked shapes
+    read: Optional[Callable[[JSONCodec, Dict[str, Any]], Any]] = None
 
 
 _DATETIME_ANNOTATION = re.compile(
@@ -681,7 +930,8 @@ def _kind_of(spec: TypeSpec) -> _Kind:
     except Exception:  # noqa: BLE001 - e.g. "datetime | None" on Python 3.9: read the text
         hints = {}
     datetimes = frozenset(f.name for f in fields if _is_datetime(hints.get(f.name, f.type)))
-    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None)
+    write, read = _AGENTGO_SHAPES.get(spec.cls, (None, None))
+    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None, write, read)
 
 
 def _path_step(key: str) -> str:
@@ -798,6 +1048,8 @@ class JSONCodec:
         return items if out is None else out  # type: ignore[return-value]
 
     def _encode_object(self, kind: _Kind, obj: Any) -> Any:
+        if kind.write is not None:
+            return kind.write(self, obj)
         if kind.encode is not None:
             try:
                 plain = kind.encode(obj)
@@ -865,6 +1117,8 @@ class JSONCodec:
                 raise _CodecFault(f"{type_id} decode function failed: {exc!r}") from exc
         if type(value) is not dict:
             raise _CodecFault(f"{type_id} value must be an object")
+        if kind.read is not None:
+            return kind.read(self, value)
         fields = {}
         for name in kind.fields:
             if name in value:
@@ -926,6 +1180,294 @@ def _parse_rfc3339(text: str) -> datetime:
         return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, zone)
     except ValueError as exc:
         raise _CodecFault(f"invalid RFC 3339 time {text!r}: {exc}") from None
+
+
+# agentgo's Go codec ignores the keys it does not know and reads a missing one as zero, so a
+# wrong shape would arrive empty, silently: its types are checked here on the way out.
+# Reading stays lenient (JSON in, JSON out), so that files from older writers stay readable.
+
+_BLOCK_PAYLOADS = {
+    "text": "text",
+    "thinking": "thinking",
+    "toolCall": "tool_call",
+    "image": "image",
+    "tool_reference": "tool_name",
+}
+_TOOL_CALL_TEXTS = frozenset({"id", "name", "args_raw_text", "args_parse_error", "thought_signature"})
+_IMAGE_KEYS = frozenset({"data", "url", "mime_type"})
+_USAGE_COUNTS = frozenset({"input", "output", "cache_read", "cache_write", "total_tokens"})
+_COST_KEYS = frozenset({"input", "output", "cache_read", "cache_write", "total"})
+_PROGRESS_FLAGS = frozenset({"active", "next_turn"})
+_PROGRESS_COUNTS = frozenset({"completed_turns", "length_recoveries", "tool_calls", "tool_errors"})
+_INT64 = range(-(1 << 63), 1 << 63)  # Go's int; `in` on a range is arithmetic
+_GO_ZERO_TIME = "0001-01-01T00:00:00Z"  # what Go writes for a time never set: None here
+
+
+def _fault(reason: str, *steps: str) -> _CodecFault:
+    """A fault at *steps*, outermost first."""
+    fault = _CodecFault(reason)
+    fault.steps.extend(reversed(steps))
+    return fault
+
+
+def _key_step(key: Any) -> str:
+    return _path_step(key) if type(key) is str else f"[{key!r}]"
+
+
+def _encode_at(codec: JSONCodec, value: Any, step: str) -> Any:
+    try:
+        return codec._encode(value)
+    except _CodecFault as fault:
+        fault.steps.append(step)
+        raise
+
+
+def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
+    role, stop_reason, usage, metadata, moment = (
+        message.role,
+        message.stop_reason,
+        message.usage,
+        message.metadata,
+        message.timestamp,
+    )
+    if type(role) is not str:
+        raise _fault(f"role must be a string, not {type(role).__name__}", ".role")
+    out: Dict[str, Any] = {"role": role, "content": _write_content(message.content)}
+    if stop_reason:
+        if stop_reason not in STOP_REASONS:
+            raise _fault(
+                f"stop reason {stop_reason!r} is not one of {', '.join(STOP_REASONS)}", ".stop_reason"
+            )
+        out["stop_reason"] = stop_reason
+    elif stop_reason != "":
+        raise _fault(f"stop_reason must be a string, not {type(stop_reason).__name__}", ".stop_reason")
+    if usage is not None:
+        out["usage"] = _checked_usage(usage, ".usage")
+    if metadata is not None:
+        if type(metadata) is not dict:
+            raise _fault(f"metadata must be an object, not {type(metadata).__name__}", ".metadata")
+        out["metadata"] = _encode_at(codec, metadata, ".metadata")
+    if moment is None:
+        out["timestamp"] = _GO_ZERO_TIME
+    elif type(moment) is datetime:
+        try:
+            out["timestamp"] = _rfc3339(moment)
+        except _CodecFault as fault:
+            fault.steps.append(".timestamp")
+            raise
+    else:
+        raise _fault(f"timestamp must be a datetime, not {type(moment).__name__}", ".timestamp")
+    return out
+
+
+def _write_content(content: Any) -> Any:
+    """*content*, checked: blocks are written as they are (``None`` is Go's nil list)."""
+    if content is None:
+        return None
+    if type(content) is not list and type(content) is not tuple:
+        raise _fault(f"content must be a list of blocks, not {type(content).__name__}", ".content")
+    for index, block in enumerate(content):
+        try:
+            _check_block(block)
+        except _CodecFault as fault:
+            fault.steps.append(f".content[{index}]")
+            raise
+    return content
+
+
+def _check_block(block: Any) -> None:
+    if type(block) is not dict:
+        raise _fault(f"a content block must be an object, not {type(block).__name__}")
+    kind = block.get("type")
+    payload = _BLOCK_PAYLOADS.get(kind) if type(kind) is str else None
+    if payload is None:
+        raise _fault(f"unknown block type {kind!r} (agentgo's: {', '.join(_BLOCK_PAYLOADS)})", ".type")
+    for key, value in block.items():
+        if key == payload:
+            if kind == "toolCall":
+                _check_tool_call(value)
+            elif kind == "image":
+                _check_strings(value, _IMAGE_KEYS, "an image", ".image")
+            elif type(value) is not str:
+                raise _fault(f"{key} must be a string, not {type(value).__name__}", _path_step(key))
+        elif key != "type":
+            raise _fault(f"key {key!r} does not belong in a {kind} block", _key_step(key))
+    if payload not in block and (kind == "toolCall" or kind == "image"):
+        raise _fault(f"a {kind} block needs its {payload}", f".{payload}")
+
+
+def _check_tool_call(call: Any) -> None:
+    if type(call) is not dict:
+        raise _fault(f"tool_call must be an object, not {type(call).__name__}", ".tool_call")
+    for key, value in call.items():
+        if key == "args":
+            try:
+                _tool_args(value)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise _fault(f"args are not one JSON value: {exc}", ".tool_call.args") from None
+        elif key == "args_invalid":
+            if type(value) is not bool:
+                raise _fault(
+                    f"args_invalid must be a boolean, not {type(value).__name__}", ".tool_call.args_invalid"
+                )
+        elif key in _TOOL_CALL_TEXTS:
+            if type(value) is not str:
+                raise _fault(f"{key} must be a string, not {type(value).__name__}", f".tool_call.{key}")
+        else:
+            raise _fault(f"key {key!r} is not a tool call's", ".tool_call", _key_step(key))
+
+
+def _check_strings(obj: Any, keys: FrozenSet[str], what: str, step: str) -> None:
+    if type(obj) is not dict:
+        raise _fault(f"{step[1:]} must be an object, not {type(obj).__name__}", step)
+    for key, value in obj.items():
+        if key not in keys:
+            raise _fault(f"key {key!r} is not {what}'s", step, _key_step(key))
+        if type(value) is not str:
+            raise _fault(f"{key} must be a string, not {type(value).__name__}", step, _path_step(key))
+
+
+def _checked_usage(usage: Any, step: str) -> Any:
+    """*usage* as written: any of agentgo's keys, token counts that fit Go's int."""
+    if type(usage) is not dict:
+        raise _fault(f"usage must be an object, not {type(usage).__name__}", step)
+    for key, value in usage.items():
+        if key in _USAGE_COUNTS:
+            _check_count(value, step, key)
+        elif key == "provider" or key == "model":
+            if type(value) is not str:
+                raise _fault(f"{key} must be a string, not {type(value).__name__}", step, f".{key}")
+        elif key == "cost":
+            _check_cost(value, f"{step}.cost")
+        else:
+            raise _fault(f"key {key!r} is not agentgo's usage (Go would drop it)", step, _key_step(key))
+    return usage
+
+
+def _check_count(value: Any, step: str, key: str) -> None:
+    if type(value) is not int:
+        raise _fault(f"{key} must be an integer, not {type(value).__name__}", step, f".{key}")
+    if value not in _INT64:
+        raise _fault(f"{key} {value} does not fit in 64 bits", step, f".{key}")
+
+
+def _check_cost(cost: Any, step: str) -> None:
+    if type(cost) is not dict:
+        raise _fault(f"cost must be an object, not {type(cost).__name__}", step)
+    for key, value in cost.items():
+        if key not in _COST_KEYS:
+            raise _fault(f"key {key!r} is not agentgo's cost (Go would drop it)", step, _key_step(key))
+        if type(value) is not float and type(value) is not int:
+            raise _fault(f"{key} must be a number, not {type(value).__name__}", step, f".{key}")
+        if not math.isfinite(value):
+            raise _fault(f"non-finite float {value!r}", step, f".{key}")
+
+
+def _read_message(codec: JSONCodec, value: Dict[str, Any]) -> Message:
+    fields: Dict[str, Any] = {
+        name: codec._decode(value[name])
+        for name in ("role", "stop_reason", "usage", "metadata")
+        if name in value
+    }
+    fields["content"] = _read_content(codec, value.get("content"))
+    moment = value.get("timestamp")
+    if moment is not None and moment != _GO_ZERO_TIME:
+        if type(moment) is not str:
+            raise _fault("timestamp must be an RFC 3339 string", ".timestamp")
+        try:
+            moment = _parse_rfc3339(moment)
+        except _CodecFault as fault:
+            fault.steps.append(".timestamp")
+            raise
+    fields["timestamp"] = None if moment == _GO_ZERO_TIME else moment
+    try:
+        return Message(**fields)
+    except TypeError as exc:
+        raise _CodecFault(f"agentgo.message.v1: Message rejects its fields: {exc!r}") from exc
+
+
+def _read_content(codec: JSONCodec, content: Any) -> Any:
+    """Blocks as written, except that a tool call's args are raw JSON, never unescaped."""
+    if type(content) is not list:
+        return codec._decode(content)
+    out = []
+    for block in content:
+        call = block.get("tool_call") if type(block) is dict and block.get("type") == "toolCall" else None
+        if type(call) is dict and "args" in call:
+            decoded = codec._decode({**block, "tool_call": {**call, "args": None}})
+            decoded["tool_call"]["args"] = call["args"]
+            out.append(decoded)
+        else:
+            out.append(codec._decode(block))
+    return out
+
+
+def _write_messages(codec: JSONCodec, items: Any, step: str) -> Any:
+    """*items* each encoded as a tagged value: Go reads these lists as ``AgentMessage``."""
+    if items is None:
+        return None
+    if type(items) is not list and type(items) is not tuple:
+        raise _fault(f"{step[1:]} must be a list, not {type(items).__name__}", step)
+    out = []
+    for index, item in enumerate(items):
+        if type(item) not in codec._by_class:
+            need = "a tagged value (a Message or a registered type)"
+            raise _fault(f"a plain {type(item).__name__} where agentgo needs {need}", step, f"[{index}]")
+        out.append(_encode_at(codec, item, f"{step}[{index}]"))
+    return out
+
+
+def _write_state(codec: JSONCodec, state: AgentState) -> Dict[str, Any]:
+    out = {"messages": _write_messages(codec, state.messages, ".messages")}
+    if state.artifacts:
+        out["artifacts"] = _write_messages(codec, state.artifacts, ".artifacts")
+    if state.total_usage is not None:
+        out["total_usage"] = _checked_usage(state.total_usage, ".total_usage")
+    if state.progress is not None:
+        out["progress"] = _write_progress(codec, state.progress)
+    return out
+
+
+def _write_progress(codec: JSONCodec, progress: Any) -> Dict[str, Any]:
+    if type(progress) is not dict:
+        raise _fault(f"progress must be an object, not {type(progress).__name__}", ".progress")
+    out = dict(progress)
+    for key, value in progress.items():
+        if key in _PROGRESS_COUNTS:
+            _check_count(value, ".progress", key)
+        elif key in _PROGRESS_FLAGS:
+            if type(value) is not bool:
+                raise _fault(f"{key} must be a boolean, not {type(value).__name__}", ".progress", f".{key}")
+        elif key == "consecutive_tool_errors":
+            if type(value) is not dict:
+                raise _fault(f"{key} must be an object, not {type(value).__name__}", ".progress", f".{key}")
+            for tool, count in value.items():
+                _check_count(count, f".progress.{key}", tool)
+        elif key == "pending_messages":
+            out[key] = _write_messages(codec, value, ".progress.pending_messages")
+        else:
+            raise _fault(
+                f"key {key!r} is not agentgo's run progress (Go would drop it)", ".progress", _key_step(key)
+            )
+    return out
+
+
+def _write_snapshot(codec: JSONCodec, snapshot: AgentSnapshot) -> Dict[str, Any]:
+    if type(snapshot.state) is not AgentState:
+        raise _fault(f"state must be an AgentState, not {type(snapshot.state).__name__}", ".state")
+    out = {"state": _encode_at(codec, snapshot.state, ".state")}
+    if snapshot.steering_queue:
+        out["steering_queue"] = _write_messages(codec, snapshot.steering_queue, ".steering_queue")
+    if snapshot.follow_up_queue:
+        out["follow_up_queue"] = _write_messages(codec, snapshot.follow_up_queue, ".follow_up_queue")
+    return out
+
+
+_AGENTGO_SHAPES: Dict[type, Tuple[Any, Any]] = {
+    Message: (_write_message, _read_message),
+    AgentState: (_write_state, None),
+    AgentSnapshot: (_write_snapshot, None),
+}
 
 
 _DEFAULT_CODEC = JSONCodec()
@@ -2168,7 +2710,7 @@ class _Summarizer:
         usage = value.get("usage") if type(value) is dict else None
         if type(usage) is dict:
             for key, count in usage.items():
-                if type(count) is int:
+                if key in _USAGE_COUNTS and type(count) is int:  # a request count is no token
                     self.usage[key] = self.usage.get(key, 0) + count
 
     def summary(self, result: ReadResult) -> Summary:
@@ -3375,26 +3917,52 @@ def _transcript(record: Record) -> str:
 
 
 def _message_text(message: Any, label: str) -> List[str]:
-    """A codec-encoded message as ``role: text`` lines; anything unexpected as JSON."""
+    """A codec-encoded message as ``role: text`` lines, a line per block; anything
+    unexpected as JSON."""
     value = message.get("value") if type(message) is dict and "$type" in message else message
-    if type(value) is not dict or type(value.get("content")) is not list:
+    content = value.get("content", False) if type(value) is dict else False
+    if type(value) is not dict or (
+        type(content) is not list and content is not None
+    ):  # null: Go's empty list
         return [f"  {label}: {_json_text(message)}"]
-    role = value.get("role", "?")
-    out = []
-    for block in value["content"]:
-        kind = block.get("type") if type(block) is dict else None
-        if kind == "text":
-            text = str(block.get("text", "")).replace("\n", "\n    ")
-            out.append(f"  {role}: {text}")
-        elif kind == "tool_call":
-            call = f"{block.get('name')}({_json_text(block.get('arguments'))})"
-            out.append(f"  {role} calls {call} id {block.get('id')}")
-        else:
-            out.append(f"  {role}: {_json_text(block)}")
+    role = str(value.get("role", "?"))
+    metadata = value.get("metadata")
+    if role == "tool" and type(metadata) is dict and "tool_call_id" in metadata:
+        outcome = "error" if metadata.get("is_error") is True else "result"
+        role = f"tool {outcome} for {metadata['tool_call_id']}"
+    out = [f"  {role}{_block_text(block)}" for block in content or ()]
     for key in ("stop_reason", "usage"):
         if value.get(key):
             out.append(f"  {key}: {_json_text(value[key])}")
-    return out
+    return out or [f"  {role}: (no content)"]
+
+
+def _block_text(block: Any) -> str:
+    """One content block, after its role: agentgo's blocks in words, anything else as JSON."""
+    kind = block.get("type") if type(block) is dict else None
+    if kind == "text" or kind == "thinking":
+        text = str(block.get(kind, "")).replace("\n", "\n    ")
+        return f": {text}" if kind == "text" else f" thinks: {text}"
+    if kind == "toolCall" and type(block.get("tool_call")) is dict:
+        call = block["tool_call"]
+        args = (
+            f"unparsed {_json_text(call.get('args_raw_text'))}"
+            if call.get("args_invalid")
+            else _json_text(call.get("args"))
+        )
+        return f" calls {call.get('name')}({args}) id {call.get('id')}"
+    if kind == "image" and type(block.get("image")) is dict:
+        image = block["image"]
+        data = image.get("data")
+        where = (
+            f"{len(data) * 3 // 4 - (len(data) - len(data.rstrip('=')))} bytes"
+            if type(data) is str
+            else f"at {image.get('url')}"
+        )
+        return f": [image, {where}, {image.get('mime_type') or 'type not given'}]"
+    if kind == "tool_reference":
+        return f" refers to tool {block.get('tool_name')}"
+    return f": {_json_text(block)}"
 
 
 def _json_text(value: Any) -> str:

@@ -27,6 +27,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import typing
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -94,7 +95,7 @@ def sample_file(path: Path, runs: int = 2, checkpoint: bool = True) -> Path:
             with s.begin_run() as run:
                 run.record(Event("turn_start", turn_index=1, timestamp=T0))
                 run.record(Event("model_exec_start", execution=MODEL, timestamp=T0))
-                message = Message("assistant", [{"type": "text", "text": f"héllo {n}"}], usage={"input": 3})
+                message = Message("assistant", [session.text_block(f"héllo {n}")], usage={"input": 3})
                 run.record(Event("model_exec_end", execution=MODEL, message=message, timestamp=T0))
                 run.record(Event("tool_exec_start", execution=TOOL, tool="ls", args={"d": "/"}))
                 run.record(Event("tool_exec_end", execution=TOOL, tool="ls", result=["a", "b"]))
@@ -168,6 +169,10 @@ SPEC_NAMES = [
     *("RunOpenError", "LockedError", "main"),
     *("repair", "RepairResult"),  # section 8
     *("find", "summarize", "Summary", "RunInfo", "Gap"),  # section 9
+    *("TextBlock", "ThinkingBlock", "ToolCall", "ToolCallBlock", "ImageData", "ImageBlock"),
+    *("ToolReferenceBlock", "ContentBlock", "Usage", "Cost", "STOP_REASONS"),
+    *("text_block", "thinking_block", "tool_call_block", "image_block", "tool_reference_block"),
+    *("tool_result",),  # section 4: the message vocabulary
 ]
 
 
@@ -178,7 +183,7 @@ def test_all_lists_exactly_the_public_names() -> None:
         for name, value in vars(session).items()
         if getattr(value, "__module__", None) == "session" and not name.startswith("_")
     }
-    assert defined_here - {"Source"} == set(SPEC_NAMES)
+    assert defined_here - {"Source"} == set(SPEC_NAMES) - {"ContentBlock", "STOP_REASONS"}
 
 
 def test_module_imports_only_the_standard_library() -> None:
@@ -325,11 +330,11 @@ def point_codec() -> JSONCodec:
 
 
 def test_builtin_types_round_trip_with_agentgo_ids() -> None:
-    codec = JSONCodec()
+    codec = JSONCodec(TypeSpec("test.note", Note))
     when = dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=2)))
-    message = Message("user", [{"type": "text", "text": "hi"}], "stop", {"input": 1}, {"k": [1]}, when)
+    message = Message("user", [session.text_block("hi")], "stop", {"input": 1}, {"k": [1]}, when)
     snapshot = AgentSnapshot(
-        AgentState([message], [{"name": "a"}], {"total_tokens": 3}, {"step": 1}),
+        AgentState([message], [Note("a")], {"total_tokens": 3}, {"completed_turns": 1}),
         steering_queue=[message],
         follow_up_queue=[],
     )
@@ -347,11 +352,12 @@ def test_datetime_is_rfc3339_with_z_for_utc() -> None:
     assert JSONCodec().encode(dt.datetime(2026, 1, 1, tzinfo=UTC)) == "2026-01-01T00:00:00.000000Z"
 
 
-def test_none_fields_are_omitted() -> None:
-    assert JSONCodec().encode(Message("user", ["x"]))["value"] == {
+def test_message_fields_are_left_out_as_go_leaves_them_out() -> None:
+    # Go writes role, content and timestamp always, the rest only when set
+    assert JSONCodec().encode(Message("user", [session.text_block("x")], timestamp=T0))["value"] == {
         "role": "user",
-        "content": ["x"],
-        "stop_reason": "",
+        "content": [{"type": "text", "text": "x"}],
+        "timestamp": "2026-12-02T09:27:36.123456Z",
     }
 
 
@@ -443,7 +449,7 @@ def test_subclasses_of_json_types_are_not_lowered() -> None:
         ([{"$type": 5, "value": 1}], r"unknown type id 5 at \$\[0\]"),
         ({"a": {"$object": [1]}}, r"\$object must wrap an object at \$\.a"),
         ({"$type": "agentgo.message.v1", "value": []}, "value must be an object"),
-        ({"$type": "agentgo.message.v1", "value": {"role": "user"}}, "rejects its fields"),
+        ({"$type": "agentgo.message.v1", "value": {"content": []}}, "rejects its fields"),
         (
             {"$type": "agentgo.message.v1", "value": {"role": "u", "content": [], "timestamp": "yesterday"}},
             "RFC 3339",
@@ -645,9 +651,11 @@ def full_event(kind: str, **changes: Any) -> Event:
         "timestamp": T0,
         "execution": MODEL,
         "turn_index": 2,
-        "message": Message("assistant", [{"type": "text", "text": "ok"}]),
-        "partial_message": Message("assistant", [{"type": "text", "text": "o"}]),
-        "request": ModelRequest([Message("user", ["q"])], [{"name": "ls"}], CallConfig(max_tokens=9)),
+        "message": Message("assistant", [session.text_block("ok")]),
+        "partial_message": Message("assistant", [session.text_block("o")]),
+        "request": ModelRequest(
+            [Message("user", [session.text_block("q")])], [{"name": "ls"}], CallConfig(max_tokens=9)
+        ),
         "tool_id": "call-1",
         "tool": "ls",
         "tool_label": "List",
@@ -821,7 +829,7 @@ def test_the_api_key_is_never_written(tmp_path: Path) -> None:
 
 
 def test_request_messages_are_codec_values(tmp_path: Path) -> None:
-    request = ModelRequest([Message("user", ["hi"]), {"$object": 1}], ({"name": "t"},))
+    request = ModelRequest([Message("user", [session.text_block("hi")]), {"$object": 1}], ({"name": "t"},))
     [obj] = recorded(tmp_path, Event("model_request", execution=MODEL, request=request))
     messages = obj["data"]["request"]["messages"]
     assert messages[0]["$type"] == "agentgo.message.v1" and messages[1] == {"$object": {"$object": 1}}
@@ -1153,12 +1161,12 @@ def test_checkpoints_latest_wins_across_reopen(tmp_path: Path) -> None:
     with session.create(path) as s:
         assert s.load_checkpoint() is None
         with s.begin_run() as run:
-            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["one"])])))
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", [session.text_block("one")])])))
             run.record(Event("turn_start"))
-            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["two"])])))
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", [session.text_block("two")])])))
             run.record(Event("tool_exec_end", execution=TOOL, result="later records never advance it"))
             loaded = s.load_checkpoint()
-    assert loaded is not None and loaded.snapshot.state.messages[0].content == ["two"]
+    assert loaded is not None and loaded.snapshot.state.messages[0].content == [session.text_block("two")]
     assert (loaded.seq, loaded.run_id) == (5, run.run_id) and re.fullmatch(TIME, loaded.time)
     with session.open(path) as s:
         again = s.load_checkpoint()
@@ -2089,7 +2097,7 @@ def crash(s: session.Session) -> None:
 
 
 def usage_message(text: str, **usage: int) -> Message:
-    return Message("assistant", [{"type": "text", "text": text}], "end_turn", usage)
+    return Message("assistant", [session.text_block(text)], "stop", typing.cast(session.Usage, usage))
 
 
 def gappy_file(path: Path) -> Dict[str, Any]:
@@ -2119,9 +2127,7 @@ def gappy_file(path: Path) -> Dict[str, Any]:
     a.record(Event("message_end", execution=m1a2, message=usage_message("hi")))
     a.record(Event("tool_exec_start", execution=t1, tool="ls"))
     a.record(Event("tool_exec_end", execution=t1, tool="ls", result=[]))
-    a.record(
-        Event("model_exec_end", execution=m3, message=usage_message("x", input=3, output=1, cached=True))
-    )
+    a.record(Event("model_exec_end", execution=m3, message=usage_message("x", input=3, output=1)))
     a.record(Event("agent_end", summary=RunSummary(1, 1, 0, "stop"), error=ValueError("boom")))
     a.close()
     b = s.begin_run()
@@ -2295,9 +2301,9 @@ def test_show_needs_execution_for_attempt_and_reports_bad_files(tmp_path: Path) 
 def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
-        question = Message("user", [{"type": "text", "text": "line one\nline two"}])
-        call = {"type": "tool_call", "id": "c1", "name": "grep", "arguments": {"pattern": "x" * 5000}}
-        answer = Message("assistant", [{"type": "text", "text": "Looking."}, call], "tool_use", {"input": 7})
+        question = Message("user", [session.text_block("line one\nline two")])
+        call = session.tool_call_block("c1", "grep", {"pattern": "x" * 5000})
+        answer = Message("assistant", [session.text_block("Looking."), call], "toolUse", {"input": 7})
         run.record(
             Event("model_request", execution=MODEL, request=ModelRequest([question], [{"name": "grep"}]))
         )
@@ -2329,12 +2335,39 @@ def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
     assert "  user: line one\n    line two\n" in text and '  tools: [{"name": "grep"}]\n' in text
     assert "  assistant: Looking.\n" in text
     assert f'  assistant calls grep({{"pattern": "{"x" * 5000}"}}) id c1\n' in text  # never cut short
-    assert '  stop_reason: "tool_use"\n  usage: {"input": 7}\n' in text
+    assert '  stop_reason: "toolUse"\n  usage: {"input": 7}\n' in text
     assert (
         '  tool: "grep"\n' in text
         and '  result: {"lines": 3}\n' in text
         and "  error: OSError: disk\n" in text
     )
+
+
+def test_show_pretty_renders_every_block(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    blocks: List[session.ContentBlock] = [
+        session.thinking_block("first\nthen"),
+        session.tool_call_block(
+            "c2", "grep", None, args_invalid=True, args_raw_text='{"p', args_parse_error="EOF"
+        ),
+        session.image_block(data=bytes(1000), mime_type="image/png"),
+        session.image_block(url="https://example.com/a.jpg"),
+        session.tool_reference_block("web_search"),
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("message_end", message=Message("assistant", blocks, "toolUse")))
+        run.record(Event("message_end", message=session.tool_result("c2", "no such file", is_error=True)))
+        run.record(Event("message_end", message=session.tool_result("c1", [session.text_block("3")])))
+        run.record(Event("message_end", message=Message("assistant", None)))
+    text = run_cli("show", str(path), "--pretty", "--type", "message_end").stdout
+    assert "  assistant thinks: first\n    then\n" in text
+    assert '  assistant calls grep(unparsed "{\\"p") id c2\n' in text
+    assert "  assistant: [image, 1000 bytes, image/png]\n" in text  # a placeholder, not the data
+    assert "  assistant: [image, at https://example.com/a.jpg, type not given]\n" in text
+    assert "  assistant refers to tool web_search\n" in text
+    assert "  tool error for c2: no such file\n" in text and "  tool result for c1: 3\n" in text
+    assert "  assistant: (no content)\n" in text
+    assert "AAAA" not in text
 
 
 def test_checkpoint_command(tmp_path: Path) -> None:
