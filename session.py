@@ -2848,6 +2848,7 @@ _PAGE_FIELD = 2000  # characters of one value shown inline, by default
 _PAGE_BUDGET = 16 << 20  # bytes of page, by default
 _PAGE_FOLD = 400  # a value longer than this, or of more lines than _PAGE_FOLD_LINES, is folded
 _PAGE_FOLD_LINES = 8
+_PAGE_NAME = 200  # characters of a name, id or key shown
 _PAGE_LIST = 100  # failed attempts and gaps listed in the header, at most
 _PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
 
@@ -2931,7 +2932,7 @@ def _digest(value: Any) -> bytes:
     try:
         text = _DIGEST_JSON.encode(value)
     except (ValueError, RecursionError):  # too deep to compare: counts as new
-        return b"uncomparable %d" % id(value)
+        return os.urandom(16)
     import hashlib
 
     return hashlib.sha256(text.encode()).digest()
@@ -3068,6 +3069,31 @@ _ONE_LINE = json.JSONEncoder(ensure_ascii=False)
 _INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
 
 
+def _json_head(value: Any, encoder: json.JSONEncoder, limit: int) -> Tuple[str, int]:
+    """Up to *limit* characters of *value* as *encoder* writes it, encoding no more than
+    that; and 0 if that is all of it, else -1."""
+    chunks, size = [], 0
+    try:
+        for chunk in encoder.iterencode(value):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return "".join(chunks)[:limit], -1
+    except (ValueError, RecursionError) as exc:
+        return f"(cannot be shown here: {exc})", -1
+    return "".join(chunks), 0
+
+
+def _hs(value: Any) -> str:
+    """A name, id, key or role as _h shows it, cut with a visible mark after _PAGE_NAME
+    characters (commands and CallRefs keep it whole)."""
+    if type(value) is str:
+        text, cut = value[:_PAGE_NAME], int(len(value) > _PAGE_NAME)
+    else:
+        text, cut = _json_head(value, _ONE_LINE, _PAGE_NAME)
+    return _h(text) + ('<span class="cut">…</span>' if cut else "")
+
+
 class _PageOut:
     """The page as it is written: UTF-8 bytes, counted against the budget."""
 
@@ -3130,7 +3156,7 @@ class _Page:
         if cut:
             how = f"{cut} more characters" if cut > 0 else "the rest"
             text += f'<span class="cut">shortened — {how}: see {more}</span>'
-        label = f'<span class="key">{_h(label)}</span> ' if label else ""
+        label = f'<span class="key">{_hs(label)}</span> ' if label else ""
         if label and not cut and len(shown) < 80 and "\n" not in shown:
             return f"<div>{label}<code>{text}</code></div>"
         if len(shown) > _PAGE_FOLD or shown.count("\n") > _PAGE_FOLD_LINES:
@@ -3142,23 +3168,10 @@ class _Page:
         return f"<div>{label}<pre>{text}</pre></div>"
 
     def json_head(self, value: Any) -> Tuple[str, int]:
-        """The first field-limit characters of *value* as indented JSON, without encoding
-        more of it than that; the count cut off is 0 when nothing was, -1 when some was."""
-        line = self.json_text(value, _ONE_LINE, min(self.field, 100))
-        return line if line[1] == 0 else self.json_text(value, _INDENTED, self.field)
-
-    @staticmethod
-    def json_text(value: Any, encoder: json.JSONEncoder, limit: int) -> Tuple[str, int]:
-        chunks, size = [], 0
-        try:
-            for chunk in encoder.iterencode(value):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > limit:
-                    return "".join(chunks)[:limit], -1
-        except (ValueError, RecursionError) as exc:
-            return f"(cannot be shown here: {exc})", -1
-        return "".join(chunks), 0
+        """The first field-limit characters of *value* as JSON: on one line if it fits in a
+        hundred, else indented; the count cut off is 0 when nothing was, -1 when some was."""
+        line = _json_head(value, _ONE_LINE, min(self.field, 100))
+        return line if line[1] == 0 else _json_head(value, _INDENTED, self.field)
 
     def message(self, message: Any, run_id: str, more: str) -> str:
         """A codec-encoded message: role, its blocks, stop reason and usage."""
@@ -3166,7 +3179,7 @@ class _Page:
         if value is None:
             return self.value(message, more, "message")
         role = value.get("role")
-        parts = [f'<div class="msg"><span class="role">{_h(str(role))}</span>']
+        parts = [f'<div class="msg"><span class="role">{_hs(role)}</span>']
         metadata = value.get("metadata")
         call_id = metadata.get("tool_call_id") if type(metadata) is dict else None
         if type(call_id) is str:
@@ -3189,7 +3202,7 @@ class _Page:
         if kind == "toolCall" and type(block.get("tool_call")) is dict:
             call = block["tool_call"]
             call_id, name = call.get("id"), call.get("name")
-            head = f'<div class="call">calls <b>{_h(str(name))}</b>'
+            head = f'<div class="call">calls <b>{_hs(name)}</b>'
             if type(call_id) is str:
                 head += f" id {self.tool_link(run_id, call_id)}"
             rest = {key: item for key, item in call.items() if key not in ("id", "name", "args")}
@@ -3199,25 +3212,25 @@ class _Page:
             image = block["image"]
             data, url, mime = image.get("data"), image.get("url"), image.get("mime_type")
             size = f"{len(data) * 3 // 4} bytes" if type(data) is str else ""
-            where = f"at {url}" if type(url) is str else ""  # as text: a page never fetches
-            about = ", ".join(_h(str(part)) for part in (mime, size, where) if part)
+            where = f"at {_hs(url)}" if url else ""  # as text: a page never fetches
+            about = ", ".join(part for part in (_hs(mime) if mime else "", size, where) if part)
             return f'<div class="image">[image: {about}]</div>'
         if kind == "tool_reference" and type(block.get("tool_name")) is str:
-            return f'<div class="call">tool reference <b>{_h(block["tool_name"])}</b></div>'
+            return f'<div class="call">tool reference <b>{_hs(block["tool_name"])}</b></div>'
         return self.value(block, more, "block")
 
     def tool_link(self, run_id: str, call_id: str) -> str:
         seq = self.facts.tool_seq.get((run_id, call_id))
         if seq is None:
-            return f"<code>{_h(call_id)}</code>"
-        return f'<a href="#seq-{seq}"><code>{_h(call_id)}</code></a>'
+            return f"<code>{_hs(call_id)}</code>"
+        return f'<a href="#seq-{seq}"><code>{_hs(call_id)}</code></a>'
 
     # -- records
 
     def record_head(self, record: Record) -> str:
         return (
             f'<a class="seq" href="#seq-{record.seq}">#{record.seq}</a> '
-            f'<span class="type">{_h(record.type)}</span> <span class="time">{_h(record.time)}</span>'
+            f'<span class="type">{_hs(record.type)}</span> <span class="time">{_hs(record.time)}</span>'
         )
 
     def record_body(self, record: Record, more: str) -> str:
@@ -3251,8 +3264,8 @@ class _Page:
             parts += self.new_messages(record, messages, change.new, more)
         for key, item in request.items():
             if key == "tools" and type(item) is list:
-                names = [str(tool.get("name")) for tool in item if type(tool) is dict and "name" in tool]
-                parts.append(f'<div><span class="key">tools</span> {_h(", ".join(names))}</div>')
+                names = [_hs(tool.get("name")) for tool in item if type(tool) is dict and "name" in tool]
+                parts.append(f'<div><span class="key">tools</span> {", ".join(names)}</div>')
                 parts.append(self.value(item, more, "tool definitions"))
             elif key != "messages":
                 parts.append(self.value(item, more, key))
@@ -3271,7 +3284,7 @@ class _Page:
                 break
             if earlier:
                 value = _message_value(messages[index])
-                role = _h(str(value.get("role"))) if value is not None else "a"
+                role = _hs(value.get("role")) if value is not None else "a"
                 parts.append(
                     f'<div class="msg">new: <span class="role">{role}</span> message as recorded '
                     f'in <a href="#seq-{earlier}">#{earlier}</a></div>'
@@ -3312,7 +3325,7 @@ class _Page:
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>session {_h(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
+            f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
         )
         self.header()
         self.chart()
@@ -3327,7 +3340,7 @@ class _Page:
     def header(self) -> None:
         summary, facts = self.summary, self.facts
         write = self.out.write
-        write(f"<header><h1>session <code>{_h(summary.session_id)}</code></h1>\n")
+        write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
         tail = (
             f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
         )
@@ -3335,17 +3348,17 @@ class _Page:
         write("<table><tr><th>run</th><th>records</th><th>start</th><th>end</th><th>duration</th>")
         write("<th>closed</th><th>end reason</th><th>error</th></tr>\n")
         for run in summary.runs:
-            error = _h(_error_text(run.error)) if run.error is not None else ""
+            error = _hs(_error_text(run.error)) if run.error is not None else ""
             write(
-                f'<tr><td><a href="#seq-{run.first_seq}"><code>{_h(run.run_id)}</code></a></td>'
-                f"<td>{run.records}</td><td>{_h(run.start_time)}</td><td>{_h(run.end_time)}</td>"
+                f'<tr><td><a href="#seq-{run.first_seq}"><code>{_hs(run.run_id)}</code></a></td>'
+                f"<td>{run.records}</td><td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
                 f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
                 f"<td>{'yes' if run.closed else 'no'}</td>"
-                f'<td>{_h(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
+                f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
             )
         write("</table>\n<p>records by type: ")
-        write(", ".join(f"{_h(kind)} {count}" for kind, count in sorted(summary.counts.items())))
-        usage = ", ".join(f"{_h(key)} {count}" for key, count in summary.usage.items())
+        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
+        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
         write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
         failed = [attempt for attempt in facts.attempts.values() if attempt.failed]
         write(f"<h2>{len(failed)} failed attempts</h2>\n<ul>")
@@ -3354,9 +3367,9 @@ class _Page:
         self.more(len(failed), "tick “errors only” below to see them all")
         write(f"</ul>\n<h2>{len(summary.gaps)} gaps</h2>\n<ul>")
         for gap in summary.gaps[:_PAGE_LIST]:
-            write(f'<li><a href="#seq-{gap.seq}">#{gap.seq}</a> {_h(gap.kind)} ')
+            write(f'<li><a href="#seq-{gap.seq}">#{gap.seq}</a> {_hs(gap.kind)} ')
             if gap.ref is None:
-                write(f"run <code>{_h(gap.run_id)}</code>: {self.command(gap.run_id)}</li>\n")
+                write(f"run <code>{_hs(gap.run_id)}</code>: {self.command(gap.run_id)}</li>\n")
             else:
                 ref = gap.ref
                 write(f"{self.ref(ref.run_id, ref.execution_id, ref.attempt)} ")
@@ -3375,9 +3388,9 @@ class _Page:
 
     @staticmethod
     def attempt_link(attempt: _Attempt) -> str:
-        name = f" {_h(attempt.name)}" if attempt.name else ""
+        name = f" {_hs(attempt.name)}" if attempt.name else ""
         return (
-            f'<a href="#seq-{attempt.seqs[0]}">{_h(attempt.kind)} <code>{_h(attempt.id)}</code>{name} '
+            f'<a href="#seq-{attempt.seqs[0]}">{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} '
             f"attempt {attempt.attempt}</a>"
         )
 
@@ -3434,7 +3447,7 @@ class _Page:
         run_id, limit = None, self.out.size + self.out.budget // 4  # the rest is for the records
         for (run, turn), group in turns.items():
             if run != run_id:
-                write(f"<h3>run <code>{_h(run)}</code></h3>\n")
+                write(f"<h3>run <code>{_hs(run)}</code></h3>\n")
                 run_id = run
             if not self.turn(turn, group, limit):
                 write('<p class="cut">The waterfall stops here, at a quarter of the page budget.</p>')
@@ -3476,14 +3489,14 @@ class _Page:
         kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
         mark = " ✗" if attempt.failed else ""
         label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
-        parts = [f'<a href="#seq-{attempt.seqs[0]}"><text x="0" y="{y + 12}">{_h(label)}</text>']
+        parts = [f'<a href="#seq-{attempt.seqs[0]}"><text x="0" y="{y + 12}">{_hs(label)}</text>']
         if attempt.start is not None:
             x = 300 + (attempt.start - start) / span * 690
             width = max(attempt.seconds / span * 690, 2)
             fail = " fail" if attempt.failed else ""
             parts.append(
                 f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
-                f"<title>{_h(attempt.kind)} {_h(attempt.id)} attempt {attempt.attempt}: "
+                f"<title>{_hs(attempt.kind)} {_hs(attempt.id)} attempt {attempt.attempt}: "
                 f"{_span(attempt.seconds)}</title></rect>"
             )
             tied = ends.get(attempt.id)
@@ -3564,7 +3577,7 @@ class _Page:
         seq = self.facts.model_seq.get((attempt.run_id, attempt.parent)) if attempt.parent else None
         if seq is None:
             return ""
-        return f', asked for by <a href="#seq-{seq}">model call <code>{_h(attempt.parent)}</code></a>'
+        return f', asked for by <a href="#seq-{seq}">model call <code>{_hs(attempt.parent)}</code></a>'
 
 
 def _html_options(sub: Any) -> None:

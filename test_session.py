@@ -2847,16 +2847,14 @@ def model_call(run: session.Run, name: str, messages: List[Message], attempt: in
     execution = Execution(name, "model", attempt=attempt)
     run.record(Event("model_exec_start", execution=execution, timestamp=T0))
     run.record(Event("model_request", execution=execution, request=ModelRequest(messages), timestamp=T0))
-    reply = Message(
-        "assistant", [{"type": "text", "text": f"reply of {name}"}], "stop", {"input": len(messages)}
-    )
+    reply = Message("assistant", [session.text_block(f"reply of {name}")], "stop", {"input": len(messages)})
     run.record(
         Event("model_exec_end", execution=execution, message=reply, timestamp=T0 + dt.timedelta(seconds=1))
     )
 
 
 def say(text: str) -> Message:
-    return Message("user", [{"type": "text", "text": text}], timestamp=T0)
+    return Message("user", [session.text_block(text)], timestamp=T0)
 
 
 def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) -> None:
@@ -2896,16 +2894,13 @@ def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
         model = Execution("m1", "model")
-        call = {"type": "toolCall", "tool_call": {"id": "call-1", "name": "ls", "args": {"d": "/"}}}
-        reply = Message("assistant", [call], "toolUse", timestamp=T0)
+        reply = Message("assistant", [session.tool_call_block("call-1", "ls", {"d": "/"})], "toolUse")
         run.record(Event("model_request", execution=model, request=ModelRequest([say("question")])))
         run.record(Event("model_exec_end", execution=model, message=reply))
         run.record(Event("message_end", execution=model, message=reply))
         tool = Execution("call-1", "tool", parent_id="m1")
         run.record(Event("tool_exec_start", execution=tool, tool_id="call-1", tool="ls", args={"d": "/"}))
-        result = Message(
-            "tool", [{"type": "text", "text": "a b"}], metadata={"tool_call_id": "call-1"}, timestamp=T0
-        )
+        result = session.tool_result("call-1", "a b")
         run.record(Event("message_end", execution=tool, message=result))
         run.record(
             Event(
@@ -2929,6 +2924,7 @@ def test_html_page_shortens_long_values_with_a_visible_mark(tmp_path: Path) -> N
     with session.create(path) as s, s.begin_run() as run:
         tool = Execution("t1", "tool")
         run.record(Event("tool_exec_end", execution=tool, tool="cat", result={"text": long_text}))
+        run.record(Event("tool_exec_end", execution=Execution("t2", "tool"), tool="n" * 1000))
         run.record(Event("message_end", execution=tool, message=say(long_text)))
     page = html_page(path, "--max-field", "300")
     assert "line 1999" not in page and "line 10\n" in page
@@ -2937,6 +2933,7 @@ def test_html_page_shortens_long_values_with_a_visible_mark(tmp_path: Path) -> N
     assert f"shortened — {len(long_text) - 300} more characters: see <code>{command}</code>" in page
     assert "shortened — the rest: see" in page  # the JSON result, not encoded beyond the limit
     assert "<details><summary>" in page  # long values folded
+    assert "n" * 200 + '<span class="cut">…</span>' in page and "n" * 301 not in page  # names too
 
 
 def test_html_page_keeps_to_its_budget_and_says_what_it_left_out(tmp_path: Path) -> None:

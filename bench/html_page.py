@@ -41,19 +41,20 @@ def build(path: Path, target: int) -> int:
             moment = T0 + dt.timedelta(seconds=turn * 10)
             run.record(session.Event("turn_start", turn_index=turn, timestamp=moment))
             messages.append(
-                session.Message("user", [{"type": "text", "text": f"{turn}: {TEXT * 4}"}], timestamp=moment)
+                session.Message("user", [session.text_block(f"{turn}: {TEXT * 4}")], timestamp=moment)
             )
             model = session.Execution(f"model-{turn}", "model", turn_index=turn)
             run.record(session.Event("model_exec_start", execution=model, timestamp=moment))
             request = session.ModelRequest(list(messages), TOOLS)
             run.record(session.Event("model_request", execution=model, request=request, timestamp=moment))
-            call = {
-                "type": "toolCall",
-                "tool_call": {"id": f"call-{turn}", "name": "read_file", "args": {"path": "a.py"}},
+            call = session.tool_call_block(f"call-{turn}", "read_file", {"path": "a.py"})
+            usage: session.Usage = {
+                "input": 40 * len(messages),
+                "output": 30,
+                "total_tokens": 40 * len(messages) + 30,
             }
-            usage = {"input": 40 * len(messages), "output": 30, "total_tokens": 40 * len(messages) + 30}
             reply = session.Message(
-                "assistant", [{"type": "text", "text": TEXT}, call], "toolUse", usage, timestamp=moment
+                "assistant", [session.text_block(TEXT), call], "toolUse", usage, timestamp=moment
             )
             end = moment + dt.timedelta(seconds=2)
             run.record(session.Event("model_exec_end", execution=model, message=reply, timestamp=end))
@@ -71,12 +72,7 @@ def build(path: Path, target: int) -> int:
                     "tool_exec_end", execution=tool, tool="read_file", result=output, timestamp=done
                 )
             )
-            result = session.Message(
-                "tool",
-                [{"type": "text", "text": output}],
-                metadata={"tool_call_id": f"call-{turn}"},
-                timestamp=done,
-            )
+            result = session.tool_result(f"call-{turn}", output, timestamp=done)
             run.record(session.Event("message_end", execution=tool, message=result, timestamp=done))
             messages += [reply, result]
         run.record(session.Event("agent_end", summary=session.RunSummary(turn, turn, 0, "stop")))
