@@ -3038,8 +3038,9 @@ class _Facts:
             self.same[record.seq] = earlier
         value = _message_value(message)
         usage = value.get("usage") if value is not None else None
-        if record.type == "model_exec_end" and type(usage) is dict and type(usage.get("input")) is int:
-            self.tokens.append((record.seq, usage["input"]))
+        tokens = usage.get("input") if type(usage) is dict else None
+        if record.type == "model_exec_end" and type(tokens) is int and tokens >= 0:
+            self.tokens.append((record.seq, tokens))
 
     def _request(self, record: Record) -> None:
         request = record.data.get("request")
@@ -3309,9 +3310,10 @@ class _Page:
     # -- the page
 
     def render(self, source: BinaryIO, max_line_bytes: int) -> None:
-        style, script = _PAGE_STYLE, _PAGE_SCRIPT
         import base64
         import hashlib
+
+        style, script = _PAGE_STYLE, _PAGE_SCRIPT
 
         def digest(text: str) -> str:
             return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
@@ -3596,6 +3598,9 @@ def _html_options(sub: Any) -> None:
 
 
 def _html_command(args: Any) -> int:
+    if args.max_bytes < 1 or args.max_field < 1:
+        print("python -m session html: --max-bytes and --max-field take a positive number", file=sys.stderr)
+        return 2
     facts = _Facts()
     try:
         result = _read_file(args.file, args.max_line_bytes, facts)

@@ -3026,7 +3026,10 @@ def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
     done = run_cli("html", str(path), "-o", str(out))
     assert done.returncode == 1 and f"{path}:4: invalid JSON" in done.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == [path]
-    done = run_cli("html", str(sample_file(path.with_name("ok.jsonl"))), "-o", str(out))
+    good = str(sample_file(path.with_name("ok.jsonl")))
+    done = run_cli("html", good, "--max-field", "0", "-o", str(out))
+    assert done.returncode == 2 and "positive" in done.stderr and not out.exists()
+    done = run_cli("html", good, "-o", str(out))
     assert done.returncode == 0 and out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
