@@ -3668,7 +3668,7 @@ document.documentElement.setAttribute("data-js", "on");
   var items = document.querySelectorAll(".card, .rec");
   var texts = null;
   box.hidden = false;
-  box.addEventListener("input", function () {
+  function filter() {
     var query = box.value.toLowerCase();
     if (texts === null) {
       texts = [];
@@ -3677,7 +3677,9 @@ document.documentElement.setAttribute("data-js", "on");
     for (var j = 0; j < items.length; j++) {
       items[j].classList.toggle("miss", query !== "" && texts[j].indexOf(query) < 0);
     }
-  });
+  }
+  box.addEventListener("input", filter);
+  box.addEventListener("change", filter);
   window.addEventListener("beforeprint", function () {
     var folded = document.querySelectorAll("details");
     for (var i = 0; i < folded.length; i++) folded[i].open = true;

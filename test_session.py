@@ -2843,6 +2843,93 @@ def test_html_page_reads_with_javascript_off(tmp_path: Path) -> None:
     assert '<input type="search" id="search" placeholder="search" hidden="">' in dom  # needs the script
 
 
+class WebDriver:
+    """Headless Chromium driven through chromedriver's W3C WebDriver protocol (plain HTTP)."""
+
+    ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
+
+    def __init__(self, profile: Path) -> None:
+        need("chromedriver", "the page's filters and search are tried in a real browser")
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.process = subprocess.Popen(
+            ["chromedriver", f"--port={self.port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                if self.call("GET", "/status")["ready"]:
+                    break
+            time.sleep(0.1)
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+        flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
+        options = {"binary": shutil.which("chromium"), "args": [*flags, f"--user-data-dir={profile}"]}
+        capabilities = {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options}}
+        self.id = self.call("POST", "/session", {"capabilities": capabilities})["sessionId"]
+
+    def call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        import http.client
+
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            connection.request(method, path, json.dumps(body) if body is not None else None)
+            answer = json.loads(connection.getresponse().read())
+        finally:
+            connection.close()
+        return answer["value"]
+
+    def page(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        return self.call(method, f"/session/{self.id}{path}", body)
+
+    def element(self, css: str) -> str:
+        return self.page("POST", "/element", {"using": "css selector", "value": css})[self.ELEMENT]  # type: ignore[no-any-return]
+
+    def visible(self, css: str) -> int:
+        script = (
+            f"return [...document.querySelectorAll({json.dumps(css)})].filter(e => e.offsetParent).length"
+        )
+        return self.page("POST", "/execute/sync", {"script": script, "args": []})  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.call("DELETE", f"/session/{self.id}")
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model_call(run, "m1", [say("alpha")])
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_end", execution=tool, tool="grep", result="beta", error="exit 2"))
+    page = tmp_path / "page.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        assert browser.visible(".card") == 2 and browser.visible(".rec") == 3
+        browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
+        assert (
+            browser.visible(".card") == 1
+            and browser.visible(".card.tool") == 1
+            and browser.visible(".rec") == 0
+        )
+        browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
+        browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
+        assert browser.visible(".card") == 1 and browser.visible(".card.model") == 1
+        browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
+        search = browser.element("#search")
+        browser.page("POST", f"/element/{search}/value", {"text": "BETA"})
+        assert browser.visible(".card") == 1 and browser.visible(".card.tool") == 1
+        browser.page("POST", f"/element/{search}/value", {"text": "\ue003" * 4})  # backspace
+        assert browser.visible(".card") == 2
+    finally:
+        browser.close()
+
+
 def model_call(run: session.Run, name: str, messages: List[Message], attempt: int = 1) -> None:
     execution = Execution(name, "model", attempt=attempt)
     run.record(Event("model_exec_start", execution=execution, timestamp=T0))
