@@ -3608,6 +3608,8 @@ def _html_command(args: Any) -> int:
         if args.output is None:
             _write_page(args, facts, summary, sys.stdout.buffer)
             return 0
+        if os.path.exists(args.output) and os.path.samefile(args.output, args.file):
+            raise OSError(errno.EEXIST, f"will not write the page over the session itself ({args.output})")
         temporary = args.output + ".partial"
         try:
             with builtins.open(temporary, "wb") as out:  # a page appears whole or not at all

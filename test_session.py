@@ -3114,6 +3114,10 @@ def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
     assert done.returncode == 1 and f"{path}:4: invalid JSON" in done.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == [path]
     good = str(sample_file(path.with_name("ok.jsonl")))
+    before = Path(good).read_bytes()
+    done = run_cli("html", good, "-o", str(tmp_path / "." / "ok.jsonl"))
+    assert done.returncode == 1 and "will not write the page over the session itself" in done.stderr
+    assert Path(good).read_bytes() == before
     done = run_cli("html", good, "--max-field", "0", "-o", str(out))
     assert done.returncode == 2 and "positive" in done.stderr and not out.exists()
     done = run_cli("html", good, "-o", str(out))
