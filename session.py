@@ -2924,6 +2924,7 @@ class _Change(NamedTuple):
     previous: int  # seq of the previous request, 0 for the first
     compacted: bool  # a compaction was recorded since the previous request
     resumed: bool  # the previous request belongs to an earlier run
+    same_settings: bool  # tools and config (all but the messages) as in the previous request
 
 
 def _digest(value: Any) -> bytes:
@@ -2977,6 +2978,7 @@ class _Facts:
         self._previous: Dict[bytes, int] = {}  # the previous request's message digests -> count
         self._previous_seq = 0
         self._previous_run = ""
+        self._settings = b""
         self._compacted = False
         self._recent: Dict[bytes, int] = {}  # digests of messages recorded since that request
 
@@ -3057,10 +3059,20 @@ class _Facts:
                 new.append((index, self._recent.get(digest, 0)))
         unchanged = sum(current.values()) - len(new)
         resumed = bool(self._previous_run) and self._previous_run != record.run_id
+        settings = _digest(
+            {key: item for key, item in request.items() if key != "messages"} if type(request) is dict else 0
+        )
         self.changes[record.seq] = _Change(
-            tuple(new), unchanged, sum(remaining.values()), self._previous_seq, self._compacted, resumed
+            tuple(new),
+            unchanged,
+            sum(remaining.values()),
+            self._previous_seq,
+            self._compacted,
+            resumed,
+            settings == self._settings,
         )
         self._previous, self._previous_seq, self._previous_run = current, record.seq, record.run_id or ""
+        self._settings = settings
         self._compacted = False
         self._recent = {}
 
@@ -3263,6 +3275,10 @@ class _Page:
         if change is not None and type(messages) is list:
             parts.append(f'<div class="change">{self.change_text(change, len(messages))}</div>')
             parts += self.new_messages(record, messages, change.new, more)
+        if change is not None and change.same_settings:
+            seq = change.previous
+            parts.append(f'<div>tools and config as in <a href="#seq-{seq}">#{seq}</a></div>')
+            return "".join(parts)
         for key, item in request.items():
             if key == "tools" and type(item) is list:
                 names = [_hs(tool.get("name")) for tool in item if type(tool) is dict and "name" in tool]

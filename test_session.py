@@ -2975,6 +2975,7 @@ def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) 
     assert "1 dropped by a compaction" in page
     assert "3 carried over from the previous run since request" in page
     assert "3 dropped with no compaction recorded" in page
+    assert page.count("tools and config as in") == 5
 
 
 def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path) -> None:
