@@ -2860,16 +2860,21 @@ _HIDDEN = re.compile(
 )
 
 
+_INLINE_HIDDEN = re.compile(f"[\t\n]|{_HIDDEN.pattern}")
+
+
 def _mark(match: re.Match[str]) -> str:
     return f'<span class="mark">[U+{ord(match.group()):04X}]</span>'
 
 
-def _h(text: str) -> str:
-    """*text* escaped for HTML text and attribute values; hidden characters made visible."""
+def _h(text: str, inline: bool = False) -> str:
+    """*text* escaped for HTML text and attribute values; hidden characters made visible, and
+    tabs and line breaks too when *inline* (where HTML would show them as spaces)."""
     import html
 
     escaped = html.escape(text, quote=True)
-    return _HIDDEN.sub(_mark, escaped) if _HIDDEN.search(escaped) else escaped
+    hidden = _INLINE_HIDDEN if inline else _HIDDEN
+    return hidden.sub(_mark, escaped) if hidden.search(escaped) else escaped
 
 
 def _script_json(value: Any) -> str:
@@ -3104,7 +3109,7 @@ def _hs(value: Any) -> str:
         text, cut = value[:_PAGE_NAME], int(len(value) > _PAGE_NAME)
     else:
         text, cut = _json_head(value, _ONE_LINE, _PAGE_NAME)
-    return _h(text) + ('<span class="cut">…</span>' if cut else "")
+    return _h(text, inline=True) + ('<span class="cut">…</span>' if cut else "")
 
 
 class _PageOut:
@@ -3149,7 +3154,7 @@ class _Page:
             words += ["--execution", execution, "--attempt", str(attempt)]
         if kind:
             words += ["--type", kind]
-        return f"<code>{_h(' '.join(shlex.quote(word) for word in words))}</code>"
+        return f"<code>{_h(' '.join(shlex.quote(word) for word in words), inline=True)}</code>"
 
     def ref(self, run_id: str, execution: str, attempt: int) -> str:
         ref = CallRef(self.summary.session_id, run_id, execution, attempt)
@@ -3171,7 +3176,7 @@ class _Page:
             text += f'<span class="cut">shortened — {how}: see {more}</span>'
         label = f'<span class="key">{_hs(label)}</span> ' if label else ""
         if label and not cut and len(shown) < 80 and "\n" not in shown:
-            return f"<div>{label}<code>{text}</code></div>"
+            return f"<div>{label}<code>{_h(shown, inline=True)}</code></div>"
         if len(shown) > _PAGE_FOLD or shown.count("\n") > _PAGE_FOLD_LINES:
             head = shown.lstrip().split("\n", 1)[0][:100]
             return (

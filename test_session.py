@@ -2643,6 +2643,7 @@ def hostile_session(directory: Path) -> Path:
         {"type": "image", "image": {"url": p[4], "mime_type": p[1]}},
         {"type": "image", "image": {"data": "aGk=", "mime_type": p[0]}},
         {"type": "tool_reference", "tool_name": p[5]},
+        {"type": "toolCall", "tool_call": {"id": "c2", "name": "x\ny", "args": {}}},
         {"type": p[0], p[1]: p[2]},
     ]
     model = {"id": p[2], "kind": "model", "turn_index": 1, "attempt": 1}
@@ -2770,6 +2771,7 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
         "records": 18,
         "session_id": PAYLOADS[3],
     }
+    assert 'calls <b>x<span class="mark">[U+000A]</span>y</b>' in page  # a name shows its line break
     for char in "\u202e\u200b\x1b\u2028\u2029\U000e0041":
         assert char not in page
         assert f"[U+{ord(char):04X}]" in page
