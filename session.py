@@ -269,8 +269,9 @@ class Event:
 
     *timestamp* is an aware ``datetime`` (``None``: now, at ``record``).  *message* and
     *partial_message* are codec values; *args*, *result*, *details* and *preview* are JSON
-    values or ``RawJSON``; *error* is an exception or a string.  *state* and *delta* let a host
-    pass whole kernel events; they are never written.
+    values or ``RawJSON``; *error* is an exception, a string or a dict ``{"message": str,
+    "type": str}`` (``type`` optional).  *state* and *delta* let a host pass whole kernel
+    events; they are never written.
     """
 
     type: str
@@ -812,7 +813,7 @@ def tool_result(
     if not tool_call_id:
         raise ValueError("a tool result needs the id of the call it answers")
     _require(is_error, bool, "is_error")
-    blocks: List[Any] = [text_block(content)] if isinstance(content, str) else list(content)
+    blocks: List[ContentBlock] = [text_block(content)] if isinstance(content, str) else list(content)
     metadata: Dict[str, Any] = {"tool_call_id": tool_call_id}
     if is_error:
         metadata["is_error"] = True
@@ -965,7 +966,8 @@ class JSONCodec:
 
     def encode(self, value: Any) -> Any:
         """Return *value* as a JSON value (``dict``, ``list``, ``str``, ``int``, ``float``,
-        ``bool`` or ``None``); ``CodecError`` names what cannot be encoded and where."""
+        ``bool`` or ``None``; a tool call's ``RawJSON`` args stay as they are, to be written
+        as sent); ``CodecError`` names what cannot be encoded and where."""
         try:
             return self._encode(value)
         except _CodecFault as fault:
@@ -1215,24 +1217,23 @@ def _key_step(key: Any) -> str:
 
 
 def _encode_at(codec: JSONCodec, value: Any, step: str) -> Any:
+    return _at_step(codec._encode, value, step)
+
+
+def _at_step(convert: Callable[[Any], Any], value: Any, step: str) -> Any:
+    """*convert(value)*, a fault in it placed at *step*."""
     try:
-        return codec._encode(value)
+        return convert(value)
     except _CodecFault as fault:
         fault.steps.append(step)
         raise
 
 
 def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
-    role, stop_reason, usage, metadata, moment = (
-        message.role,
-        message.stop_reason,
-        message.usage,
-        message.metadata,
-        message.timestamp,
-    )
-    if type(role) is not str:
-        raise _fault(f"role must be a string, not {type(role).__name__}", ".role")
-    out: Dict[str, Any] = {"role": role, "content": _write_content(message.content)}
+    if type(message.role) is not str:
+        raise _fault(f"role must be a string, not {type(message.role).__name__}", ".role")
+    out: Dict[str, Any] = {"role": message.role, "content": _write_content(message.content)}
+    stop_reason = message.stop_reason
     if stop_reason:
         if stop_reason not in STOP_REASONS:
             raise _fault(
@@ -1241,22 +1242,16 @@ def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
         out["stop_reason"] = stop_reason
     elif stop_reason != "":
         raise _fault(f"stop_reason must be a string, not {type(stop_reason).__name__}", ".stop_reason")
-    if usage is not None:
-        out["usage"] = _checked_usage(usage, ".usage")
-    if metadata is not None:
-        if type(metadata) is not dict:
-            raise _fault(f"metadata must be an object, not {type(metadata).__name__}", ".metadata")
-        out["metadata"] = _encode_at(codec, metadata, ".metadata")
-    if moment is None:
-        out["timestamp"] = _GO_ZERO_TIME
-    elif type(moment) is datetime:
-        try:
-            out["timestamp"] = _rfc3339(moment)
-        except _CodecFault as fault:
-            fault.steps.append(".timestamp")
-            raise
-    else:
+    if message.usage is not None:
+        out["usage"] = _checked_usage(message.usage, ".usage")
+    if message.metadata is not None:
+        if type(message.metadata) is not dict:
+            raise _fault(f"metadata must be an object, not {type(message.metadata).__name__}", ".metadata")
+        out["metadata"] = _encode_at(codec, message.metadata, ".metadata")
+    moment = message.timestamp
+    if moment is not None and type(moment) is not datetime:
         raise _fault(f"timestamp must be a datetime, not {type(moment).__name__}", ".timestamp")
+    out["timestamp"] = _GO_ZERO_TIME if moment is None else _encode_at(codec, moment, ".timestamp")
     return out
 
 
@@ -1371,15 +1366,12 @@ def _read_message(codec: JSONCodec, value: Dict[str, Any]) -> Message:
     }
     fields["content"] = _read_content(codec, value.get("content"))
     moment = value.get("timestamp")
-    if moment is not None and moment != _GO_ZERO_TIME:
-        if type(moment) is not str:
-            raise _fault("timestamp must be an RFC 3339 string", ".timestamp")
-        try:
-            moment = _parse_rfc3339(moment)
-        except _CodecFault as fault:
-            fault.steps.append(".timestamp")
-            raise
-    fields["timestamp"] = None if moment == _GO_ZERO_TIME else moment
+    if moment is None or moment == _GO_ZERO_TIME:
+        fields["timestamp"] = None
+    elif type(moment) is str:
+        fields["timestamp"] = _at_step(_parse_rfc3339, moment, ".timestamp")
+    else:
+        raise _fault("timestamp must be an RFC 3339 string", ".timestamp")
     try:
         return Message(**fields)
     except TypeError as exc:
@@ -1622,6 +1614,14 @@ def _put_execution(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> 
 def _put_error(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
     if isinstance(value, BaseException):
         data[key] = {"message": str(value), "type": type(value).__name__}
+    elif type(value) is dict:  # an error handed over as data, as EventData reads it back
+        if not value.keys() <= {"message", "type"} or type(value.get("message")) is not str:
+            raise ValueError(f'{key} as a dict is {{"message": str, "type": str}}, not {value!r}')
+        _require(value.get("type", ""), str, f"{key}.type")
+        error = {"message": value["message"]}
+        if value.get("type"):
+            error["type"] = value["type"]
+        data[key] = error
     elif value is not None and value != "":
         _require(value, str, key)
         data[key] = {"message": value}
