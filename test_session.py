@@ -11,6 +11,8 @@ import enum
 import errno
 import functools
 import gc
+import html
+import html.parser
 import io
 import json
 import os
@@ -3717,6 +3719,532 @@ def test_repair_refuses_a_file_that_changes_while_copied(
     with pytest.raises(RecordingError, match="changed while it was copied; nothing was cut"):
         session.repair(path)
     assert path.read_bytes() == bad + b"more\n"
+
+
+# ---------------------------------------------------------------------------- html page
+
+PWN = "document.documentElement.dataset.pwned"
+PAYLOADS = [
+    f"<script>{PWN}='script'</script>",
+    f'"><img src=x onerror="{PWN}=\'img\'">',
+    f"'><svg onload={PWN}='svg'>",
+    f"</script><script>{PWN}='close'</script>",
+    f"javascript:{PWN}='url'",
+    f"</pre></details></code><iframe srcdoc=\"<script>parent.{PWN}='frame'</script>\"></iframe>",
+    "\u202egnp.exe\u200b \x1b[31mred\x1b[0m \u2028\u2029 <!-- \udc80 \U000e0041",
+]
+HOSTILE_NAME = f"x'\"><svg onload={PWN}='name'>.jsonl"  # a file name cannot hold a slash
+
+
+def hostile_session(directory: Path) -> Path:
+    """A valid session whose every string is an attack: ids, roles, tool names, argument keys,
+    errors, record types, times, usage keys; ANSI, bidi and zero-width characters."""
+    p = PAYLOADS
+    sid, rid = p[3], p[1]
+    objs: List[Dict[str, Any]] = []
+
+    def add(kind: str, data: Dict[str, Any], time: str = "") -> None:
+        moment = time or f"2026-12-02T09:27:{36 + len(objs):02d}.123456Z"
+        run = {} if kind == "session_start" else {"run_id": rid}
+        objs.append(
+            {"session_id": sid, "seq": len(objs) + 1, "type": kind, "time": moment, **run, "data": data}
+        )
+
+    def message(role: str, *blocks: Dict[str, Any], **fields: Any) -> Dict[str, Any]:
+        return {"$type": "agentgo.message.v1", "value": {"role": role, "content": list(blocks), **fields}}
+
+    blocks: List[Dict[str, Any]] = [
+        {"type": "text", "text": p[0]},
+        {"type": "thinking", "thinking": p[2]},
+        {
+            "type": "toolCall",
+            "tool_call": {"id": p[1], "name": p[0], "args": {p[3]: p[5]}, "args_raw_text": p[6]},
+        },
+        {"type": "image", "image": {"url": p[4], "mime_type": p[1]}},
+        {"type": "image", "image": {"data": "aGk=", "mime_type": p[0]}},
+        {"type": "tool_reference", "tool_name": p[5]},
+        {"type": "toolCall", "tool_call": {"id": "c2", "name": "x\ny", "args": {}}},
+        {"type": p[0], p[1]: p[2]},
+    ]
+    model = {"id": p[2], "kind": "model", "turn_index": 1, "attempt": 1}
+    tool = {"id": p[1], "kind": "tool", "parent_id": p[2], "turn_index": 1, "attempt": 1}
+    add("session_start", {"version": 1})
+    add("run_start", {})
+    add("agent_start", {})
+    add("turn_start", {"turn_index": 1})
+    add("model_exec_start", {"execution": model})
+    request = {"messages": [message(p[0], *blocks, metadata={"tool_call_id": p[1], p[4]: p[5]})]}
+    add(
+        "model_request",
+        {"execution": model, "request": dict(request, tools=[{"name": p[5]}], config={p[0]: p[1]})},
+    )
+    add("model_exec_end", {"execution": model, "error": {"message": p[6], "type": p[0]}})
+    model = dict(model, attempt=2)
+    add("model_exec_start", {"execution": model}, time=p[4])
+    add("model_request", {"execution": model, "request": request})
+    reply = message("assistant", *blocks, stop_reason=p[3], usage={"input": 7, p[0]: 3})
+    add("model_exec_end", {"execution": model, "message": reply})
+    add("message_end", {"execution": model, "message": reply})
+    add(
+        "tool_exec_start",
+        {"execution": tool, "tool_id": p[1], "tool": p[0], "tool_label": p[6], "args": {p[2]: p[3]}},
+    )
+    add(
+        "tool_exec_end",
+        {
+            "execution": tool,
+            "tool": p[5],
+            "result": {p[0]: p[6]},
+            "is_error": True,
+            "error": {"message": p[5]},
+        },
+    )
+    add(
+        "message_end",
+        {"execution": tool, "message": message("tool", blocks[0], metadata={"tool_call_id": p[1]})},
+    )
+    add(p[0], {p[1]: p[2], "error": {"message": p[3]}})
+    add("context_compacted", {"execution": {"id": p[6], "kind": p[5]}, "compaction": {p[4]: p[0]}})
+    add("tool_exec_start", {"execution": dict(tool, id=p[6]), "tool": p[2]})
+    add("agent_end", {"summary": {"end_reason": p[0]}, "error": {"message": p[2], "type": p[4]}})
+    path = directory / HOSTILE_NAME
+    path.write_bytes(b"".join(json.dumps(o, separators=(",", ":")).encode() + b"\n" for o in objs))
+    return path
+
+
+def html_page(path: Path, *options: str) -> str:
+    """The page of *path*, made the way a user makes it (a lone module, -I -S)."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(MODULE), "html", str(path), *options],
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode()
+
+
+class PageParts(html.parser.HTMLParser):
+    """Every element of a page, with its attributes and the text of its style and scripts."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: List[Tuple[str, Dict[str, Optional[str]]]] = []
+        self.texts: Dict[str, List[str]] = {"style": [], "script": []}
+        self._open: Optional[str] = None
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+        self._open = tag if tag in self.texts else None
+        if self._open:
+            self.texts[tag].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._open = None
+
+    def handle_data(self, data: str) -> None:
+        if self._open:
+            self.texts[self._open][-1] += data
+
+
+PAGE_IDS = re.compile(r"seq-\d+|only-errors|show-model|show-tool|show-other|search|session-data")
+PAGE_CLASSES = re.compile(
+    "mark|cut|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
+    "|time|how|msg|call|image|ref|chart|bar|compaction|waterfall|end|tie|filters"
+)
+PAGE_TAGS = re.compile(
+    "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script"
+)
+
+
+def csp_hash(text: str) -> str:
+    import base64
+    import hashlib
+
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
+    page = html_page(hostile_session(tmp_path))
+    parts = PageParts()
+    parts.feed(page)
+    tags = [tag for tag, _ in parts.elements]
+    assert tags[:4] == ["html", "head", "meta", "meta"]
+    assert parts.elements[2][1] == {"charset": "utf-8"}
+    assert parts.elements[3][1]["http-equiv"] == "Content-Security-Policy"
+    policy = parts.elements[3][1]["content"] or ""
+    (style,) = parts.texts["style"]
+    data, script = parts.texts["script"]
+    assert policy == (
+        f"default-src 'none'; script-src {csp_hash(script)}; style-src {csp_hash(style)}; "
+        "base-uri 'none'; form-action 'none'"
+    )
+    assert all(PAGE_TAGS.fullmatch(tag) for tag in tags)
+    for tag, attrs in parts.elements:
+        assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
+        assert "src" not in attrs and "style" not in attrs and "action" not in attrs
+        assert re.fullmatch(r"#seq-\d+", attrs.get("href") or "#seq-1"), attrs
+        assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
+        assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
+    assert json.loads(data) == {
+        "file": str(tmp_path / HOSTILE_NAME),
+        "records": 18,
+        "session_id": PAYLOADS[3],
+    }
+    assert 'calls <b>x<span class="mark">[U+000A]</span>y</b>' in page  # a name shows its line break
+    for char in "\u202e\u200b\x1b\u2028\u2029\U000e0041":
+        assert char not in page
+        assert f"[U+{ord(char):04X}]" in page
+    assert "[U+DC80]" in page  # a lone surrogate from the file, shown, not a crash
+
+
+def test_html_page_shows_hostile_values_as_text(tmp_path: Path) -> None:
+    page = html_page(hostile_session(tmp_path))
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    for payload in PAYLOADS[:6]:
+        assert payload in text  # every attack shown as the text it is
+    assert html.escape(PAYLOADS[0]) in page and PAYLOADS[0] not in page
+
+
+def test_html_page_is_reproducible(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    assert html_page(path) == html_page(path)
+
+
+def browser_dom(page: Path, profile: Path, *flags: str) -> str:
+    """The DOM of *page* after headless Chromium loaded it and ran its script."""
+    need("chromium", "the HTML page is checked in a real browser")
+    done = subprocess.run(
+        [
+            "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", "--virtual-time-budget=3000", *flags, "--dump-dom", page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_html_page_in_chromium_runs_its_script_and_no_payload(tmp_path: Path) -> None:
+    page = html_page(hostile_session(tmp_path))
+    path = tmp_path / "page.html"
+    path.write_text(page, encoding="utf-8")
+    unprotected = tmp_path / "no-csp.html"
+    unprotected.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page), encoding="utf-8"
+    )
+    assert "Content-Security-Policy" not in unprotected.read_text(encoding="utf-8")
+    for copy in (path, unprotected):
+        dom = browser_dom(copy, tmp_path / "profile")
+        assert '<html lang="en" data-js="on">' in dom  # the page's own script ran
+        assert "data-pwned" not in dom  # and not one payload: by escaping alone without the CSP
+        assert dom.count('class="card ') == 4
+
+
+def test_html_page_csp_blocks_a_script_that_escaping_let_through(tmp_path: Path) -> None:
+    page = html_page(sample_file(tmp_path / "s.jsonl"))
+    injected = page.replace(
+        "</header>", f"<script>{PWN}='csp'</script><img src=x onerror=\"{PWN}='img'\"></header>"
+    )
+    path = tmp_path / "page.html"
+    path.write_text(injected, encoding="utf-8")
+    dom = browser_dom(path, tmp_path / "profile")
+    assert 'data-js="on"' in dom and "data-pwned" not in dom
+
+
+def test_html_page_reads_with_javascript_off(tmp_path: Path) -> None:
+    path = tmp_path / "page.html"
+    page = html_page(sample_file(tmp_path / "s.jsonl"))
+    path.write_text(re.sub(r"<script>.*?</script>", "", page, flags=re.S), encoding="utf-8")
+    dom = browser_dom(path, tmp_path / "profile")
+    assert 'data-js="on"' not in dom and not re.search(r'class="[^"]*\bmiss\b', dom)
+    assert dom.count('class="card ') == 4 and "héllo 1" in dom
+    assert '<input type="search" id="search" placeholder="search" hidden="">' in dom  # needs the script
+
+
+class WebDriver:
+    """Headless Chromium driven through chromedriver's W3C WebDriver protocol (plain HTTP)."""
+
+    ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
+
+    def __init__(self, profile: Path) -> None:
+        need("chromedriver", "the page's filters and search are tried in a real browser")
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.process = subprocess.Popen(
+            ["chromedriver", f"--port={self.port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                if self.call("GET", "/status")["ready"]:
+                    break
+            time.sleep(0.1)
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+        flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
+        options = {"binary": shutil.which("chromium"), "args": [*flags, f"--user-data-dir={profile}"]}
+        capabilities = {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options}}
+        self.id = self.call("POST", "/session", {"capabilities": capabilities})["sessionId"]
+
+    def call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        import http.client
+
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            connection.request(method, path, json.dumps(body) if body is not None else None)
+            answer = json.loads(connection.getresponse().read())
+        finally:
+            connection.close()
+        return answer["value"]
+
+    def page(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        return self.call(method, f"/session/{self.id}{path}", body)
+
+    def element(self, css: str) -> str:
+        return self.page("POST", "/element", {"using": "css selector", "value": css})[self.ELEMENT]  # type: ignore[no-any-return]
+
+    def visible(self, css: str) -> int:
+        script = (
+            f"return [...document.querySelectorAll({json.dumps(css)})].filter(e => e.offsetParent).length"
+        )
+        return self.page("POST", "/execute/sync", {"script": script, "args": []})  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.call("DELETE", f"/session/{self.id}")
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model_call(run, "m1", [say("alpha")])
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_end", execution=tool, tool="grep", result="beta", error="exit 2"))
+    page = tmp_path / "page.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        assert browser.visible(".card") == 2 and browser.visible(".rec") == 3
+        browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
+        assert (
+            browser.visible(".card") == 1
+            and browser.visible(".card.tool") == 1
+            and browser.visible(".rec") == 0
+        )
+        browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
+        browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
+        assert browser.visible(".card") == 1 and browser.visible(".card.model") == 1
+        browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
+        search = browser.element("#search")
+        browser.page("POST", f"/element/{search}/value", {"text": "BETA"})
+        assert browser.visible(".card") == 1 and browser.visible(".card.tool") == 1
+        browser.page("POST", f"/element/{search}/value", {"text": "\ue003" * 4})  # backspace
+        assert browser.visible(".card") == 2
+    finally:
+        browser.close()
+
+
+def model_call(run: session.Run, name: str, messages: List[Message], attempt: int = 1) -> None:
+    execution = Execution(name, "model", attempt=attempt)
+    run.record(Event("model_exec_start", execution=execution, timestamp=T0))
+    run.record(Event("model_request", execution=execution, request=ModelRequest(messages), timestamp=T0))
+    reply = Message("assistant", [session.text_block(f"reply of {name}")], "stop", {"input": len(messages)})
+    run.record(
+        Event("model_exec_end", execution=execution, message=reply, timestamp=T0 + dt.timedelta(seconds=1))
+    )
+
+
+def say(text: str) -> Message:
+    return Message("user", [session.text_block(text)], timestamp=T0)
+
+
+def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    u1, a1, u2, u3 = say("u1"), say("a1"), say("u2"), say("u3")
+    with session.create(path) as s:
+        with s.begin_run() as run:
+            model_call(run, "m1", [u1])
+            model_call(run, "m1", [u1], attempt=2)  # a retry: the same context
+            model_call(run, "m2", [u1, a1, u2])
+            compact = Execution("c1", "compact")
+            run.record(Event("context_compacted", execution=compact, compaction={"dropped": 1}, timestamp=T0))
+            model_call(run, "m3", [u1, u2, u3])
+        with s.begin_run() as run:
+            model_call(run, "m1", [u1, u2, u3, say("u4")])
+            model_call(run, "m2", [u3])
+    facts = session._Facts()
+    session.read(path, facts)
+    changes = [(len(c.new), c.unchanged, c.dropped, c.compacted, c.resumed) for c in facts.changes.values()]
+    assert changes == [
+        (1, 0, 0, False, False),
+        (0, 1, 0, False, False),
+        (2, 1, 0, False, False),
+        (1, 2, 1, True, False),
+        (1, 3, 0, False, True),
+        (0, 1, 3, False, False),
+    ]
+    assert facts.compactions == [3]  # after the third successful call
+    page = html_page(path)
+    assert "context: 3 messages; 1 new, 2 unchanged since request" in page
+    assert "1 dropped by a compaction" in page
+    assert "3 carried over from the previous run since request" in page
+    assert "3 dropped with no compaction recorded" in page
+    assert page.count("tools and config as in") == 5
+
+
+def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model = Execution("m1", "model")
+        reply = Message("assistant", [session.tool_call_block("call-1", "ls", {"d": "/"})], "toolUse")
+        run.record(Event("model_request", execution=model, request=ModelRequest([say("question")])))
+        run.record(Event("model_exec_end", execution=model, message=reply))
+        run.record(Event("message_end", execution=model, message=reply))
+        tool = Execution("call-1", "tool", parent_id="m1")
+        run.record(Event("tool_exec_start", execution=tool, tool_id="call-1", tool="ls", args={"d": "/"}))
+        result = session.tool_result("call-1", "a b")
+        run.record(Event("message_end", execution=tool, message=result))
+        run.record(
+            Event(
+                "model_request",
+                execution=Execution("m2", "model"),
+                request=ModelRequest([say("question"), reply, result]),
+            )
+        )
+    page = html_page(path)
+    assert page.count("question") == 1
+    assert 'the same message as <a href="#seq-4">#4</a>' in page  # message_end = the response
+    assert 'new: <span class="role">assistant</span> message as recorded in <a href="#seq-4">#4</a>' in page
+    assert 'new: <span class="role">tool</span> message as recorded in <a href="#seq-7">#7</a>' in page
+    assert 'id <a href="#seq-6"><code>call-1</code></a>' in page  # the call asked for links to the tool
+    assert 'asked for by <a href="#seq-3">model call <code>m1</code></a>' in page
+
+
+def test_html_page_shortens_long_values_with_a_visible_mark(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    long_text = "".join(f"line {n}\n" for n in range(2000))
+    with session.create(path) as s, s.begin_run() as run:
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_end", execution=tool, tool="cat", result={"text": long_text}))
+        run.record(Event("tool_exec_end", execution=Execution("t2", "tool"), tool="n" * 1000))
+        run.record(Event("message_end", execution=tool, message=say(long_text)))
+    page = html_page(path, "--max-field", "300")
+    assert "line 1999" not in page and "line 10\n" in page
+    run_id = records(path)[1].run_id
+    command = f"python -m session show {path} --run {run_id} --execution t1 --attempt 1"
+    assert f"shortened — {len(long_text) - 300} more characters: see <code>{command}</code>" in page
+    assert "shortened — the rest: see" in page  # the JSON result, not encoded beyond the limit
+    assert "<details><summary>" in page  # long values folded
+    assert "n" * 200 + '<span class="cut">…</span>' in page and "n" * 301 not in page  # names too
+
+
+def test_html_page_keeps_to_its_budget_and_says_what_it_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        context = [say(f"{n} {'z' * 500}") for n in range(300)]
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
+        for n in range(300):
+            run.record(
+                Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", result="y" * 500)
+            )
+    whole = html_page(path)
+    page = html_page(path, "--max-bytes", "40000")
+    assert len(page.encode()) < 50000 < len(whole.encode())
+    shown = len(re.findall(r'id="seq-\d+"', page))
+    assert f"{len(records(path)) - shown} more records are not shown here" in page
+    new = page.count('<span class="role">user</span>')
+    assert 0 < new < 300 and f"{300 - new} more new messages not shown: see" in page
+    assert f"<code>python -m session show {path}</code> prints them all" in page
+
+
+def test_html_page_lists_gaps_with_refs_and_commands_that_work(tmp_path: Path) -> None:
+    path = tmp_path / "it's a session.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    run.record(Event("agent_start"))
+    run.record(Event("model_exec_start", execution=Execution("m 1", "model", attempt=2)))
+    run.record(Event("turn_start", turn_index=1))
+    s.sync()
+    page = html_page(path)
+    gap = records(path)[3].ref
+    assert gap is not None
+    assert html.escape(json.dumps(gap.to_json())) in page
+    commands = re.findall(r"<code>(python -m session show [^<]*--attempt 2)</code>", page)
+    assert commands
+    for command in commands:
+        argv = shlex.split(html.unescape(command))
+        shown = subprocess.run([sys.executable, str(MODULE), *argv[3:]], capture_output=True, timeout=60)
+        assert shown.stdout.splitlines() == path.read_bytes().splitlines()[3:4]
+    assert "run_not_closed" in page and "no_agent_end" in page and "model_call_unfinished" in page
+    s.close()
+
+
+def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("turn_start", turn_index=1))
+        model_call(run, "m1", [say("a")])  # 0 s to 1 s
+        tool = Execution("t1", "tool", turn_index=1)
+        for seconds in (1, 3):
+            run.record(
+                Event(
+                    "tool_exec_start", execution=tool, tool="x", timestamp=T0 + dt.timedelta(seconds=seconds)
+                )
+            )
+        run.record(
+            Event(
+                "tool_exec_end",
+                execution=tool,
+                tool="x",
+                error="boom",
+                timestamp=T0 + dt.timedelta(seconds=3),
+            )
+        )
+    page = html_page(path)
+    assert '<rect class="model" x="300.0" y="2" width="230.0" height="14">' in page
+    assert '<rect class="tool fail" x="530.0" y="20" width="460.0" height="14">' in page
+    assert "turn 1: 2 attempts, 3.000 s, 1 failed" in page
+    assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
+    assert "1 failed attempts" in page
+
+
+def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    objs = envelope_lines(3)
+    execution = {"id": "m", "kind": "model"}
+    objs[2] = dict(objs[2], type="model_request", data={"execution": execution, "request": {"messages": [0]}})
+    deep = b"[" * 980 + b"0" + b"]" * 980  # too deep for json.dumps under pytest's stack
+    path.write_bytes(dump(objs).replace(b'"messages":[0]', b'"messages":[' + deep + b"]"))
+    page = html_page(path, "--max-field", str(10**6))  # everything, as far as the stack allows
+    assert "context: 1 messages; 1 new" in page
+    whole = "[" * 980 + "0" + "]" * 980 in re.sub(r"\s", "", page)
+    assert whole or "cannot be shown here: maximum recursion depth exceeded" in page  # never a crash
+
+
+def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(dump(envelope_lines())[:-30] + b"\n")
+    out = tmp_path / "page.html"
+    done = run_cli("html", str(path), "-o", str(out))
+    assert done.returncode == 1 and f"{path}:4: invalid JSON" in done.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == [path]
+    good = str(sample_file(path.with_name("ok.jsonl")))
+    before = Path(good).read_bytes()
+    done = run_cli("html", good, "-o", str(tmp_path / "." / "ok.jsonl"))
+    assert done.returncode == 1 and "will not write the page over the session itself" in done.stderr
+    assert Path(good).read_bytes() == before
+    done = run_cli("html", good, "--max-field", "0", "-o", str(out))
+    assert done.returncode == 2 and "positive" in done.stderr and not out.exists()
+    done = run_cli("html", good, "-o", str(out))
+    assert done.returncode == 0 and out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
 # ---------------------------------------------------------------------------- command line
