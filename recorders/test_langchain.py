@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import check_file, events, messages, transcript
+from conftest import check_file, events, messages, need, transcript
 
-pytest.importorskip("langgraph")  # this file runs in the framework's own tox environment
+need("langgraph")
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -45,7 +45,7 @@ class Script(Iterator[AIMessage]):
 
 def reply(text: str = "", tokens: int = 3, calls: list[dict[str, Any]] | None = None) -> AIMessage:
     usage = {"input_tokens": tokens, "output_tokens": 2, "total_tokens": tokens + 2}
-    return AIMessage(text, tool_calls=calls or [], usage_metadata=usage)  # type: ignore[arg-type]
+    return AIMessage(text, tool_calls=calls or [], usage_metadata=usage)
 
 
 def agent(

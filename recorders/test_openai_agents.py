@@ -10,16 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import check_file, events, messages, transcript
+from conftest import check_file, events, messages, need, transcript
 
-pytest.importorskip("agents")  # this file runs in the framework's own tox environment
+need("agents")
 
 import httpx2
 import openai
 from agents import Agent, ModelSettings, RunConfig, Usage, function_tool, retry_policies, set_tracing_disabled
 from agents.retry import ModelRetryAdvice, ModelRetrySettings
 from agents.testing.model import ModelCall, ModelStep, ScriptedModel
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputRefusal,
+    ResponseOutputText,
+)
 from session_openai_agents import recording
 
 set_tracing_disabled(True)  # offline: nothing to export traces to
@@ -43,7 +48,9 @@ def call(call_id: str, name: str, arguments: str) -> ResponseFunctionToolCall:
 
 
 def answer(text: str, tokens: int = 3) -> ModelStep:
-    content = [ResponseOutputText(type="output_text", text=text, annotations=[])]
+    content: list[ResponseOutputText | ResponseOutputRefusal] = [
+        ResponseOutputText(type="output_text", text=text, annotations=[])
+    ]
     message = ResponseOutputMessage(
         id="msg", type="message", role="assistant", status="completed", content=content
     )
