@@ -251,7 +251,7 @@ class SessionRecorder(RunHooks[Any]):
         self._attempt = 0
         self._model: session.Execution | None = None
         self._last_error: BaseException | None = None
-        self._tools: dict[str, session.Execution] = {}  # tool calls running, by call id
+        self._tools: dict[str, tuple[session.Execution, str]] = {}  # tool calls running, by call id
         self._finished: dict[str, session.Execution] = {}  # and those that ended
         self._failures: dict[str, Exception] = {}
         self._tool_calls = 0
@@ -343,7 +343,7 @@ class SessionRecorder(RunHooks[Any]):
             parent_id=self._model.id if self._model else "",
             turn_index=self._turn,
         )
-        self._tools[context.tool_call_id] = execution
+        self._tools[context.tool_call_id] = (execution, tool.name)
         self._tool_calls += 1
         args = _tool_call_block(context.tool_call_id, context.tool_name, context.tool_arguments)["tool_call"]
         self._record(
@@ -360,15 +360,15 @@ class SessionRecorder(RunHooks[Any]):
         if not isinstance(context, ToolContext) or context.tool_call_id not in self._tools:
             return
         error = self._failures.pop(context.tool_call_id, None)
-        self._tool_end(context.tool_call_id, tool.name, result, error)
+        self._tool_end(context.tool_call_id, result, error)
 
     # -- writing
 
     def _record(self, kind: str, **fields: Any) -> None:
         self.run_record.record(session.Event(kind, **fields))
 
-    def _tool_end(self, call_id: str, name: str, result: Any, error: BaseException | None) -> None:
-        execution = self._tools.pop(call_id)
+    def _tool_end(self, call_id: str, result: Any, error: BaseException | None) -> None:
+        execution, name = self._tools.pop(call_id)
         self._finished[call_id] = execution
         self._tool_errors += error is not None
         self._record(
@@ -397,8 +397,8 @@ class SessionRecorder(RunHooks[Any]):
 
     def _end(self, error: BaseException) -> None:
         """The run raised: close what it left open, then ``agent_end`` with the error."""
-        for call_id, execution in list(self._tools.items()):
-            self._tool_end(call_id, execution.id, None, error)
+        for call_id in list(self._tools):
+            self._tool_end(call_id, None, error)
         if self._seen < 0:
             self._record("agent_start")
         self._end_turn()

@@ -18,12 +18,14 @@ need("langgraph")
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from session_langchain import recording
+from session_langchain import SessionRecorder, recording
+
+import session
 
 
 class RateLimitError(Exception):
@@ -51,13 +53,17 @@ def reply(text: str = "", tokens: int = 3, calls: list[dict[str, Any]] | None = 
 def agent(
     model: Runnable[Any, Any], tools: list[BaseTool], *, handle_tool_errors: bool = True
 ) -> CompiledStateGraph[Any]:
-    """A tool-calling agent: the model, then its tools in parallel, until it answers."""
+    """A tool-calling agent: the model, then its tools in parallel, until it answers; it runs
+    with ``invoke`` as with ``ainvoke``."""
 
     async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
         return {"messages": [await model.ainvoke(state["messages"])]}
 
+    def call_model_sync(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        return {"messages": [model.invoke(state["messages"])]}
+
     graph = StateGraph(MessagesState)
-    graph.add_node("model", call_model)
+    graph.add_node("model", RunnableLambda(call_model_sync, afunc=call_model))
     graph.add_node("tools", ToolNode(tools, handle_tool_errors=handle_tool_errors))
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition)
@@ -134,6 +140,21 @@ def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
     text = transcript(path)
     assert "user: add 2 and 3, and look up x" in text
     assert "assistant: done" in text
+
+
+def test_a_synchronous_graph_with_its_tools_in_threads(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [
+        {"name": "add", "args": {"a": 1, "b": 1}, "id": f"call-{n}", "type": "tool_call"} for n in range(4)
+    ]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("four twos"))), [add])
+    with session.create(path) as s, s.begin_run() as run:
+        state = graph.invoke({"messages": [HumanMessage("add")]}, {"callbacks": [SessionRecorder(run)]})
+    assert state["messages"][-1].content == "four twos"
+    summary = check_file(path)
+    assert summary.counts["tool_exec_end"] == 4
+    assert summary.runs[0].end_reason == "stop"
+    assert [e.result for e in events(path, "tool_exec_end")] == ["2"] * 4
 
 
 def test_agent_ending_in_an_error(tmp_path: Path) -> None:

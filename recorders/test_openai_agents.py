@@ -160,6 +160,8 @@ def test_agent_ending_in_an_error(tmp_path: Path) -> None:
     assert run.error is not None
     [end] = events(path, "tool_exec_end")
     assert end.is_error
+    assert end.tool == "fetch"
+    assert end.error == run.error
 
 
 class Color(enum.Enum):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import RequestUsage
 from session_pydantic_ai import recording
 
@@ -115,6 +116,37 @@ def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
     text = transcript(path)
     assert "user: add 2 and 3, and look up x" in text
     assert "assistant: done: add=5" in text
+
+
+def test_a_streamed_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        if len(messages) == 1:
+            yield {0: DeltaToolCall(name="add", json_args='{"a": 1, "b": 2}', tool_call_id="call-1")}
+        else:
+            yield "the answer "
+            yield "is 3"
+
+    agent = Agent(FunctionModel(stream_function=stream))
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    async def main() -> str:
+        async with recording(path) as recorder, agent.run_stream(
+            "add 1 and 2", capabilities=[recorder]
+        ) as result:
+            return await result.get_output()
+
+    assert asyncio.run(main()) == "the answer is 3"
+    summary = check_file(path)
+    assert summary.counts["model_exec_end"] == 2
+    assert summary.runs[0].end_reason == "stop"
+    assert [m.content for m in messages(path) if m.role == "assistant"][-1] == [
+        {"type": "text", "text": "the answer is 3"}
+    ]
 
 
 def test_agent_ending_in_an_error(tmp_path: Path) -> None:
