@@ -231,9 +231,9 @@ def _request(
 class SessionRecorder(RunHooks[Any]):
     """Run hooks that record one ``Runner.run`` into *run* (a ``session.Run``).
 
-    Use ``await recorder.run(agent, input)``; it wires the hooks, wraps the agent's model (a
-    model given by name is wrapped through the run's model provider, so handoff agents are
-    recorded too) and ends the run's record, also when the run raises.  With *checkpoint*,
+    Use ``await recorder.run(agent, input)``; it wires the hooks, wraps the agent's model and
+    every model the run's provider gives by name (a handoff agent's ``Model`` object is not
+    wrapped: its attempts go unrecorded), and ends the run's record, also when it raises.  With *checkpoint*,
     the input list is saved at each turn's end.  *source* is the session that ``history``
     reads the latest checkpoint from.
     """

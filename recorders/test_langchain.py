@@ -142,6 +142,27 @@ def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
     assert "assistant: done" in text
 
 
+def test_a_fallback_is_another_attempt(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    primary = GenericFakeChatModel(messages=Script(RateLimitError("429: rate limit reached")))
+    backup = GenericFakeChatModel(messages=Script(reply("from the backup", 5)))
+    graph = agent(primary.with_fallbacks([backup]), [add])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            state = await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [recorder]})
+        return state["messages"][-1].content
+
+    assert asyncio.run(main()) == "from the backup"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 7
+    ends = events(path, "model_exec_end")
+    assert [(e.execution.id, e.execution.attempt, bool(e.error)) for e in ends if e.execution] == [
+        ("model-1", 1, True),
+        ("model-1", 2, False),
+    ]
+
+
 def test_a_synchronous_graph_with_its_tools_in_threads(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     calls = [
