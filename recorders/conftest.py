@@ -37,8 +37,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def check_file(path: Path) -> session.Summary:
-    """The file validates, its summary shows no gaps, and every tool call is found whole;
-    its summary for further checks."""
+    """The file validates, its summary shows no gaps, every successful model attempt carries
+    its usage, and every tool call is found whole; its summary for further checks."""
     validated = _cli("validate", str(path))
     assert validated.returncode == 0, validated.stderr
     assert ": ok," in validated.stdout
@@ -46,6 +46,8 @@ def check_file(path: Path) -> session.Summary:
     assert summary.gaps == [], summary.gaps
     assert all(run.closed for run in summary.runs)
     for record in session.iter_records(path):
+        if record.type == "model_exec_end" and "error" not in record.data:
+            assert record.data["message"]["value"]["usage"]["total_tokens"] > 0, record
         if record.type == "tool_exec_start":
             assert record.ref is not None
             found = [r.type for r in session.find(path, record.ref)]

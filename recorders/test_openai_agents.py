@@ -72,6 +72,7 @@ def lookup(key: str) -> str:
     raise KeyError(key)
 
 
+USAGE = Usage(requests=1, input_tokens=5, output_tokens=1, total_tokens=6)
 RETRY = ModelSettings(retry=ModelRetrySettings(max_retries=2, policy=retry_policies.provider_suggested()))
 
 
@@ -145,7 +146,7 @@ def test_agent_ending_in_an_error(tmp_path: Path) -> None:
         """Fetch a key; errors end the run."""
         raise KeyError(key)
 
-    model = ScriptedModel([ModelStep(output=[call("call-1", "fetch", '{"key": "x"}')])])
+    model = ScriptedModel([ModelStep(output=[call("call-1", "fetch", '{"key": "x"}')], usage=USAGE)])
     agent = Agent(name="fetcher", model=model, tools=[fetch])
 
     async def main() -> None:
@@ -184,7 +185,7 @@ def test_stray_values_are_kept_and_the_session_lives_on(tmp_path: Path) -> None:
         """A report."""
         return Report(Color.RED, b"\x00\xff", datetime(2026, 1, 2, 3, 4, 5), float("nan"))
 
-    model = ScriptedModel([ModelStep(output=[call("call-1", "report", "{}")]), answer("ok")])
+    model = ScriptedModel([ModelStep(output=[call("call-1", "report", "{}")], usage=USAGE), answer("ok")])
     agent = Agent(name="reporter", model=model, tools=[report])
 
     async def main() -> None:
