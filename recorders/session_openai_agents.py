@@ -248,6 +248,7 @@ class SessionRecorder(RunHooks[Any]):
         self._history = 0  # items of the input that came from the checkpoint
         self._seen = -1  # input items already written as message_end
         self._turn = 0
+        self._in_turn = False
         self._attempt = 0
         self._model: session.Execution | None = None
         self._last_error: BaseException | None = None
@@ -320,13 +321,13 @@ class SessionRecorder(RunHooks[Any]):
             earlier = to_messages(input_items[: self._history])
             self._turn = sum(message.role == "assistant" for message in earlier)
         self._commit(input_items)
-        if self._model is not None:
+        if self._in_turn:
             self._end_turn()
             if self.checkpoint:
                 await asyncio.to_thread(self.run_record.save_checkpoint, to_json(input_items))
         self._turn += 1
+        self._in_turn = True
         self._attempt = 0
-        self._tools = {}
         self._record("turn_start", turn_index=self._turn)
 
     async def on_llm_end(
@@ -391,9 +392,9 @@ class SessionRecorder(RunHooks[Any]):
         self._seen = len(items)
 
     def _end_turn(self) -> None:
-        if self._turn and self._model is not None:
+        if self._in_turn:
             self._record("turn_end", turn_index=self._turn)
-            self._model = None
+        self._in_turn, self._model = False, None
 
     def _end(self, error: BaseException) -> None:
         """The run raised: close what it left open, then ``agent_end`` with the error."""

@@ -233,6 +233,7 @@ class SessionRecorder(AbstractCapability[Any]):
     checkpoint: bool = False
     source: session.Session | None = None
     _turn: int = field(default=0, init=False)
+    _in_turn: bool = field(default=False, init=False)
     _started: bool = field(default=False, init=False)
     _seen: int = field(default=-1, init=False)  # history messages already written as message_end
     _attempt: int = field(default=1, init=False)
@@ -282,13 +283,12 @@ class SessionRecorder(AbstractCapability[Any]):
             self._seen = len(earlier)
             self._turn = sum(isinstance(m, pm.ModelResponse) for m in earlier)
         self._commit(ctx.messages)
-        if self._turn and self._model is not None:
+        if self._in_turn:
             self._end_turn()
             if self.checkpoint:
                 await asyncio.to_thread(self.run.save_checkpoint, to_json(list(ctx.messages)))
         self._turn += 1
-        self._model = None
-        self._tools = {}
+        self._in_turn = True
         self._record("turn_start", turn_index=self._turn)
         return request_context
 
@@ -393,9 +393,9 @@ class SessionRecorder(AbstractCapability[Any]):
         return self._tools.get(call_id) if isinstance(call_id, str) else None
 
     def _end_turn(self) -> None:
-        if self._turn and (self._model is not None or self._tools):
+        if self._in_turn:
             self._record("turn_end", turn_index=self._turn)
-            self._model, self._tools = None, {}
+        self._in_turn, self._model, self._tools = False, None, {}
 
     def _summary(self, reason: str) -> session.RunSummary:
         return session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)
