@@ -269,8 +269,9 @@ class Event:
 
     *timestamp* is an aware ``datetime`` (``None``: now, at ``record``).  *message* and
     *partial_message* are codec values; *args*, *result*, *details* and *preview* are JSON
-    values or ``RawJSON``; *error* is an exception or a string.  *state* and *delta* let a host
-    pass whole kernel events; they are never written.
+    values or ``RawJSON``; *error* is an exception, a string or a dict ``{"message": str,
+    "type": str}`` (``type`` optional).  *state* and *delta* let a host pass whole kernel
+    events; they are never written.
     """
 
     type: str
@@ -812,7 +813,7 @@ def tool_result(
     if not tool_call_id:
         raise ValueError("a tool result needs the id of the call it answers")
     _require(is_error, bool, "is_error")
-    blocks: List[Any] = [text_block(content)] if isinstance(content, str) else list(content)
+    blocks: List[ContentBlock] = [text_block(content)] if isinstance(content, str) else list(content)
     metadata: Dict[str, Any] = {"tool_call_id": tool_call_id}
     if is_error:
         metadata["is_error"] = True
@@ -844,7 +845,7 @@ class Message:
     """
 
     role: str
-    content: List[Any]
+    content: Optional[List[ContentBlock]]
     stop_reason: str = ""
     usage: Optional[Usage] = None
     metadata: Optional[Dict[str, Any]] = None
@@ -898,6 +899,8 @@ class _Kind(NamedTuple):
     datetimes: FrozenSet[str]  # those of *fields* annotated as datetime
     encode: Optional[Callable[[Any], Any]]
     decode: Optional[Callable[[Any], Any]]
+    write: Optional[Callable[[JSONCodec, Any], Any]] = None  # agentgo's types: checked shapes
+    read: Optional[Callable[[JSONCodec, Dict[str, Any]], Any]] = None
 
 
 _DATETIME_ANNOTATION = re.compile(
@@ -928,7 +931,8 @@ def _kind_of(spec: TypeSpec) -> _Kind:
     except Exception:  # noqa: BLE001 - e.g. "datetime | None" on Python 3.9: read the text
         hints = {}
     datetimes = frozenset(f.name for f in fields if _is_datetime(hints.get(f.name, f.type)))
-    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None)
+    write, read = _AGENTGO_SHAPES.get(spec.cls, (None, None))
+    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None, write, read)
 
 
 def _path_step(key: str) -> str:
@@ -962,7 +966,8 @@ class JSONCodec:
 
     def encode(self, value: Any) -> Any:
         """Return *value* as a JSON value (``dict``, ``list``, ``str``, ``int``, ``float``,
-        ``bool`` or ``None``); ``CodecError`` names what cannot be encoded and where."""
+        ``bool`` or ``None``; a tool call's ``RawJSON`` args stay as they are, to be written
+        as sent); ``CodecError`` names what cannot be encoded and where."""
         try:
             return self._encode(value)
         except _CodecFault as fault:
@@ -1045,6 +1050,8 @@ class JSONCodec:
         return items if out is None else out  # type: ignore[return-value]
 
     def _encode_object(self, kind: _Kind, obj: Any) -> Any:
+        if kind.write is not None:
+            return kind.write(self, obj)
         if kind.encode is not None:
             try:
                 plain = kind.encode(obj)
@@ -1112,6 +1119,8 @@ class JSONCodec:
                 raise _CodecFault(f"{type_id} decode function failed: {exc!r}") from exc
         if type(value) is not dict:
             raise _CodecFault(f"{type_id} value must be an object")
+        if kind.read is not None:
+            return kind.read(self, value)
         fields = {}
         for name in kind.fields:
             if name in value:
@@ -1173,6 +1182,284 @@ def _parse_rfc3339(text: str) -> datetime:
         return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, zone)
     except ValueError as exc:
         raise _CodecFault(f"invalid RFC 3339 time {text!r}: {exc}") from None
+
+
+# agentgo's Go codec ignores the keys it does not know and reads a missing one as zero, so a
+# wrong shape would arrive empty, silently: its types are checked here on the way out.
+# Reading stays lenient (JSON in, JSON out), so that files from older writers stay readable.
+
+_BLOCK_PAYLOADS = {
+    "text": "text",
+    "thinking": "thinking",
+    "toolCall": "tool_call",
+    "image": "image",
+    "tool_reference": "tool_name",
+}
+_TOOL_CALL_TEXTS = frozenset({"id", "name", "args_raw_text", "args_parse_error", "thought_signature"})
+_IMAGE_KEYS = frozenset({"data", "url", "mime_type"})
+_USAGE_COUNTS = frozenset({"input", "output", "cache_read", "cache_write", "total_tokens"})
+_COST_KEYS = frozenset({"input", "output", "cache_read", "cache_write", "total"})
+_PROGRESS_FLAGS = frozenset({"active", "next_turn"})
+_PROGRESS_COUNTS = frozenset({"completed_turns", "length_recoveries", "tool_calls", "tool_errors"})
+_INT64 = range(-(1 << 63), 1 << 63)  # Go's int; `in` on a range is arithmetic
+_GO_ZERO_TIME = "0001-01-01T00:00:00Z"  # what Go writes for a time never set: None here
+
+
+def _fault(reason: str, *steps: str) -> _CodecFault:
+    """A fault at *steps*, outermost first."""
+    fault = _CodecFault(reason)
+    fault.steps.extend(reversed(steps))
+    return fault
+
+
+def _key_step(key: Any) -> str:
+    return _path_step(key) if type(key) is str else f"[{key!r}]"
+
+
+def _encode_at(codec: JSONCodec, value: Any, step: str) -> Any:
+    return _at_step(codec._encode, value, step)
+
+
+def _at_step(convert: Callable[[Any], Any], value: Any, step: str) -> Any:
+    """*convert(value)*, a fault in it placed at *step*."""
+    try:
+        return convert(value)
+    except _CodecFault as fault:
+        fault.steps.append(step)
+        raise
+
+
+def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
+    if type(message.role) is not str:
+        raise _fault(f"role must be a string, not {type(message.role).__name__}", ".role")
+    out: Dict[str, Any] = {"role": message.role, "content": _write_content(message.content)}
+    stop_reason = message.stop_reason
+    if stop_reason:
+        if stop_reason not in STOP_REASONS:
+            raise _fault(
+                f"stop reason {stop_reason!r} is not one of {', '.join(STOP_REASONS)}", ".stop_reason"
+            )
+        out["stop_reason"] = stop_reason
+    elif stop_reason != "":
+        raise _fault(f"stop_reason must be a string, not {type(stop_reason).__name__}", ".stop_reason")
+    if message.usage is not None:
+        out["usage"] = _checked_usage(message.usage, ".usage")
+    if message.metadata is not None:
+        if type(message.metadata) is not dict:
+            raise _fault(f"metadata must be an object, not {type(message.metadata).__name__}", ".metadata")
+        out["metadata"] = _encode_at(codec, message.metadata, ".metadata")
+    moment = message.timestamp
+    if moment is not None and type(moment) is not datetime:
+        raise _fault(f"timestamp must be a datetime, not {type(moment).__name__}", ".timestamp")
+    out["timestamp"] = _GO_ZERO_TIME if moment is None else _encode_at(codec, moment, ".timestamp")
+    return out
+
+
+def _write_content(content: Any) -> Any:
+    """*content*, checked: blocks are written as they are (``None`` is Go's nil list)."""
+    if content is None:
+        return None
+    if type(content) is not list and type(content) is not tuple:
+        raise _fault(f"content must be a list of blocks, not {type(content).__name__}", ".content")
+    for index, block in enumerate(content):
+        try:
+            _check_block(block)
+        except _CodecFault as fault:
+            fault.steps.append(f".content[{index}]")
+            raise
+    return content
+
+
+def _check_block(block: Any) -> None:
+    if type(block) is not dict:
+        raise _fault(f"a content block must be an object, not {type(block).__name__}")
+    kind = block.get("type")
+    payload = _BLOCK_PAYLOADS.get(kind) if type(kind) is str else None
+    if payload is None:
+        raise _fault(f"unknown block type {kind!r} (agentgo's: {', '.join(_BLOCK_PAYLOADS)})", ".type")
+    for key, value in block.items():
+        if key == payload:
+            if kind == "toolCall":
+                _check_tool_call(value)
+            elif kind == "image":
+                _check_strings(value, _IMAGE_KEYS, "an image", ".image")
+            elif type(value) is not str:
+                raise _fault(f"{key} must be a string, not {type(value).__name__}", _path_step(key))
+        elif key != "type":
+            raise _fault(f"key {key!r} does not belong in a {kind} block", _key_step(key))
+    if payload not in block and (kind == "toolCall" or kind == "image"):
+        raise _fault(f"a {kind} block needs its {payload}", f".{payload}")
+
+
+def _check_tool_call(call: Any) -> None:
+    if type(call) is not dict:
+        raise _fault(f"tool_call must be an object, not {type(call).__name__}", ".tool_call")
+    for key, value in call.items():
+        if key == "args":
+            try:
+                _tool_args(value)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise _fault(f"args are not one JSON value: {exc}", ".tool_call.args") from None
+        elif key == "args_invalid":
+            if type(value) is not bool:
+                raise _fault(
+                    f"args_invalid must be a boolean, not {type(value).__name__}", ".tool_call.args_invalid"
+                )
+        elif key in _TOOL_CALL_TEXTS:
+            if type(value) is not str:
+                raise _fault(f"{key} must be a string, not {type(value).__name__}", f".tool_call.{key}")
+        else:
+            raise _fault(f"key {key!r} is not a tool call's", ".tool_call", _key_step(key))
+
+
+def _check_strings(obj: Any, keys: FrozenSet[str], what: str, step: str) -> None:
+    if type(obj) is not dict:
+        raise _fault(f"{step[1:]} must be an object, not {type(obj).__name__}", step)
+    for key, value in obj.items():
+        if key not in keys:
+            raise _fault(f"key {key!r} is not {what}'s", step, _key_step(key))
+        if type(value) is not str:
+            raise _fault(f"{key} must be a string, not {type(value).__name__}", step, _path_step(key))
+
+
+def _checked_usage(usage: Any, step: str) -> Any:
+    """*usage* as written: any of agentgo's keys, token counts that fit Go's int."""
+    if type(usage) is not dict:
+        raise _fault(f"usage must be an object, not {type(usage).__name__}", step)
+    for key, value in usage.items():
+        if key in _USAGE_COUNTS:
+            _check_count(value, step, key)
+        elif key == "provider" or key == "model":
+            if type(value) is not str:
+                raise _fault(f"{key} must be a string, not {type(value).__name__}", step, f".{key}")
+        elif key == "cost":
+            _check_cost(value, f"{step}.cost")
+        else:
+            raise _fault(f"key {key!r} is not agentgo's usage (Go would drop it)", step, _key_step(key))
+    return usage
+
+
+def _check_count(value: Any, step: str, key: str) -> None:
+    if type(value) is not int:
+        raise _fault(f"{key} must be an integer, not {type(value).__name__}", step, f".{key}")
+    if value not in _INT64:
+        raise _fault(f"{key} {value} does not fit in 64 bits", step, f".{key}")
+
+
+def _check_cost(cost: Any, step: str) -> None:
+    if type(cost) is not dict:
+        raise _fault(f"cost must be an object, not {type(cost).__name__}", step)
+    for key, value in cost.items():
+        if key not in _COST_KEYS:
+            raise _fault(f"key {key!r} is not agentgo's cost (Go would drop it)", step, _key_step(key))
+        if type(value) is not float and type(value) is not int:
+            raise _fault(f"{key} must be a number, not {type(value).__name__}", step, f".{key}")
+        if not math.isfinite(value):
+            raise _fault(f"non-finite float {value!r}", step, f".{key}")
+
+
+def _read_message(codec: JSONCodec, value: Dict[str, Any]) -> Message:
+    fields: Dict[str, Any] = {
+        name: codec._decode(value[name])
+        for name in ("role", "stop_reason", "usage", "metadata")
+        if name in value
+    }
+    fields["content"] = _read_content(codec, value.get("content"))
+    moment = value.get("timestamp")
+    if moment is None or moment == _GO_ZERO_TIME:
+        fields["timestamp"] = None
+    elif type(moment) is str:
+        fields["timestamp"] = _at_step(_parse_rfc3339, moment, ".timestamp")
+    else:
+        raise _fault("timestamp must be an RFC 3339 string", ".timestamp")
+    try:
+        return Message(**fields)
+    except TypeError as exc:
+        raise _CodecFault(f"agentgo.message.v1: Message rejects its fields: {exc!r}") from exc
+
+
+def _read_content(codec: JSONCodec, content: Any) -> Any:
+    """Blocks as written, except that a tool call's args are raw JSON, never unescaped."""
+    if type(content) is not list:
+        return codec._decode(content)
+    out = []
+    for block in content:
+        call = block.get("tool_call") if type(block) is dict and block.get("type") == "toolCall" else None
+        if type(call) is dict and "args" in call:
+            decoded = codec._decode({**block, "tool_call": {**call, "args": None}})
+            decoded["tool_call"]["args"] = call["args"]
+            out.append(decoded)
+        else:
+            out.append(codec._decode(block))
+    return out
+
+
+def _write_messages(codec: JSONCodec, items: Any, step: str) -> Any:
+    """*items* each encoded as a tagged value: Go reads these lists as ``AgentMessage``."""
+    if items is None:
+        return None
+    if type(items) is not list and type(items) is not tuple:
+        raise _fault(f"{step[1:]} must be a list, not {type(items).__name__}", step)
+    out = []
+    for index, item in enumerate(items):
+        if type(item) not in codec._by_class:
+            need = "a tagged value (a Message or a registered type)"
+            raise _fault(f"a plain {type(item).__name__} where agentgo needs {need}", step, f"[{index}]")
+        out.append(_encode_at(codec, item, f"{step}[{index}]"))
+    return out
+
+
+def _write_state(codec: JSONCodec, state: AgentState) -> Dict[str, Any]:
+    out = {"messages": _write_messages(codec, state.messages, ".messages")}
+    if state.artifacts:
+        out["artifacts"] = _write_messages(codec, state.artifacts, ".artifacts")
+    if state.total_usage is not None:
+        out["total_usage"] = _checked_usage(state.total_usage, ".total_usage")
+    if state.progress is not None:
+        out["progress"] = _write_progress(codec, state.progress)
+    return out
+
+
+def _write_progress(codec: JSONCodec, progress: Any) -> Dict[str, Any]:
+    if type(progress) is not dict:
+        raise _fault(f"progress must be an object, not {type(progress).__name__}", ".progress")
+    out = dict(progress)
+    for key, value in progress.items():
+        if key in _PROGRESS_COUNTS:
+            _check_count(value, ".progress", key)
+        elif key in _PROGRESS_FLAGS:
+            if type(value) is not bool:
+                raise _fault(f"{key} must be a boolean, not {type(value).__name__}", ".progress", f".{key}")
+        elif key == "consecutive_tool_errors":
+            if type(value) is not dict:
+                raise _fault(f"{key} must be an object, not {type(value).__name__}", ".progress", f".{key}")
+            for tool, count in value.items():
+                _check_count(count, f".progress.{key}", tool)
+        elif key == "pending_messages":
+            out[key] = _write_messages(codec, value, ".progress.pending_messages")
+        else:
+            raise _fault(
+                f"key {key!r} is not agentgo's run progress (Go would drop it)", ".progress", _key_step(key)
+            )
+    return out
+
+
+def _write_snapshot(codec: JSONCodec, snapshot: AgentSnapshot) -> Dict[str, Any]:
+    if type(snapshot.state) is not AgentState:
+        raise _fault(f"state must be an AgentState, not {type(snapshot.state).__name__}", ".state")
+    out = {"state": _encode_at(codec, snapshot.state, ".state")}
+    if snapshot.steering_queue:
+        out["steering_queue"] = _write_messages(codec, snapshot.steering_queue, ".steering_queue")
+    if snapshot.follow_up_queue:
+        out["follow_up_queue"] = _write_messages(codec, snapshot.follow_up_queue, ".follow_up_queue")
+    return out
+
+
+_AGENTGO_SHAPES: Dict[type, Tuple[Any, Any]] = {
+    Message: (_write_message, _read_message),
+    AgentState: (_write_state, None),
+    AgentSnapshot: (_write_snapshot, None),
+}
 
 
 _DEFAULT_CODEC = JSONCodec()
@@ -1327,6 +1614,14 @@ def _put_execution(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> 
 def _put_error(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
     if isinstance(value, BaseException):
         data[key] = {"message": str(value), "type": type(value).__name__}
+    elif type(value) is dict:  # an error handed over as data, as EventData reads it back
+        if not value.keys() <= {"message", "type"} or type(value.get("message")) is not str:
+            raise ValueError(f'{key} as a dict is {{"message": str, "type": str}}, not {value!r}')
+        _require(value.get("type", ""), str, f"{key}.type")
+        error = {"message": value["message"]}
+        if value.get("type"):
+            error["type"] = value["type"]
+        data[key] = error
     elif value is not None and value != "":
         _require(value, str, key)
         data[key] = {"message": value}
@@ -2415,7 +2710,7 @@ class _Summarizer:
         usage = value.get("usage") if type(value) is dict else None
         if type(usage) is dict:
             for key, count in usage.items():
-                if type(count) is int:
+                if key in _USAGE_COUNTS and type(count) is int:  # a request count is no token
                     self.usage[key] = self.usage.get(key, 0) + count
 
     def summary(self, result: ReadResult) -> Summary:
@@ -2789,26 +3084,52 @@ def _transcript(record: Record) -> str:
 
 
 def _message_text(message: Any, label: str) -> List[str]:
-    """A codec-encoded message as ``role: text`` lines; anything unexpected as JSON."""
+    """A codec-encoded message as ``role: text`` lines, a line per block; anything
+    unexpected as JSON."""
     value = message.get("value") if type(message) is dict and "$type" in message else message
-    if type(value) is not dict or type(value.get("content")) is not list:
+    content = value.get("content", False) if type(value) is dict else False
+    if type(value) is not dict or (
+        type(content) is not list and content is not None
+    ):  # null: Go's empty list
         return [f"  {label}: {_json_text(message)}"]
-    role = value.get("role", "?")
-    out = []
-    for block in value["content"]:
-        kind = block.get("type") if type(block) is dict else None
-        if kind == "text":
-            text = str(block.get("text", "")).replace("\n", "\n    ")
-            out.append(f"  {role}: {text}")
-        elif kind == "tool_call":
-            call = f"{block.get('name')}({_json_text(block.get('arguments'))})"
-            out.append(f"  {role} calls {call} id {block.get('id')}")
-        else:
-            out.append(f"  {role}: {_json_text(block)}")
+    role = str(value.get("role", "?"))
+    metadata = value.get("metadata")
+    if role == "tool" and type(metadata) is dict and "tool_call_id" in metadata:
+        outcome = "error" if metadata.get("is_error") is True else "result"
+        role = f"tool {outcome} for {metadata['tool_call_id']}"
+    out = [f"  {role}{_block_text(block)}" for block in content or ()]
     for key in ("stop_reason", "usage"):
         if value.get(key):
             out.append(f"  {key}: {_json_text(value[key])}")
-    return out
+    return out or [f"  {role}: (no content)"]
+
+
+def _block_text(block: Any) -> str:
+    """One content block, after its role: agentgo's blocks in words, anything else as JSON."""
+    kind = block.get("type") if type(block) is dict else None
+    if kind == "text" or kind == "thinking":
+        text = str(block.get(kind, "")).replace("\n", "\n    ")
+        return f": {text}" if kind == "text" else f" thinks: {text}"
+    if kind == "toolCall" and type(block.get("tool_call")) is dict:
+        call = block["tool_call"]
+        args = (
+            f"unparsed {_json_text(call.get('args_raw_text'))}"
+            if call.get("args_invalid")
+            else _json_text(call.get("args"))
+        )
+        return f" calls {call.get('name')}({args}) id {call.get('id')}"
+    if kind == "image" and type(block.get("image")) is dict:
+        image = block["image"]
+        data = image.get("data")
+        where = (
+            f"{len(data) * 3 // 4 - (len(data) - len(data.rstrip('=')))} bytes"
+            if type(data) is str
+            else f"at {image.get('url')}"
+        )
+        return f": [image, {where}, {image.get('mime_type') or 'type not given'}]"
+    if kind == "tool_reference":
+        return f" refers to tool {block.get('tool_name')}"
+    return f": {_json_text(block)}"
 
 
 def _json_text(value: Any) -> str:

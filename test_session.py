@@ -24,8 +24,9 @@ import tempfile
 import textwrap
 import threading
 import time
+import typing
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import hypothesis
 import pytest
@@ -91,7 +92,7 @@ def sample_file(path: Path, runs: int = 2, checkpoint: bool = True) -> Path:
             with s.begin_run() as run:
                 run.record(Event("turn_start", turn_index=1, timestamp=T0))
                 run.record(Event("model_exec_start", execution=MODEL, timestamp=T0))
-                message = Message("assistant", [{"type": "text", "text": f"héllo {n}"}], usage={"input": 3})
+                message = Message("assistant", [session.text_block(f"héllo {n}")], usage={"input": 3})
                 run.record(Event("model_exec_end", execution=MODEL, message=message, timestamp=T0))
                 run.record(Event("tool_exec_start", execution=TOOL, tool="ls", args={"d": "/"}))
                 run.record(Event("tool_exec_end", execution=TOOL, tool="ls", result=["a", "b"]))
@@ -326,11 +327,11 @@ def point_codec() -> JSONCodec:
 
 
 def test_builtin_types_round_trip_with_agentgo_ids() -> None:
-    codec = JSONCodec()
+    codec = JSONCodec(TypeSpec("test.note", Note))
     when = dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=2)))
-    message = Message("user", [{"type": "text", "text": "hi"}], "stop", {"input": 1}, {"k": [1]}, when)
+    message = Message("user", [session.text_block("hi")], "stop", {"input": 1}, {"k": [1]}, when)
     snapshot = AgentSnapshot(
-        AgentState([message], [{"name": "a"}], {"total_tokens": 3}, {"step": 1}),
+        AgentState([message], [Note("a")], {"total_tokens": 3}, {"completed_turns": 1}),
         steering_queue=[message],
         follow_up_queue=[],
     )
@@ -348,11 +349,12 @@ def test_datetime_is_rfc3339_with_z_for_utc() -> None:
     assert JSONCodec().encode(dt.datetime(2026, 1, 1, tzinfo=UTC)) == "2026-01-01T00:00:00.000000Z"
 
 
-def test_none_fields_are_omitted() -> None:
-    assert JSONCodec().encode(Message("user", ["x"]))["value"] == {
+def test_message_fields_are_left_out_as_go_leaves_them_out() -> None:
+    # Go writes role, content and timestamp always, the rest only when set
+    assert JSONCodec().encode(Message("user", [session.text_block("x")], timestamp=T0))["value"] == {
         "role": "user",
-        "content": ["x"],
-        "stop_reason": "",
+        "content": [{"type": "text", "text": "x"}],
+        "timestamp": "2026-12-02T09:27:36.123456Z",
     }
 
 
@@ -444,7 +446,7 @@ def test_subclasses_of_json_types_are_not_lowered() -> None:
         ([{"$type": 5, "value": 1}], r"unknown type id 5 at \$\[0\]"),
         ({"a": {"$object": [1]}}, r"\$object must wrap an object at \$\.a"),
         ({"$type": "agentgo.message.v1", "value": []}, "value must be an object"),
-        ({"$type": "agentgo.message.v1", "value": {"role": "user"}}, "rejects its fields"),
+        ({"$type": "agentgo.message.v1", "value": {"content": []}}, "rejects its fields"),
         (
             {"$type": "agentgo.message.v1", "value": {"role": "u", "content": [], "timestamp": "yesterday"}},
             "RFC 3339",
@@ -558,6 +560,589 @@ def test_encoding_shares_unchanged_values_and_never_changes_its_input() -> None:
     assert mixed == {"a": [1, (2, 3)], "at": T0, "keep": {"x": 1}} and encoded["keep"] is mixed["keep"]
 
 
+# agentgo's message vocabulary: builders, checks on the way out, and round trips with Go
+
+AGENTGO_SAMPLES = HERE / "testdata" / "agentgo" / "values.jsonl"  # as agentgo's codec writes them
+
+
+def test_builders_make_agentgo_blocks() -> None:
+    assert session.text_block("hi") == {"type": "text", "text": "hi"}
+    assert session.thinking_block("hm") == {"type": "thinking", "thinking": "hm"}
+    assert session.tool_call_block("c1", "ls", {"d": "/"}) == {
+        "type": "toolCall",
+        "tool_call": {"id": "c1", "name": "ls", "args": {"d": "/"}},
+    }
+    assert session.tool_call_block(
+        "c2",
+        "grep",
+        None,
+        args_invalid=True,
+        args_raw_text='{"p',
+        args_parse_error="EOF",
+        thought_signature="sig",
+    ) == {
+        "type": "toolCall",
+        "tool_call": {
+            "id": "c2",
+            "name": "grep",
+            "args": {},
+            "args_invalid": True,
+            "args_raw_text": '{"p',
+            "args_parse_error": "EOF",
+            "thought_signature": "sig",
+        },
+    }
+    assert session.image_block(data=b"\x89PNG", mime_type="image/png") == {
+        "type": "image",
+        "image": {"data": "iVBORw==", "mime_type": "image/png"},
+    }
+    assert session.image_block(data="iVBORw==", mime_type="image/png") == session.image_block(
+        data=b"\x89PNG", mime_type="image/png"
+    )
+    assert session.image_block(url="https://example.com/a.jpg") == {
+        "type": "image",
+        "image": {"url": "https://example.com/a.jpg"},
+    }
+    assert session.tool_reference_block("web_search") == {"type": "tool_reference", "tool_name": "web_search"}
+    assert session.STOP_REASONS == ("stop", "length", "toolUse", "error", "safety", "aborted")
+
+
+@pytest.mark.parametrize(
+    ("build", "error"),
+    [
+        (lambda: session.text_block(b"hi"), TypeError),  # type: ignore[arg-type]
+        (lambda: session.thinking_block(None), TypeError),  # type: ignore[arg-type]
+        (lambda: session.tool_call_block("c1", "", {}), ValueError),
+        (lambda: session.tool_call_block(1, "ls", {}), TypeError),  # type: ignore[arg-type]
+        (lambda: session.tool_call_block("c1", "ls", "{not json"), ValueError),
+        (lambda: session.tool_call_block("c1", "ls", {"s": {1}}), TypeError),
+        (lambda: session.tool_call_block("c1", "ls", {"a": 1}, args_invalid=True), ValueError),
+        (lambda: session.tool_call_block("c1", "ls", {}, args_raw_text="x"), ValueError),
+        (lambda: session.tool_call_block("c1", "ls", {}, args_invalid=1), TypeError),  # type: ignore[arg-type]
+        (lambda: session.image_block(data=b"x"), ValueError),  # no mime type
+        (lambda: session.image_block(data=b"x", mime_type="image/png", url="u"), ValueError),
+        (lambda: session.image_block(), ValueError),
+        (lambda: session.image_block(data="not base64!", mime_type="image/png"), ValueError),
+        (lambda: session.tool_reference_block(""), ValueError),
+        (lambda: session.tool_result("", "x"), ValueError),
+        (lambda: session.tool_result("c1", "x", is_error="yes"), TypeError),  # type: ignore[arg-type]
+    ],
+)
+def test_builders_refuse_misuse(build: Callable[[], Any], error: type) -> None:
+    with pytest.raises(error):
+        build()
+
+
+def test_tool_result_answers_its_call() -> None:
+    ok = session.tool_result("c1", "120", timestamp=T0)
+    assert ok == Message("tool", [session.text_block("120")], metadata={"tool_call_id": "c1"}, timestamp=T0)
+    failed = session.tool_result("c2", [session.text_block("no such file")], is_error=True)
+    assert failed.metadata == {"tool_call_id": "c2", "is_error": True}
+    assert failed.timestamp is not None and failed.timestamp.utcoffset() == dt.timedelta(0)
+
+
+def test_a_message_carries_the_time_it_was_made() -> None:
+    before = dt.datetime.now(UTC)
+    made = Message("user", [session.text_block("hi")])
+    assert made.timestamp is not None and before <= made.timestamp <= dt.datetime.now(UTC)
+    assert made.timestamp.tzinfo is UTC
+    assert JSONCodec().encode(made)["value"]["timestamp"] != "0001-01-01T00:00:00Z"
+
+
+def test_go_zero_time_and_null_content_come_back_as_none_and_go_out_as_go_wrote_them() -> None:
+    codec = JSONCodec()
+    go = {
+        "$type": "agentgo.message.v1",
+        "value": {"content": None, "role": "user", "timestamp": "0001-01-01T00:00:00Z"},
+    }
+    message = codec.decode(go)
+    assert (message.content, message.timestamp) == (None, None)
+    assert codec.encode(message) == {"$type": "agentgo.message.v1", "value": go["value"]}
+    # an older writer left both out: read as Go reads the same line
+    assert codec.decode({"$type": "agentgo.message.v1", "value": {"role": "user"}}) == message
+
+
+def test_tool_call_args_are_written_as_the_model_sent_them(tmp_path: Path) -> None:
+    tagged_looking = {"$type": "not a codec tag", "value": 1}
+    blocks: List[session.ContentBlock] = [
+        session.tool_call_block("c1", "ls", '{ "path" : "a b",\n "n": 1e2 }'),  # the model's text
+        session.tool_call_block("c2", "ls", RawJSON(b'{"k": [1,  2]}')),
+        session.tool_call_block("c3", "ls", {"opts": tagged_looking}),
+        {"type": "toolCall", "tool_call": {"id": "c4", "name": "echo", "args": "a JSON string"}},
+    ]
+    [obj] = recorded(tmp_path, Event("message_end", message=Message("assistant", blocks, "toolUse")))
+    text = (tmp_path / "events.jsonl").read_text(encoding="utf-8")
+    assert '"args":{"path":"a b","n":1e2}' in text and '"args":{"k":[1,2]}' in text  # compacted only
+    assert '"args":{"opts":{"$type":"not a codec tag","value":1}}' in text  # no codec escape
+    decoded = JSONCodec().decode(obj["data"]["message"])
+    assert [b["tool_call"]["args"] for b in decoded.content] == [
+        {"path": "a b", "n": 100.0},
+        {"k": [1, 2]},
+        {"opts": tagged_looking},  # neither unescaped nor read as a tagged value
+        "a JSON string",
+    ]
+
+
+def test_plain_dicts_in_agentgo_shape_are_accepted() -> None:
+    codec = JSONCodec()
+    by_hand = Message(
+        "assistant",
+        [
+            {"type": "text", "text": "hi"},
+            {"type": "text"},  # type: ignore[list-item]  # Go leaves an empty text out
+            {"type": "toolCall", "tool_call": {"id": "c1", "name": "ls", "args": {}}},
+            {"type": "image", "image": {"url": "u"}},
+        ],
+        "stop",
+        {"output": 3},  # any of agentgo's keys
+        timestamp=T0,
+    )
+    assert codec.decode(json.loads(json.dumps(codec.encode(by_hand)))) == by_hand
+    full: session.Usage = {
+        "provider": "p",
+        "model": "m",
+        "input": -1,
+        "output": (1 << 63) - 1,
+        "cache_read": 0,
+        "cache_write": 0,
+        "total_tokens": 9,
+        "cost": {"input": 0.5, "output": 1, "cache_read": 0.0, "cache_write": 0.0, "total": 1.5},
+    }
+    assert codec.encode(Message("assistant", [], usage=full))["value"]["usage"] == full
+
+
+def message_with(**fields: Any) -> Message:
+    return Message("assistant", **{"content": [session.text_block("ok")], **fields})
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            message_with(content=[{"type": "tool_call", "id": "c1"}]),
+            r"unknown block type 'tool_call' .* at \$\.content\[0\]\.type",
+        ),
+        (message_with(content=[{"text": "x"}]), r"unknown block type None .* at \$\.content\[0\]\.type"),
+        (
+            message_with(content=[{"type": "text", "thinking": "x"}]),
+            r"'thinking' does not belong in a text block at \$\.content\[0\]\.thinking",
+        ),
+        (
+            message_with(content=[session.text_block("a"), {"type": "toolCall", "text": "x"}]),
+            r"at \$\.content\[1\]\.text",
+        ),
+        (message_with(content=[{"type": "toolCall"}]), r"needs its tool_call at \$\.content\[0\]\.tool_call"),
+        (
+            message_with(content=[{"type": "image", "image": {"path": "a.png"}}]),
+            r"'path' is not an image's at \$\.content\[0\]\.image\.path",
+        ),
+        (
+            message_with(content=[{"type": "text", "text": 1}]),
+            r"text must be a string, not int at \$\.content\[0\]\.text",
+        ),
+        (message_with(content=["plain text"]), r"block must be an object, not str at \$\.content\[0\]"),
+        (message_with(content="plain text"), r"content must be a list of blocks, not str at \$\.content"),
+        (
+            message_with(content={"type": "text"}),
+            r"content must be a list of blocks, not dict at \$\.content",
+        ),
+        (
+            message_with(
+                content=[
+                    session.text_block("a"),
+                    {"type": "toolCall", "tool_call": {"id": "c", "name": "n", "args": {1, 2}}},
+                ]
+            ),
+            r"args are not one JSON value: .*set.* at \$\.content\[1\]\.tool_call\.args",
+        ),
+        (
+            message_with(
+                content=[{"type": "toolCall", "tool_call": {"id": "c", "name": "n", "args": RawJSON("{")}}]
+            ),
+            r"args are not one JSON value: .* at \$\.content\[0\]\.tool_call\.args",
+        ),
+        (
+            message_with(
+                content=[{"type": "toolCall", "tool_call": {"id": "c", "name": "n", "arguments": {}}}]
+            ),
+            r"'arguments' is not a tool call's at \$\.content\[0\]\.tool_call\.arguments",
+        ),
+        (message_with(usage={"input": 1.0}), r"input must be an integer, not float at \$\.usage\.input"),
+        (message_with(usage={"output": True}), r"output must be an integer, not bool at \$\.usage\.output"),
+        (
+            message_with(usage={"total_tokens": 1 << 63}),
+            r"does not fit in 64 bits at \$\.usage\.total_tokens",
+        ),
+        (
+            message_with(usage={"input": 1, "requests": 2}),
+            r"'requests' is not agentgo's usage .* at \$\.usage\.requests",
+        ),
+        (
+            message_with(usage={"cost": {"total": "1"}}),
+            r"total must be a number, not str at \$\.usage\.cost\.total",
+        ),
+        (message_with(stop_reason="end_turn"), r"stop reason 'end_turn' is not one of stop, length, toolUse"),
+        (message_with(stop_reason="tool_use"), r"at \$\.stop_reason"),
+        (message_with(timestamp="2026-01-01"), r"timestamp must be a datetime, not str at \$\.timestamp"),
+        (message_with(metadata=[1]), r"metadata must be an object, not list at \$\.metadata"),
+        (
+            AgentState([{"role": "user", "content": []}]),
+            r"a plain dict where agentgo needs a tagged value .* at \$\.messages\[0\]",
+        ),
+        (AgentState([message_with()], artifacts=["a"]), r"plain str where .* at \$\.artifacts\[0\]"),
+        (AgentState([message_with(content="x")]), r"at \$\.messages\[0\]\.content"),
+        (AgentState(total_usage={"input": 0.5}), r"at \$\.total_usage\.input"),
+        (
+            AgentState(progress={"pending_messages": [{"role": "user"}]}),
+            r"at \$\.progress\.pending_messages\[0\]",
+        ),
+        (AgentState(progress={"tool_calls": 1.5}), r"at \$\.progress\.tool_calls"),
+        (
+            AgentState(progress={"consecutive_tool_errors": {"ls": None}}),
+            r"at \$\.progress\.consecutive_tool_errors\.ls",
+        ),
+        (AgentState(progress={"step": 1}), r"'step' is not agentgo's run progress .* at \$\.progress\.step"),
+        (AgentSnapshot(AgentState(), steering_queue=[{"role": "user"}]), r"at \$\.steering_queue\[0\]"),
+        (AgentSnapshot(AgentState(), follow_up_queue=["next"]), r"at \$\.follow_up_queue\[0\]"),
+        (AgentSnapshot(AgentState([message_with(usage={"x": 1})])), r"at \$\.state\.messages\[0\]\.usage\.x"),
+        (AgentSnapshot({"messages": []}), r"state must be an AgentState, not dict at \$\.state"),  # type: ignore[arg-type]
+    ],
+)
+def test_what_go_would_drop_or_refuse_is_a_codec_error_naming_its_path(value: Any, message: str) -> None:
+    with pytest.raises(CodecError, match=message):
+        JSONCodec().encode(value)
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_record_and_save_checkpoint_refuse_what_go_cannot_read(tmp_path: Path, checkpoint: bool) -> None:
+    bad = Message("assistant", [session.text_block("a"), {"type": "tool_call", "name": "ls"}])  # type: ignore[list-item]
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+    save = functools.partial(run.save_checkpoint, AgentSnapshot(AgentState([bad])))
+    with pytest.raises(RecordingError, match=r"unknown block type 'tool_call'") as caught:
+        save() if checkpoint else run.record(Event("message_end", message=bad))
+    assert isinstance(caught.value.__cause__, CodecError)
+    path = "$.state.messages[0].content[1].type" if checkpoint else "$.content[1].type"
+    assert str(caught.value.__cause__).endswith(f" at {path}")
+    with pytest.raises(RecordingError):
+        s.close()
+
+
+def go_time(value: Any) -> Any:
+    """*value* with every timestamp string as the instant it names: Go writes 2026-...01.5Z
+    where Python writes 2026-...01.500000Z."""
+    if type(value) is dict:
+        return {
+            key: session._parse_rfc3339(item)
+            if key == "timestamp" and item != "0001-01-01T00:00:00Z"
+            else go_time(item)
+            for key, item in value.items()
+        }
+    if type(value) is list:
+        return [go_time(item) for item in value]
+    return value
+
+
+def test_values_go_writes_come_back_and_go_out_as_go_wrote_them() -> None:
+    codec = JSONCodec()
+    samples = AGENTGO_SAMPLES.read_text(encoding="utf-8").splitlines()
+    for line in samples:
+        value = codec.decode(json.loads(line))
+        again = json.loads(session._dumps(codec.encode(value)))
+        assert go_time(again) == go_time(json.loads(line)), line
+    values = [codec.decode(json.loads(line)) for line in samples]
+    tool_call = values[1].content[1]["tool_call"]
+    assert tool_call["args"]["opts"] == {"$type": "not a codec tag", "value": [1, 2.5, 12345678901234567890]}
+    assert values[1].timestamp == dt.datetime(2026, 8, 26, 10, 0, 1, 123456, tzinfo=UTC)
+    assert (
+        values[3].content[0]["tool_call"]["args_invalid"] is True
+        and values[3].content[1]["tool_call"]["args"] is None
+    )
+    assert (values[5].content, values[5].timestamp) == (None, None)
+    assert values[7].messages is None and values[7].progress["active"] is False
+    assert values[8].state.progress["pending_messages"][0].content == [session.text_block("and then?")]
+
+
+GO_MIRROR = r"""
+// Reads agentgo codec values, one JSON line each, as agentgo's Go types would, and writes
+// them back as agentgo's codec does (keys sorted); a value Go refuses becomes {"error": "..."}.
+// The types mirror agentgo's message.go, tool.go and state.go: same fields, same tags.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+)
+
+type ContentBlock struct {
+	Type     string     `json:"type"`
+	Text     string     `json:"text,omitempty"`
+	Thinking string     `json:"thinking,omitempty"`
+	ToolCall *ToolCall  `json:"tool_call,omitempty"`
+	Image    *ImageData `json:"image,omitempty"`
+	ToolName string     `json:"tool_name,omitempty"`
+}
+
+type ToolCall struct {
+	ID               string          `json:"id"`
+	Name             string          `json:"name"`
+	Args             json.RawMessage `json:"args"`
+	ArgsInvalid      bool            `json:"args_invalid,omitempty"`
+	ArgsRawText      string          `json:"args_raw_text,omitempty"`
+	ArgsParseError   string          `json:"args_parse_error,omitempty"`
+	ThoughtSignature string          `json:"thought_signature,omitempty"`
+}
+
+type ImageData struct {
+	Data     string `json:"data,omitempty"`
+	URL      string `json:"url,omitempty"`
+	MimeType string `json:"mime_type,omitempty"`
+}
+
+type Cost struct {
+	Input      float64 `json:"input"`
+	Output     float64 `json:"output"`
+	CacheRead  float64 `json:"cache_read"`
+	CacheWrite float64 `json:"cache_write"`
+	Total      float64 `json:"total"`
+}
+
+type Usage struct {
+	Provider    string `json:"provider,omitempty"`
+	Model       string `json:"model,omitempty"`
+	Input       int    `json:"input"`
+	Output      int    `json:"output"`
+	CacheRead   int    `json:"cache_read"`
+	CacheWrite  int    `json:"cache_write"`
+	TotalTokens int    `json:"total_tokens"`
+	Cost        *Cost  `json:"cost,omitempty"`
+}
+
+type Message struct {
+	Role       string         `json:"role"`
+	Content    []ContentBlock `json:"content"`
+	StopReason string         `json:"stop_reason,omitempty"`
+	Usage      *Usage         `json:"usage,omitempty"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
+	Timestamp  time.Time      `json:"timestamp"`
+}
+
+type RunProgress struct {
+	Active                bool           `json:"active"`
+	NextTurn              bool           `json:"next_turn"`
+	CompletedTurns        int            `json:"completed_turns"`
+	LengthRecoveries      int            `json:"length_recoveries"`
+	ToolCalls             int            `json:"tool_calls"`
+	ToolErrors            int            `json:"tool_errors"`
+	ConsecutiveToolErrors map[string]int `json:"consecutive_tool_errors,omitempty"`
+	PendingMessages       []Tagged       `json:"pending_messages,omitempty"`
+}
+
+type AgentState struct {
+	Messages   []Tagged    `json:"messages"`
+	Artifacts  []Tagged    `json:"artifacts,omitempty"`
+	TotalUsage Usage       `json:"total_usage"`
+	Progress   RunProgress `json:"progress"`
+}
+
+type AgentSnapshot struct {
+	State         Tagged   `json:"state"`
+	SteeringQueue []Tagged `json:"steering_queue,omitempty"`
+	FollowUpQueue []Tagged `json:"follow_up_queue,omitempty"`
+}
+
+// Tagged is a field typed as an interface (AgentMessage, Artifact): only a registered,
+// tagged value fits there.
+type Tagged struct {
+	ID    string
+	Value any
+}
+
+func (t *Tagged) UnmarshalJSON(data []byte) error {
+	var wire struct {
+		Type  *string         `json:"$type"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := decode(data, &wire); err != nil {
+		return err
+	}
+	if wire.Type == nil || wire.Value == nil {
+		return fmt.Errorf("interface requires a registered tagged value: %s", data)
+	}
+	t.ID = *wire.Type
+	switch t.ID {
+	case "agentgo.message.v1":
+		t.Value = &Message{}
+	case "agentgo.agent-state.v1":
+		t.Value = &AgentState{}
+	case "agentgo.agent-snapshot.v1":
+		t.Value = &AgentSnapshot{}
+	default:
+		return fmt.Errorf("codec type %q is not registered", t.ID)
+	}
+	return decode(wire.Value, t.Value)
+}
+
+func (t Tagged) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]any{"$type": t.ID, "value": t.Value})
+}
+
+func decode(data []byte, target any) error {
+	decoder := json.NewDecoder(bytes.NewReader(data))
+	decoder.UseNumber()
+	return decoder.Decode(target)
+}
+
+func roundTrip(line []byte) ([]byte, error) {
+	var value Tagged
+	if err := decode(line, &value); err != nil {
+		return nil, err
+	}
+	encoded, err := json.Marshal(value)
+	if err != nil {
+		return nil, err
+	}
+	var sorted any // as agentgo's codec writes: every object a map, its keys sorted
+	if err := decode(encoded, &sorted); err != nil {
+		return nil, err
+	}
+	return json.Marshal(sorted)
+}
+
+func main() {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 64<<20)
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	for in.Scan() {
+		encoded, err := roundTrip(in.Bytes())
+		if err != nil {
+			encoded, _ = json.Marshal(map[string]string{"error": err.Error()})
+		}
+		out.Write(append(encoded, '\n'))
+	}
+}
+"""  # a stand-in for agentgo's types, written from its source; agentgo itself is not needed
+
+
+@pytest.fixture(scope="module")
+def go_mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go program above, built offline: it reads each line as agentgo's types do and
+    writes them back as agentgo's codec does."""
+    need("go", "only Go can tell what agentgo's types read")
+    folder = tmp_path_factory.mktemp("agentgocheck")
+    (folder / "main.go").write_text(GO_MIRROR.lstrip(), encoding="utf-8")
+    (folder / "go.mod").write_text("module agentgocheck\n\ngo 1.18\n", encoding="utf-8")
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off", "CGO_ENABLED": "0"}
+    subprocess.run(["go", "build", "-o", "mirror", "."], cwd=folder, env=env, check=True, timeout=600)
+    return folder / "mirror"
+
+
+def through_go(mirror: Path, lines: List[str]) -> List[str]:
+    done = subprocess.run(
+        [str(mirror)],
+        input="".join(f"{line}\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def go_zero(value: Any) -> bool:
+    if type(value) is dict:
+        return all(go_zero(item) for item in value.values())
+    return value in (0, "", None, []) and value is not True
+
+
+def go_kept(written: Any, read: Any) -> bool:
+    """Whether Go's *read* holds all of *written*, adding only the zero values Go always writes."""
+    if type(written) is dict:
+        return (
+            type(read) is dict
+            and all(key in read and go_kept(item, read[key]) for key, item in written.items())
+            and all(go_zero(read[key]) for key in read.keys() - written.keys())
+        )
+    if type(written) is list:
+        return type(read) is list and len(read) == len(written) and all(map(go_kept, written, read))
+    return type(written) is type(read) and written == read
+
+
+def every_shape() -> List[Any]:
+    """A value of each shape, with every block and every optional key."""
+    blocks: List[session.ContentBlock] = [
+        session.text_block("<b>&</b> ünïcode"),
+        session.thinking_block("hm"),
+        session.tool_call_block(
+            "c1", "ls", '{"path": "a", "tag": {"$type": "x", "value": 1}}', thought_signature="s"
+        ),
+        session.tool_call_block("c2", "ls", {"big": 1 << 62, "f": 0.1, "tag": {"$object": 1}}),
+        session.tool_call_block(
+            "c3", "ls", None, args_invalid=True, args_raw_text="{", args_parse_error="EOF"
+        ),
+        session.image_block(data=bytes(range(256)), mime_type="image/png"),
+        session.image_block(url="https://example.com/a.jpg", mime_type="image/jpeg"),
+        session.tool_reference_block("web_search"),
+    ]
+    usage: session.Usage = {"provider": "p", "model": "m", "input": 7, "total_tokens": -(1 << 63)}
+    usage["cost"] = {"total": 0.25, "input": 1}
+    assistant = Message("assistant", blocks, "toolUse", usage, {"tag": {"$type": "x", "value": [1]}}, T0)
+    result = session.tool_result("c1", "120", is_error=True)
+    empty = Message("user", None, timestamp=None)
+    progress = {
+        "active": True,
+        "next_turn": False,
+        "completed_turns": 2,
+        "tool_errors": 1,
+        "consecutive_tool_errors": {"ls": 1},
+        "pending_messages": [result],
+    }
+    state = AgentState([assistant, result, empty], total_usage={"input": 3}, progress=progress)
+    return [
+        assistant,
+        result,
+        empty,
+        state,
+        AgentSnapshot(state, [empty], [result]),
+        AgentSnapshot(AgentState()),
+    ]
+
+
+def test_go_reads_everything_python_writes(go_mirror: Path) -> None:
+    codec = JSONCodec()
+    lines = [session._dumps(codec.encode(value)) for value in every_shape()]
+    for written, read in zip(lines, through_go(go_mirror, lines)):
+        assert go_kept(go_time(json.loads(written)), go_time(json.loads(read))), (written, read)
+
+
+def test_what_go_writes_comes_back_from_python_unchanged_for_go(go_mirror: Path) -> None:
+    samples = AGENTGO_SAMPLES.read_text(encoding="utf-8").splitlines()
+    assert through_go(go_mirror, samples) == samples  # these are Go's own output
+    codec = JSONCodec()
+    rewritten = [session._dumps(codec.encode(codec.decode(json.loads(line)))) for line in samples]
+    assert through_go(go_mirror, rewritten) == samples  # Go reads back what it wrote, byte for byte
+
+
+def test_go_refuses_what_the_codec_refuses(go_mirror: Path) -> None:
+    def message(**fields: Any) -> str:
+        value = {"role": "user", "content": [], "timestamp": "2026-01-01T00:00:00Z", **fields}
+        return json.dumps({"$type": "agentgo.message.v1", "value": value})
+
+    unchecked = [
+        message(usage={"input": 1.5}),
+        message(usage={"input": 1 << 64}),
+        message(content="hi"),
+        message(timestamp=None, content=[{"type": "toolCall", "tool_call": []}]),
+        json.dumps({"$type": "agentgo.agent-state.v1", "value": {"messages": [{"role": "user"}]}}),
+    ]
+    assert all("error" in json.loads(line) for line in through_go(go_mirror, unchecked))
+
+
 # ---------------------------------------------------------------------------- writer: the wire format
 
 ID = r"[0-9a-f]{32}"
@@ -646,9 +1231,11 @@ def full_event(kind: str, **changes: Any) -> Event:
         "timestamp": T0,
         "execution": MODEL,
         "turn_index": 2,
-        "message": Message("assistant", [{"type": "text", "text": "ok"}]),
-        "partial_message": Message("assistant", [{"type": "text", "text": "o"}]),
-        "request": ModelRequest([Message("user", ["q"])], [{"name": "ls"}], CallConfig(max_tokens=9)),
+        "message": Message("assistant", [session.text_block("ok")]),
+        "partial_message": Message("assistant", [session.text_block("o")]),
+        "request": ModelRequest(
+            [Message("user", [session.text_block("q")])], [{"name": "ls"}], CallConfig(max_tokens=9)
+        ),
         "tool_id": "call-1",
         "tool": "ls",
         "tool_label": "List",
@@ -795,6 +1382,25 @@ def test_shapes_of_execution_retry_summary_error(tmp_path: Path) -> None:
     assert bare["data"] == {"retry": {}}
 
 
+def test_an_error_handed_over_as_data_is_written_as_given(tmp_path: Path) -> None:
+    retry = RetryInfo(1, error={"message": "rate limited", "type": "RateLimitError"})
+    written = recorded(
+        tmp_path,
+        Event("error", error={"message": "boom", "type": "ProviderError"}),
+        Event("error", error={"message": "boom", "type": ""}),
+        Event("retry", retry=retry),
+    )
+    assert [obj["data"] for obj in written] == [
+        {"error": {"message": "boom", "type": "ProviderError"}},
+        {"error": {"message": "boom"}},
+        {"retry": {"max_retries": 1, "error": {"message": "rate limited", "type": "RateLimitError"}}},
+    ]
+    read_back = session.EventData.from_record(records(tmp_path / "events.jsonl")[2])
+    (tmp_path / "events.jsonl").unlink()
+    [again] = recorded(tmp_path, Event("error", error=read_back.error))  # what a reader gets records again
+    assert again["data"] == written[0]["data"]
+
+
 def test_empty_values_are_left_out_but_zero_results_are_written(tmp_path: Path) -> None:
     [a, b, c] = recorded(
         tmp_path,
@@ -822,7 +1428,7 @@ def test_the_api_key_is_never_written(tmp_path: Path) -> None:
 
 
 def test_request_messages_are_codec_values(tmp_path: Path) -> None:
-    request = ModelRequest([Message("user", ["hi"]), {"$object": 1}], ({"name": "t"},))
+    request = ModelRequest([Message("user", [session.text_block("hi")]), {"$object": 1}], ({"name": "t"},))
     [obj] = recorded(tmp_path, Event("model_request", execution=MODEL, request=request))
     messages = obj["data"]["request"]["messages"]
     assert messages[0]["$type"] == "agentgo.message.v1" and messages[1] == {"$object": {"$object": 1}}
@@ -929,6 +1535,9 @@ def test_a_string_like_the_raw_placeholder_is_refused_not_confused(tmp_path: Pat
         (Event("tool_queued", execution="t1"), TypeError),  # type: ignore[arg-type]
         (Event("turn_start", turn_index=True), TypeError),
         (Event("error", error=42), TypeError),
+        (Event("error", error={"msg": "x"}), ValueError),
+        (Event("error", error={"message": "x", "code": 3}), ValueError),
+        (Event("error", error={"message": "x", "type": 3}), TypeError),
     ],
 )
 def test_encoding_failures_are_sticky_recording_errors(tmp_path: Path, event: Event, cause: type) -> None:
@@ -1154,12 +1763,12 @@ def test_checkpoints_latest_wins_across_reopen(tmp_path: Path) -> None:
     with session.create(path) as s:
         assert s.load_checkpoint() is None
         with s.begin_run() as run:
-            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["one"])])))
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", [session.text_block("one")])])))
             run.record(Event("turn_start"))
-            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["two"])])))
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", [session.text_block("two")])])))
             run.record(Event("tool_exec_end", execution=TOOL, result="later records never advance it"))
             loaded = s.load_checkpoint()
-    assert loaded is not None and loaded.snapshot.state.messages[0].content == ["two"]
+    assert loaded is not None and loaded.snapshot.state.messages[0].content == [session.text_block("two")]
     assert (loaded.seq, loaded.run_id) == (5, run.run_id) and re.fullmatch(TIME, loaded.time)
     with session.open(path) as s:
         again = s.load_checkpoint()
@@ -2090,7 +2699,7 @@ def crash(s: session.Session) -> None:
 
 
 def usage_message(text: str, **usage: int) -> Message:
-    return Message("assistant", [{"type": "text", "text": text}], "end_turn", usage)
+    return Message("assistant", [session.text_block(text)], "stop", typing.cast(session.Usage, usage))
 
 
 def gappy_file(path: Path) -> Dict[str, Any]:
@@ -2120,9 +2729,7 @@ def gappy_file(path: Path) -> Dict[str, Any]:
     a.record(Event("message_end", execution=m1a2, message=usage_message("hi")))
     a.record(Event("tool_exec_start", execution=t1, tool="ls"))
     a.record(Event("tool_exec_end", execution=t1, tool="ls", result=[]))
-    a.record(
-        Event("model_exec_end", execution=m3, message=usage_message("x", input=3, output=1, cached=True))
-    )
+    a.record(Event("model_exec_end", execution=m3, message=usage_message("x", input=3, output=1)))
     a.record(Event("agent_end", summary=RunSummary(1, 1, 0, "stop"), error=ValueError("boom")))
     a.close()
     b = s.begin_run()
@@ -2176,6 +2783,24 @@ def test_summarize_finds_runs_counts_usage_and_gaps(tmp_path: Path) -> None:
         session.Gap("tool_call_unfinished", ids["b"], 20, ref("t2")),
         session.Gap("model_call_unfinished", ids["b"], 21, ref("m3")),
     ]
+
+
+def test_summarize_adds_up_only_token_counts(tmp_path: Path) -> None:
+    class AsIs:  # a host's codec that writes what it is given, as older writers did
+        def encode(self, value: Any) -> Any:
+            return value
+
+        def decode(self, value: Any) -> Any:
+            return value
+
+    usage = {"input": 3, "output": 1, "cache_read": 5, "requests": 2, "cached": True, "latency_ms": 900}
+    message = {"$type": "agentgo.message.v1", "value": {"role": "assistant", "content": [], "usage": usage}}
+    path = tmp_path / "s.jsonl"
+    with session.create(path, codec=AsIs()) as s, s.begin_run() as run:
+        run.record(Event("model_exec_end", execution=MODEL, message=message))
+        checked = JSONCodec().encode(usage_message("a", input=1, cache_write=2))
+        run.record(Event("model_exec_end", execution=MODEL, message=checked))
+    assert session.summarize(path).usage == {"input": 4, "output": 1, "cache_read": 5, "cache_write": 2}
 
 
 def test_summarize_of_a_complete_session_has_no_gaps(tmp_path: Path) -> None:
@@ -2296,9 +2921,9 @@ def test_show_needs_execution_for_attempt_and_reports_bad_files(tmp_path: Path) 
 def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
-        question = Message("user", [{"type": "text", "text": "line one\nline two"}])
-        call = {"type": "tool_call", "id": "c1", "name": "grep", "arguments": {"pattern": "x" * 5000}}
-        answer = Message("assistant", [{"type": "text", "text": "Looking."}, call], "tool_use", {"input": 7})
+        question = Message("user", [session.text_block("line one\nline two")])
+        call = session.tool_call_block("c1", "grep", {"pattern": "x" * 5000})
+        answer = Message("assistant", [session.text_block("Looking."), call], "toolUse", {"input": 7})
         run.record(
             Event("model_request", execution=MODEL, request=ModelRequest([question], [{"name": "grep"}]))
         )
@@ -2330,12 +2955,39 @@ def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
     assert "  user: line one\n    line two\n" in text and '  tools: [{"name": "grep"}]\n' in text
     assert "  assistant: Looking.\n" in text
     assert f'  assistant calls grep({{"pattern": "{"x" * 5000}"}}) id c1\n' in text  # never cut short
-    assert '  stop_reason: "tool_use"\n  usage: {"input": 7}\n' in text
+    assert '  stop_reason: "toolUse"\n  usage: {"input": 7}\n' in text
     assert (
         '  tool: "grep"\n' in text
         and '  result: {"lines": 3}\n' in text
         and "  error: OSError: disk\n" in text
     )
+
+
+def test_show_pretty_renders_every_block(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    blocks: List[session.ContentBlock] = [
+        session.thinking_block("first\nthen"),
+        session.tool_call_block(
+            "c2", "grep", None, args_invalid=True, args_raw_text='{"p', args_parse_error="EOF"
+        ),
+        session.image_block(data=bytes(1000), mime_type="image/png"),
+        session.image_block(url="https://example.com/a.jpg"),
+        session.tool_reference_block("web_search"),
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("message_end", message=Message("assistant", blocks, "toolUse")))
+        run.record(Event("message_end", message=session.tool_result("c2", "no such file", is_error=True)))
+        run.record(Event("message_end", message=session.tool_result("c1", [session.text_block("3")])))
+        run.record(Event("message_end", message=Message("assistant", None)))
+    text = run_cli("show", str(path), "--pretty", "--type", "message_end").stdout
+    assert "  assistant thinks: first\n    then\n" in text
+    assert '  assistant calls grep(unparsed "{\\"p") id c2\n' in text
+    assert "  assistant: [image, 1000 bytes, image/png]\n" in text  # a placeholder, not the data
+    assert "  assistant: [image, at https://example.com/a.jpg, type not given]\n" in text
+    assert "  assistant refers to tool web_search\n" in text
+    assert "  tool error for c2: no such file\n" in text and "  tool result for c1: 3\n" in text
+    assert "  assistant: (no content)\n" in text
+    assert "AAAA" not in text
 
 
 def test_checkpoint_command(tmp_path: Path) -> None:
