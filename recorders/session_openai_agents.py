@@ -146,14 +146,25 @@ def _assistant_blocks(item: dict[str, Any]) -> list[session.ContentBlock]:
 
 
 def _tool_call_block(call_id: str, name: str, arguments: Any) -> session.ToolCallBlock:
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    if isinstance(arguments, str):
+        return _call_from_text(call_id, name, arguments)
+    return session.tool_call_block(call_id, name, to_json(arguments or {}))
+
+
+def _call_from_text(call_id: str, name: str, text: str) -> session.ToolCallBlock:
+    """A tool call with the model's argument text kept exactly as sent; text that is not
+    strict JSON is kept as ``args_raw_text``, marked invalid."""
     try:
-        parsed = json.loads(text or "{}")
+        json.loads(text or "{}", parse_constant=_not_json)
     except ValueError as exc:
         return session.tool_call_block(
             call_id, name, {}, args_invalid=True, args_raw_text=text, args_parse_error=str(exc)
         )
-    return session.tool_call_block(call_id, name, to_json(parsed))
+    return session.tool_call_block(call_id, name, text or "{}")
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _content_block(part: Any) -> session.ContentBlock:

@@ -162,21 +162,25 @@ def _response_message(response: pm.ModelResponse) -> session.Message:
 
 
 def _tool_call_block(part: pm.ToolCallPart) -> session.ToolCallBlock:
-    args = part.args
-    if isinstance(args, str):
-        try:
-            parsed = json.loads(args)
-        except ValueError as exc:
-            return session.tool_call_block(
-                part.tool_call_id,
-                part.tool_name,
-                {},
-                args_invalid=True,
-                args_raw_text=args,
-                args_parse_error=str(exc),
-            )
-        return session.tool_call_block(part.tool_call_id, part.tool_name, to_json(parsed))
-    return session.tool_call_block(part.tool_call_id, part.tool_name, to_json(args or {}))
+    if isinstance(part.args, str):
+        return _call_from_text(part.tool_call_id, part.tool_name, part.args)
+    return session.tool_call_block(part.tool_call_id, part.tool_name, to_json(part.args or {}))
+
+
+def _call_from_text(call_id: str, name: str, text: str) -> session.ToolCallBlock:
+    """A tool call with the model's argument text kept exactly as sent; text that is not
+    strict JSON is kept as ``args_raw_text``, marked invalid."""
+    try:
+        json.loads(text or "{}", parse_constant=_not_json)
+    except ValueError as exc:
+        return session.tool_call_block(
+            call_id, name, {}, args_invalid=True, args_raw_text=text, args_parse_error=str(exc)
+        )
+    return session.tool_call_block(call_id, name, text or "{}")
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _usage(response: pm.ModelResponse) -> session.Usage:

@@ -28,7 +28,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import RequestUsage
-from session_pydantic_ai import recording
+from session_pydantic_ai import recording, to_messages
+
+import session
 
 
 def rate_limited(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -254,3 +256,20 @@ def test_one_recorder_records_one_run(tmp_path: Path) -> None:
     assert asyncio.run(main()) == ["hi", "hi"]
     for name in ("a.jsonl", "b.jsonl"):
         assert check_file(tmp_path / name).counts["agent_end"] == 1
+
+
+def test_the_model_argument_text_is_kept_or_marked_invalid(tmp_path: Path) -> None:
+    parts = [
+        ToolCallPart("add", '{"a": 1.50, "b": 2}', "call-1"),
+        ToolCallPart("add", '{"a": NaN}', "call-2"),
+        ToolCallPart("add", '{"a": ', "call-3"),
+    ]
+    [message] = to_messages(ModelResponse(parts))
+    path = tmp_path / "chat.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(session.Event("message_end", message=message))
+    assert '"args":{"a":1.50,"b":2}' in path.read_text()  # the number as the model wrote it
+    [recorded] = messages(path)
+    calls = [block["tool_call"] for block in recorded.content]
+    assert [call.get("args_invalid", False) for call in calls] == [False, True, True]
+    assert [call.get("args_raw_text") for call in calls[1:]] == ['{"a": NaN}', '{"a": ']
