@@ -1397,6 +1397,7 @@ def create(
     (``RecordingError``): the session never writes what its own ``open`` would reject.
     The codec and *redact* run under the session's lock: they must not call the session.
     """
+    _check_line_limit(max_line_bytes)
     name = _name(path)
     fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
     try:
@@ -1830,6 +1831,7 @@ def _records(
 ) -> Iterator[Record]:
     """The reader: yields each record once its line passed every rule, then appends the
     ``ReadResult`` to *result*."""
+    _check_line_limit(max_line_bytes)
     try:
         base = f.tell()
     except (OSError, ValueError):  # a pipe: offsets count from where reading started
@@ -1882,6 +1884,11 @@ def _records(
     if raw:
         _unfinished(raw, limit, name, seq + 1, offset, "")
     result.append(ReadResult(session_id, seq, offset - base, len(raw)))
+
+
+def _check_line_limit(max_line_bytes: int) -> None:
+    if max_line_bytes < 1:  # 0 would refuse every line; a negative limit, none
+        raise ValueError(f"max_line_bytes must be at least 1, not {max_line_bytes}")
 
 
 def _unfinished(
@@ -2306,11 +2313,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
+    def line_limit(text: str) -> int:
+        try:
+            limit = int(text)
+            _check_line_limit(limit)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return limit
+
     def command(name: str, handler: Callable[[Any], int], about: str, many: bool = False) -> Any:
         sub = commands.add_parser(name, help=about, description=about)
         sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE")
         sub.add_argument(
-            "--max-line-bytes", type=int, default=_MAX_LINE_BYTES, metavar="N", help="longest line read"
+            "--max-line-bytes", type=line_limit, default=_MAX_LINE_BYTES, metavar="N", help="longest line read"
         )
         sub.set_defaults(handler=handler)
         return sub

@@ -1951,6 +1951,28 @@ def test_a_line_longer_than_max_line_bytes(tmp_path: Path) -> None:
         session.open(path, max_line_bytes=1000)
 
 
+@pytest.mark.parametrize("limit", [0, -1, -(2**70)])
+def test_max_line_bytes_below_one_is_refused(tmp_path: Path, limit: int) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    blob = path.read_bytes()
+    calls = [
+        lambda: session.read(path, lambda r: None, max_line_bytes=limit),
+        lambda: list(session.iter_records(path, max_line_bytes=limit)),
+        lambda: session.open(path, max_line_bytes=limit),
+        lambda: session.repair(path, max_line_bytes=limit),
+        lambda: session.summarize(path, max_line_bytes=limit),
+        lambda: session.find(path, CallRef(SID, RID, "m1", 1), max_line_bytes=limit),
+        lambda: session.create(tmp_path / "new.jsonl", max_line_bytes=limit),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"max_line_bytes must be at least 1, not {limit}"):
+            call()
+    assert not (tmp_path / "new.jsonl").exists()
+    assert path.read_bytes() == blob
+    with session.open(path) as s:  # a refused open let go of the lock
+        assert s.session_id == records(path)[0].session_id
+
+
 CORPUS = HERE / "testdata" / "JSONTestSuite" / "test_parsing"
 
 
@@ -2593,6 +2615,19 @@ def test_validate_reports_every_file_and_fails_if_any_fails(tmp_path: Path) -> N
         f"{missing}: No such file or directory",
     ]
     assert done.stdout.startswith(f"{good}: ok, ")
+
+
+@pytest.mark.parametrize("limit", ["0", "-5", "ten"])
+@pytest.mark.parametrize("command", ["validate", "repair", "summary", "show", "checkpoint"])
+def test_max_line_bytes_below_one_is_a_usage_error(tmp_path: Path, command: str, limit: str) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    blob = path.read_bytes()
+    done = run_cli(command, "--max-line-bytes", limit, str(path))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("usage: ")
+    assert "argument --max-line-bytes: " in done.stderr
+    assert ("at least 1" if limit != "ten" else "invalid literal") in done.stderr
+    assert path.read_bytes() == blob and not list(tmp_path.glob("*.broken-*"))
 
 
 def test_validate_json_output(tmp_path: Path) -> None:
