@@ -98,7 +98,15 @@ _FORMAT_VERSION = 1
 _MAX_LINE_BYTES = 256 << 20  # 256 MiB: far above any real record, far below a DoS
 _READ_BUFFER = 1 << 20  # readline on 32 KB lines is 3x faster than with the default 8 KB
 _RESERVED = frozenset({"session_start", "run_start", "run_close", "checkpoint"})
-_CREDENTIAL_KEY = re.compile("api_key|apikey|authorization|password|secret|access_token", re.I)
+# Names of credentials, matched against a key folded to lowercase letters and digits (so that
+# X-Api-Key, x_api_key and XApiKey are one name): the headers and fields AI providers,
+# clouds and OAuth use for keys, tokens, cookies and passwords.
+_CREDENTIAL_KEY = re.compile(
+    "apikey|apitoken|authorization|authkey|authtoken|accesskey|accesstoken|refreshtoken|idtoken$"
+    "|sessiontoken|securitytoken|subscriptionkey|privatekey|secret|pass(?:word|wd|phrase)|cookie"
+    "|credential|^(?:auth|bearer|key|token)$"
+)
+_NOT_ALNUM = re.compile("[^0-9a-z]")
 
 # ---------------------------------------------------------------------------- errors
 
@@ -1152,7 +1160,7 @@ def _without_credentials(value: Any, path: str, dropped: List[str]) -> Any:
         out = {}
         for key, item in value.items():
             step = f"{path}.{key}"
-            if isinstance(key, str) and _CREDENTIAL_KEY.search(key):
+            if isinstance(key, str) and _CREDENTIAL_KEY.search(_NOT_ALNUM.sub("", key.casefold())):
                 dropped.append(step)
             else:
                 out[key] = _without_credentials(item, step, dropped)

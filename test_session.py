@@ -869,6 +869,60 @@ def test_credential_keys_in_extra_are_dropped_and_listed(tmp_path: Path) -> None
         assert secret not in path.read_bytes()
 
 
+CREDENTIAL_NAMES = [
+    "x-api-key",  # Anthropic
+    "api-key",  # Azure OpenAI
+    "Ocp-Apim-Subscription-Key",  # Azure API Management
+    "x-goog-api-key",  # Google
+    "X-Goog-Iam-Authorization-Token",
+    "key",  # Google's ?key=
+    "Proxy-Authorization",
+    "cf-aig-authorization",  # Cloudflare AI Gateway
+    "X-Auth-Key",
+    "x-auth-token",
+    "X-Amz-Security-Token",  # AWS
+    "aws_secret_access_key",
+    "aws_access_key_id",
+    "AWS_SESSION_TOKEN",
+    "Cookie",
+    "Set-Cookie",
+    "refresh_token",
+    "id_token",
+    "idToken",
+    "private_key",
+    "private_key_id",
+    "session_token",
+    "client_secret",
+    "credentials",
+    "token",
+    "REPLICATE_API_TOKEN",
+    "bearer",
+    "passphrase",
+    "DB PASSWD",
+    "X.API.KEY",
+]
+NOT_CREDENTIALS = ["temperature", "max_tokens", "budget_tokens", "top_k", "keep", "monkey", "tokens", "cookbook"]
+
+
+def test_credential_names_are_compared_with_case_and_separators_folded(tmp_path: Path) -> None:
+    extra = {name: f"secret-{n}" for n, name in enumerate(CREDENTIAL_NAMES)}
+    extra.update({name: 1 for name in NOT_CREDENTIALS})
+    extra["headers"] = {"X-API-KEY": "secret-h", "anthropic-version": "2023-06-01", "OpenAI-Project": "p"}
+    path = tmp_path / "s.jsonl"
+    config = CallConfig(extra=extra)
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([], config=config)))
+    data = data_of(path, 3)
+    assert data["request"]["config"]["extra"] == {
+        **{name: 1 for name in NOT_CREDENTIALS},
+        "headers": {"anthropic-version": "2023-06-01", "OpenAI-Project": "p"},
+    }
+    assert data["redacted"] == [f"config.extra.{name}" for name in CREDENTIAL_NAMES] + [
+        "config.extra.headers.X-API-KEY"
+    ]
+    assert b"secret-" not in path.read_bytes()
+
+
 def test_raw_json_is_checked_and_written_compacted(tmp_path: Path) -> None:
     raw = ' {"n": 1e2, "s": "a  b\\u00e9\\"", "l": [1.50 , true,null]}\n'
     [obj] = recorded(
