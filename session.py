@@ -891,13 +891,17 @@ class JSONCodec:
 
 
 def _rfc3339(moment: datetime) -> str:
-    """RFC 3339 with microseconds and the value's own offset (``Z`` for UTC)."""
+    """RFC 3339 with microseconds and the value's own offset (``Z`` for UTC).  An offset
+    RFC 3339 cannot write (seconds, as in zoneinfo's local mean times before 1900) is not
+    rounded: the moment is written in UTC."""
     offset = moment.utcoffset()
     if offset is None:
         raise _CodecFault("naive datetime (give it a timezone)")
+    if offset % timedelta(minutes=1):
+        return _clock(moment - offset) + "Z"
     if not offset:
         return _clock(moment) + "Z"
-    minutes = int(offset.total_seconds()) // 60
+    minutes = offset // timedelta(minutes=1)
     return "%s%s%02d:%02d" % (_clock(moment), "-" if minutes < 0 else "+", *divmod(abs(minutes), 60))  # noqa: UP031
 
 

@@ -338,6 +338,38 @@ def test_builtin_types_round_trip_with_agentgo_ids() -> None:
     assert codec.decode(json.loads(json.dumps(encoded))) == snapshot
 
 
+def odd_offsets() -> List[dt.tzinfo]:
+    """Time zones whose UTC offset has seconds, which RFC 3339 cannot write."""
+    zones: List[dt.tzinfo] = [
+        dt.timezone(dt.timedelta(seconds=30)),
+        dt.timezone(-dt.timedelta(hours=3, seconds=59)),
+        dt.timezone(dt.timedelta(minutes=19, seconds=32)),  # Amsterdam's mean time until 1937
+        dt.timezone(dt.timedelta(hours=1, microseconds=1)),
+    ]
+    if sys.version_info >= (3, 9):
+        import zoneinfo
+
+        zones.append(zoneinfo.ZoneInfo("Europe/Amsterdam"))  # +00:19:32 in 1890
+    return zones
+
+
+ODD_MOMENT = dt.datetime(1890, 6, 1, 12, 0, 0, 250000)
+
+
+def test_a_datetime_whose_offset_has_seconds_is_written_in_utc_exactly() -> None:
+    codec = JSONCodec()
+    for zone in odd_offsets():
+        moment = ODD_MOMENT.replace(tzinfo=zone)
+        offset = moment.utcoffset()
+        assert offset is not None and offset % dt.timedelta(minutes=1)
+        text = codec.encode(moment)
+        assert text == (ODD_MOMENT - offset).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), zone
+        back = codec.decode(codec.encode(Message("u", [], timestamp=moment))).timestamp
+        assert back == moment and back.utcoffset() == dt.timedelta(0)
+    amsterdam = dt.datetime(1890, 6, 1, 12, tzinfo=dt.timezone(dt.timedelta(minutes=19, seconds=32)))
+    assert codec.encode(amsterdam) == "1890-06-01T11:40:28.000000Z"
+
+
 def test_datetime_is_rfc3339_with_z_for_utc() -> None:
     encoded = JSONCodec().encode(Message("user", [], timestamp=T0))
     assert encoded["value"]["timestamp"] == "2026-12-02T09:27:36.123456Z"
@@ -1113,6 +1145,15 @@ def test_time_stamps_stay_right_when_seconds_and_offsets_alternate(tmp_path: Pat
         "2026-12-02T01:27:36.123456-08:00",
     ]
     assert [codec.decode(codec.encode(Message("u", [], timestamp=m))).timestamp for m in moments] == moments
+
+
+def test_an_event_time_whose_offset_has_seconds_is_exact(tmp_path: Path) -> None:
+    moments = [ODD_MOMENT.replace(tzinfo=zone) for zone in odd_offsets()]
+    objs = recorded(tmp_path, *(Event("turn_start", timestamp=m) for m in moments))
+    assert [o["time"] for o in objs] == [
+        m.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") for m in moments
+    ]
+    assert objs[2]["time"] == "1890-06-01T11:40:28.250000Z"
 
 
 # ---------------------------------------------------------------------------- writer: sessions and runs
