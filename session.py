@@ -1025,6 +1025,28 @@ def _compact(raw: RawJSON) -> str:
     return _JSON_STRING_OR_SPACE.sub(r"\1", text)
 
 
+_INT_DIGITS = 4300  # int_max_str_digits' default: a reader refuses longer integers
+_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_STRING_OR_LONG_INT = re.compile(
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+-])-?[0-9]{%d,}(?![0-9.eE])' % (_INT_DIGITS + 1)
+)
+
+
+def _long_integer(text: str) -> int:
+    """The digit count of the first integer in JSON *text* too long for a reader with the
+    default ``int_max_str_digits``; 0 when there is none."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if 0 < limit <= _INT_DIGITS or len(text) <= _INT_DIGITS:
+        return 0  # this Python refused to write such an integer already
+    line = text.encode("utf-8", "surrogatepass")
+    if b"0" * (_INT_DIGITS + 1) not in line.translate(_DIGITS_AS_ZEROS):
+        return 0
+    for match in _STRING_OR_LONG_INT.finditer(line):  # digits inside strings do not count
+        if match.group()[:1] != b'"':
+            return len(match.group().lstrip(b"-"))
+    return 0
+
+
 def _escaped_utf8(text: str) -> bytes:
     """JSON *text* as UTF-8, its lone surrogates written as ``\\udXXX`` escapes."""
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
@@ -1648,10 +1670,14 @@ class Session:
             if type(data) is not dict:
                 raise TypeError(f"redact must return a dict, not {type(data).__name__}")
         try:
-            return _dumps(data)
+            text = _dumps(data)
         except (TypeError, ValueError, RecursionError) as exc:
             bad = next((key for key, value in data.items() if not _encodable(value)), None)
             raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
+        digits = _long_integer(text)
+        if digits:
+            raise ValueError(f"an integer of {digits} digits: readers refuse more than {_INT_DIGITS}")
+        return text
 
     def _forked(self) -> None:
         """In a forked child: never write through the parent's descriptor, nor keep it (the

@@ -1428,6 +1428,58 @@ def test_a_failed_write_is_sticky_and_close_still_releases(
     assert [r.type for r in records(path)] == ["session_start", "run_start", "checkpoint"]
 
 
+@pytest.fixture
+def unlimited_int_digits() -> Any:
+    """A host that lifted the int-to-text digit limit (where this Python has one)."""
+    if not hasattr(sys, "set_int_max_str_digits"):  # an old Python without the limit
+        yield
+        return
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        yield
+    finally:
+        sys.set_int_max_str_digits(before)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result={"n": [n]})),
+        lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result=RawJSON(f"[-{n}]"))),
+        lambda run, n: run.save_checkpoint(AgentState(messages=[Message("u", [], usage={"input": n})])),
+    ],
+    ids=["json", "raw", "checkpoint"],
+)
+def test_an_integer_the_reader_refuses_is_never_written(
+    tmp_path: Path, unlimited_int_digits: None, write: Any
+) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    write(run, 10**4300 - 1)  # 4300 digits: every reader takes it
+    size = path.stat().st_size
+    with pytest.raises(RecordingError, match="an integer of 4301 digits: readers refuse more than 4300"):
+        write(run, 10**4300)
+    assert path.stat().st_size == size
+    with pytest.raises(RecordingError):  # sticky, like any encoding failure
+        run.record(Event("turn_start"))
+    with pytest.raises(RecordingError):
+        s.close()
+    assert b"0" * 4300 not in path.read_bytes()
+    script = "import session, sys; print(session.read(sys.argv[1], lambda r: None).records)"
+    done = subprocess.run(  # a reader with the default limit
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, cwd=HERE, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "3\n"), done.stderr
+
+
+def test_digits_in_strings_and_long_fractions_are_written(tmp_path: Path, unlimited_int_digits: None) -> None:
+    values = ["9" * 5000, float("0." + "3" * 5000), float("1" * 300 + "e-250"), {"k" * 5000: 1}]
+    objs = recorded(tmp_path, Event("tool_exec_end", execution=TOOL, result=values))
+    assert objs[0]["data"]["result"] == values
+
+
 def test_load_checkpoint_works_after_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = session.create(tmp_path / "s.jsonl")
     run = s.begin_run()
