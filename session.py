@@ -29,7 +29,7 @@ import sys
 import types
 import typing
 import weakref
-from _thread import RLock  # threading.RLock, without importing threading
+from _thread import RLock, allocate_lock, start_new_thread  # threading's, without importing it
 from datetime import datetime, timedelta, timezone
 from typing import (
     Any,
@@ -696,6 +696,30 @@ def _path_step(key: str) -> str:
     return f".{key}" if key.isidentifier() else f"[{json.dumps(key, ensure_ascii=False)}]"
 
 
+def _on_fresh_stack(function: Callable[[Any], Any], arg: Any) -> Any:
+    """``function(arg)`` on a new thread, whose recursion count starts at zero: what the
+    writer nested as deep as the recursion limit let it, the reader unnests, however deep
+    its caller is.  A bare ``_thread`` adds no frames of its own (``threading`` adds three)."""
+    outcome: List[Tuple[bool, Any]] = []
+    done = allocate_lock()
+    done.acquire()
+
+    def run() -> None:
+        try:
+            outcome.append((True, function(arg)))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.release()
+
+    start_new_thread(run, ())
+    with done:
+        ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
+
+
 class JSONCodec:
     """The default codec: JSON values pass through; registered *types* become
     ``{"$type": type_id, "value": ...}``; anything else raises ``CodecError``.
@@ -733,9 +757,13 @@ class JSONCodec:
 
     def decode(self, value: Any) -> Any:
         """Rebuild what ``encode`` produced *value* from; ``CodecError`` for an unknown type
-        id or a value its class rejects."""
+        id or a value its class rejects.  Whatever ``encode`` took, this gives back, however
+        deep the caller's stack."""
         try:
-            return self._decode(value)
+            try:
+                return self._decode(value)
+            except RecursionError:  # deeper than the caller's stack allows
+                return _on_fresh_stack(self._decode, value)
         except _CodecFault as fault:
             raise fault.error() from fault.__cause__
         except RecursionError:
@@ -826,38 +854,35 @@ class JSONCodec:
                     raise
         return out
 
+    # One frame per level of nesting, as _encode_dict spends: what encodes, decodes.
     def _decode(self, value: Any) -> Any:
         t = type(value)
         if t is dict:
             if "$type" in value and "value" in value:
                 return self._decode_tagged(value)
             if len(value) == 1 and "$object" in value:
-                inner = value["$object"]
-                if type(inner) is not dict:
+                value = value["$object"]
+                if type(value) is not dict:
                     raise _CodecFault("$object must wrap an object")
-                return self._decode_dict(inner)
-            return self._decode_dict(value)
-        if t is list:
-            out: List[Any] = []
+            out: Dict[str, Any] = {}
+            key = ""
             try:
-                for item in value:
-                    out.append(self._decode(item))
+                for key, item in value.items():
+                    out[key] = self._decode(item) if type(item) is dict or type(item) is list else item
             except _CodecFault as fault:
-                fault.steps.append(f"[{len(out)}]")
+                fault.steps.append(_path_step(key))
                 raise
             return out
+        if t is list:
+            items: List[Any] = []
+            try:
+                for item in value:
+                    items.append(self._decode(item))
+            except _CodecFault as fault:
+                fault.steps.append(f"[{len(items)}]")
+                raise
+            return items
         return value
-
-    def _decode_dict(self, items: Dict[str, Any]) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        key = ""
-        try:
-            for key, item in items.items():
-                out[key] = self._decode(item) if type(item) is dict or type(item) is list else item
-        except _CodecFault as fault:
-            fault.steps.append(_path_step(key))
-            raise
-        return out
 
     def _decode_tagged(self, tagged: Dict[str, Any]) -> Any:
         type_id = tagged["$type"]
@@ -1973,31 +1998,16 @@ def _decode_anywhere(text: str, deep: bool = False) -> Any:
     """``json.loads``, strict, whose outcome does not depend on the caller's stack depth.
 
     Deep nesting counts against the recursion limit: a text known to be *deep*, or found so
-    here, is decoded in a new thread, whose count starts at zero.  (Never twice that deep in
-    a row in one thread: right after a RecursionError, that has aborted CPython 3.8 with
-    "Cannot recover from stack overflow".)
+    here, is decoded on a fresh stack.  (Never twice that deep in a row in one thread: right
+    after a RecursionError, that has aborted CPython 3.8 with "Cannot recover from stack
+    overflow".)
     """
     if not deep:
         try:
             return _DECODER.decode(text)
         except RecursionError:
             pass
-    outcome: List[Any] = []
-
-    def decode() -> None:
-        try:
-            outcome.append(_DECODER.decode(text))
-        except (ValueError, RecursionError) as exc:
-            outcome.append(exc)
-
-    import threading  # only here: importing it costs every session's start up
-
-    thread = threading.Thread(target=decode, name="session-deep-line")
-    thread.start()
-    thread.join()
-    if isinstance(outcome[0], (ValueError, RecursionError)):
-        raise outcome[0]
-    return outcome[0]
+    return _on_fresh_stack(_DECODER.decode, text)
 
 
 def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
@@ -2363,7 +2373,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sub = commands.add_parser(name, help=about, description=about)
         sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE")
         sub.add_argument(
-            "--max-line-bytes", type=line_limit, default=_MAX_LINE_BYTES, metavar="N", help="longest line read"
+            "--max-line-bytes",
+            type=line_limit,
+            default=_MAX_LINE_BYTES,
+            metavar="N",
+            help="longest line read",
         )
         sub.set_defaults(handler=handler)
         return sub

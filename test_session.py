@@ -25,7 +25,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import hypothesis
 import pytest
@@ -515,6 +515,96 @@ def test_deep_nesting_is_a_codec_error() -> None:
         JSONCodec().decode(nested)
 
 
+def nested(kind: str, depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = {"a": value} if kind == "object" else [value] if kind == "array" else Message("u", [value])
+    return value
+
+
+def deepest_checkpoint(tmp_path: Path, kind: str) -> Tuple[int, Path]:
+    """The deepest value of *kind* save_checkpoint takes, and a file holding it."""
+
+    def saved(depth: int) -> Optional[Path]:
+        path = tmp_path / f"{kind}-{depth}.jsonl"
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        s = session.create(path)
+        try:
+            s.begin_run().save_checkpoint(nested(kind, depth))
+            s.close()
+        except RecordingError:
+            with contextlib.suppress(RecordingError):
+                s.close()
+            return None
+        return path
+
+    low, high = 1, 4000
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if saved(middle) else (low, middle - 1)
+    path = saved(low)
+    assert path is not None and not saved(low + 1)
+    return low, path
+
+
+@pytest.mark.parametrize("kind", ["object", "array", "message"])
+def test_the_deepest_checkpoint_the_writer_takes_loads_back(tmp_path: Path, kind: str) -> None:
+    depth, path = deepest_checkpoint(tmp_path, kind)
+    assert depth > 200
+    expected = nested(kind, depth)
+
+    def load(frames: int) -> Any:
+        if frames:
+            return load(frames - 1)
+        with session.open(path) as s:
+            checkpoint = s.load_checkpoint()
+        assert checkpoint is not None
+        return checkpoint.snapshot
+
+    assert load(0) == expected
+    assert load(sys.getrecursionlimit() // 2) == expected  # from a deeper stack than it was saved on
+
+
+DEEPEST_AT_TOP_LEVEL = """
+import contextlib, os, sys, tempfile
+import session
+from test_session import nested
+
+kind, folder = sys.argv[1], tempfile.mkdtemp()
+low, high = 1, 4000
+while low < high:  # save_checkpoint right at the top level: the shallowest stack it can have
+    middle = (low + high + 1) // 2
+    s = session.create(os.path.join(folder, str(middle)))
+    try:
+        s.begin_run().save_checkpoint(nested(kind, middle))
+        low = middle
+    except session.RecordingError:
+        high = middle - 1
+    with contextlib.suppress(session.RecordingError):
+        s.close()
+s = session.open(os.path.join(folder, str(low)))
+print(low, s.load_checkpoint().snapshot == nested(kind, low))
+"""
+
+
+@pytest.mark.parametrize("kind", ["object", "array", "message"])
+def test_the_deepest_checkpoint_saved_at_the_top_level_loads_back(tmp_path: Path, kind: str) -> None:
+    script = tmp_path / "deepest.py"
+    script.write_text(DEEPEST_AT_TOP_LEVEL)
+    done = subprocess.run(
+        [sys.executable, str(script), kind],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=HERE,
+        env=dict(os.environ, PYTHONPATH=str(HERE)),
+    )
+    assert done.returncode == 0, done.stderr
+    depth, loaded = done.stdout.split()
+    assert int(depth) > 200 and loaded == "True"
+
+
 def test_duplicate_registrations_are_refused() -> None:
     with pytest.raises(ValueError, match="registered twice"):
         JSONCodec(TypeSpec("agentgo.message.v1", Note))
@@ -933,12 +1023,21 @@ CREDENTIAL_NAMES = [
     "DB PASSWD",
     "X.API.KEY",
 ]
-NOT_CREDENTIALS = ["temperature", "max_tokens", "budget_tokens", "top_k", "keep", "monkey", "tokens", "cookbook"]
+NOT_CREDENTIALS = [
+    "temperature",
+    "max_tokens",
+    "budget_tokens",
+    "top_k",
+    "keep",
+    "monkey",
+    "tokens",
+    "cookbook",
+]
 
 
 def test_credential_names_are_compared_with_case_and_separators_folded(tmp_path: Path) -> None:
-    extra = {name: f"secret-{n}" for n, name in enumerate(CREDENTIAL_NAMES)}
-    extra.update({name: 1 for name in NOT_CREDENTIALS})
+    extra: Dict[str, Any] = {name: f"secret-{n}" for n, name in enumerate(CREDENTIAL_NAMES)}
+    extra.update(dict.fromkeys(NOT_CREDENTIALS, 1))
     extra["headers"] = {"X-API-KEY": "secret-h", "anthropic-version": "2023-06-01", "OpenAI-Project": "p"}
     path = tmp_path / "s.jsonl"
     config = CallConfig(extra=extra)
@@ -946,7 +1045,7 @@ def test_credential_names_are_compared_with_case_and_separators_folded(tmp_path:
         run.record(Event("model_request", execution=MODEL, request=ModelRequest([], config=config)))
     data = data_of(path, 3)
     assert data["request"]["config"]["extra"] == {
-        **{name: 1 for name in NOT_CREDENTIALS},
+        **dict.fromkeys(NOT_CREDENTIALS, 1),
         "headers": {"anthropic-version": "2023-06-01", "OpenAI-Project": "p"},
     }
     assert data["redacted"] == [f"config.extra.{name}" for name in CREDENTIAL_NAMES] + [
@@ -1150,9 +1249,7 @@ def test_time_stamps_stay_right_when_seconds_and_offsets_alternate(tmp_path: Pat
 def test_an_event_time_whose_offset_has_seconds_is_exact(tmp_path: Path) -> None:
     moments = [ODD_MOMENT.replace(tzinfo=zone) for zone in odd_offsets()]
     objs = recorded(tmp_path, *(Event("turn_start", timestamp=m) for m in moments))
-    assert [o["time"] for o in objs] == [
-        m.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") for m in moments
-    ]
+    assert [o["time"] for o in objs] == [m.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") for m in moments]
     assert objs[2]["time"] == "1890-06-01T11:40:28.250000Z"
 
 
@@ -2102,7 +2199,7 @@ def test_a_line_longer_than_max_line_bytes(tmp_path: Path) -> None:
 def test_max_line_bytes_below_one_is_refused(tmp_path: Path, limit: int) -> None:
     path = sample_file(tmp_path / "s.jsonl", runs=1)
     blob = path.read_bytes()
-    calls = [
+    calls: List[Callable[[], Any]] = [
         lambda: session.read(path, lambda r: None, max_line_bytes=limit),
         lambda: list(session.iter_records(path, max_line_bytes=limit)),
         lambda: session.open(path, max_line_bytes=limit),
