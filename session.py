@@ -16,6 +16,7 @@ validate FILE`` checks a file against the format.
 from __future__ import annotations
 
 import builtins
+import codecs
 import contextlib
 import dataclasses
 import errno
@@ -1504,7 +1505,7 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
         tally = _Tally()
         with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
             f.seek(0)
-            result = _read(f, name, max_line_bytes, tally)
+            result = _read(f, name, max_line_bytes, tally, _NO_DATA)
         if result.tail_bytes:
             try:
                 os.ftruncate(fd, result.complete_bytes)
@@ -1876,11 +1877,15 @@ class _Lines(Protocol):
 
 
 def _read(
-    f: _Lines, name: Optional[str], max_line_bytes: int, visit: Callable[[Record], object]
+    f: _Lines,
+    name: Optional[str],
+    max_line_bytes: int,
+    visit: Callable[[Record], object],
+    keys: Optional[_DataKeys] = None,
 ) -> ReadResult:
     result: List[ReadResult] = []
     try:
-        for record in _records(f, name, max_line_bytes, result):
+        for record in _records(f, name, max_line_bytes, result, keys):
             visit(record)
     except FormatError as exc:  # from visit too (say, EventData.from_record): name the file
         if exc.path is None:
@@ -1890,10 +1895,15 @@ def _read(
 
 
 def _records(
-    f: _Lines, name: Optional[str], max_line_bytes: int, result: List[ReadResult]
+    f: _Lines,
+    name: Optional[str],
+    max_line_bytes: int,
+    result: List[ReadResult],
+    keys: Optional[_DataKeys] = None,
 ) -> Iterator[Record]:
     """The reader: yields each record once its line passed every rule, then appends the
-    ``ReadResult`` to *result*."""
+    ``ReadResult`` to *result*.  With *keys*, the data of a long line holds only the keys
+    it maps the record's type to."""
     _check_line_limit(max_line_bytes)
     try:
         base = f.tell()
@@ -1904,7 +1914,7 @@ def _records(
     raw = readline(limit)
     if raw[-1:] != b"\n":
         raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
-    header = _parse_line(raw, name, 1, base)
+    header = _parse_line(raw, name, 1, base, keys)
     session_id = _check_header(header, name, base)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
     yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
@@ -1916,7 +1926,7 @@ def _records(
         raw = readline(limit)
         if raw[-1:] != b"\n":
             break
-        obj = _parse_line(raw, name, seq + 1, offset)
+        obj = _parse_line(raw, name, seq + 1, offset, keys)
         run_id = obj.get("run_id")
         kind = obj.get("type")
         time = obj.get("time")
@@ -1967,8 +1977,15 @@ class _LineTooLong(FormatError):
     """A line longer than ``max_line_bytes``: not necessarily a bad one."""
 
 
-def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict[str, Any]:
-    """The object on one line (*raw* ends with its newline), or ``FormatError``."""
+def _parse_line(
+    raw: bytes, name: Optional[str], line: int, offset: int, keys: Optional[_DataKeys] = None
+) -> Dict[str, Any]:
+    """The object on one line (*raw* ends with its newline), or ``FormatError``.
+
+    With *keys*, a line longer than ``_BIG_LINE`` is checked without building it, and its
+    ``data`` holds only the keys its type maps to (see ``_big_line``)."""
+    if keys is not None and len(raw) > _BIG_LINE:
+        return _big_line(raw, name, line, offset, keys)
     try:
         text = raw.decode()
     except UnicodeDecodeError as exc:
@@ -2008,6 +2025,242 @@ def _decode_anywhere(text: str, deep: bool = False) -> Any:
         except RecursionError:
             pass
     return _on_fresh_stack(_DECODER.decode, text)
+
+
+# A line holds at most max_line_bytes, but the objects json builds of it can take 26 times
+# that ([{},{},...]: a dict per 3 bytes).  The readers that need no data (validate, open,
+# repair) or a few keys of it (summarize) check a long line byte by byte instead, exactly as
+# strictly as json.loads, and build only the envelope and the keys they use: the line itself
+# is then most of the memory they take.
+
+_BIG_LINE = 1 << 20  # bytes: shorter lines are parsed whole, which is faster
+_DataKeys = Dict[str, FrozenSet[str]]  # record type -> the keys of its data a reader uses
+_NO_DATA: _DataKeys = {"session_start": frozenset({"version"})}
+_ENVELOPE_KEYS = frozenset({"session_id", "seq", "type", "time", "run_id", "data"})
+
+# re keeps about 80 bytes per repetition of a group until a match ends: every repetition
+# below is bounded, and the loops in _scan_json repeat the match.
+_WS = re.compile(rb"[ \t\n\r]*")
+_CHARS = rb'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)'
+_STRING_PART = re.compile(_CHARS + rb"{0,1024}")
+_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERAL = re.compile(rb"true|false|null")
+# Values json takes whatever follows (no exponent, under 300 integer digits, few escapes), in
+# runs of "value," that are checked at the speed of re.
+_PLAIN = (
+    rb'(?:"' + _CHARS + rb'{0,8}"|-?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?|true|false|null'
+    rb"|\{[ \t\n\r]*\}|\[[ \t\n\r]*\])[ \t\n\r]*,[ \t\n\r]*"
+)
+_ITEMS = re.compile(rb"(?:" + _PLAIN + rb"){1,1024}")
+_MEMBERS = re.compile(rb'(?:"' + _CHARS + rb'{0,8}"[ \t\n\r]*:[ \t\n\r]*' + _PLAIN + rb"){1,1024}")
+
+
+class _NotJSON(Exception):
+    """Why and where (*at*, a byte of the line) a long line is not strict JSON."""
+
+    def __init__(self, reason: str, at: int) -> None:
+        super().__init__(f"{reason} at byte {at} of the line")
+
+
+def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _DataKeys) -> Dict[str, Any]:
+    """``_parse_line`` for a long line: its envelope, and of its data the keys *keys* maps
+    its type to.  An object or array in the envelope (a bad line) comes back empty: only
+    its type is checked."""
+    bad = _invalid_utf8(raw)
+    if bad >= 0:
+        raise FormatError(f"invalid UTF-8 at byte {bad} of the line", name, line, offset)
+    try:
+        start, top, data = _scan_json(raw, frozenset().union(*keys.values()))
+    except _NotJSON as exc:
+        raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
+    if raw[start] != _OBJECT:
+        held = _json_kind(type(_shallow_value(raw, start, len(raw))))
+        raise FormatError(f"line holds {held}, not an object", name, line, offset)
+    obj = {key: _shallow_value(raw, *span) for key, span in top.items() if key in _ENVELOPE_KEYS}
+    kind = obj.get("type")
+    if type(obj.get("data")) is dict:
+        wanted = keys.get(kind, frozenset()) if type(kind) is str else frozenset()
+        obj["data"] = {
+            key: _decode_anywhere(raw[a:b].decode()) for key, (a, b) in data.items() if key in wanted
+        }
+    return obj
+
+
+def _shallow_value(raw: bytes, start: int, end: int) -> Any:
+    """The JSON value at ``raw[start:end]`` (checked already), an object or array empty."""
+    if raw[start] == _OBJECT:
+        return {}
+    if raw[start] == _ARRAY:
+        return []
+    return _decode_anywhere(raw[start:end].decode())
+
+
+def _invalid_utf8(raw: bytes) -> int:
+    """Where *raw* stops being UTF-8 (-1 if it is), decoded a megabyte at a time."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for at in range(0, len(raw), _BIG_LINE):
+        pending = len(decoder.getstate()[0])
+        try:
+            decoder.decode(raw[at : at + _BIG_LINE], at + _BIG_LINE >= len(raw))
+        except UnicodeDecodeError as exc:
+            return at - pending + exc.start
+    return -1
+
+
+_Spans = Dict[str, Tuple[int, int]]
+_OBJECT, _ARRAY = b"{["
+_CLOSING = {_OBJECT: b"}"[0], _ARRAY: b"]"[0]}
+_SAFE_DEPTH = 100  # json parses this deep anywhere; beyond, _parse_depth_limit says how deep
+
+
+def _scan_json(raw: bytes, wanted: FrozenSet[str]) -> Tuple[int, _Spans, _Spans]:
+    """Check that *raw* is one strict JSON value, accepting and refusing exactly what
+    ``json.loads`` does, without building it.  Returns where the value starts, the spans of
+    the members of the top object and those of the *wanted* members of its ``data`` (the
+    last of duplicate keys, as json keeps them).  ``_NotJSON`` otherwise."""
+    stack = bytearray()  # the closing brackets of the open containers
+    top: _Spans = {}
+    data: _Spans = {}
+    keys: List[Optional[str]] = [None, None, None]  # depth 1, 2: the member being read, if noted
+    starts = [0, 0, 0]  # ... and where its value starts
+    in_data = False  # the open object at depth 2 is the top object's data
+    pos = start = _after_ws(raw, 0)
+    while True:
+        opening = raw[pos] if pos < len(raw) else 0  # a value starts at pos
+        if opening in _CLOSING:
+            stack.append(_CLOSING[opening])
+            depth = len(stack)
+            if depth > _SAFE_DEPTH and depth > _parse_depth_limit():
+                raise _NotJSON("nested too deeply", pos)
+            if depth == 2:
+                in_data = keys[1] == "data" and opening == _OBJECT
+                data = {} if in_data else data
+            pos = _after_ws(raw, pos + 1)
+            ended = raw[pos : pos + 1] == bytes(stack[-1:])
+        else:
+            pos = _scalar_end(raw, pos)
+            ended = False
+        while True:  # a value ended at pos, or a container opened there
+            if ended:
+                stack.pop()
+                pos += 1
+            depth = len(stack)
+            if ended or opening not in _CLOSING:
+                if not depth:
+                    if _after_ws(raw, pos) != len(raw):
+                        raise _NotJSON("Extra data", _after_ws(raw, pos))
+                    return start, top, data
+                key = keys[depth] if depth <= 2 else None
+                if key is not None:
+                    (top if depth == 1 else data)[key] = (starts[depth], pos)
+                    keys[depth] = None
+                pos = _after_ws(raw, pos)
+                if raw[pos : pos + 1] == bytes(stack[-1:]):
+                    ended = True
+                    continue
+                if raw[pos : pos + 1] != b",":
+                    raise _NotJSON("Expecting ',' delimiter", pos)
+                pos = _after_ws(raw, pos + 1)
+            if stack[-1] == _CLOSING[_ARRAY]:
+                pos = _skip_items(raw, pos)
+            else:
+                noted = depth == 1 or (depth == 2 and in_data and bool(wanted))
+                pos, key = _member(raw, pos, noted)
+                if key is not None and (depth == 1 or key in wanted):
+                    keys[depth], starts[depth] = key, pos
+            break
+
+
+def _after_ws(raw: bytes, pos: int) -> int:
+    return _WS.match(raw, pos).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
+
+
+def _skip_items(raw: bytes, pos: int) -> int:
+    """Past the plain items of an array from *pos*: where the next item starts."""
+    run = _ITEMS.match(raw, pos)
+    while run is not None:
+        pos = run.end()
+        run = _ITEMS.match(raw, pos)
+    return pos
+
+
+def _member(raw: bytes, pos: int, noted: bool) -> Tuple[int, Optional[str]]:
+    """From *pos* in an object, past plain members unless each is to be *noted*, then past a
+    member's key and colon: where its value starts, and the key if *noted*."""
+    if not noted:
+        run = _MEMBERS.match(raw, pos)
+        while run is not None:
+            pos = run.end()
+            run = _MEMBERS.match(raw, pos)
+    if raw[pos : pos + 1] != b'"':
+        raise _NotJSON("Expecting property name enclosed in double quotes", pos)
+    end = _scalar_end(raw, pos)
+    key = _DECODER.decode(raw[pos:end].decode()) if noted else None
+    pos = _after_ws(raw, end)
+    if raw[pos : pos + 1] != b":":
+        raise _NotJSON("Expecting ':' delimiter", pos)
+    return _after_ws(raw, pos + 1), key
+
+
+def _scalar_end(raw: bytes, pos: int) -> int:
+    """Where the string, number or literal at *pos* ends, once checked as json checks it."""
+    first = raw[pos : pos + 1]
+    if first == b'"':
+        end = pos + 1
+        while True:
+            part = _STRING_PART.match(raw, end)
+            if part is None or (part.end() == end and raw[end : end + 1] != b'"'):
+                raise _NotJSON("Unterminated string or invalid character or escape", end)
+            end = part.end()
+            if raw[end : end + 1] == b'"':
+                return end + 1
+    number = _NUMBER.match(raw, pos)
+    if number is not None:
+        text = number.group()
+        if number.group(1) or number.group(2):
+            try:
+                _finite(text.decode())
+            except ValueError as exc:
+                raise _NotJSON(str(exc), pos) from None
+        elif len(text.lstrip(b"-")) > _int_digits_limit():
+            raise _NotJSON(f"an integer of {len(text.lstrip(b'-'))} digits exceeds the limit", pos)
+        return number.end()
+    literal = _LITERAL.match(raw, pos)
+    if literal is None:
+        raise _NotJSON("Expecting value", pos)
+    return literal.end()
+
+
+def _int_digits_limit() -> float:
+    """The longest integer json converts: ``sys.int_max_str_digits`` (0: no limit)."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    return limit or math.inf
+
+
+_depth_limits: Dict[int, int] = {}  # recursion limit -> how deep json parses on a fresh stack
+
+
+def _parse_depth_limit() -> int:
+    """How deep a line json parses on a fresh stack (where the reader parses a deep line):
+    found once per recursion limit, by trying."""
+    recursion = sys.getrecursionlimit()
+    if recursion not in _depth_limits:
+        low, high = _SAFE_DEPTH, _SAFE_DEPTH * 2
+        while _parses(high) and high < 1 << 22:
+            low, high = high, high * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if _parses(middle) else (low, middle)
+        _depth_limits[recursion] = low
+    return _depth_limits[recursion]
+
+
+def _parses(depth: int) -> bool:
+    try:
+        _on_fresh_stack(_DECODER.decode, "[" * depth + "]" * depth)
+    except RecursionError:
+        return False
+    return True
 
 
 def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
@@ -2155,7 +2408,8 @@ def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summ
     """Runs, record counts, checkpoints, token usage and evidence gaps of *source*, in one
     streaming pass (memory grows with the runs and the calls still open, not the file)."""
     tally = _Summarizer()
-    result = read(source, tally, max_line_bytes=max_line_bytes)
+    with _opened(source) as (f, name):
+        result = _read(f, name, max_line_bytes, tally, _SUMMARY_DATA)
     return tally.summary(result)
 
 
@@ -2179,6 +2433,13 @@ _OPENS = {
     "tool_exec_start": "tool_call_unfinished",
 }
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
+_SUMMARY_DATA: _DataKeys = {
+    **_NO_DATA,
+    **dict.fromkeys(_OPENS, frozenset({"execution"})),
+    "tool_exec_end": frozenset({"execution"}),
+    "model_exec_end": frozenset({"execution", "error", "message"}),
+    "agent_end": frozenset({"summary", "error"}),
+}
 
 
 class _Summarizer:
@@ -2292,7 +2553,7 @@ def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LIN
         with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
             f.seek(0)
             try:
-                result = _read(f, name, max_line_bytes, lambda record: None)
+                result = _read(f, name, max_line_bytes, lambda record: None, _NO_DATA)
             except FormatError as exc:
                 error = exc
             else:
@@ -2418,7 +2679,7 @@ def _validate_command(args: Any) -> int:
     for name in args.files:
         tally = _Tally()
         try:
-            result = _read_file(name, args.max_line_bytes, tally)
+            result = _read_file(name, args.max_line_bytes, tally, keys=_NO_DATA)
         except (FormatError, OSError) as exc:
             status = 1
             _print_failure(name, exc, args.json)
@@ -2474,7 +2735,7 @@ def _repair_command(args: Any) -> int:
 def _summary_command(args: Any) -> int:
     tally = _Summarizer()
     try:
-        result = _read_file(args.file, args.max_line_bytes, tally)
+        result = _read_file(args.file, args.max_line_bytes, tally, keys=_SUMMARY_DATA)
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, args.json)
         return 1
@@ -2638,7 +2899,7 @@ def _json_text(value: Any) -> str:
 def _checkpoint_command(args: Any) -> int:
     tally = _Tally()
     try:
-        result = _read_file(args.file, args.max_line_bytes, tally)
+        result = _read_file(args.file, args.max_line_bytes, tally, keys=_NO_DATA)
         at = tally.latest_checkpoint(result)
         if at is None:
             print(f"{args.file}: no checkpoint in {result.records} records", file=sys.stderr)
@@ -2654,15 +2915,20 @@ def _checkpoint_command(args: Any) -> int:
 
 
 def _read_file(
-    name: str, max_line_bytes: int, visit: Callable[[Record], object], lines: Optional[_Lines] = None
+    name: str,
+    max_line_bytes: int,
+    visit: Callable[[Record], object],
+    lines: Optional[_Lines] = None,
+    keys: Optional[_DataKeys] = None,
 ) -> ReadResult:
     """``read`` for the commands, showing a percentage on a terminal while a big file is read."""
     size = os.stat(name).st_size
     progress = _Progress(name, size, visit) if size > _PROGRESS_FROM and sys.stderr.isatty() else None
     try:
         if lines is not None:
-            return _read(lines, name, max_line_bytes, progress or visit)
-        return read(name, progress or visit, max_line_bytes=max_line_bytes)
+            return _read(lines, name, max_line_bytes, progress or visit, keys)
+        with _opened(name) as (f, _):
+            return _read(f, name, max_line_bytes, progress or visit, keys)
     finally:
         if progress is not None:
             progress.done()
