@@ -2237,6 +2237,117 @@ def test_json_test_suite_lines_are_rejected_cleanly(tmp_path: Path) -> None:
     assert checked > 250
 
 
+def json_accepts(blob: bytes) -> bool:
+    """The reader's verdict on one line parsed whole: strict json.loads, on a fresh stack."""
+    try:
+        session._decode_anywhere(blob.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def scanner_accepts(blob: bytes) -> bool:
+    """The verdict of the byte scanner the reader uses on long lines."""
+    if session._invalid_utf8(blob) >= 0:
+        return False
+    try:
+        session._scan_json(blob, frozenset())
+    except session._NotJSON:
+        return False
+    return True
+
+
+def test_the_long_line_scanner_agrees_with_json_on_the_test_suite() -> None:
+    verdicts = {case.name: json_accepts(case.read_bytes()) for case in sorted(CORPUS.iterdir())}
+    assert sum(verdicts.values()) > 90 and not all(verdicts.values())
+    assert {name: scanner_accepts((CORPUS / name).read_bytes()) for name in verdicts} == verdicts
+
+
+def long_line(data: bytes) -> bytes:
+    return (
+        f'{{"session_id":"{SID}","seq":3,"type":"tool_exec_end","time":"t","run_id":"{RID}",'.encode()
+        + b'"data":'
+        + data
+        + b"}"
+    )
+
+
+LONG = b"[" + b'{},1.5,0,"x\\u00e9\\n",[],true,null,' * 60_000 + b"0]"  # 2 MB
+LONG_LINES = [
+    ("valid", long_line(b'{"execution":{"id":"t1","kind":"tool"},"result":' + LONG + b"}")),
+    ("NaN", long_line(b'{"result":' + LONG.replace(b"1.5,", b"NaN,", 1) + b"}")),
+    ("1e999", long_line(b'{"result":' + LONG[:-2] + b"1e999]}")),
+    ("long int", long_line(b'{"result":' + LONG[:-2] + b"9" * 5000 + b"]}")),
+    ("trailing comma", long_line(b'{"result":' + LONG[:-2] + b"]}")),
+    ("control character", long_line(b'{"result":' + LONG.replace(b"\\n", b"\\n\x01") + b"}")),
+    ("bad escape", long_line(b'{"result":' + LONG.replace(b"\\u00e9", b"\\x", 1) + b"}")),
+    ("invalid UTF-8", long_line(b'{"result":' + LONG.replace(b"x", b"\xed\xa0\x80", 1) + b"}")),
+    ("deep", long_line(b'{"result":' + LONG[:-2] + b"[" * 5000 + b"]" * 5000 + b"]}")),
+    ("data twice", long_line(b'{"result":' + LONG + b'},"data":[]')),
+    ("seq as text", long_line(b'{"result":' + LONG + b"}").replace(b'"seq":3', b'"seq":"3"')),
+    ("no type", long_line(b'{"result":' + LONG + b"}").replace(b'"type":"tool_exec_end",', b"")),
+    ("array", b"[" + long_line(b'{"result":' + LONG + b"}") + b"]"),
+    ("extra data", long_line(b'{"result":' + LONG + b"}") + b" {}"),
+]
+
+
+@pytest.mark.parametrize("line", [case[1] for case in LONG_LINES], ids=[case[0] for case in LONG_LINES])
+def test_a_long_line_gets_the_verdict_json_gives_without_being_built(tmp_path: Path, line: bytes) -> None:
+    assert len(line) > session._BIG_LINE
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line, line_obj(4, "run_close")]))
+
+    def outcome(reader: Any) -> Any:
+        try:
+            return reader()
+        except FormatError as exc:
+            return (exc.line, exc.offset)
+
+    whole: List[session.Record] = []
+    scanned: List[session.Record] = []
+    verdict = outcome(lambda: session.read(path, whole.append))
+    with path.open("rb") as f:
+        assert (
+            outcome(lambda: session._read(f, str(path), 1 << 30, scanned.append, session._NO_DATA)) == verdict
+        )
+    valid = isinstance(verdict, session.ReadResult)
+    assert outcome(lambda: session.open(path).close()) == (None if valid else verdict)
+    assert outcome(lambda: session.summarize(path).records) == (verdict.records if valid else verdict)
+    assert run_cli("validate", str(path)).returncode == (0 if valid else 1)
+    if valid:  # read built the data; the others did not
+        assert whole[2].data["result"][:3] == [{}, 1.5, 0]
+        assert scanned[2].data == {} and scanned[2]._replace(data=whole[2].data) == whole[2]
+        assert session.summarize(path).gaps == []  # the call's execution was read
+
+
+PEAK_OF_VALIDATE = """
+import sys, session
+def peak():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the high-water mark starts again from what is resident now
+before = peak()
+assert session.main(["validate", sys.argv[1]]) == 0
+print((peak() - before) * 1024)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="peak memory is measured through Linux's /proc")
+def test_validating_a_hostile_long_line_takes_a_few_times_its_size(tmp_path: Path) -> None:
+    line = long_line(b'{"result":[' + b"{}," * ((16 << 20) // 3) + b"0]}")  # json would build 5 million dicts
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line, line_obj(4, "run_close")]))
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_OF_VALIDATE, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) < 3 * len(line)  # 26 times when the line was built
+
+
 def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
@@ -3284,3 +3395,55 @@ def test_reliability_fuzz_codec_and_event_data(value: Any) -> None:
     with contextlib.suppress(FormatError):
         EventData.from_record(session.Record(SID, 3, "x", "t", RID, data, 0))
     assert JSONCodec().decode(JSONCodec().encode(value)) == value  # plain JSON round-trips
+
+
+JSON_BYTES = b'{}[],:"\\ \t\n\r0123456789.-+eEtrufalsn\x00\x1f\x7f\xc3\xa9\xff'
+TEXT_EDIT = st.tuples(
+    st.integers(0, 10**6),
+    st.integers(0, 3),
+    st.binary(max_size=3)
+    | st.sampled_from(
+        [
+            b"\\u00e9",
+            b"\\ud800",
+            b"\\x",
+            b"NaN",
+            b"-Infinity",
+            b"1e999",
+            b"1E+2",
+            b"-0.0e-0",
+            b"01",
+            b"9" * 4400,
+        ]
+    ),
+)
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES * 2, deadline=None, derandomize=True, database=None)
+@hypothesis.given(
+    JSON_VALUES,
+    st.sampled_from([(",", ":"), (", ", ": "), (" ,\t", "\r\n:\n")]),
+    st.booleans(),
+    st.lists(
+        TEXT_EDIT | st.tuples(st.integers(0, 10**6), st.just(1), st.sampled_from(list(JSON_BYTES))),
+        max_size=3,
+    ),
+)
+def test_reliability_fuzz_the_long_line_scanner_agrees_with_json(
+    value: Any, separators: Tuple[str, str], only_ascii: bool, edits: List[Tuple[int, int, Any]]
+) -> None:
+    blob = json.dumps(value, separators=separators, ensure_ascii=only_ascii).encode()
+    for at, cut, insert in edits:
+        at %= len(blob) + 1
+        blob = blob[:at] + (bytes([insert]) if isinstance(insert, int) else insert) + blob[at + cut :]
+    assert scanner_accepts(blob) == json_accepts(blob), blob
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(MUTATION, min_size=1, max_size=4))
+def test_reliability_fuzz_the_long_line_scanner_on_mutated_lines(mutations: List[Any]) -> None:
+    blob = fuzz_base()
+    for mutation in mutations:
+        blob = mutate(blob, mutation)
+    for line in blob.split(b"\n"):
+        assert scanner_accepts(line) == json_accepts(line), line[:200]
