@@ -2045,14 +2045,52 @@ _CHARS = rb'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*
 _STRING_PART = re.compile(_CHARS + rb"{0,1024}")
 _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _LITERAL = re.compile(rb"true|false|null")
-# Values json takes whatever follows (no exponent, under 300 integer digits, few escapes), in
-# runs of "value," that are checked at the speed of re.
-_PLAIN = (
-    rb'(?:"' + _CHARS + rb'{0,8}"|-?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?|true|false|null'
-    rb"|\{[ \t\n\r]*\}|\[[ \t\n\r]*\])[ \t\n\r]*,[ \t\n\r]*"
-)
-_ITEMS = re.compile(rb"(?:" + _PLAIN + rb"){1,1024}")
-_MEMBERS = re.compile(rb'(?:"' + _CHARS + rb'{0,8}"[ \t\n\r]*:[ \t\n\r]*' + _PLAIN + rb"){1,1024}")
+# Values json takes whatever follows (no exponent, under 300 integer digits, few escapes),
+# alone or in small objects and arrays up to three levels deep, in runs of "value," checked at
+# the speed of re.
+
+
+def _small_containers(value: bytes, most: int) -> bytes:
+    pair = _TEXT + _W + rb":" + _W + value + _W
+    item = value + _W
+    return (
+        rb"\{"
+        + _W
+        + rb"(?:"
+        + pair
+        + rb"(?:,"
+        + _W
+        + pair
+        + rb"){0,%d})?\}" % most
+        + rb"|\["
+        + _W
+        + rb"(?:"
+        + item
+        + rb"(?:,"
+        + _W
+        + item
+        + rb"){0,%d})?\]" % most
+    )
+
+
+_W = rb"[ \t\n\r]*"
+_TEXT = rb'"' + _CHARS + rb'{0,8}"'
+_SCALAR = rb"(?:" + _TEXT + rb"|-?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?|true|false|null)"
+_PLAIN = _SCALAR
+for _level in range(3):
+    _PLAIN = rb"(?:" + _SCALAR + rb"|" + _small_containers(_PLAIN, 8) + rb")"
+_PLAIN += _W + rb"," + _W
+_runs: Optional[Tuple[re.Pattern[bytes], re.Pattern[bytes]]] = None
+
+
+def _plain_runs() -> Tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """Runs of plain items and of plain members, compiled on first use (it takes a tenth of
+    a second, which only a long line is worth)."""
+    global _runs
+    if _runs is None:
+        items = re.compile(rb"(?:" + _PLAIN + rb"){1,64}")
+        _runs = items, re.compile(rb"(?:" + _TEXT + _W + rb":" + _W + _PLAIN + rb"){1,64}")
+    return _runs
 
 
 class _NotJSON(Exception):
@@ -2161,11 +2199,12 @@ def _scan_json(raw: bytes, wanted: FrozenSet[str]) -> Tuple[int, _Spans, _Spans]
                 if raw[pos : pos + 1] != b",":
                     raise _NotJSON("Expecting ',' delimiter", pos)
                 pos = _after_ws(raw, pos + 1)
+            fast = depth < _SAFE_DEPTH - 3  # the plain values skipped nest three levels deeper at most
             if stack[-1] == _CLOSING[_ARRAY]:
-                pos = _skip_items(raw, pos)
+                pos = _skip_items(raw, pos) if fast else pos
             else:
                 noted = depth == 1 or (depth == 2 and in_data and bool(wanted))
-                pos, key = _member(raw, pos, noted)
+                pos, key = _member(raw, pos, noted, fast)
                 if key is not None and (depth == 1 or key in wanted):
                     keys[depth], starts[depth] = key, pos
             break
@@ -2177,21 +2216,23 @@ def _after_ws(raw: bytes, pos: int) -> int:
 
 def _skip_items(raw: bytes, pos: int) -> int:
     """Past the plain items of an array from *pos*: where the next item starts."""
-    run = _ITEMS.match(raw, pos)
+    items = _plain_runs()[0].match
+    run = items(raw, pos)
     while run is not None:
         pos = run.end()
-        run = _ITEMS.match(raw, pos)
+        run = items(raw, pos)
     return pos
 
 
-def _member(raw: bytes, pos: int, noted: bool) -> Tuple[int, Optional[str]]:
-    """From *pos* in an object, past plain members unless each is to be *noted*, then past a
-    member's key and colon: where its value starts, and the key if *noted*."""
-    if not noted:
-        run = _MEMBERS.match(raw, pos)
+def _member(raw: bytes, pos: int, noted: bool, fast: bool) -> Tuple[int, Optional[str]]:
+    """From *pos* in an object, past plain members if *fast* and each need not be *noted*,
+    then past a member's key and colon: where its value starts, and the key if *noted*."""
+    if fast and not noted:
+        members = _plain_runs()[1].match
+        run = members(raw, pos)
         while run is not None:
             pos = run.end()
-            run = _MEMBERS.match(raw, pos)
+            run = members(raw, pos)
     if raw[pos : pos + 1] != b'"':
         raise _NotJSON("Expecting property name enclosed in double quotes", pos)
     end = _scalar_end(raw, pos)
