@@ -26,16 +26,20 @@ import json.scanner
 import math
 import os
 import re
+import stat
 import sys
 import types
 import typing
+import warnings
 import weakref
 from _thread import RLock, allocate_lock, start_new_thread  # threading's, without importing it
+from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import (
     Any,
     BinaryIO,
     Callable,
+    Deque,
     Dict,
     FrozenSet,
     Iterator,
@@ -1440,6 +1444,10 @@ class _CheckpointAt(NamedTuple):
     time: str
 
 
+def _line_head(session_id: str) -> str:
+    return f'{{"session_id":"{session_id}","seq":'  # every line starts so: seq and the rest follow
+
+
 def create(
     path: Union[str, os.PathLike[str]],
     codec: Optional[Codec] = None,
@@ -1450,26 +1458,38 @@ def create(
     """Create a new session file at *path* and return its writer.
 
     The file is made with mode 0600 and must not exist (``FileExistsError``); its first line,
-    ``session_start``, is synced with the directory entry before this returns.  *codec*
+    ``session_start``, is synced with the directory entry before this returns.  One file
+    that exists is started afresh: what a ``create`` cut short by a crash leaves, a regular
+    file holding only the start of a header or zeros (``open`` and ``repair`` refuse it:
+    "no complete line"); ``LockedError`` while another ``create`` writes it.  *codec*
     encodes messages and checkpoints (default: ``JSONCodec()``).  *redact*, if given, takes
     each event's and checkpoint's JSON-ready ``data`` just before it is encoded and returns
     what to write instead.  A line longer than *max_line_bytes* is refused
     (``RecordingError``): the session never writes what its own ``open`` would reject.
-    The codec and *redact* run under the session's lock: they must not call the session.
+    The codec and *redact* run under the session's lock: they should not call the session
+    (if they do, the calls are done as a signal handler's are: see ``Session.close``).
     """
     _check_line_limit(max_line_bytes)
     name = _name(path)
-    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
     try:
-        _lock(fd, name)
-    except BaseException:
-        os.close(fd)
-        os.unlink(name)  # it is ours (O_EXCL) and holds nothing
-        raise
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
+    except FileExistsError:
+        taken = _take_over_torn(name)
+        if taken is None:
+            raise
+        fd = taken
+    else:
+        try:
+            _lock(fd, name)
+        except LockedError:  # a create that takes over torn files got it first: it is theirs
+            os.close(fd)
+            raise
+        except BaseException:
+            os.close(fd)
+            os.unlink(name)  # it is ours (O_EXCL) and holds nothing
+            raise
     session_id = _new_id()
-    time = _utc_text(None)
-    data = f'{{"version":{_FORMAT_VERSION}}}'
-    header = f'{_line_head(session_id)}1,"type":"session_start","time":"{time}","data":{data}}}\n'.encode()
+    header = _header(session_id, _utc_text(None))
     try:
         _write_all(fd, header)
         _sync(fd)
@@ -1482,6 +1502,49 @@ def create(
             raise RecordingError(f"{name}: cannot write the session header: {exc}") from exc
         raise
     return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None)
+
+
+def _header(session_id: str, time: str) -> bytes:
+    data = f'{{"version":{_FORMAT_VERSION}}}'
+    return f'{_line_head(session_id)}1,"type":"session_start","time":"{time}","data":{data}}}\n'.encode()
+
+
+_HEADER_BYTES = len(_header(32 * "0", "2000-01-01T00:00:00.000000Z"))
+
+
+def _take_over_torn(name: str) -> Optional[int]:
+    """The locked, emptied descriptor of the file at *name* if a crash cut its ``create``
+    short, else ``None``.
+
+    Such a file holds no complete line, so no record: nothing is lost by starting it again.
+    Only what a ``create`` writes qualifies (a regular file, no symlink, shorter than a
+    header, starting as one does or zeros, as some file systems leave after a power loss), so
+    that a mistyped path never empties a file that is not a session's.
+    """
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # a symlink, or a file this process may not write
+        return None
+    try:
+        if _is_torn_header(fd):
+            _lock(fd, name)  # LockedError: a create is writing it now
+            if _is_torn_header(fd):  # looked again under the lock
+                os.ftruncate(fd, 0)
+                return fd
+    except BaseException:
+        os.close(fd)  # a lock taken above goes with it
+        raise
+    os.close(fd)
+    return None
+
+
+def _is_torn_header(fd: int) -> bool:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return False
+    raw = _read_at(fd, 0, _HEADER_BYTES)
+    start = b'{"session_id":"'
+    torn = raw.startswith(start) or start.startswith(raw) or not raw.strip(b"\0")
+    return torn and len(raw) < _HEADER_BYTES and b"\n" not in raw
 
 
 def open(  # noqa: A001 - the contract's name; the builtin stays reachable as builtins.open
@@ -1529,15 +1592,22 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     )
 
 
-def _line_head(session_id: str) -> str:
-    return f'{{"session_id":"{session_id}","seq":'  # every line starts so: seq and the rest follow
+class _Pending(NamedTuple):
+    """A line on its way into the file, and the open run once it is there."""
+
+    line: bytes
+    start: int
+    seq: int
+    run: Optional[Run]
 
 
 class Session:
     """The one writer of a session file; get one from ``create`` or ``open``.
 
-    Safe to share between threads: every line is written whole, in ``seq`` order.  After
-    ``close()`` every method but ``close`` raises ``ValueError``.
+    Safe to share between threads: every line is written whole, in ``seq`` order.  Safe to
+    call from a signal handler too (see ``Session.close``).  After ``close()`` every method
+    but ``close`` raises ``ValueError``.  A session dropped unclosed releases its file with a
+    ``ResourceWarning``, as an unclosed ``io`` file does, and writes nothing more.
     """
 
     def __init__(
@@ -1558,14 +1628,18 @@ class Session:
         self._codec: Codec = _DEFAULT_CODEC if codec is None else codec
         self._redact = redact
         self._max_line_bytes = max_line_bytes
-        self._lock = RLock()  # re-entrant, so that a call back from a codec or redactor fails, not hangs
-        self._busy = False  # encoding a record: a call now comes from the codec or the redactor
+        self._lock = RLock()  # re-entrant: a signal handler in a locked thread gets in (see _write)
+        self._writing = False  # a thread holding the lock is inside _write
+        self._later: Deque[Callable[[], object]] = deque()  # writes that interrupted _write wait here
+        self._pending: Optional[_Pending] = None  # a write an exception may have cut short
         self._head = _line_head(session_id)
         self._seq = seq
         self._size = size
         self._checkpoint = checkpoint
-        self._run: Optional[Run] = None
-        self._failure: Optional[BaseException] = None
+        self._run: Optional[Run] = None  # the run open in the file
+        self._ending: Optional[Run] = None  # a run whose run_close is decided, maybe not written yet
+        self._closing = False  # close() has begun: no new records
+        self._failure: Optional[Exception] = None
         _SESSIONS.add(self)
 
     def __repr__(self) -> str:
@@ -1578,15 +1652,33 @@ class Session:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        # What io does for an unclosed file: warn, and let go of the descriptor, and so of the
+        # lock.  Nothing is written or synced: this runs whenever the collector does, in any
+        # thread or at exit, where a write's or a slow fsync's error could only be printed, and
+        # a run_close would claim an end the program never reached.  What was written is in the
+        # operating system's hands already and outlives the descriptor; the open run reads as
+        # interrupted, which it was.
+        fd = getattr(self, "_fd", -1)  # __init__ may not have got that far
+        if fd >= 0:
+            self._fd = -1
+            self._closing = True
+            warnings.warn(f"unclosed session {self.path!r}", ResourceWarning, stacklevel=2, source=self)
+            _release(fd)
+
     def begin_run(self) -> Run:
-        """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open."""
+        """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open.
+
+        ``RuntimeError`` from a signal handler that interrupted a write of this session.
+        """
         with self._lock:
-            self._check(None)
-            if self._run is not None:
-                raise RunOpenError(f"{self.path}: run {self._run.run_id} is still open; close it first")
+            self._check_no_run()
+            if self._writing:  # the new run would start only after the write under way
+                raise RuntimeError(f"{self.path}: begin_run cannot interrupt a write to its session")
             run = Run(self, _new_id())
-            self._append(run.run_id, "run_start", _utc_text(None), "{}")
-            self._run = run
+            self._write(
+                self._check_no_run, lambda: self._append(run.run_id, "run_start", _utc_text(None), "{}", run)
+            )
         return run
 
     def sync(self) -> None:
@@ -1602,7 +1694,7 @@ class Session:
         rebinds its model, tools and configuration and installs the snapshot itself.
         """
         with self._lock:
-            if self._busy or self._fd < 0:  # re-entered or closed; a failed session stays readable
+            if self._fd < 0:  # closed; a failed session stays readable
                 self._check(None)
             at = self._checkpoint
             if at is None:
@@ -1614,51 +1706,113 @@ class Session:
         """Close an open run, sync, and release the file and its lock.
 
         Idempotent; raises ``RecordingError`` (again) if recording failed, after releasing.
+        A signal handler may call this (or ``record``, ``save_checkpoint``, ``sync``) at any
+        moment.  If it interrupted a write of this session in its own thread, what is written
+        is synced at once, and the rest (``run_close``, the last sync, the release) is done
+        right after the interrupted line: before that call returns, or unwinds from the
+        handler's ``sys.exit``.  Only ``os._exit`` in the handler would skip it.
         """
         with self._lock:
-            if self._busy:
-                self._check_failure()
             if self._fd >= 0:
                 try:
-                    if self._failure is None:
-                        if self._run is not None:
-                            self._append(self._run.run_id, "run_close", _utc_text(None), "{}")
-                        self._sync()
+                    if self._writing and self._failure is None:
+                        self._sync()  # what is written is safe, even if the handler ends the process
                 finally:
-                    fd, self._fd, self._run = self._fd, -1, None
-                    try:
-                        _release(fd)
-                    except OSError as exc:  # NFS reports write errors here
-                        raise self._fail(exc, "cannot close") from exc
+                    self._write(self._decide_close, self._close_now)
             self._check_failure()
 
     # Everything below runs with self._lock held.
 
     def _check(self, run: Optional[Run]) -> None:
         self._check_failure()
-        if self._fd < 0:
+        if self._closing:
             raise ValueError(f"{self.path}: session is closed")
-        if run is not None and run is not self._run:
+        if run is not None and (run is not self._run or run is self._ending):
             raise ValueError(f"{self.path}: run {run.run_id} is closed")
 
+    def _check_no_run(self) -> None:
+        self._check(None)
+        if self._run is not None:
+            raise RunOpenError(f"{self.path}: run {self._run.run_id} is still open; close it first")
+
     def _check_failure(self) -> None:
-        if self._busy:
-            raise RuntimeError(f"{self.path}: a codec or redact function must not use its session")
         if self._failure is not None:
             raise RecordingError(
                 f"{self.path}: recording failed earlier ({self._failure!r}); nothing more is written"
             ) from self._failure
 
-    def _fail(self, exc: BaseException, what: str) -> RecordingError:
+    def _fail(self, exc: Exception, what: str) -> RecordingError:
         """Make *exc* the sticky failure; the caller raises what this returns."""
         if self._failure is None:
             self._failure = exc
-        if not isinstance(exc, Exception):  # KeyboardInterrupt and kin: keep them as they are
-            raise exc
+        self._pending = None  # nothing more is written
         return RecordingError(f"{self.path}: {what}: {exc}")
 
-    def _append(self, run_id: str, kind: str, time: str, data: str, sync: bool = False) -> int:
-        """Write one record with the next seq (its state checked by the caller); its offset."""
+    def _write(self, check: Callable[[], None], write: Callable[[], object]) -> None:
+        """Run *check*, then *write* now, or right after the write this thread is in.
+
+        The lock is re-entrant, so a signal handler that interrupts this thread's own write
+        gets in, at any point of it: even after ``os.write`` returned and before the seq moved
+        on.  Writing then would repeat that seq, so its *write* waits in ``_later``, checked
+        now (it raises now) and done in order as soon as the write under way is: by the
+        ``finally`` below, which also runs when the handler raised (``sys.exit``).
+        """
+        if self._writing:
+            check()
+            self._later.append(write)
+            return
+        self._writing = True
+        try:
+            if self._pending is not None:
+                self._settle()
+            check()
+            write()
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        """End a ``_write``: do, in order, what calls that interrupted it queued; from then on
+        such calls write at once."""
+        first: Optional[BaseException] = None
+        try:
+            while True:
+                while self._later:
+                    try:
+                        if self._pending is not None:
+                            self._settle()
+                        self._later.popleft()()
+                    except BaseException as exc:  # noqa: BLE001 - a second handler's sys.exit too: do the rest first
+                        first = first or exc
+                self._writing = False
+                if not self._later:  # nothing queued in the instant before
+                    break
+                self._writing = True
+        finally:
+            self._writing = False
+        if first is not None:
+            raise first
+
+    def _settle(self) -> None:
+        """Bring the state up to the file after a write that an exception (a signal handler's,
+        raised anywhere in it) cut short: its line is in the file whole, in part, or not at all."""
+        pending = self._pending
+        assert pending is not None
+        try:
+            size = os.fstat(self._fd).st_size
+            end = pending.start + len(pending.line)
+            if pending.start < size < end:  # continue it, never repeat it
+                _write_all(self._fd, memoryview(pending.line)[size - pending.start :])
+        except OSError as exc:
+            raise self._fail(exc, "cannot write") from exc
+        if size > pending.start:
+            self._seq, self._size, self._run = pending.seq, end, pending.run
+        self._pending = None
+
+    def _append(
+        self, run_id: str, kind: str, time: str, data: str, run: Optional[Run], sync: bool = False
+    ) -> int:
+        """Write one record with the next seq, after which *run* is open; its offset."""
+        self._check_failure()  # an interrupting call may have failed the session
         seq = self._seq + 1
         text = (
             f'{self._head}{seq},"type":{_quote(kind)},"time":"{time}","run_id":"{run_id}","data":{data}}}\n'
@@ -1670,23 +1824,46 @@ class Session:
         if len(line) > self._max_line_bytes + 1:
             too_long = ValueError(f"a line of {len(line) - 1} bytes is longer than max_line_bytes")
             raise self._fail(too_long, "cannot write") from too_long
+        offset = self._size
+        self._pending = _Pending(line, offset, seq, run)
         try:
             done = os.write(self._fd, line)
             if done != len(line):  # a short write: continue it, never repeat it
                 _write_all(self._fd, memoryview(line)[done:])
-        except BaseException as exc:
+        except Exception as exc:  # not KeyboardInterrupt or SystemExit: _settle sees to those
             raise self._fail(exc, "cannot write") from exc
-        offset = self._size
-        self._seq = seq
-        self._size += len(line)
+        self._seq, self._size, self._run = seq, offset + len(line), run
+        self._pending = None
         if sync:
             self._sync()
         return offset
 
+    def _save(self, run: Run, time: str, data: str) -> None:
+        offset = self._append(run.run_id, "checkpoint", time, data, run, sync=True)
+        self._checkpoint = _CheckpointAt(offset, self._size, self._seq, run.run_id, time)
+
+    def _decide_close(self) -> None:
+        self._closing = True
+
+    def _close_now(self) -> None:
+        if self._fd < 0:  # an interrupting close() queued after this one
+            return
+        try:
+            if self._failure is None:
+                if self._run is not None:
+                    self._append(self._run.run_id, "run_close", _utc_text(None), "{}", None)
+                self._sync()
+        finally:
+            fd, self._fd, self._run, self._pending = self._fd, -1, None, None
+            try:
+                _release(fd)
+            except OSError as exc:  # NFS reports write errors here
+                raise self._fail(exc, "cannot close") from exc
+
     def _sync(self) -> None:
         try:
             _sync(self._fd)
-        except BaseException as exc:
+        except Exception as exc:
             raise self._fail(exc, "cannot sync") from exc
 
     def _data_text(self, data: Dict[str, Any]) -> str:
@@ -1697,7 +1874,10 @@ class Session:
                 raise TypeError(f"redact must return a dict, not {type(data).__name__}")
         try:
             text = _dumps(data)
-        except (TypeError, ValueError, RecursionError) as exc:
+        except (
+            TypeError,
+            ValueError,
+        ) as exc:  # not RecursionError: encoding again could overflow the stack for good
             bad = next((key for key, value in data.items() if not _encodable(value)), None)
             raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
         digits = _long_integer(text)
@@ -1709,6 +1889,7 @@ class Session:
         """In a forked child: never write through the parent's descriptor, nor keep it (the
         lock lives as long as any copy of it: the parent could not open the file again)."""
         self._lock = RLock()
+        self._writing, self._later, self._pending = False, deque(), None  # another thread's, gone
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -1785,7 +1966,6 @@ class Run:
         # holding it around a write (measured: 8 threads keep 0.7x, not 0.3x, of one thread's pace).
         with session._lock:
             session._check(self)
-            session._busy = True
             try:
                 data = _event_data(event, session._codec)
                 if data is None:
@@ -1794,9 +1974,10 @@ class Run:
                 time = _utc_text(event.timestamp)
             except Exception as exc:
                 raise session._fail(exc, f"cannot encode a {kind} event") from exc
-            finally:
-                session._busy = False
-            session._append(self.run_id, kind, time, text)
+            # checked again: a signal handler (or the codec) may have closed the run meanwhile
+            session._write(
+                lambda: session._check(self), lambda: session._append(self.run_id, kind, time, text, self)
+            )
         return True
 
     def ref(self, execution: Execution) -> CallRef:
@@ -1805,20 +1986,18 @@ class Run:
 
     def save_checkpoint(self, snapshot: Any) -> None:
         """Append *snapshot*, codec-encoded, as a checkpoint, and sync it with every record
-        before it.  ``Session.load_checkpoint`` returns the latest."""
+        before it.  ``Session.load_checkpoint`` returns the latest.  From a signal handler
+        that interrupted a write of this session, it is written and synced right after the
+        interrupted line (see ``Session.close``)."""
         session = self._session
         with session._lock:
             session._check(self)
             time = _utc_text(None)
-            session._busy = True
             try:
                 text = session._data_text({"snapshot": session._codec.encode(snapshot)})
             except Exception as exc:
                 raise session._fail(exc, "cannot encode the checkpoint") from exc
-            finally:
-                session._busy = False
-            offset = session._append(self.run_id, "checkpoint", time, text, sync=True)
-            session._checkpoint = _CheckpointAt(offset, session._size, session._seq, self.run_id, time)
+            session._write(lambda: session._check(self), lambda: session._save(self, time, text))
 
     def close(self) -> None:
         """Write ``run_close`` and sync.  Idempotent; ``RecordingError`` if recording failed."""
@@ -1826,8 +2005,15 @@ class Run:
         with session._lock:
             session._check_failure()
             if session._run is self:
-                session._append(self.run_id, "run_close", _utc_text(None), "{}", sync=True)
-                session._run = None
+                session._write(self._decide_close, self._close_now)
+
+    def _decide_close(self) -> None:
+        self._session._ending = self
+
+    def _close_now(self) -> None:
+        session = self._session
+        if session._run is self and session._fd >= 0:  # not closed by a call that interrupted this one
+            session._append(self.run_id, "run_close", _utc_text(None), "{}", None, sync=True)
 
 
 # ---------------------------------------------------------------------------- reader
@@ -1913,7 +2099,14 @@ def _records(
     readline = f.readline
     raw = readline(limit)
     if raw[-1:] != b"\n":
-        raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
+        raise _unfinished(
+            raw,
+            limit,
+            name,
+            1,
+            base,
+            "no complete line: not a session file, or one whose create was cut short (create replaces it)",
+        )
     header = _parse_line(raw, name, 1, base, keys)
     session_id = _check_header(header, name, base)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
