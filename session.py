@@ -2241,34 +2241,21 @@ _LITERAL = re.compile(rb"true|false|null")
 # Values json takes whatever follows (no exponent, under 300 integer digits, few escapes),
 # alone or in small objects and arrays up to three levels deep, in runs of "value," checked at
 # the speed of re.
-
-
-def _small_containers(value: bytes, most: int) -> bytes:
-    pair = _TEXT + _W + rb":" + _W + value + _W
-    item = value + _W
-    return (
-        rb"\{"
-        + _W
-        + rb"(?:"
-        + pair
-        + rb"(?:,"
-        + _W
-        + pair
-        + rb"){0,%d})?\}" % most
-        + rb"|\["
-        + _W
-        + rb"(?:"
-        + item
-        + rb"(?:,"
-        + _W
-        + item
-        + rb"){0,%d})?\]" % most
-    )
-
-
 _W = rb"[ \t\n\r]*"
 _TEXT = rb'"' + _CHARS + rb'{0,8}"'
 _SCALAR = rb"(?:" + _TEXT + rb"|-?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?|true|false|null)"
+
+
+def _small_containers(value: bytes, most: int) -> bytes:
+    """An object or array of up to *most* + 1 *value* patterns, as a pattern."""
+    pair = _TEXT + _W + rb":" + _W + value + _W
+    item = value + _W
+    return rb"\{%s(?:%s(?:,%s%s){0,%d})?\}|\[%s(?:%s(?:,%s%s){0,%d})?\]" % (
+        *(_W, pair, _W, pair, most),
+        *(_W, item, _W, item, most),
+    )
+
+
 _PLAIN = _SCALAR
 for _level in range(3):
     _PLAIN = rb"(?:" + _SCALAR + rb"|" + _small_containers(_PLAIN, 8) + rb")"
