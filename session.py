@@ -49,6 +49,7 @@ from typing import (
     Protocol,
     Sequence,
     Set,
+    TextIO,
     Tuple,
     Union,
 )
@@ -2193,8 +2194,9 @@ def _parse_line(
     if end != len(text) - 1:  # an error, or whitespace around the value: ask the full decoder
         try:
             obj = _decode_anywhere(text[:-1], deep)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"invalid JSON: {exc.msg} at column {exc.colno}", name, line, offset) from None
+        except json.JSONDecodeError as exc:  # "Invalid control character at": json adds a position
+            problem = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+            raise FormatError(f"invalid JSON: {problem} at column {exc.colno}", name, line, offset) from None
         except ValueError as exc:  # NaN, Infinity, an integer too long to convert
             raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
         except RecursionError:
@@ -2601,7 +2603,8 @@ class Gap:
 
 @dataclasses.dataclass(frozen=True)
 class Summary:
-    """What ``summarize`` found in one session file."""
+    """What ``summarize`` found in one session file; *uninterpreted* counts the records it
+    needed to read whose data is not of the shape the format writes (left out of the rest)."""
 
     session_id: str
     records: int
@@ -2611,6 +2614,7 @@ class Summary:
     gaps: List[Gap]
     usage: Dict[str, int]
     tail_bytes: int
+    uninterpreted: int = 0
 
 
 def find(source: _Source, ref: CallRef, *, max_line_bytes: int = _MAX_LINE_BYTES) -> List[Record]:
@@ -2618,7 +2622,7 @@ def find(source: _Source, ref: CallRef, *, max_line_bytes: int = _MAX_LINE_BYTES
     found: List[Record] = []
 
     def visit(record: Record) -> None:
-        if record.run_id == ref.run_id and record.ref == ref:
+        if record.run_id == ref.run_id and _call_ref(record) == ref:
             found.append(record)
 
     read(source, visit, max_line_bytes=max_line_bytes)
@@ -2627,11 +2631,21 @@ def find(source: _Source, ref: CallRef, *, max_line_bytes: int = _MAX_LINE_BYTES
 
 def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summary:
     """Runs, record counts, checkpoints, token usage and evidence gaps of *source*, in one
-    streaming pass (memory grows with the runs and the calls still open, not the file)."""
+    streaming pass (memory grows with the runs and the calls still open, not the file).
+    Works on every file ``read`` accepts: data of a shape the format does not write is
+    counted in ``Summary.uninterpreted``, not an error."""
     tally = _Summarizer()
     with _opened(source) as (f, name):
         result = _read(f, name, max_line_bytes, tally, _SUMMARY_DATA)
     return tally.summary(result)
+
+
+def _call_ref(record: Record) -> Optional[CallRef]:
+    """``record.ref``, or ``None`` when its ``data.execution`` is not of the format's shape."""
+    try:
+        return record.ref
+    except FormatError:
+        return None
 
 
 class _RunState:
@@ -2668,6 +2682,7 @@ class _Summarizer:
         self.counts: Dict[str, int] = {}
         self.runs: Dict[str, _RunState] = {}
         self.usage: Dict[str, int] = {}
+        self.uninterpreted = 0
 
     def __call__(self, record: Record) -> None:
         kind = record.type
@@ -2679,14 +2694,23 @@ class _Summarizer:
         run = self.runs[record.run_id]
         run.last = record
         run.records += 1
+        try:
+            self._interpret(record, run)
+        except FormatError:  # data the format does not write: counted, never a failure
+            self.uninterpreted += 1
+
+    def _interpret(self, record: Record, run: _RunState) -> None:
+        """Take what the summary needs from *record*; ``FormatError`` before changing anything
+        when its data is not of the format's shape."""
+        kind = record.type
         if kind == "run_close":
             run.closed = True
         elif kind == "agent_start":
             if run.agent_start is None:
                 run.agent_start = record.seq
         elif kind == "agent_end":
-            run.agent_start = None
             data = EventData.from_record(record)
+            run.agent_start = None
             run.end_reason = data.summary.end_reason if data.summary else ""
             run.error = data.error
         elif kind in _OPENS:
@@ -2740,6 +2764,7 @@ class _Summarizer:
             gaps,
             self.usage,
             result.tail_bytes,
+            self.uninterpreted,
         )
 
 
@@ -2835,10 +2860,16 @@ def _backup(fd: int, name: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The command line, ``python -m session``; returns the exit status."""
+    """The command line, ``python -m session`` (installed: ``session-jsonl``); returns the exit
+    status: 0, 1 as each command's ``--help`` says, 2 for a usage error, 74 when the output
+    cannot be written, 130 when interrupted."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m session", description=(__doc__ or "").split("\n", 1)[0])
+    # Installed, the console script calls main() from a module imported as "session".
+    prog = (
+        "python -m session" if argv is not None or __name__ == "__main__" else os.path.basename(sys.argv[0])
+    )
+    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--version", action="version", version=f"session.py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
@@ -2851,29 +2882,48 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return limit
 
-    def command(name: str, handler: Callable[[Any], int], about: str, many: bool = False) -> Any:
-        sub = commands.add_parser(name, help=about, description=about)
-        sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE")
+    def command(name: str, handler: Callable[[Any], int], about: str, status: str, many: bool = False) -> Any:
+        epilog = f"exit status: {status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
+        sub = commands.add_parser(name, help=about, description=about, epilog=epilog)
+        stdin = "- reads stdin" if name in _READS_STDIN else None
+        sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE", help=stdin)
         sub.add_argument(
             "--max-line-bytes",
             type=line_limit,
             default=_MAX_LINE_BYTES,
             metavar="N",
-            help="longest line read",
+            help="longest line read, in bytes (default: %(default)s, 256 MiB)",
         )
         sub.set_defaults(handler=handler)
         return sub
 
-    check = command("validate", _validate_command, "check session files against the format", many=True)
+    check = command(
+        "validate",
+        _validate_command,
+        "check session files against the format",
+        "0 every file valid; 1 any invalid or unreadable (all are checked)",
+        many=True,
+    )
     check.add_argument("--json", action="store_true", help="print one JSON object per file")
     command(
-        "repair", _repair_command, "keep the records before the first bad line, drop the rest (keeps a copy)"
+        "repair",
+        _repair_command,
+        "keep the records before the first bad line, drop the rest (keeps a copy)",
+        "0 the file is valid afterwards; 1 otherwise",
     )
     report = command(
-        "summary", _summary_command, "runs, counts, token usage and missing evidence of a session"
+        "summary",
+        _summary_command,
+        "runs, counts, token usage and missing evidence of a session",
+        "0 valid, whatever its gaps; 1 invalid or unreadable",
     )
     report.add_argument("--json", action="store_true", help="print one JSON object")
-    show = command("show", _show_command, "print the matching records' lines as they are in the file")
+    show = command(
+        "show",
+        _show_command,
+        "print the matching records' lines as they are in the file",
+        "0 valid; 1 invalid or unreadable (the records before the bad line are printed)",
+    )
     show.add_argument("--run", metavar="RUN_ID", help="records of this run")
     show.add_argument(
         "--type", action="append", metavar="TYPE", help="records of this type (repeat: any of them)"
@@ -2881,18 +2931,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     show.add_argument("--execution", metavar="ID", help="records of this execution id")
     show.add_argument("--attempt", type=int, metavar="N", help="of this attempt (needs --execution)")
     show.add_argument("--pretty", action="store_true", help="a readable transcript instead of the lines")
-    command("checkpoint", _checkpoint_command, "print the latest checkpoint's snapshot as JSON")
+    command(
+        "checkpoint",
+        _checkpoint_command,
+        "print the latest checkpoint's snapshot as JSON",
+        "0 printed; 1 no checkpoint, or the file invalid or unreadable",
+    )
     args = parser.parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate prints as \udXXX, in JSON too
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     if getattr(args, "attempt", None) is not None and args.execution is None:
-        parser.error("--attempt needs --execution")
+        show.error("--attempt needs --execution")
+    args.prog = prog
+    status: int = 0
     try:
-        return args.handler(args)  # type: ignore[no-any-return]
-    except BrokenPipeError:  # the reader stopped early (| head): not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        status = args.handler(args)
+        sys.stdout.flush()  # with default buffering, a closed pipe or a full disk shows here
+    except KeyboardInterrupt:
+        _print_error(f"{prog} {args.command}: interrupted")
+        return 130
+    except (OSError, _OutputError) as exc:  # the commands report what they read: this is the output
+        failure = exc.error if isinstance(exc, _OutputError) else exc
+        _discard_closed_outputs()
+        if isinstance(failure, BrokenPipeError):  # the reader stopped early (| head): not our error
+            return status
+        _print_error(f"{prog} {args.command}: cannot write the output: {_os_reason(failure)}")
+        return _EX_IOERR
+    return status
+
+
+_EX_IOERR = 74  # BSD sysexits.h: an error while doing I/O on some file (here, the output)
+_READS_STDIN = ("validate", "summary", "show")  # checkpoint reads its line twice; repair cuts a file
 
 
 def _validate_command(args: Any) -> int:
@@ -2921,35 +2991,38 @@ def _validate_command(args: Any) -> int:
                 }
             )
         else:
-            tail = f", ignored {result.tail_bytes}-byte unfinished tail" if result.tail_bytes else ""
-            print(
+            _print_text(
                 f"{name}: ok, {result.records} records, {tally.runs} runs ({incomplete} incomplete), "
-                f"{tally.checkpoints} checkpoints{tail}"
+                f"{tally.checkpoints} checkpoints{_tail_text(result.tail_bytes)}"
             )
     return status
+
+
+def _tail_text(size: int) -> str:
+    return f", ignored {size}-byte unfinished tail" if size else ""
 
 
 def _repair_command(args: Any) -> int:
     name = args.file
     try:
         result = repair(name, max_line_bytes=args.max_line_bytes)
+        valid = result.error is None  # and maybe ending in an unfinished line, which repair leaves
+        tail = read(name, lambda record: None, max_line_bytes=args.max_line_bytes).tail_bytes if valid else 0
     except (SessionError, OSError) as exc:
         _print_failure(name, exc, False)
-        if isinstance(exc, FormatError):
-            print(
-                f"{name}: not repaired: without a good first line there is no session to keep",
-                file=sys.stderr,
-            )
+        if isinstance(exc, FormatError) and exc.line == 1:
+            _print_error(f"{name}: not repaired: without a good first line there is no session to keep")
         return 1
     error = result.error
     if error is None:
-        print(f"{name}: valid, nothing to repair ({result.kept_records} records)")
+        left = f"; its {tail}-byte unfinished last line is left for open, which removes it" if tail else ""
+        _print_text(f"{name}: valid, nothing to repair ({result.kept_records} records){left}")
     else:
-        print(
+        _print_text(
             f"{name}: kept {result.kept_records} records; dropped {result.dropped_bytes} bytes "
             f"from line {error.line} (offset {error.offset}): {error.reason}"
         )
-        print(f"{name}: the original is kept as {result.backup_path}")
+        _print_text(f"{name}: the original is kept as {result.backup_path}")
     return 0
 
 
@@ -2967,18 +3040,20 @@ def _summary_command(args: Any) -> int:
             fields["gaps"] = [dict(vars(gap), ref=gap.ref and gap.ref.to_json()) for gap in summary.gaps]
             _print_json({"file": args.file, "ok": True, **fields})
         else:
-            print(_summary_text(args.file, summary), end="")
+            for line in _summary_lines(args.prog, args.file, summary):
+                _print_text(line)
     except (ValueError, RecursionError) as exc:
         _print_failure(args.file, ValueError(f"cannot print the summary: {exc}"), args.json)
         return 1
     return 0
 
 
-def _summary_text(name: str, summary: Summary) -> str:
-    tail = f", ignored {summary.tail_bytes}-byte unfinished tail" if summary.tail_bytes else ""
+def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
+    import shlex
+
     out = [
         f"{name}: session {summary.session_id}, {summary.records} records, {len(summary.runs)} runs, "
-        f"{summary.checkpoints} checkpoints{tail}"
+        f"{summary.checkpoints} checkpoints{_tail_text(summary.tail_bytes)}"
     ]
     for run in summary.runs:
         state = "closed" if run.closed else "not closed"
@@ -2991,6 +3066,8 @@ def _summary_text(name: str, summary: Summary) -> str:
             out.append(f"  error: {_error_text(run.error)}")
     out.append("records by type: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())))
     out.append("usage: " + (", ".join(f"{k} {v}" for k, v in summary.usage.items()) or "none reported"))
+    if summary.uninterpreted:
+        out.append(f"uninterpreted: {summary.uninterpreted} records whose data has an unexpected shape")
     out.append("gaps: none" if not summary.gaps else f"gaps: {len(summary.gaps)}")
     for gap in summary.gaps:
         where = (
@@ -2999,11 +3076,9 @@ def _summary_text(name: str, summary: Summary) -> str:
         out.append(f"  seq {gap.seq}: {gap.kind}, {where}")
         if gap.ref is not None:
             out.append(f"    ref {json.dumps(gap.ref.to_json())}")
-            out.append(
-                f"    python -m session show {name} --run {gap.run_id} "
-                f"--execution {gap.ref.execution_id} --attempt {gap.ref.attempt} --pretty"
-            )
-    return "\n".join(out) + "\n"
+            show = ["show", name, "--run", gap.run_id, "--execution", gap.ref.execution_id]
+            out.append(f"    {prog} {' '.join(map(shlex.quote, show))} --attempt {gap.ref.attempt} --pretty")
+    return out
 
 
 def _duration(start: str, end: str) -> str:
@@ -3015,39 +3090,61 @@ def _duration(start: str, end: str) -> str:
 
 
 def _error_text(error: Any) -> str:
-    if type(error) is dict and "message" in error:
-        return f"{error['type']}: {error['message']}" if "type" in error else str(error["message"])
+    if type(error) is dict and type(error.get("message")) is str:
+        kind = error.get("type")
+        return f"{kind}: {error['message']}" if type(kind) is str else error["message"]
     return _json_text(error)
 
 
 def _show_command(args: Any) -> int:
     types = set(args.type or ())
     out = sys.stdout.buffer
+    unreadable = 0  # records whose execution is not of the shape the format writes
 
     def visit(record: Record) -> None:
+        nonlocal unreadable
         if args.run is not None and record.run_id != args.run:
             return
         if types and record.type not in types:
             return
         if args.execution is not None:
-            ref = record.ref
-            if ref is None or ref.execution_id != args.execution:
+            ref = _call_ref(record)
+            if ref is None:
+                if "execution" in record.data:
+                    unreadable += 1
+                return
+            if ref.execution_id != args.execution:
                 return
             if args.attempt is not None and ref.attempt != args.attempt:
                 return
-        out.write(_transcript(record).encode(errors="backslashreplace") if args.pretty else lines.last)
+        if args.pretty:
+            line = _for_terminal(_transcript(record), newlines=True).encode(errors="backslashreplace")
+        else:
+            line = lines.last
+        try:
+            out.write(line)
+        except OSError as exc:
+            raise _OutputError(exc) from exc
 
     try:
-        with builtins.open(args.file, "rb", _READ_BUFFER) as f:
+        with _input(args.file) as f:
             lines = _Tap(f)
             _read_file(args.file, args.max_line_bytes, visit, lines)
-    except BrokenPipeError:
-        raise
     except (FormatError, OSError) as exc:
         out.flush()
         _print_failure(args.file, exc, False)
         return 1
+    if unreadable:
+        _print_error(f"{args.file}: {unreadable} records with an execution of unexpected shape not matched")
     return 0
+
+
+class _OutputError(Exception):
+    """Writing the output failed with *error*: not the input's fault."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class _Tap:
@@ -3072,16 +3169,16 @@ def _transcript(record: Record) -> str:
     execution = record.data.get("execution")
     if type(execution) is dict:
         head += f"  [{execution.get('kind')} {execution.get('id')} attempt {execution.get('attempt')}]"
-    out = [head]
+    out = [_for_terminal(head)]  # one line, whatever the ids hold
     for key, value in record.data.items():
         if key == "execution":
             continue
         if key in ("message", "partial_message"):
             out += _message_text(value, key)
         elif key == "error":
-            out.append(f"  error: {_error_text(value)}")
-        elif key == "request" and type(value) is dict:
-            for message in value.get("messages") or ():
+            out.append(f"  error: {_error_text(value)}".replace("\n", "\n    "))
+        elif key == "request" and type(value) is dict and type(value.get("messages", [])) is list:
+            for message in value.get("messages", []):
                 out += _message_text(message, "request")
             out.append(f"  tools: {_json_text(value.get('tools'))}")
             out.append(f"  config: {_json_text(value.get('config'))}")
@@ -3113,8 +3210,11 @@ def _message_text(message: Any, label: str) -> List[str]:
     return out
 
 
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+def _json_text(value: Any, indent: Optional[int] = None) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=indent)
+    except RecursionError:  # deeper than this stack allows: compact, from a fresh stack, as read
+        return _on_fresh_stack(_dumps, value)  # type: ignore[no-any-return]
 
 
 def _checkpoint_command(args: Any) -> int:
@@ -3123,7 +3223,7 @@ def _checkpoint_command(args: Any) -> int:
         result = _read_file(args.file, args.max_line_bytes, tally, keys=_NO_DATA)
         at = tally.latest_checkpoint(result)
         if at is None:
-            print(f"{args.file}: no checkpoint in {result.records} records", file=sys.stderr)
+            _print_error(f"{args.file}: no checkpoint in {result.records} records")
             return 1
         with builtins.open(args.file, "rb") as f:
             f.seek(at.offset)
@@ -3131,8 +3231,18 @@ def _checkpoint_command(args: Any) -> int:
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, False)
         return 1
-    print(json.dumps(snapshot, ensure_ascii=False, indent=2))
+    _emit(_json_for_terminal(_json_text(snapshot, indent=2)), sys.stdout)
     return 0
+
+
+@contextlib.contextmanager
+def _input(name: str) -> Iterator[BinaryIO]:
+    """The file *name*, opened for reading; ``-`` is standard input (left open)."""
+    if name == "-":
+        yield sys.stdin.buffer
+    else:
+        with builtins.open(name, "rb", _READ_BUFFER) as f:
+            yield f
 
 
 def _read_file(
@@ -3143,12 +3253,12 @@ def _read_file(
     keys: Optional[_DataKeys] = None,
 ) -> ReadResult:
     """``read`` for the commands, showing a percentage on a terminal while a big file is read."""
-    size = os.stat(name).st_size
+    size = 0 if name == "-" else os.stat(name).st_size
     progress = _Progress(name, size, visit) if size > _PROGRESS_FROM and sys.stderr.isatty() else None
     try:
         if lines is not None:
             return _read(lines, name, max_line_bytes, progress or visit, keys)
-        with _opened(name) as (f, _):
+        with _input(name) as f:
             return _read(f, name, max_line_bytes, progress or visit, keys)
     finally:
         if progress is not None:
@@ -3162,7 +3272,7 @@ class _Progress:
     """Calls *visit*, and shows on stderr how much of *size* bytes has been read."""
 
     def __init__(self, name: str, size: int, visit: Callable[[Record], object]) -> None:
-        self._name = name
+        self._name = _for_terminal(name)
         self._size = size
         self._visit = visit
         self._next = 0
@@ -3179,15 +3289,20 @@ class _Progress:
 
 
 def _print_failure(name: str, exc: Exception, as_json: bool) -> None:
-    """One file's failure: ``FILE:LINE: reason`` on stderr, or a JSON object on stdout."""
+    """One file's failure: ``FILE:LINE: reason (offset N)`` on stderr, or a JSON object on
+    stdout."""
     if isinstance(exc, FormatError):
         line, offset, reason = exc.line, exc.offset, exc.reason
     else:
         line, offset, reason = None, None, _os_reason(exc) if isinstance(exc, OSError) else str(exc)
     if as_json:
         _print_json({"file": name, "ok": False, "line": line, "offset": offset, "error": reason})
+    elif isinstance(exc, (LockedError, RecordingError)):  # their message names the file already
+        _print_error(reason)
+    elif line is None:
+        _print_error(f"{name}: {reason}")
     else:
-        print(f"{name}:{line}: {reason}" if line else f"{name}: {reason}", file=sys.stderr)
+        _print_error(f"{name}:{line}: {reason}" + ("" if offset is None else f" (offset {offset})"))
 
 
 def _os_reason(exc: OSError) -> str:
@@ -3195,7 +3310,66 @@ def _os_reason(exc: OSError) -> str:
 
 
 def _print_json(obj: Dict[str, Any]) -> None:
-    print(json.dumps(obj, ensure_ascii=False, allow_nan=False))
+    _emit(_json_for_terminal(_json_text(obj)), sys.stdout)
+
+
+def _print_text(line: str) -> None:
+    _emit(_for_terminal(line), sys.stdout)
+
+
+def _print_error(text: str) -> None:
+    _emit(_for_terminal(text), sys.stderr)
+
+
+def _emit(text: str, stream: TextIO) -> None:
+    """Print *text*.  Once *stream* is a closed pipe its output goes nowhere and the command
+    goes on: ``validate bad.jsonl good.jsonl | head -1`` still checks every file."""
+    try:
+        print(text, file=stream)
+    except BrokenPipeError:
+        _discard_closed_outputs()
+
+
+def _discard_closed_outputs() -> None:
+    """Point stdout or stderr, whichever cannot be written, at the null device, so that what
+    is left in its buffer, and the flush at exit, go nowhere instead of ending in "Exception
+    ignored" (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+            with contextlib.suppress(OSError):
+                stream.flush()
+
+
+# Shown as escapes: C0 and C1 controls, DEL, and the marks and overrides that reorder text.
+_TERMINAL_UNSAFE = "\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE_IN_LINE = re.compile(f"[\n{_TERMINAL_UNSAFE}]")
+_UNSAFE_IN_TEXT = re.compile(f"[{_TERMINAL_UNSAFE}]")
+
+
+def _for_terminal(text: str, newlines: bool = False) -> str:
+    """*text* safe to print on a terminal: a file's content cannot move the cursor, set the
+    window title or reorder what is shown.  Each control character, DEL and bidirectional
+    override or mark becomes a visible escape (``\\x1b``, ``\\u202e``); newlines stay only when
+    *newlines* (a transcript's texts keep their lines)."""
+    unsafe = _UNSAFE_IN_TEXT if newlines else _UNSAFE_IN_LINE
+    return unsafe.sub(_escape, text)
+
+
+def _json_for_terminal(text: str) -> str:
+    """JSON *text* with what ``_for_terminal`` escapes written as JSON escapes (``\\u202e``):
+    the same value, safe on a terminal too.  (JSON escapes C0 controls itself, and only
+    strings can hold the others.)"""
+    return _UNSAFE_IN_TEXT.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def _escape(match: typing.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 if __name__ == "__main__":
