@@ -2673,7 +2673,7 @@ _SUMMARY_DATA: _DataKeys = {
     **dict.fromkeys(_OPENS, frozenset({"execution"})),
     "tool_exec_end": frozenset({"execution"}),
     "model_exec_end": frozenset({"execution", "error", "message"}),
-    "agent_end": frozenset({"summary", "error"}),
+    "agent_end": frozenset(field.name for field in dataclasses.fields(EventData)),  # all it checks
 }
 
 
