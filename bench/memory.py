@@ -96,8 +96,9 @@ def main() -> int:
                     [sys.executable, "-c", MEASURE, str(ROOT), reader, str(path)],
                     capture_output=True,
                     text=True,
-                    check=True,
                 )
+                if done.returncode:
+                    raise SystemExit(f"{reader} failed on {shape}:\n{done.stderr}")
                 seconds.append(time.monotonic() - began)
                 ratios.append(int(done.stdout.split()[-1]) * 1024 / line)
             path.unlink()
