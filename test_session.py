@@ -2308,7 +2308,7 @@ def unlimited_int_digits() -> Any:
     [
         lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result={"n": [n]})),
         lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result=RawJSON(f"[-{n}]"))),
-        lambda run, n: run.save_checkpoint(AgentState(artifacts=[{"n": n}])),
+        lambda run, n: run.save_checkpoint({"state": [{"n": n}]}),
     ],
     ids=["json", "raw", "checkpoint"],
 )
