@@ -1205,11 +1205,11 @@ def _rfc3339(moment: datetime) -> str:
     offset = moment.utcoffset()
     if offset is None:
         raise _CodecFault("naive datetime (give it a timezone)")
-    if offset % timedelta(minutes=1):
-        return _clock(moment - offset) + "Z"
     if not offset:
         return _clock(moment) + "Z"
-    minutes = offset // timedelta(minutes=1)
+    if offset % _MINUTE:
+        return _clock(moment - offset) + "Z"
+    minutes = offset // _MINUTE
     return "%s%s%02d:%02d" % (_clock(moment), "-" if minutes < 0 else "+", *divmod(abs(minutes), 60))  # noqa: UP031
 
 
@@ -1220,12 +1220,13 @@ def _clock(moment: datetime) -> str:
     last = _last_second  # one read: another thread may replace it, never half of it
     if last[0] != second:
         last = _last_second = (second, "%04d-%02d-%02dT%02d:%02d:%02d" % second)  # noqa: UP031
-    return f"{last[1]}.{moment.microsecond:06d}"
+    return "%s.%06d" % (last[1], moment.microsecond)  # noqa: UP031 - a third faster than format()
 
 
 # Most records of a session share their second with the one before: formatting only the
 # microseconds halves the cost of a time stamp, which every record pays at least once.
 _last_second: Tuple[Tuple[int, ...], str] = ((), "")
+_MINUTE = timedelta(minutes=1)
 
 
 _RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:[Zz]|([+-]\d\d):(\d\d))")
@@ -1315,7 +1316,7 @@ def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
     moment = message.timestamp
     if moment is not None and type(moment) is not datetime:
         raise _fault(f"timestamp must be a datetime, not {type(moment).__name__}", ".timestamp")
-    out["timestamp"] = _GO_ZERO_TIME if moment is None else _encode_at(codec, moment, ".timestamp")
+    out["timestamp"] = _GO_ZERO_TIME if moment is None else _at_step(_rfc3339, moment, ".timestamp")
     return out
 
 
@@ -1621,8 +1622,10 @@ _STRING_OR_LONG_INT = re.compile(
 def _long_integer(text: str) -> int:
     """The digit count of the first integer in JSON *text* too long for a reader with the
     default ``int_max_str_digits``; 0 when there is none."""
+    if len(text) <= _INT_DIGITS:  # most lines: no room for such an integer
+        return 0
     limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
-    if 0 < limit <= _INT_DIGITS or len(text) <= _INT_DIGITS:
+    if 0 < limit <= _INT_DIGITS:
         return 0  # this Python refused to write such an integer already
     line = text.encode("utf-8", "surrogatepass")
     if b"0" * (_INT_DIGITS + 1) not in line.translate(_DIGITS_AS_ZEROS):
@@ -2389,7 +2392,7 @@ class Session:
             too_long = ValueError(f"a line of {len(line) - 1} bytes is longer than max_line_bytes")
             raise self._fail(too_long, "cannot write") from too_long
         offset = self._size
-        self._pending = _Pending(line, offset, seq, run)
+        self._pending = tuple.__new__(_Pending, (line, offset, seq, run))  # _Pending(...), a third the cost
         try:
             done = os.write(self._fd, line)
             if done != len(line):  # a short write: continue it, never repeat it
