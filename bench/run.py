@@ -157,7 +157,8 @@ def write_session(path: Path, target: int, checkpoint_every: int = 500, sizes: S
                 run.record(event)
             count += 3
             if count % checkpoint_every < 3:
-                run.save_checkpoint(session.AgentSnapshot(session.AgentState(messages=[{"n": count}])))
+                turn = session.Message("user", [session.text_block(f"turn {count}")], timestamp=T0)
+                run.save_checkpoint(session.AgentSnapshot(session.AgentState(messages=[turn])))
     return count
 
 
