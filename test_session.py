@@ -165,6 +165,7 @@ SPEC_NAMES = [
     *("RunOpenError", "LockedError", "main"),
     *("repair", "RepairResult"),  # section 8
     *("find", "summarize", "Summary", "RunInfo", "Gap"),  # section 9
+    "export",  # section 10
 ]
 
 
