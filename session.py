@@ -2329,11 +2329,12 @@ def export(
     holds the same session, or ``None``).  Everything is written under temporary names,
     synced and renamed into place, the manifest last: an export without its manifest is
     unfinished.  *progress*, if given, is called with the bytes read so far and in all.
-    ``ValueError`` when *out* is an input, or with *split* a directory that is not empty.
+    ``ValueError`` when *out* is an input or in an input directory, or with *split* a
+    directory that is not empty.
     """
     out_name = _name(out)
     manifest = os.path.join(out_name, "manifest.jsonl") if split else out_name + ".manifest.jsonl"
-    names = _session_files(sources, {os.path.abspath(out_name), os.path.abspath(manifest)})
+    names = _session_files(sources, {os.path.realpath(out_name), os.path.realpath(manifest)})
     target = _SplitOutput(out_name) if split else _JoinedOutput(out_name)
     sizes = [_size_or_zero(name) for name in names]
     read_before = 0
@@ -2361,18 +2362,23 @@ def export(
 
 def _session_files(sources: Iterable[Union[str, os.PathLike[str]]], outputs: Set[str]) -> List[str]:
     """The files *sources* name, directories expanded to their ``*.jsonl`` files (sorted, at
-    any depth, the export's own files left out); each file once."""
+    any depth); each file once.  ``ValueError`` if one of *outputs* is, or would be, among them."""
     names, seen = [], set()
     for source in sources:
         name = _name(source)
         if os.path.isdir(name):
+            inside = [
+                output for output in outputs if output.startswith(os.path.join(os.path.realpath(name), ""))
+            ]
+            if inside:
+                raise ValueError(f"{name} holds the export's own output {min(inside)}: write it elsewhere")
             found = sorted(
                 os.path.join(folder, file)
                 for folder, _, files in os.walk(name)
                 for file in files
-                if file.endswith(".jsonl") and os.path.abspath(os.path.join(folder, file)) not in outputs
+                if file.endswith(".jsonl")
             )
-        elif os.path.abspath(name) in outputs:
+        elif os.path.realpath(name) in outputs:
             raise ValueError(f"{name} is the export's own output")
         else:
             found = [name]
@@ -2405,7 +2411,7 @@ def _export_file(
     else:
         entry = _valid_fields(name, result, copy)
         keep = True
-    duplicate_of = exported.get(copy.session_id or "")
+    duplicate_of = exported.get(copy.session_id or "") if keep else None
     if keep and copy.session_id is not None and duplicate_of is None:
         exported[copy.session_id] = name
         entry.update(part.keep(copy.records), longest_line=copy.longest, duplicate_of=None)
@@ -2671,7 +2677,9 @@ def _export_command(args: Any) -> int:
 
 def _show_progress(done: int, total: int) -> None:
     if done < total:
-        print(f"\rexport: {done * 100 // total}% of {total >> 20} MiB", end="", file=sys.stderr, flush=True)
+        print(
+            f"\rexport: {done * 100 // total}% of {total / 1e6:.1f} MB", end="", file=sys.stderr, flush=True
+        )
     else:
         print("\r\033[K", end="", file=sys.stderr, flush=True)  # erase the line
 

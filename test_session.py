@@ -16,6 +16,7 @@ import os
 import pickle
 import random
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -25,7 +26,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import hypothesis
 import pytest
@@ -2372,34 +2373,6 @@ def test_progress_on_a_terminal_for_big_files(
             assert progress == ""
 
 
-def test_many_sessions_with_duckdb(tmp_path: Path) -> None:
-    import duckdb
-
-    folder = tmp_path / "sessions"
-    folder.mkdir()
-    summaries = {}
-    for n in range(3):
-        path = folder / f"chat-{n}.jsonl"
-        gappy_file(path) if n == 0 else sample_file(path, runs=n)
-        summaries[session.summarize(path).session_id] = session.summarize(path)
-    readme = (HERE / "README.md").read_text(encoding="utf-8")
-    queries = re.findall(r"```sql\n(.*?)```", readme, re.S)
-    assert len(queries) == 2
-    con = duckdb.connect()
-    tokens = con.execute(queries[0].replace("sessions/", f"{folder}/")).fetchall()
-    assert {sid: (inp, out) for sid, inp, out in tokens} == {
-        sid: (s.usage.get("input", 0), s.usage.get("output", 0)) for sid, s in summaries.items() if s.usage
-    }
-    assert con.execute(queries[1].replace("sessions/", f"{folder}/")).fetchall() == []
-    with session.create(folder / "chat-3.jsonl") as s, s.begin_run() as run:
-        run.record(
-            Event("tool_exec_end", execution=TOOL, tool="rm", is_error=True, error=OSError("disk full"))
-        )
-        run.record(Event("tool_exec_end", execution=Execution("t2", "tool"), tool="ls", result=[]))
-    failed = con.execute(queries[1].replace("sessions/", f"{folder}/")).fetchall()
-    assert failed == [(s.session_id, run.run_id, "t1", "rm", "disk full")]
-
-
 def test_summary_of_values_too_deep_or_long_to_print(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
@@ -2564,6 +2537,362 @@ def test_repair_refuses_a_file_that_changes_while_copied(
     with pytest.raises(RecordingError, match="changed while it was copied; nothing was cut"):
         session.repair(path)
     assert path.read_bytes() == bad + b"more\n"
+
+
+# ---------------------------------------------------------------------------- export
+
+
+def busy_file(path: Path, calls: int, seed: int) -> Path:
+    """A valid session of two runs of *calls* model calls, each followed by a tool call; a
+    model call in four fails, a tool call in three; usage has integer and other values."""
+    rng = random.Random(seed)
+    with session.create(path) as s:
+        for _ in range(2):
+            with s.begin_run() as run:
+                for n in range(calls):
+                    model = Execution(f"m{n}", "model")
+                    run.record(Event("model_exec_start", execution=model))
+                    if n % 4 == 3:
+                        run.record(Event("model_exec_end", execution=model, error=RuntimeError("overloaded")))
+                        continue
+                    usage = {"input": rng.randrange(5000), "output": rng.randrange(500), "cost": 0.25}
+                    message = usage_message("é" * rng.randrange(200), **usage, note="12", cached=True)
+                    run.record(Event("model_exec_end", execution=model, message=message))
+                    tool = Execution(f"t{n}", "tool", parent_id=f"m{n}")
+                    if rng.random() < 0.3:
+                        run.record(
+                            Event(
+                                "tool_exec_end",
+                                execution=tool,
+                                tool="rm",
+                                is_error=True,
+                                error=OSError("disk"),
+                            )
+                        )
+                    else:
+                        run.record(Event("tool_exec_end", execution=tool, tool="ls", result=["a"]))
+    return path
+
+
+def damaged_corpus(folder: Path) -> Dict[str, bool]:
+    """Session files with every kind of damage a crash or a careless copy leaves, built with
+    the library; file name -> whether ``validate`` calls it valid."""
+    (folder / "sub").mkdir(parents=True)
+    valid = dict.fromkeys(("clean-0.jsonl", "clean-1.jsonl", "sub/clean-2.jsonl", "gappy.jsonl"), True)
+    for n, name in enumerate(valid):
+        busy_file(folder / name, 6 + n, seed=n) if n < 3 else gappy_file(folder / name)
+    seeds = iter(range(10, 100))
+
+    def lines() -> List[bytes]:  # a new session's
+        made = busy_file(folder / "new.jsonl", 5, seed=next(seeds))
+        blob = made.read_bytes()
+        made.unlink()
+        return blob.splitlines(keepends=True)
+
+    def cut_after_usage(x: List[bytes]) -> bytes:  # a record with usage, missing its newline
+        last = max(i for i, line in enumerate(x) if b'"usage"' in line and b'"model_exec_end"' in line)
+        return b"".join(x[:last]) + x[last][:-1]
+
+    def damaged(how: Callable[[List[bytes]], bytes]) -> bytes:
+        return how(lines())
+
+    files = {
+        "tail.jsonl": (damaged(lambda x: b"".join(x) + b'{"session_id":"'), True),
+        "no-newline.jsonl": (damaged(cut_after_usage), True),
+        "nul-tail.jsonl": (damaged(lambda x: b"".join(x) + b"\x00" * 1000), True),
+        "cr.jsonl": (
+            damaged(
+                lambda x: b"".join(x).replace(b',"type":"model_exec_end"', b',\r"type":"model_exec_end"', 1)
+            ),
+            True,
+        ),
+        "copy.jsonl": ((folder / "clean-1.jsonl").read_bytes(), True),
+        "nul.jsonl": (damaged(lambda x: b"".join([*x[:5], b"\x00" * 400 + x[5], *x[6:]])), False),
+        "garbage.jsonl": (damaged(lambda x: b"".join([*x[:7], b"<<garbage>>\n", *x[7:]])), False),
+        "duplicated.jsonl": (damaged(lambda x: b"".join([*x[:6], *x[5:]])), False),
+        "glued.jsonl": (damaged(lambda x: b"".join(x + lines())), False),
+        "glued-copy.jsonl": ((folder / "clean-0.jsonl").read_bytes() + b"".join(lines()), False),
+        "empty.jsonl": (b"", False),
+    }
+    for name, (blob, ok) in files.items():
+        (folder / name).write_bytes(blob)
+        valid[name] = ok
+    (folder / "notes.txt").write_text("not a session")
+    return valid
+
+
+def manifest_of(path: Path) -> Dict[str, Dict[str, Any]]:
+    """The manifest's objects by file name relative to the corpus folder."""
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    return {Path(entry["file"]).relative_to("sessions").as_posix(): entry for entry in entries}
+
+
+def exported_slice(entry: Dict[str, Any], cwd: Path) -> bytes:
+    return (cwd / entry["out"]).read_bytes()[entry["out_start"] : entry["out_end"]]
+
+
+def test_export_copies_exactly_what_read_validated(tmp_path: Path) -> None:
+    valid = damaged_corpus(tmp_path / "sessions")
+    done = run_cli("export", "sessions", "-o", "export.jsonl", cwd=tmp_path)
+    exported = [name for name, ok in valid.items() if ok and name != "copy.jsonl"]
+    total = sum(len(records(tmp_path / "sessions" / name)) for name in exported)
+    assert done.returncode == 1 and done.stdout == f"export.jsonl: {total} records of 8 files (7 left out)\n"
+    assert "sessions/garbage.jsonl:8: invalid JSON" in done.stderr
+    assert (
+        "sessions/copy.jsonl: left out: its session was exported from sessions/clean-1.jsonl" in done.stderr
+    )
+    manifest = manifest_of(tmp_path / "export.jsonl.manifest.jsonl")
+    assert sorted(manifest) == sorted(valid)
+    checked = run_cli("validate", "--json", *(f"sessions/{name}" for name in sorted(valid)), cwd=tmp_path)
+    for fields in map(json.loads, checked.stdout.splitlines()):
+        entry = manifest[Path(fields["file"]).relative_to("sessions").as_posix()]
+        assert {key: entry[key] for key in fields} == fields
+    output = (tmp_path / "export.jsonl").read_bytes()
+    first_line = 1
+    for name, entry in sorted(manifest.items(), key=lambda item: item[1]["out_start"] or -1):
+        path = tmp_path / "sessions" / name
+        if not entry["ok"] or name == "copy.jsonl":
+            assert entry["out"] is None and entry["out_records"] == 0 and entry["longest_line"] == 0
+            assert entry["duplicate_of"] == ("sessions/clean-1.jsonl" if name == "copy.jsonl" else None)
+            continue
+        blob = exported_slice(entry, tmp_path)
+        assert blob == path.read_bytes()[: entry["complete_bytes"]]
+        assert list(session.iter_records(io.BytesIO(blob))) == records(path)
+        assert (entry["out_first_line"], entry["out_last_line"]) == (
+            first_line,
+            first_line + entry["records"] - 1,
+        )
+        assert entry["longest_line"] == max(map(len, blob.splitlines(keepends=True)))
+        first_line += entry["records"]
+    assert output.endswith(b"\n") and output.count(b"\n") == first_line - 1 == total
+    assert manifest["no-newline.jsonl"]["tail_bytes"] > 0 and manifest["tail.jsonl"]["tail_bytes"] > 0
+
+
+def test_export_prefix_keeps_what_repair_would(tmp_path: Path) -> None:
+    valid = damaged_corpus(tmp_path / "sessions")
+    before = {name: (tmp_path / "sessions" / name).read_bytes() for name in valid}
+    done = run_cli("export", "sessions", "-o", "export.jsonl", "--prefix", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "sessions/glued.jsonl: exported the 33 records before line 34" in done.stderr
+    manifest = manifest_of(tmp_path / "export.jsonl.manifest.jsonl")
+    invalid = sorted(name for name, ok in valid.items() if not ok)
+    in_output = sorted((entry for entry in manifest.values() if entry["out"]), key=lambda e: e["out_start"])
+    assert [entry["file"] for entry in in_output][-4:] == [
+        f"sessions/{name}" for name in ("duplicated.jsonl", "garbage.jsonl", "glued.jsonl", "nul.jsonl")
+    ]  # after every valid file, in order
+    for name in invalid:
+        entry = manifest[name]
+        copy = tmp_path / "copy" / name
+        copy.parent.mkdir(exist_ok=True)
+        copy.write_bytes(before[name])
+        if name == "empty.jsonl":
+            assert entry["out"] is None and entry["line"] == 1
+            continue
+        kept = session.repair(copy).kept_records
+        if name == "glued-copy.jsonl":  # its first session is clean-0's, exported already
+            assert entry["out"] is None and entry["duplicate_of"] == "sessions/clean-0.jsonl"
+            continue
+        assert exported_slice(entry, tmp_path) == copy.read_bytes() and entry["out_records"] == kept
+    assert {name: (tmp_path / "sessions" / name).read_bytes() for name in valid} == before
+
+
+def test_export_split_writes_a_part_per_file(tmp_path: Path) -> None:
+    valid = damaged_corpus(tmp_path / "sessions")
+    assert run_cli("export", "--split", "sessions", "-o", "parts", cwd=tmp_path).returncode == 1
+    manifest = manifest_of(tmp_path / "parts" / "manifest.jsonl")
+    names = sorted(f"sessions/{name}" for name in valid)
+    parts = {
+        f"parts/part-{names.index(entry['file']):05d}.jsonl" for entry in manifest.values() if entry["out"]
+    }
+    assert {entry["out"] for entry in manifest.values()} - {None} == parts
+    assert {f"parts/{p.name}" for p in (tmp_path / "parts").iterdir()} == parts | {"parts/manifest.jsonl"}
+    for name, entry in manifest.items():
+        if entry["out"]:
+            blob = (tmp_path / entry["out"]).read_bytes()
+            assert entry["out_start"] == 0 and entry["out_end"] == len(blob) == entry["complete_bytes"]
+            assert blob == (tmp_path / "sessions" / name).read_bytes()[: len(blob)]
+    again = run_cli("export", "--split", "sessions", "-o", "parts", cwd=tmp_path)
+    assert again.returncode == 2 and "parts is not empty" in again.stderr
+    for out in ("sessions/clean-0.jsonl", "sessions/sub/all.jsonl"):
+        before = (tmp_path / "sessions" / "clean-0.jsonl").read_bytes()
+        inside = run_cli("export", "sessions", "-o", out, cwd=tmp_path)
+        assert (
+            inside.returncode == 2
+            and f"sessions holds the export's own output {tmp_path / out}" in inside.stderr
+        )
+        assert (tmp_path / "sessions" / "clean-0.jsonl").read_bytes() == before
+    itself = run_cli("export", "sessions/clean-0.jsonl", "-o", "sessions/clean-0.jsonl", cwd=tmp_path)
+    assert itself.returncode == 2 and "sessions/clean-0.jsonl is the export's own output" in itself.stderr
+
+
+def test_export_of_valid_files_exits_0_and_shows_progress_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [str(busy_file(tmp_path / f"{n}.jsonl", 3, seed=n)) for n in range(2)]
+    out = str(tmp_path / "all.jsonl")
+    for stderr, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stderr)
+        with contextlib.redirect_stdout(io.StringIO()) as stdout:
+            assert session.main(["export", *paths, paths[0], "-o", out]) == 0  # a file named twice: once
+        total = sum(len(records(Path(path))) for path in paths)
+        assert stdout.getvalue() == f"{out}: {total} records of 2 files (0 left out)\n"
+        progress = stderr.getvalue()
+        sizes = [os.path.getsize(path) for path in paths]
+        steps = "".join(f"\rexport: {done * 100 // sum(sizes)}% of 0.0 MB" for done in (0, sizes[0]))
+        assert progress == (steps + "\r\033[K" if shown else "")
+    assert run_cli("export", *paths).returncode == 2  # no -o
+
+
+def test_export_never_leaves_a_half_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "in").mkdir()
+    busy_file(tmp_path / "in" / "s.jsonl", 3, seed=1)
+    out = tmp_path / "out"
+    out.mkdir()
+    session.export([tmp_path / "in"], out / "e.jsonl")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    busy_file(tmp_path / "in" / "t.jsonl", 3, seed=2)
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    for split in (False, True):
+        with pytest.raises(OSError, match="injected"):
+            session.export([tmp_path / "in"], out / ("parts" if split else "e.jsonl"), split=split)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(before) == ["e.jsonl", "e.jsonl.manifest.jsonl"]
+
+
+def test_export_never_copies_a_partial_record_of_a_growing_file(tmp_path: Path) -> None:
+    source = busy_file(tmp_path / "source.jsonl", 40, seed=3).read_bytes()
+    ends = set(offsets(source))
+    target = tmp_path / "growing.jsonl"
+    torn, resume = threading.Event(), threading.Event()
+
+    def write() -> None:  # appends the source in pieces that end anywhere, mid-line mostly
+        rng = random.Random(4)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        done = offsets(source)[3] + 20
+        os.write(fd, source[:done])
+        torn.set()
+        resume.wait()
+        while done < len(source):
+            piece = source[done : done + rng.randrange(1, 700)]
+            os.write(fd, piece)
+            done += len(piece)
+            time.sleep(0.0005)
+        os.close(fd)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    torn.wait()
+    exports = [session.export([target], tmp_path / "first.jsonl")[0]]
+    assert exports[0]["records"] == 3 and exports[0]["tail_bytes"] == 20
+    resume.set()
+    while writer.is_alive() or len(exports) < 3:
+        exports.append(session.export([target], tmp_path / "e.jsonl")[0])
+        blob = (tmp_path / "e.jsonl").read_bytes()
+        assert exports[-1]["ok"] and len(blob) == exports[-1]["complete_bytes"] in ends
+        assert blob == source[: len(blob)]
+    writer.join()
+    last = session.export([target], tmp_path / "e.jsonl")[0]
+    assert (tmp_path / "e.jsonl").read_bytes() == source and last["tail_bytes"] == 0
+
+
+def readme_blocks(language: str) -> List[str]:
+    """The code blocks in *language* of the README's "Many sessions at once"."""
+    readme = (HERE / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Many sessions at once\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+
+
+def exported_corpus(folder: Path) -> Tuple[Dict[str, Dict[str, int]], List[Tuple[str, ...]]]:
+    """Export a damaged corpus in *folder* with the README's command; what ``summarize`` and
+    ``read`` say of each exported session: usage by session, the failed tool calls."""
+    damaged_corpus(folder / "sessions")
+    (command,) = readme_blocks("sh")
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "session"]
+    env = dict(os.environ, PYTHONPATH=str(HERE))
+    done = subprocess.run([sys.executable, *argv[1:]], cwd=folder, env=env, capture_output=True, timeout=120)
+    assert done.returncode == 1  # the corpus has invalid files
+    usage, failed = {}, []
+    for line in (folder / "export.jsonl.manifest.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if entry["out"]:
+            summary = session.summarize(folder / entry["file"])
+            usage[summary.session_id] = summary.usage
+            failed += [
+                (
+                    r.session_id,
+                    r.run_id,
+                    r.data["execution"]["id"],
+                    r.data["tool"],
+                    r.data["error"]["message"],
+                )
+                for r in session.iter_records(folder / entry["file"])
+                if r.type == "tool_exec_end" and r.data.get("is_error") is True
+            ]
+    assert len(usage) == 8 and len(failed) > 5
+    return usage, sorted(failed)
+
+
+def test_readme_duckdb_queries_over_the_export_agree_with_summarize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("duckdb", "the README's queries run on DuckDB")
+    import duckdb
+
+    usage, failed = exported_corpus(tmp_path)
+    view, tokens, failures, parquet = readme_blocks("sql")
+    monkeypatch.chdir(tmp_path)
+    con = duckdb.connect()
+    con.execute(view)
+    found: Dict[str, Dict[str, int]] = {}
+    for session_id, kind, total in con.execute(tokens).fetchall():
+        found.setdefault(session_id, {})[kind] = total
+    assert found == {sid: counts for sid, counts in usage.items() if counts}
+    assert sorted(con.execute(failures).fetchall()) == failed
+    con.execute(parquet)
+    groups = con.execute("SELECT max(row_group_num_rows) FROM parquet_metadata('export.parquet')").fetchone()
+    assert groups is not None and groups[0] <= 4096
+    lines = (tmp_path / "export.jsonl").read_bytes().count(b"\n")
+    assert con.execute("SELECT count(*) FROM 'export.parquet'").fetchone() == (lines,)
+
+
+@pytest.mark.spark
+def test_readme_spark_queries_over_the_export_and_its_parquet_agree_with_summarize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("java", "Spark runs on the JVM (Debian: openjdk-17-jre-headless)")
+    need("pyspark", "the Spark test runs in tox -e spark")
+    import duckdb
+    from pyspark.sql import SparkSession
+
+    usage, failed = exported_corpus(tmp_path)
+    view, _, _, parquet = readme_blocks("sql")
+    monkeypatch.chdir(tmp_path)
+    con = duckdb.connect()
+    con.execute(view)
+    con.execute(parquet)
+    from_json, from_parquet, queries = readme_blocks("python")
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    try:
+        for source in (from_json, from_parquet):
+            scope: Dict[str, Any] = {}
+            exec(source + queries, scope)  # the README's code, as written there
+            found: Dict[str, Dict[str, int]] = {}
+            for row in scope["tokens"].collect():
+                found.setdefault(row.session_id, {})[row.kind] = row.tokens
+            assert found == {sid: counts for sid, counts in usage.items() if counts}
+            assert sorted(tuple(row) for row in scope["failed"].collect()) == failed
+    finally:
+        spark.stop()
 
 
 # ---------------------------------------------------------------------------- command line
