@@ -2376,7 +2376,7 @@ def _session_files(sources: Iterable[Union[str, os.PathLike[str]]], outputs: Set
                 os.path.join(folder, file)
                 for folder, _, files in os.walk(name)
                 for file in files
-                if file.endswith(".jsonl")
+                if file.endswith(".jsonl") and os.path.isfile(os.path.join(folder, file))  # no FIFO
             )
         elif os.path.realpath(name) in outputs:
             raise ValueError(f"{name} is the export's own output")
@@ -2401,20 +2401,23 @@ def _export_file(
     name: str, part: _Part, prefix: bool, max_line_bytes: int, exported: Dict[str, str]
 ) -> Dict[str, Any]:
     """Copy one file's records to *part*; its manifest entry."""
-    copy = _Copy(part.write)
+    tally = _Tally()
+    lines = _CopiedLines(part.write)
     try:
         with builtins.open(name, "rb", _READ_BUFFER) as f:
-            result = copy.read(f, name, max_line_bytes)
+            result = lines.read(f, name, max_line_bytes, tally)
+    except _OutputError:
+        raise
     except (FormatError, OSError) as exc:
         entry = _failure_fields(name, exc)
-        keep = prefix
+        session_id = lines.session_id() if prefix else None
     else:
-        entry = _valid_fields(name, result, copy)
-        keep = True
-    duplicate_of = exported.get(copy.session_id or "") if keep else None
-    if keep and copy.session_id is not None and duplicate_of is None:
-        exported[copy.session_id] = name
-        entry.update(part.keep(copy.records), longest_line=copy.longest, duplicate_of=None)
+        entry = _valid_fields(name, result, tally)
+        session_id = result.session_id
+    duplicate_of = exported.get(session_id or "")
+    if session_id is not None and duplicate_of is None:
+        exported[session_id] = name
+        entry.update(part.keep(lines.copied), longest_line=lines.longest, duplicate_of=None)
     else:
         part.drop()
         entry.update(_NOT_COPIED, duplicate_of=duplicate_of)
@@ -2460,50 +2463,55 @@ def _manifest_line(entry: Dict[str, Any]) -> bytes:
     return json.dumps(entry, allow_nan=False).encode() + b"\n"  # ASCII: any file name fits
 
 
-class _Snapshot:
-    """A binary file read no further than *size* bytes (its size when opened: what a writer
-    appends later is left for the next export), keeping the last line it handed out."""
+class _CopiedLines:
+    """The lines of a binary file, read no further than its size when opened (what a writer
+    appends meanwhile is left for the next export), each written out by *write* once the
+    reader has accepted it: that is when the reader asks for the next line, as it does only
+    after the one before passed every rule and was visited."""
 
-    def __init__(self, f: BinaryIO, size: int) -> None:
+    def __init__(self, write: Callable[[bytes], object]) -> None:
+        self._write = write
+        self._f: BinaryIO = io.BytesIO()
+        self._left = 0
+        self._last = self._first = b""
+        self.copied = 0
+        self.longest = 0
+
+    def read(
+        self, f: BinaryIO, name: str, max_line_bytes: int, visit: Callable[[Record], object]
+    ) -> ReadResult:
+        """``read`` of *f* up to its present size, copying each record that passes."""
         self._f = f
-        self._left = size
-        self.last = b""
+        self._left = os.fstat(f.fileno()).st_size
+        return _read(self, name, max_line_bytes, visit)
 
     def tell(self) -> int:
         return self._f.tell()
 
     def readline(self, size: int = -1, /) -> bytes:
-        self.last = self._f.readline(self._left if size < 0 else min(size, self._left))
-        self._left -= len(self.last)
-        return self.last
+        line = self._last
+        if line:
+            try:
+                self._write(line)
+            except OSError as exc:
+                raise _OutputError(exc.errno, exc.strerror) from exc
+            if not self.copied:
+                self._first = line
+            self.copied += 1
+            if len(line) > self.longest:
+                self.longest = len(line)
+        self._last = self._f.readline(self._left if size < 0 else min(size, self._left))
+        self._left -= len(self._last)
+        return self._last
+
+    def session_id(self) -> Optional[str]:
+        """The session of the lines copied (``None`` when none were)."""
+        return json.loads(self._first)["session_id"] if self.copied else None
 
 
-class _Copy(_Tally):
-    """The visit of ``export``: counts as ``validate`` does and writes each record's line
-    just as the reader read it."""
-
-    _lines: _Snapshot
-
-    def __init__(self, write: Callable[[bytes], object]) -> None:
-        super().__init__()
-        self.session_id: Optional[str] = None
-        self.records = 0
-        self.longest = 0
-        self._write = write
-
-    def read(self, f: BinaryIO, name: str, max_line_bytes: int) -> ReadResult:
-        """Validate *f* up to its present size, copying each record as it passes."""
-        self._lines = _Snapshot(f, os.fstat(f.fileno()).st_size)
-        return _read(self._lines, name, max_line_bytes, self)
-
-    def __call__(self, record: Record) -> None:
-        super().__call__(record)
-        line = self._lines.last
-        self._write(line)
-        self.session_id = record.session_id
-        self.records += 1
-        if len(line) > self.longest:
-            self.longest = len(line)
+class _OutputError(OSError):
+    """Writing the export failed: the export stops (reading an input failed: that file is
+    left out)."""
 
 
 class _Part(Protocol):
@@ -2548,7 +2556,8 @@ class _JoinedOutput:
         _replace_with(manifest, entries, lambda: os.replace(self._temp, self._name))
 
     def abandon(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # what a failed write left in the buffer fails again
+            self._file.close()
         with contextlib.suppress(OSError):
             os.unlink(self._temp)
 
@@ -2599,7 +2608,8 @@ class _SplitOutput:
 
     def abandon(self) -> None:
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):  # as in _JoinedOutput
+                self._file.close()
         for file in os.listdir(self._temp):
             os.unlink(os.path.join(self._temp, file))
         os.rmdir(self._temp)

@@ -2255,6 +2255,31 @@ def test_summary_json(tmp_path: Path) -> None:
     assert failed.returncode == 1 and json.loads(failed.stdout)["ok"] is False
 
 
+def test_summary_of_several_files_in_one_process(tmp_path: Path) -> None:
+    paths = [busy_file(tmp_path / "a.jsonl", 3, seed=1), tmp_path / "missing.jsonl"]
+    paths.append(busy_file(tmp_path / "b.jsonl", 4, seed=2))
+    done = run_cli("summary", "--json", *map(str, paths))
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 1 and [report["file"] for report in reports] == list(map(str, paths))
+    assert reports[1] == {
+        "file": str(paths[1]),
+        "ok": False,
+        "line": None,
+        "offset": None,
+        "error": "No such file or directory",
+    }
+    for report, path in zip(reports[::2], paths[::2]):
+        summary = session.summarize(path)
+        assert (report["session_id"], report["usage"], report["counts"]) == (
+            summary.session_id,
+            summary.usage,
+            summary.counts,
+        )
+    text = run_cli("summary", str(paths[0]), str(paths[2]))
+    assert text.returncode == 0
+    assert text.stdout == "".join(run_cli("summary", str(path)).stdout for path in paths[::2])
+
+
 def test_show_prints_the_original_lines(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     ids = gappy_file(path)
@@ -2556,7 +2581,8 @@ def busy_file(path: Path, calls: int, seed: int) -> Path:
                         run.record(Event("model_exec_end", execution=model, error=RuntimeError("overloaded")))
                         continue
                     usage = {"input": rng.randrange(5000), "output": rng.randrange(500), "cost": 0.25}
-                    message = usage_message("é" * rng.randrange(200), **usage, note="12", cached=True)
+                    text = [{"type": "text", "text": "é" * rng.randrange(200)}]
+                    message = Message("assistant", text, "end_turn", dict(usage, note="12", cached=True))
                     run.record(Event("model_exec_end", execution=model, message=message))
                     tool = Execution(f"t{n}", "tool", parent_id=f"m{n}")
                     if rng.random() < 0.3:
@@ -2618,6 +2644,8 @@ def damaged_corpus(folder: Path) -> Dict[str, bool]:
         (folder / name).write_bytes(blob)
         valid[name] = ok
     (folder / "notes.txt").write_text("not a session")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(folder / "sub" / "pipe.jsonl")  # opening it would wait for a writer forever
     return valid
 
 
@@ -2628,7 +2656,8 @@ def manifest_of(path: Path) -> Dict[str, Dict[str, Any]]:
 
 
 def exported_slice(entry: Dict[str, Any], cwd: Path) -> bytes:
-    return (cwd / entry["out"]).read_bytes()[entry["out_start"] : entry["out_end"]]
+    blob: bytes = (cwd / entry["out"]).read_bytes()
+    return blob[entry["out_start"] : entry["out_end"]]
 
 
 def test_export_copies_exactly_what_read_validated(tmp_path: Path) -> None:
@@ -2763,6 +2792,30 @@ def test_export_never_leaves_a_half_export(tmp_path: Path, monkeypatch: pytest.M
     assert sorted(before) == ["e.jsonl", "e.jsonl.manifest.jsonl"]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a file size limit (RLIMIT_FSIZE) stands for a full disk")
+@pytest.mark.parametrize("out", [["e.jsonl"], ["parts", "--split"]])
+def test_export_stops_when_its_output_cannot_be_written(tmp_path: Path, out: List[str]) -> None:
+    import resource
+
+    (tmp_path / "in").mkdir()
+    for n in range(2):
+        busy_file(tmp_path / "in" / f"{n}.jsonl", 500, seed=n)  # more than the write buffer
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+
+    done = subprocess.run(
+        [sys.executable, str(MODULE), "export", "in", "-o", *out],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        preexec_fn=small_disk,
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"{out[0]}: cannot export: {os.strerror(errno.EFBIG)}\n"  # no input blamed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
 def test_export_never_copies_a_partial_record_of_a_growing_file(tmp_path: Path) -> None:
     source = busy_file(tmp_path / "source.jsonl", 40, seed=3).read_bytes()
     ends = set(offsets(source))
@@ -2806,7 +2859,7 @@ def readme_blocks(language: str) -> List[str]:
     return re.findall(rf"```{language}\n(.*?)```", section, re.S)
 
 
-def exported_corpus(folder: Path) -> Tuple[Dict[str, Dict[str, int]], List[Tuple[str, ...]]]:
+def exported_corpus(folder: Path) -> Tuple[Dict[str, Dict[str, int]], List[Tuple[Any, ...]]]:
     """Export a damaged corpus in *folder* with the README's command; what ``summarize`` and
     ``read`` say of each exported session: usage by session, the failed tool calls."""
     damaged_corpus(folder / "sessions")
@@ -2816,7 +2869,8 @@ def exported_corpus(folder: Path) -> Tuple[Dict[str, Dict[str, int]], List[Tuple
     env = dict(os.environ, PYTHONPATH=str(HERE))
     done = subprocess.run([sys.executable, *argv[1:]], cwd=folder, env=env, capture_output=True, timeout=120)
     assert done.returncode == 1  # the corpus has invalid files
-    usage, failed = {}, []
+    usage: Dict[str, Dict[str, int]] = {}
+    failed: List[Tuple[Any, ...]] = []
     for line in (folder / "export.jsonl.manifest.jsonl").read_text().splitlines():
         entry = json.loads(line)
         if entry["out"]:
@@ -2883,8 +2937,8 @@ def test_readme_spark_queries_over_the_export_and_its_parquet_agree_with_summari
         .getOrCreate()
     )
     try:
-        for source in (from_json, from_parquet):
-            scope: Dict[str, Any] = {}
+        scope: Dict[str, Any] = {}
+        for source in (from_json, from_parquet):  # the second redefines the first's view
             exec(source + queries, scope)  # the README's code, as written there
             found: Dict[str, Dict[str, int]] = {}
             for row in scope["tokens"].collect():
