@@ -2515,9 +2515,9 @@ class _OutputError(OSError):
 
 
 class _Part(Protocol):
-    """Where one input file's records go."""
+    """Where one input file's records go: *write* is the open file's."""
 
-    def write(self, line: bytes) -> object: ...
+    write: Callable[[bytes], object]
 
     def keep(self, records: int) -> Dict[str, Any]: ...
 
@@ -2531,15 +2531,13 @@ class _JoinedOutput:
         self._name = name
         self._temp = f"{name}.{_new_id()[:12]}.tmp"
         self._file = _new_file(self._temp)
+        self.write: Callable[[bytes], object] = self._file.write
         self._start = 0
         self._lines = 0
 
     def part(self, index: int) -> _Part:
         self._start = self._file.tell()
         return self
-
-    def write(self, line: bytes) -> object:
-        return self._file.write(line)
 
     def keep(self, records: int) -> Dict[str, Any]:
         first = self._lines + 1
@@ -2578,11 +2576,8 @@ class _SplitOutput:
     def part(self, index: int) -> _Part:
         self._part = f"part-{index:05d}.jsonl"
         self._file = _new_file(os.path.join(self._temp, self._part))
+        self.write: Callable[[bytes], object] = self._file.write
         return self
-
-    def write(self, line: bytes) -> object:
-        assert self._file is not None
-        return self._file.write(line)
 
     def keep(self, records: int) -> Dict[str, Any]:
         assert self._file is not None
