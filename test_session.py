@@ -11,6 +11,8 @@ import enum
 import errno
 import functools
 import gc
+import html
+import html.parser
 import io
 import json
 import os
@@ -27,6 +29,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import typing
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -95,7 +98,7 @@ def sample_file(path: Path, runs: int = 2, checkpoint: bool = True) -> Path:
             with s.begin_run() as run:
                 run.record(Event("turn_start", turn_index=1, timestamp=T0))
                 run.record(Event("model_exec_start", execution=MODEL, timestamp=T0))
-                message = Message("assistant", [{"type": "text", "text": f"héllo {n}"}], usage={"input": 3})
+                message = Message("assistant", [session.text_block(f"héllo {n}")], usage={"input": 3})
                 run.record(Event("model_exec_end", execution=MODEL, message=message, timestamp=T0))
                 run.record(Event("tool_exec_start", execution=TOOL, tool="ls", args={"d": "/"}))
                 run.record(Event("tool_exec_end", execution=TOOL, tool="ls", result=["a", "b"]))
@@ -170,6 +173,10 @@ SPEC_NAMES = [
     *("repair", "RepairResult"),  # section 8
     *("find", "summarize", "Summary", "RunInfo", "Gap"),  # section 9
     "export",  # section 10
+    *("TextBlock", "ThinkingBlock", "ToolCall", "ToolCallBlock", "ImageData", "ImageBlock"),
+    *("ToolReferenceBlock", "ContentBlock", "Usage", "Cost", "STOP_REASONS"),
+    *("text_block", "thinking_block", "tool_call_block", "image_block", "tool_reference_block"),
+    *("tool_result",),  # section 4: the message vocabulary
 ]
 
 
@@ -180,7 +187,7 @@ def test_all_lists_exactly_the_public_names() -> None:
         for name, value in vars(session).items()
         if getattr(value, "__module__", None) == "session" and not name.startswith("_")
     }
-    assert defined_here - {"Source"} == set(SPEC_NAMES)
+    assert defined_here - {"Source"} == set(SPEC_NAMES) - {"ContentBlock", "STOP_REASONS"}
 
 
 def test_module_imports_only_the_standard_library() -> None:
@@ -327,11 +334,11 @@ def point_codec() -> JSONCodec:
 
 
 def test_builtin_types_round_trip_with_agentgo_ids() -> None:
-    codec = JSONCodec()
+    codec = JSONCodec(TypeSpec("test.note", Note))
     when = dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=2)))
-    message = Message("user", [{"type": "text", "text": "hi"}], "stop", {"input": 1}, {"k": [1]}, when)
+    message = Message("user", [session.text_block("hi")], "stop", {"input": 1}, {"k": [1]}, when)
     snapshot = AgentSnapshot(
-        AgentState([message], [{"name": "a"}], {"total_tokens": 3}, {"step": 1}),
+        AgentState([message], [Note("a")], {"total_tokens": 3}, {"completed_turns": 1}),
         steering_queue=[message],
         follow_up_queue=[],
     )
@@ -349,11 +356,12 @@ def test_datetime_is_rfc3339_with_z_for_utc() -> None:
     assert JSONCodec().encode(dt.datetime(2026, 1, 1, tzinfo=UTC)) == "2026-01-01T00:00:00.000000Z"
 
 
-def test_none_fields_are_omitted() -> None:
-    assert JSONCodec().encode(Message("user", ["x"]))["value"] == {
+def test_message_fields_are_left_out_as_go_leaves_them_out() -> None:
+    # Go writes role, content and timestamp always, the rest only when set
+    assert JSONCodec().encode(Message("user", [session.text_block("x")], timestamp=T0))["value"] == {
         "role": "user",
-        "content": ["x"],
-        "stop_reason": "",
+        "content": [{"type": "text", "text": "x"}],
+        "timestamp": "2026-12-02T09:27:36.123456Z",
     }
 
 
@@ -445,7 +453,7 @@ def test_subclasses_of_json_types_are_not_lowered() -> None:
         ([{"$type": 5, "value": 1}], r"unknown type id 5 at \$\[0\]"),
         ({"a": {"$object": [1]}}, r"\$object must wrap an object at \$\.a"),
         ({"$type": "agentgo.message.v1", "value": []}, "value must be an object"),
-        ({"$type": "agentgo.message.v1", "value": {"role": "user"}}, "rejects its fields"),
+        ({"$type": "agentgo.message.v1", "value": {"content": []}}, "rejects its fields"),
         (
             {"$type": "agentgo.message.v1", "value": {"role": "u", "content": [], "timestamp": "yesterday"}},
             "RFC 3339",
@@ -559,6 +567,670 @@ def test_encoding_shares_unchanged_values_and_never_changes_its_input() -> None:
     assert mixed == {"a": [1, (2, 3)], "at": T0, "keep": {"x": 1}} and encoded["keep"] is mixed["keep"]
 
 
+# agentgo's message vocabulary: builders, checks on the way out, and round trips with Go
+
+AGENTGO_SAMPLES = HERE / "testdata" / "agentgo" / "values.jsonl"  # as agentgo's codec writes them
+
+
+def test_builders_make_agentgo_blocks() -> None:
+    assert session.text_block("hi") == {"type": "text", "text": "hi"}
+    assert session.thinking_block("hm") == {"type": "thinking", "thinking": "hm"}
+    assert session.tool_call_block("c1", "ls", {"d": "/"}) == {
+        "type": "toolCall",
+        "tool_call": {"id": "c1", "name": "ls", "args": {"d": "/"}},
+    }
+    assert session.tool_call_block(
+        "c2",
+        "grep",
+        None,
+        args_invalid=True,
+        args_raw_text='{"p',
+        args_parse_error="EOF",
+        thought_signature="sig",
+    ) == {
+        "type": "toolCall",
+        "tool_call": {
+            "id": "c2",
+            "name": "grep",
+            "args": {},
+            "args_invalid": True,
+            "args_raw_text": '{"p',
+            "args_parse_error": "EOF",
+            "thought_signature": "sig",
+        },
+    }
+    assert session.image_block(data=b"\x89PNG", mime_type="image/png") == {
+        "type": "image",
+        "image": {"data": "iVBORw==", "mime_type": "image/png"},
+    }
+    assert session.image_block(data="iVBORw==", mime_type="image/png") == session.image_block(
+        data=b"\x89PNG", mime_type="image/png"
+    )
+    assert session.image_block(url="https://example.com/a.jpg") == {
+        "type": "image",
+        "image": {"url": "https://example.com/a.jpg"},
+    }
+    assert session.tool_reference_block("web_search") == {"type": "tool_reference", "tool_name": "web_search"}
+    assert session.STOP_REASONS == ("stop", "length", "toolUse", "error", "safety", "aborted")
+
+
+@pytest.mark.parametrize(
+    ("build", "error"),
+    [
+        (lambda: session.text_block(b"hi"), TypeError),  # type: ignore[arg-type]
+        (lambda: session.thinking_block(None), TypeError),  # type: ignore[arg-type]
+        (lambda: session.tool_call_block("c1", "", {}), ValueError),
+        (lambda: session.tool_call_block(1, "ls", {}), TypeError),  # type: ignore[arg-type]
+        (lambda: session.tool_call_block("c1", "ls", "{not json"), ValueError),
+        (lambda: session.tool_call_block("c1", "ls", {"s": {1}}), TypeError),
+        (lambda: session.tool_call_block("c1", "ls", {"a": 1}, args_invalid=True), ValueError),
+        (lambda: session.tool_call_block("c1", "ls", {}, args_raw_text="x"), ValueError),
+        (lambda: session.tool_call_block("c1", "ls", {}, args_invalid=1), TypeError),  # type: ignore[arg-type]
+        (lambda: session.image_block(data=b"x"), ValueError),  # no mime type
+        (lambda: session.image_block(data=b"x", mime_type="image/png", url="u"), ValueError),
+        (lambda: session.image_block(), ValueError),
+        (lambda: session.image_block(data="not base64!", mime_type="image/png"), ValueError),
+        (lambda: session.tool_reference_block(""), ValueError),
+        (lambda: session.tool_result("", "x"), ValueError),
+        (lambda: session.tool_result("c1", "x", is_error="yes"), TypeError),  # type: ignore[arg-type]
+    ],
+)
+def test_builders_refuse_misuse(build: Callable[[], Any], error: type) -> None:
+    with pytest.raises(error):
+        build()
+
+
+def test_tool_result_answers_its_call() -> None:
+    ok = session.tool_result("c1", "120", timestamp=T0)
+    assert ok == Message("tool", [session.text_block("120")], metadata={"tool_call_id": "c1"}, timestamp=T0)
+    failed = session.tool_result("c2", [session.text_block("no such file")], is_error=True)
+    assert failed.metadata == {"tool_call_id": "c2", "is_error": True}
+    assert failed.timestamp is not None and failed.timestamp.utcoffset() == dt.timedelta(0)
+
+
+def test_a_message_carries_the_time_it_was_made() -> None:
+    before = dt.datetime.now(UTC)
+    made = Message("user", [session.text_block("hi")])
+    assert made.timestamp is not None and before <= made.timestamp <= dt.datetime.now(UTC)
+    assert made.timestamp.tzinfo is UTC
+    assert JSONCodec().encode(made)["value"]["timestamp"] != "0001-01-01T00:00:00Z"
+
+
+def test_go_zero_time_and_null_content_come_back_as_none_and_go_out_as_go_wrote_them() -> None:
+    codec = JSONCodec()
+    go = {
+        "$type": "agentgo.message.v1",
+        "value": {"content": None, "role": "user", "timestamp": "0001-01-01T00:00:00Z"},
+    }
+    message = codec.decode(go)
+    assert (message.content, message.timestamp) == (None, None)
+    assert codec.encode(message) == {"$type": "agentgo.message.v1", "value": go["value"]}
+    # an older writer left both out: read as Go reads the same line
+    assert codec.decode({"$type": "agentgo.message.v1", "value": {"role": "user"}}) == message
+
+
+def test_tool_call_args_are_written_as_the_model_sent_them(tmp_path: Path) -> None:
+    tagged_looking = {"$type": "not a codec tag", "value": 1}
+    blocks: List[session.ContentBlock] = [
+        session.tool_call_block("c1", "ls", '{ "path" : "a b",\n "n": 1e2 }'),  # the model's text
+        session.tool_call_block("c2", "ls", RawJSON(b'{"k": [1,  2]}')),
+        session.tool_call_block("c3", "ls", {"opts": tagged_looking}),
+        {"type": "toolCall", "tool_call": {"id": "c4", "name": "echo", "args": "a JSON string"}},
+    ]
+    [obj] = recorded(tmp_path, Event("message_end", message=Message("assistant", blocks, "toolUse")))
+    text = (tmp_path / "events.jsonl").read_text(encoding="utf-8")
+    assert '"args":{"path":"a b","n":1e2}' in text and '"args":{"k":[1,2]}' in text  # compacted only
+    assert '"args":{"opts":{"$type":"not a codec tag","value":1}}' in text  # no codec escape
+    decoded = JSONCodec().decode(obj["data"]["message"])
+    assert [b["tool_call"]["args"] for b in decoded.content] == [
+        {"path": "a b", "n": 100.0},
+        {"k": [1, 2]},
+        {"opts": tagged_looking},  # neither unescaped nor read as a tagged value
+        "a JSON string",
+    ]
+
+
+def test_plain_dicts_in_agentgo_shape_are_accepted() -> None:
+    codec = JSONCodec()
+    by_hand = Message(
+        "assistant",
+        [
+            {"type": "text", "text": "hi"},
+            {"type": "text"},  # type: ignore[list-item]  # Go leaves an empty text out
+            {"type": "toolCall", "tool_call": {"id": "c1", "name": "ls", "args": {}}},
+            {"type": "image", "image": {"url": "u"}},
+        ],
+        "stop",
+        {"output": 3},  # any of agentgo's keys
+        timestamp=T0,
+    )
+    assert codec.decode(json.loads(json.dumps(codec.encode(by_hand)))) == by_hand
+    full: session.Usage = {
+        "provider": "p",
+        "model": "m",
+        "input": -1,
+        "output": (1 << 63) - 1,
+        "cache_read": 0,
+        "cache_write": 0,
+        "total_tokens": 9,
+        "cost": {"input": 0.5, "output": 1, "cache_read": 0.0, "cache_write": 0.0, "total": 1.5},
+    }
+    assert codec.encode(Message("assistant", [], usage=full))["value"]["usage"] == full
+
+
+def message_with(**fields: Any) -> Message:
+    return Message("assistant", **{"content": [session.text_block("ok")], **fields})
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            message_with(content=[{"type": "tool_call", "id": "c1"}]),
+            r"unknown block type 'tool_call' .* at \$\.content\[0\]\.type",
+        ),
+        (message_with(content=[{"text": "x"}]), r"unknown block type None .* at \$\.content\[0\]\.type"),
+        (
+            message_with(content=[{"type": "text", "thinking": "x"}]),
+            r"'thinking' does not belong in a text block at \$\.content\[0\]\.thinking",
+        ),
+        (
+            message_with(content=[session.text_block("a"), {"type": "toolCall", "text": "x"}]),
+            r"at \$\.content\[1\]\.text",
+        ),
+        (message_with(content=[{"type": "toolCall"}]), r"needs its tool_call at \$\.content\[0\]\.tool_call"),
+        (
+            message_with(content=[{"type": "image", "image": {"path": "a.png"}}]),
+            r"'path' is not an image's at \$\.content\[0\]\.image\.path",
+        ),
+        (
+            message_with(content=[{"type": "text", "text": 1}]),
+            r"text must be a string, not int at \$\.content\[0\]\.text",
+        ),
+        (message_with(content=["plain text"]), r"block must be an object, not str at \$\.content\[0\]"),
+        (message_with(content="plain text"), r"content must be a list of blocks, not str at \$\.content"),
+        (
+            message_with(content={"type": "text"}),
+            r"content must be a list of blocks, not dict at \$\.content",
+        ),
+        (
+            message_with(
+                content=[
+                    session.text_block("a"),
+                    {"type": "toolCall", "tool_call": {"id": "c", "name": "n", "args": {1, 2}}},
+                ]
+            ),
+            r"args are not one JSON value: .*set.* at \$\.content\[1\]\.tool_call\.args",
+        ),
+        (
+            message_with(
+                content=[{"type": "toolCall", "tool_call": {"id": "c", "name": "n", "args": RawJSON("{")}}]
+            ),
+            r"args are not one JSON value: .* at \$\.content\[0\]\.tool_call\.args",
+        ),
+        (
+            message_with(
+                content=[{"type": "toolCall", "tool_call": {"id": "c", "name": "n", "arguments": {}}}]
+            ),
+            r"'arguments' is not a tool call's at \$\.content\[0\]\.tool_call\.arguments",
+        ),
+        (message_with(usage={"input": 1.0}), r"input must be an integer, not float at \$\.usage\.input"),
+        (message_with(usage={"output": True}), r"output must be an integer, not bool at \$\.usage\.output"),
+        (
+            message_with(usage={"total_tokens": 1 << 63}),
+            r"does not fit in 64 bits at \$\.usage\.total_tokens",
+        ),
+        (
+            message_with(usage={"input": 1, "requests": 2}),
+            r"'requests' is not agentgo's usage .* at \$\.usage\.requests",
+        ),
+        (
+            message_with(usage={"cost": {"total": "1"}}),
+            r"total must be a number, not str at \$\.usage\.cost\.total",
+        ),
+        (message_with(stop_reason="end_turn"), r"stop reason 'end_turn' is not one of stop, length, toolUse"),
+        (message_with(stop_reason="tool_use"), r"at \$\.stop_reason"),
+        (message_with(timestamp="2026-01-01"), r"timestamp must be a datetime, not str at \$\.timestamp"),
+        (message_with(metadata=[1]), r"metadata must be an object, not list at \$\.metadata"),
+        (
+            AgentState([{"role": "user", "content": []}]),
+            r"a plain dict where agentgo needs a tagged value .* at \$\.messages\[0\]",
+        ),
+        (AgentState([message_with()], artifacts=["a"]), r"plain str where .* at \$\.artifacts\[0\]"),
+        (AgentState([message_with(content="x")]), r"at \$\.messages\[0\]\.content"),
+        (AgentState(total_usage={"input": 0.5}), r"at \$\.total_usage\.input"),
+        (
+            AgentState(progress={"pending_messages": [{"role": "user"}]}),
+            r"at \$\.progress\.pending_messages\[0\]",
+        ),
+        (AgentState(progress={"tool_calls": 1.5}), r"at \$\.progress\.tool_calls"),
+        (
+            AgentState(progress={"consecutive_tool_errors": {"ls": None}}),
+            r"at \$\.progress\.consecutive_tool_errors\.ls",
+        ),
+        (AgentState(progress={"step": 1}), r"'step' is not agentgo's run progress .* at \$\.progress\.step"),
+        (AgentSnapshot(AgentState(), steering_queue=[{"role": "user"}]), r"at \$\.steering_queue\[0\]"),
+        (AgentSnapshot(AgentState(), follow_up_queue=["next"]), r"at \$\.follow_up_queue\[0\]"),
+        (AgentSnapshot(AgentState([message_with(usage={"x": 1})])), r"at \$\.state\.messages\[0\]\.usage\.x"),
+        (AgentSnapshot({"messages": []}), r"state must be an AgentState, not dict at \$\.state"),  # type: ignore[arg-type]
+    ],
+)
+def test_what_go_would_drop_or_refuse_is_a_codec_error_naming_its_path(value: Any, message: str) -> None:
+    with pytest.raises(CodecError, match=message):
+        JSONCodec().encode(value)
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_record_and_save_checkpoint_refuse_what_go_cannot_read(tmp_path: Path, checkpoint: bool) -> None:
+    bad = Message("assistant", [session.text_block("a"), {"type": "tool_call", "name": "ls"}])  # type: ignore[list-item]
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+    save = functools.partial(run.save_checkpoint, AgentSnapshot(AgentState([bad])))
+    with pytest.raises(RecordingError, match=r"unknown block type 'tool_call'") as caught:
+        save() if checkpoint else run.record(Event("message_end", message=bad))
+    assert isinstance(caught.value.__cause__, CodecError)
+    path = "$.state.messages[0].content[1].type" if checkpoint else "$.content[1].type"
+    assert str(caught.value.__cause__).endswith(f" at {path}")
+    with pytest.raises(RecordingError):
+        s.close()
+
+
+def go_time(value: Any) -> Any:
+    """*value* with every timestamp string as the instant it names: Go writes 2026-...01.5Z
+    where Python writes 2026-...01.500000Z."""
+    if type(value) is dict:
+        return {
+            key: session._parse_rfc3339(item)
+            if key == "timestamp" and item != "0001-01-01T00:00:00Z"
+            else go_time(item)
+            for key, item in value.items()
+        }
+    if type(value) is list:
+        return [go_time(item) for item in value]
+    return value
+
+
+def test_values_go_writes_come_back_and_go_out_as_go_wrote_them() -> None:
+    codec = JSONCodec()
+    samples = AGENTGO_SAMPLES.read_text(encoding="utf-8").splitlines()
+    for line in samples:
+        value = codec.decode(json.loads(line))
+        again = json.loads(session._dumps(codec.encode(value)))
+        assert go_time(again) == go_time(json.loads(line)), line
+    values = [codec.decode(json.loads(line)) for line in samples]
+    tool_call = values[1].content[1]["tool_call"]
+    assert tool_call["args"]["opts"] == {"$type": "not a codec tag", "value": [1, 2.5, 12345678901234567890]}
+    assert values[1].timestamp == dt.datetime(2026, 8, 26, 10, 0, 1, 123456, tzinfo=UTC)
+    assert (
+        values[3].content[0]["tool_call"]["args_invalid"] is True
+        and values[3].content[1]["tool_call"]["args"] is None
+    )
+    assert (values[5].content, values[5].timestamp) == (None, None)
+    assert values[7].messages is None and values[7].progress["active"] is False
+    assert values[8].state.progress["pending_messages"][0].content == [session.text_block("and then?")]
+
+
+GO_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)  # Go makes a lone surrogate U+FFFD
+GO_INT = st.integers(-(1 << 63), (1 << 63) - 1)
+GO_JSON = st.recursive(
+    st.none() | st.booleans() | GO_INT | st.floats(allow_nan=False, allow_infinity=False) | GO_TEXT,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["$type", "value", "$object"]) | GO_TEXT, inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+BLOCKS = st.one_of(
+    GO_TEXT.map(session.text_block),
+    GO_TEXT.map(session.thinking_block),
+    st.builds(
+        session.tool_call_block,
+        GO_TEXT,
+        GO_TEXT.filter(bool),
+        st.dictionaries(GO_TEXT, GO_JSON, max_size=3),
+        thought_signature=GO_TEXT,
+    ),
+    st.builds(
+        lambda data, mime: session.image_block(data=data, mime_type=mime),
+        st.binary(max_size=40),
+        GO_TEXT.filter(bool),
+    ),
+    GO_TEXT.filter(bool).map(session.tool_reference_block),
+)
+COUNTS = ("input", "output", "cache_read", "cache_write", "total_tokens")
+COST = st.fixed_dictionaries({}, optional={key: st.floats(-1e9, 1e9) for key in (*COUNTS[:4], "total")})
+USAGE = st.fixed_dictionaries(
+    {}, optional={**dict.fromkeys(COUNTS, GO_INT), "provider": GO_TEXT, "model": GO_TEXT, "cost": COST}
+)
+MESSAGES = st.builds(
+    Message,
+    st.sampled_from(["user", "assistant", "system", "tool"]),
+    st.none() | st.lists(BLOCKS, max_size=4),
+    st.sampled_from(("", *session.STOP_REASONS)),
+    st.none() | USAGE,
+    st.none() | st.dictionaries(GO_TEXT, GO_JSON, max_size=3),
+    st.none() | st.datetimes(min_value=dt.datetime(2, 1, 1), timezones=st.just(UTC)),
+)
+
+
+@hypothesis.settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@hypothesis.given(MESSAGES)
+def test_every_message_the_builders_make_round_trips(message: Message) -> None:
+    codec = JSONCodec()
+    assert codec.decode(json.loads(session._dumps(codec.encode(message)))) == message
+
+
+GO_MIRROR = r"""
+// Reads agentgo codec values, one JSON line each, as agentgo's Go types would, and writes
+// them back as agentgo's codec does (keys sorted); a value Go refuses becomes {"error": "..."}.
+// The types mirror agentgo's message.go, tool.go and state.go: same fields, same tags.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+)
+
+type ContentBlock struct {
+	Type     string     `json:"type"`
+	Text     string     `json:"text,omitempty"`
+	Thinking string     `json:"thinking,omitempty"`
+	ToolCall *ToolCall  `json:"tool_call,omitempty"`
+	Image    *ImageData `json:"image,omitempty"`
+	ToolName string     `json:"tool_name,omitempty"`
+}
+
+type ToolCall struct {
+	ID               string          `json:"id"`
+	Name             string          `json:"name"`
+	Args             json.RawMessage `json:"args"`
+	ArgsInvalid      bool            `json:"args_invalid,omitempty"`
+	ArgsRawText      string          `json:"args_raw_text,omitempty"`
+	ArgsParseError   string          `json:"args_parse_error,omitempty"`
+	ThoughtSignature string          `json:"thought_signature,omitempty"`
+}
+
+type ImageData struct {
+	Data     string `json:"data,omitempty"`
+	URL      string `json:"url,omitempty"`
+	MimeType string `json:"mime_type,omitempty"`
+}
+
+type Cost struct {
+	Input      float64 `json:"input"`
+	Output     float64 `json:"output"`
+	CacheRead  float64 `json:"cache_read"`
+	CacheWrite float64 `json:"cache_write"`
+	Total      float64 `json:"total"`
+}
+
+type Usage struct {
+	Provider    string `json:"provider,omitempty"`
+	Model       string `json:"model,omitempty"`
+	Input       int    `json:"input"`
+	Output      int    `json:"output"`
+	CacheRead   int    `json:"cache_read"`
+	CacheWrite  int    `json:"cache_write"`
+	TotalTokens int    `json:"total_tokens"`
+	Cost        *Cost  `json:"cost,omitempty"`
+}
+
+type Message struct {
+	Role       string         `json:"role"`
+	Content    []ContentBlock `json:"content"`
+	StopReason string         `json:"stop_reason,omitempty"`
+	Usage      *Usage         `json:"usage,omitempty"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
+	Timestamp  time.Time      `json:"timestamp"`
+}
+
+type RunProgress struct {
+	Active                bool           `json:"active"`
+	NextTurn              bool           `json:"next_turn"`
+	CompletedTurns        int            `json:"completed_turns"`
+	LengthRecoveries      int            `json:"length_recoveries"`
+	ToolCalls             int            `json:"tool_calls"`
+	ToolErrors            int            `json:"tool_errors"`
+	ConsecutiveToolErrors map[string]int `json:"consecutive_tool_errors,omitempty"`
+	PendingMessages       []Tagged       `json:"pending_messages,omitempty"`
+}
+
+type AgentState struct {
+	Messages   []Tagged    `json:"messages"`
+	Artifacts  []Tagged    `json:"artifacts,omitempty"`
+	TotalUsage Usage       `json:"total_usage"`
+	Progress   RunProgress `json:"progress"`
+}
+
+type AgentSnapshot struct {
+	State         Tagged   `json:"state"`
+	SteeringQueue []Tagged `json:"steering_queue,omitempty"`
+	FollowUpQueue []Tagged `json:"follow_up_queue,omitempty"`
+}
+
+// Tagged is a field typed as an interface (AgentMessage, Artifact): only a registered,
+// tagged value fits there.
+type Tagged struct {
+	ID    string
+	Value any
+}
+
+func (t *Tagged) UnmarshalJSON(data []byte) error {
+	var wire struct {
+		Type  *string         `json:"$type"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := decode(data, &wire); err != nil {
+		return err
+	}
+	if wire.Type == nil || wire.Value == nil {
+		return fmt.Errorf("interface requires a registered tagged value: %s", data)
+	}
+	t.ID = *wire.Type
+	switch t.ID {
+	case "agentgo.message.v1":
+		t.Value = &Message{}
+	case "agentgo.agent-state.v1":
+		t.Value = &AgentState{}
+	case "agentgo.agent-snapshot.v1":
+		t.Value = &AgentSnapshot{}
+	default:
+		return fmt.Errorf("codec type %q is not registered", t.ID)
+	}
+	return decode(wire.Value, t.Value)
+}
+
+func (t Tagged) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]any{"$type": t.ID, "value": t.Value})
+}
+
+func decode(data []byte, target any) error {
+	decoder := json.NewDecoder(bytes.NewReader(data))
+	decoder.UseNumber()
+	return decoder.Decode(target)
+}
+
+func roundTrip(line []byte) ([]byte, error) {
+	var value Tagged
+	if err := decode(line, &value); err != nil {
+		return nil, err
+	}
+	encoded, err := json.Marshal(value)
+	if err != nil {
+		return nil, err
+	}
+	var sorted any // as agentgo's codec writes: every object a map, its keys sorted
+	if err := decode(encoded, &sorted); err != nil {
+		return nil, err
+	}
+	return json.Marshal(sorted)
+}
+
+func main() {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 64<<20)
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	for in.Scan() {
+		encoded, err := roundTrip(in.Bytes())
+		if err != nil {
+			encoded, _ = json.Marshal(map[string]string{"error": err.Error()})
+		}
+		out.Write(append(encoded, '\n'))
+	}
+}
+"""  # a stand-in for agentgo's types, written from its source; agentgo itself is not needed
+
+
+@pytest.fixture(scope="module")
+def go_mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go program above, built offline: it reads each line as agentgo's types do and
+    writes them back as agentgo's codec does."""
+    need("go", "only Go can tell what agentgo's types read")
+    folder = tmp_path_factory.mktemp("agentgocheck")
+    (folder / "main.go").write_text(GO_MIRROR.lstrip(), encoding="utf-8")
+    (folder / "go.mod").write_text("module agentgocheck\n\ngo 1.18\n", encoding="utf-8")
+    offline = {"GOFLAGS": "-mod=mod", "GOPROXY": "off", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+    env = {**os.environ, **offline, "GOCACHE": str(folder / "cache")}
+    subprocess.run(["go", "build", "-o", "mirror", "."], cwd=folder, env=env, check=True, timeout=600)
+    return folder / "mirror"
+
+
+def through_go(mirror: Path, lines: List[str]) -> List[str]:
+    done = subprocess.run(
+        [str(mirror)],
+        input="".join(f"{line}\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("\n")[:-1]  # only "\n" ends a line: text may hold U+0085 and U+2028
+
+
+def go_zero(value: Any) -> bool:
+    if type(value) is dict:
+        return all(go_zero(item) for item in value.values())
+    return value in (0, "", None, []) and value is not True
+
+
+def go_kept(written: Any, read: Any) -> bool:
+    """Whether Go's *read* holds all of *written*: only zero values may come and go."""
+    if type(written) is dict:
+        return (
+            type(read) is dict
+            and all(
+                go_kept(item, read[key]) if key in read else go_zero(item) for key, item in written.items()
+            )
+            and all(go_zero(read[key]) for key in read.keys() - written.keys())
+        )
+    if type(written) is list:
+        return type(read) is list and len(read) == len(written) and all(map(go_kept, written, read))
+    return written == read and (type(written) is bool) == (type(read) is bool)  # Go writes 1.0 as 1
+
+
+def every_shape() -> List[Any]:
+    """A value of each shape, with every block and every optional key."""
+    blocks: List[session.ContentBlock] = [
+        session.text_block("<b>&</b> ünïcode"),
+        session.thinking_block("hm"),
+        session.tool_call_block(
+            "c1", "ls", '{"path": "a", "tag": {"$type": "x", "value": 1}}', thought_signature="s"
+        ),
+        session.tool_call_block("c2", "ls", {"big": 1 << 62, "f": 0.1, "tag": {"$object": 1}}),
+        session.tool_call_block(
+            "c3", "ls", None, args_invalid=True, args_raw_text="{", args_parse_error="EOF"
+        ),
+        session.image_block(data=bytes(range(256)), mime_type="image/png"),
+        session.image_block(url="https://example.com/a.jpg", mime_type="image/jpeg"),
+        session.tool_reference_block("web_search"),
+    ]
+    usage: session.Usage = {"provider": "p", "model": "m", "input": 7, "total_tokens": -(1 << 63)}
+    usage["cost"] = {"total": 0.25, "input": 1}
+    assistant = Message("assistant", blocks, "toolUse", usage, {"tag": {"$type": "x", "value": [1]}}, T0)
+    result = session.tool_result("c1", "120", is_error=True)
+    empty = Message("user", None, timestamp=None)
+    progress = {
+        "active": True,
+        "next_turn": False,
+        "completed_turns": 2,
+        "tool_errors": 1,
+        "consecutive_tool_errors": {"ls": 1},
+        "pending_messages": [result],
+    }
+    state = AgentState([assistant, result, empty], total_usage={"input": 3}, progress=progress)
+    return [
+        assistant,
+        result,
+        empty,
+        state,
+        AgentSnapshot(state, [empty], [result]),
+        AgentSnapshot(AgentState()),
+    ]
+
+
+def test_go_reads_everything_python_writes(go_mirror: Path) -> None:
+    codec = JSONCodec()
+    lines = [session._dumps(codec.encode(value)) for value in every_shape()]
+    for written, read in zip(lines, through_go(go_mirror, lines)):
+        assert go_kept(go_time(json.loads(written)), go_time(json.loads(read))), (written, read)
+
+
+@hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(MESSAGES, min_size=1, max_size=6))
+def test_go_reads_every_message_the_builders_make(go_mirror: Path, messages: List[Message]) -> None:
+    codec = JSONCodec()
+    lines = [session._dumps(codec.encode(message)) for message in messages]
+    for written, read in zip(lines, through_go(go_mirror, lines)):
+        assert go_kept(go_time(json.loads(written)), go_time(json.loads(read))), (written, read)
+
+
+def test_what_go_writes_comes_back_from_python_unchanged_for_go(go_mirror: Path) -> None:
+    samples = AGENTGO_SAMPLES.read_text(encoding="utf-8").splitlines()
+    assert through_go(go_mirror, samples) == samples  # these are Go's own output
+    codec = JSONCodec()
+    rewritten = [session._dumps(codec.encode(codec.decode(json.loads(line)))) for line in samples]
+    assert through_go(go_mirror, rewritten) == samples  # Go reads back what it wrote, byte for byte
+
+
+def test_the_example_session_holds_only_values_go_reads_whole(go_mirror: Path, tmp_path: Path) -> None:
+    path = tmp_path / "demo.jsonl"
+    done = subprocess.run(
+        [sys.executable, str(HERE / "examples" / "agent_loop.py"), str(path)], capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    values = []
+    for record in records(path):
+        data = record.data
+        request = data.get("request", {})
+        values += [data[key] for key in ("message", "partial_message", "snapshot") if key in data]
+        values += request.get("messages", [])
+    lines = [json.dumps(value, ensure_ascii=False, separators=(",", ":")) for value in values]
+    assert len(lines) > 20 and all(value["$type"].startswith("agentgo.") for value in values)
+    assert sum(line.count('"type":"toolCall"') for line in lines) >= 4
+    for written, read in zip(lines, through_go(go_mirror, lines)):
+        assert go_kept(go_time(json.loads(written)), go_time(json.loads(read))), (written, read)
+
+
+def test_go_refuses_what_the_codec_refuses(go_mirror: Path) -> None:
+    def message(**fields: Any) -> str:
+        value = {"role": "user", "content": [], "timestamp": "2026-01-01T00:00:00Z", **fields}
+        return json.dumps({"$type": "agentgo.message.v1", "value": value})
+
+    unchecked = [
+        message(usage={"input": 1.5}),
+        message(usage={"input": 1 << 64}),
+        message(content="hi"),
+        message(timestamp=None, content=[{"type": "toolCall", "tool_call": []}]),
+        json.dumps({"$type": "agentgo.agent-state.v1", "value": {"messages": [{"role": "user"}]}}),
+    ]
+    assert all("error" in json.loads(line) for line in through_go(go_mirror, unchecked))
+
+
 # ---------------------------------------------------------------------------- writer: the wire format
 
 ID = r"[0-9a-f]{32}"
@@ -647,9 +1319,11 @@ def full_event(kind: str, **changes: Any) -> Event:
         "timestamp": T0,
         "execution": MODEL,
         "turn_index": 2,
-        "message": Message("assistant", [{"type": "text", "text": "ok"}]),
-        "partial_message": Message("assistant", [{"type": "text", "text": "o"}]),
-        "request": ModelRequest([Message("user", ["q"])], [{"name": "ls"}], CallConfig(max_tokens=9)),
+        "message": Message("assistant", [session.text_block("ok")]),
+        "partial_message": Message("assistant", [session.text_block("o")]),
+        "request": ModelRequest(
+            [Message("user", [session.text_block("q")])], [{"name": "ls"}], CallConfig(max_tokens=9)
+        ),
         "tool_id": "call-1",
         "tool": "ls",
         "tool_label": "List",
@@ -796,6 +1470,25 @@ def test_shapes_of_execution_retry_summary_error(tmp_path: Path) -> None:
     assert bare["data"] == {"retry": {}}
 
 
+def test_an_error_handed_over_as_data_is_written_as_given(tmp_path: Path) -> None:
+    retry = RetryInfo(1, error={"message": "rate limited", "type": "RateLimitError"})
+    written = recorded(
+        tmp_path,
+        Event("error", error={"message": "boom", "type": "ProviderError"}),
+        Event("error", error={"message": "boom", "type": ""}),
+        Event("retry", retry=retry),
+    )
+    assert [obj["data"] for obj in written] == [
+        {"error": {"message": "boom", "type": "ProviderError"}},
+        {"error": {"message": "boom"}},
+        {"retry": {"max_retries": 1, "error": {"message": "rate limited", "type": "RateLimitError"}}},
+    ]
+    read_back = session.EventData.from_record(records(tmp_path / "events.jsonl")[2])
+    (tmp_path / "events.jsonl").unlink()
+    [again] = recorded(tmp_path, Event("error", error=read_back.error))  # what a reader gets records again
+    assert again["data"] == written[0]["data"]
+
+
 def test_empty_values_are_left_out_but_zero_results_are_written(tmp_path: Path) -> None:
     [a, b, c] = recorded(
         tmp_path,
@@ -823,7 +1516,7 @@ def test_the_api_key_is_never_written(tmp_path: Path) -> None:
 
 
 def test_request_messages_are_codec_values(tmp_path: Path) -> None:
-    request = ModelRequest([Message("user", ["hi"]), {"$object": 1}], ({"name": "t"},))
+    request = ModelRequest([Message("user", [session.text_block("hi")]), {"$object": 1}], ({"name": "t"},))
     [obj] = recorded(tmp_path, Event("model_request", execution=MODEL, request=request))
     messages = obj["data"]["request"]["messages"]
     assert messages[0]["$type"] == "agentgo.message.v1" and messages[1] == {"$object": {"$object": 1}}
@@ -930,6 +1623,9 @@ def test_a_string_like_the_raw_placeholder_is_refused_not_confused(tmp_path: Pat
         (Event("tool_queued", execution="t1"), TypeError),  # type: ignore[arg-type]
         (Event("turn_start", turn_index=True), TypeError),
         (Event("error", error=42), TypeError),
+        (Event("error", error={"msg": "x"}), ValueError),
+        (Event("error", error={"message": "x", "code": 3}), ValueError),
+        (Event("error", error={"message": "x", "type": 3}), TypeError),
     ],
 )
 def test_encoding_failures_are_sticky_recording_errors(tmp_path: Path, event: Event, cause: type) -> None:
@@ -1155,12 +1851,12 @@ def test_checkpoints_latest_wins_across_reopen(tmp_path: Path) -> None:
     with session.create(path) as s:
         assert s.load_checkpoint() is None
         with s.begin_run() as run:
-            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["one"])])))
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", [session.text_block("one")])])))
             run.record(Event("turn_start"))
-            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["two"])])))
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", [session.text_block("two")])])))
             run.record(Event("tool_exec_end", execution=TOOL, result="later records never advance it"))
             loaded = s.load_checkpoint()
-    assert loaded is not None and loaded.snapshot.state.messages[0].content == ["two"]
+    assert loaded is not None and loaded.snapshot.state.messages[0].content == [session.text_block("two")]
     assert (loaded.seq, loaded.run_id) == (5, run.run_id) and re.fullmatch(TIME, loaded.time)
     with session.open(path) as s:
         again = s.load_checkpoint()
@@ -2450,7 +3146,7 @@ def crash(s: session.Session) -> None:
 
 
 def usage_message(text: str, **usage: int) -> Message:
-    return Message("assistant", [{"type": "text", "text": text}], "end_turn", usage)
+    return Message("assistant", [session.text_block(text)], "stop", typing.cast(session.Usage, usage))
 
 
 def gappy_file(path: Path) -> Dict[str, Any]:
@@ -2480,9 +3176,7 @@ def gappy_file(path: Path) -> Dict[str, Any]:
     a.record(Event("message_end", execution=m1a2, message=usage_message("hi")))
     a.record(Event("tool_exec_start", execution=t1, tool="ls"))
     a.record(Event("tool_exec_end", execution=t1, tool="ls", result=[]))
-    a.record(
-        Event("model_exec_end", execution=m3, message=usage_message("x", input=3, output=1, cached=True))
-    )
+    a.record(Event("model_exec_end", execution=m3, message=usage_message("x", input=3, output=1)))
     a.record(Event("agent_end", summary=RunSummary(1, 1, 0, "stop"), error=ValueError("boom")))
     a.close()
     b = s.begin_run()
@@ -2536,6 +3230,24 @@ def test_summarize_finds_runs_counts_usage_and_gaps(tmp_path: Path) -> None:
         session.Gap("tool_call_unfinished", ids["b"], 20, ref("t2")),
         session.Gap("model_call_unfinished", ids["b"], 21, ref("m3")),
     ]
+
+
+def test_summarize_adds_up_only_token_counts(tmp_path: Path) -> None:
+    class AsIs:  # a host's codec that writes what it is given, as older writers did
+        def encode(self, value: Any) -> Any:
+            return value
+
+        def decode(self, value: Any) -> Any:
+            return value
+
+    usage = {"input": 3, "output": 1, "cache_read": 5, "requests": 2, "cached": True, "latency_ms": 900}
+    message = {"$type": "agentgo.message.v1", "value": {"role": "assistant", "content": [], "usage": usage}}
+    path = tmp_path / "s.jsonl"
+    with session.create(path, codec=AsIs()) as s, s.begin_run() as run:
+        run.record(Event("model_exec_end", execution=MODEL, message=message))
+        checked = JSONCodec().encode(usage_message("a", input=1, cache_write=2))
+        run.record(Event("model_exec_end", execution=MODEL, message=checked))
+    assert session.summarize(path).usage == {"input": 4, "output": 1, "cache_read": 5, "cache_write": 2}
 
 
 def test_summarize_of_a_complete_session_has_no_gaps(tmp_path: Path) -> None:
@@ -2684,9 +3396,9 @@ def test_show_needs_execution_for_attempt_and_reports_bad_files(tmp_path: Path) 
 def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
-        question = Message("user", [{"type": "text", "text": "line one\nline two"}])
-        call = {"type": "tool_call", "id": "c1", "name": "grep", "arguments": {"pattern": "x" * 5000}}
-        answer = Message("assistant", [{"type": "text", "text": "Looking."}, call], "tool_use", {"input": 7})
+        question = Message("user", [session.text_block("line one\nline two")])
+        call = session.tool_call_block("c1", "grep", {"pattern": "x" * 5000})
+        answer = Message("assistant", [session.text_block("Looking."), call], "toolUse", {"input": 7})
         run.record(
             Event("model_request", execution=MODEL, request=ModelRequest([question], [{"name": "grep"}]))
         )
@@ -2718,12 +3430,39 @@ def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
     assert "  user: line one\n    line two\n" in text and '  tools: [{"name": "grep"}]\n' in text
     assert "  assistant: Looking.\n" in text
     assert f'  assistant calls grep({{"pattern": "{"x" * 5000}"}}) id c1\n' in text  # never cut short
-    assert '  stop_reason: "tool_use"\n  usage: {"input": 7}\n' in text
+    assert '  stop_reason: "toolUse"\n  usage: {"input": 7}\n' in text
     assert (
         '  tool: "grep"\n' in text
         and '  result: {"lines": 3}\n' in text
         and "  error: OSError: disk\n" in text
     )
+
+
+def test_show_pretty_renders_every_block(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    blocks: List[session.ContentBlock] = [
+        session.thinking_block("first\nthen"),
+        session.tool_call_block(
+            "c2", "grep", None, args_invalid=True, args_raw_text='{"p', args_parse_error="EOF"
+        ),
+        session.image_block(data=bytes(1000), mime_type="image/png"),
+        session.image_block(url="https://example.com/a.jpg"),
+        session.tool_reference_block("web_search"),
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("message_end", message=Message("assistant", blocks, "toolUse")))
+        run.record(Event("message_end", message=session.tool_result("c2", "no such file", is_error=True)))
+        run.record(Event("message_end", message=session.tool_result("c1", [session.text_block("3")])))
+        run.record(Event("message_end", message=Message("assistant", None)))
+    text = run_cli("show", str(path), "--pretty", "--type", "message_end").stdout
+    assert "  assistant thinks: first\n    then\n" in text
+    assert '  assistant calls grep(unparsed "{\\"p") id c2\n' in text
+    assert "  assistant: [image, 1000 bytes, image/png]\n" in text  # a placeholder, not the data
+    assert "  assistant: [image, at https://example.com/a.jpg, type not given]\n" in text
+    assert "  assistant refers to tool web_search\n" in text
+    assert "  tool error for c2: no such file\n" in text and "  tool result for c1: 3\n" in text
+    assert "  assistant: (no content)\n" in text
+    assert "AAAA" not in text
 
 
 def test_checkpoint_command(tmp_path: Path) -> None:
@@ -2985,7 +3724,7 @@ def test_repair_refuses_a_file_that_changes_while_copied(
 
 def busy_file(path: Path, calls: int, seed: int) -> Path:
     """A valid session of two runs of *calls* model calls, each followed by a tool call; a
-    model call in four fails, a tool call in three; usage has integer and other values."""
+    model call in four fails, about a tool call in three; usage has integer and other values."""
     rng = random.Random(seed)
     with session.create(path) as s:
         for _ in range(2):
@@ -2996,9 +3735,10 @@ def busy_file(path: Path, calls: int, seed: int) -> Path:
                     if n % 4 == 3:
                         run.record(Event("model_exec_end", execution=model, error=RuntimeError("overloaded")))
                         continue
-                    usage = {"input": rng.randrange(5000), "output": rng.randrange(500), "cost": 0.25}
-                    text = [{"type": "text", "text": "é" * rng.randrange(200)}]
-                    message = Message("assistant", text, "end_turn", dict(usage, note="12", cached=True))
+                    usage = session.Usage(input=rng.randrange(5000), output=rng.randrange(500), model="m")
+                    usage["cost"] = {"total": 0.25}  # summarize counts only the integers
+                    text: List[session.ContentBlock] = [session.text_block("é" * rng.randrange(200))]
+                    message = Message("assistant", text, "stop", usage)
                     run.record(Event("model_exec_end", execution=model, message=message))
                     tool = Execution(f"t{n}", "tool", parent_id=f"m{n}")
                     if rng.random() < 0.3:
@@ -3366,6 +4106,532 @@ def test_readme_spark_queries_over_the_export_and_its_parquet_agree_with_summari
         spark.stop()
 
 
+# ---------------------------------------------------------------------------- html page
+
+PWN = "document.documentElement.dataset.pwned"
+PAYLOADS = [
+    f"<script>{PWN}='script'</script>",
+    f'"><img src=x onerror="{PWN}=\'img\'">',
+    f"'><svg onload={PWN}='svg'>",
+    f"</script><script>{PWN}='close'</script>",
+    f"javascript:{PWN}='url'",
+    f"</pre></details></code><iframe srcdoc=\"<script>parent.{PWN}='frame'</script>\"></iframe>",
+    "\u202egnp.exe\u200b \x1b[31mred\x1b[0m \u2028\u2029 <!-- \udc80 \U000e0041",
+]
+HOSTILE_NAME = f"x'\"><svg onload={PWN}='name'>.jsonl"  # a file name cannot hold a slash
+
+
+def hostile_session(directory: Path) -> Path:
+    """A valid session whose every string is an attack: ids, roles, tool names, argument keys,
+    errors, record types, times, usage keys; ANSI, bidi and zero-width characters."""
+    p = PAYLOADS
+    sid, rid = p[3], p[1]
+    objs: List[Dict[str, Any]] = []
+
+    def add(kind: str, data: Dict[str, Any], time: str = "") -> None:
+        moment = time or f"2026-12-02T09:27:{36 + len(objs):02d}.123456Z"
+        run = {} if kind == "session_start" else {"run_id": rid}
+        objs.append(
+            {"session_id": sid, "seq": len(objs) + 1, "type": kind, "time": moment, **run, "data": data}
+        )
+
+    def message(role: str, *blocks: Dict[str, Any], **fields: Any) -> Dict[str, Any]:
+        return {"$type": "agentgo.message.v1", "value": {"role": role, "content": list(blocks), **fields}}
+
+    blocks: List[Dict[str, Any]] = [
+        {"type": "text", "text": p[0]},
+        {"type": "thinking", "thinking": p[2]},
+        {
+            "type": "toolCall",
+            "tool_call": {"id": p[1], "name": p[0], "args": {p[3]: p[5]}, "args_raw_text": p[6]},
+        },
+        {"type": "image", "image": {"url": p[4], "mime_type": p[1]}},
+        {"type": "image", "image": {"data": "aGk=", "mime_type": p[0]}},
+        {"type": "tool_reference", "tool_name": p[5]},
+        {"type": "toolCall", "tool_call": {"id": "c2", "name": "x\ny", "args": {}}},
+        {"type": p[0], p[1]: p[2]},
+    ]
+    model = {"id": p[2], "kind": "model", "turn_index": 1, "attempt": 1}
+    tool = {"id": p[1], "kind": "tool", "parent_id": p[2], "turn_index": 1, "attempt": 1}
+    add("session_start", {"version": 1})
+    add("run_start", {})
+    add("agent_start", {})
+    add("turn_start", {"turn_index": 1})
+    add("model_exec_start", {"execution": model})
+    request = {"messages": [message(p[0], *blocks, metadata={"tool_call_id": p[1], p[4]: p[5]})]}
+    add(
+        "model_request",
+        {"execution": model, "request": dict(request, tools=[{"name": p[5]}], config={p[0]: p[1]})},
+    )
+    add("model_exec_end", {"execution": model, "error": {"message": p[6], "type": p[0]}})
+    model = dict(model, attempt=2)
+    add("model_exec_start", {"execution": model}, time=p[4])
+    add("model_request", {"execution": model, "request": request})
+    reply = message("assistant", *blocks, stop_reason=p[3], usage={"input": 7, p[0]: 3})
+    add("model_exec_end", {"execution": model, "message": reply})
+    add("message_end", {"execution": model, "message": reply})
+    add(
+        "tool_exec_start",
+        {"execution": tool, "tool_id": p[1], "tool": p[0], "tool_label": p[6], "args": {p[2]: p[3]}},
+    )
+    add(
+        "tool_exec_end",
+        {
+            "execution": tool,
+            "tool": p[5],
+            "result": {p[0]: p[6]},
+            "is_error": True,
+            "error": {"message": p[5]},
+        },
+    )
+    add(
+        "message_end",
+        {"execution": tool, "message": message("tool", blocks[0], metadata={"tool_call_id": p[1]})},
+    )
+    add(p[0], {p[1]: p[2], "error": {"message": p[3]}})
+    add("context_compacted", {"execution": {"id": p[6], "kind": p[5]}, "compaction": {p[4]: p[0]}})
+    add("tool_exec_start", {"execution": dict(tool, id=p[6]), "tool": p[2]})
+    add("agent_end", {"summary": {"end_reason": p[0]}, "error": {"message": p[2], "type": p[4]}})
+    path = directory / HOSTILE_NAME
+    path.write_bytes(b"".join(json.dumps(o, separators=(",", ":")).encode() + b"\n" for o in objs))
+    return path
+
+
+def html_page(path: Path, *options: str) -> str:
+    """The page of *path*, made the way a user makes it (a lone module, -I -S)."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(MODULE), "html", str(path), *options],
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode()
+
+
+class PageParts(html.parser.HTMLParser):
+    """Every element of a page, with its attributes and the text of its style and scripts."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: List[Tuple[str, Dict[str, Optional[str]]]] = []
+        self.texts: Dict[str, List[str]] = {"style": [], "script": []}
+        self._open: Optional[str] = None
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+        self._open = tag if tag in self.texts else None
+        if self._open:
+            self.texts[tag].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._open = None
+
+    def handle_data(self, data: str) -> None:
+        if self._open:
+            self.texts[self._open][-1] += data
+
+
+PAGE_IDS = re.compile(r"seq-\d+|only-errors|show-model|show-tool|show-other|search|session-data")
+PAGE_CLASSES = re.compile(
+    "mark|cut|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
+    "|time|how|msg|call|image|ref|chart|bar|compaction|waterfall|end|tie|filters"
+)
+PAGE_TAGS = re.compile(
+    "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script"
+)
+
+
+def csp_hash(text: str) -> str:
+    import base64
+    import hashlib
+
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
+    page = html_page(hostile_session(tmp_path))
+    parts = PageParts()
+    parts.feed(page)
+    tags = [tag for tag, _ in parts.elements]
+    assert tags[:4] == ["html", "head", "meta", "meta"]
+    assert parts.elements[2][1] == {"charset": "utf-8"}
+    assert parts.elements[3][1]["http-equiv"] == "Content-Security-Policy"
+    policy = parts.elements[3][1]["content"] or ""
+    (style,) = parts.texts["style"]
+    data, script = parts.texts["script"]
+    assert policy == (
+        f"default-src 'none'; script-src {csp_hash(script)}; style-src {csp_hash(style)}; "
+        "base-uri 'none'; form-action 'none'"
+    )
+    assert all(PAGE_TAGS.fullmatch(tag) for tag in tags)
+    for tag, attrs in parts.elements:
+        assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
+        assert "src" not in attrs and "style" not in attrs and "action" not in attrs
+        assert re.fullmatch(r"#seq-\d+", attrs.get("href") or "#seq-1"), attrs
+        assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
+        assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
+    assert json.loads(data) == {
+        "file": str(tmp_path / HOSTILE_NAME),
+        "records": 18,
+        "session_id": PAYLOADS[3],
+    }
+    assert 'calls <b>x<span class="mark">[U+000A]</span>y</b>' in page  # a name shows its line break
+    for char in "\u202e\u200b\x1b\u2028\u2029\U000e0041":
+        assert char not in page
+        assert f"[U+{ord(char):04X}]" in page
+    assert "[U+DC80]" in page  # a lone surrogate from the file, shown, not a crash
+
+
+def test_html_page_shows_hostile_values_as_text(tmp_path: Path) -> None:
+    page = html_page(hostile_session(tmp_path))
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    for payload in PAYLOADS[:6]:
+        assert payload in text  # every attack shown as the text it is
+    assert html.escape(PAYLOADS[0]) in page and PAYLOADS[0] not in page
+
+
+def test_html_page_is_reproducible(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    assert html_page(path) == html_page(path)
+
+
+def browser_dom(page: Path, profile: Path, *flags: str) -> str:
+    """The DOM of *page* after headless Chromium loaded it and ran its script."""
+    need("chromium", "the HTML page is checked in a real browser")
+    done = subprocess.run(
+        [
+            "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", "--virtual-time-budget=3000", *flags, "--dump-dom", page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_html_page_in_chromium_runs_its_script_and_no_payload(tmp_path: Path) -> None:
+    page = html_page(hostile_session(tmp_path))
+    path = tmp_path / "page.html"
+    path.write_text(page, encoding="utf-8")
+    unprotected = tmp_path / "no-csp.html"
+    unprotected.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page), encoding="utf-8"
+    )
+    assert "Content-Security-Policy" not in unprotected.read_text(encoding="utf-8")
+    for copy in (path, unprotected):
+        dom = browser_dom(copy, tmp_path / "profile")
+        assert '<html lang="en" data-js="on">' in dom  # the page's own script ran
+        assert "data-pwned" not in dom  # and not one payload: by escaping alone without the CSP
+        assert dom.count('class="card ') == 4
+
+
+def test_html_page_csp_blocks_a_script_that_escaping_let_through(tmp_path: Path) -> None:
+    page = html_page(sample_file(tmp_path / "s.jsonl"))
+    injected = page.replace(
+        "</header>", f"<script>{PWN}='csp'</script><img src=x onerror=\"{PWN}='img'\"></header>"
+    )
+    path = tmp_path / "page.html"
+    path.write_text(injected, encoding="utf-8")
+    dom = browser_dom(path, tmp_path / "profile")
+    assert 'data-js="on"' in dom and "data-pwned" not in dom
+
+
+def test_html_page_reads_with_javascript_off(tmp_path: Path) -> None:
+    path = tmp_path / "page.html"
+    page = html_page(sample_file(tmp_path / "s.jsonl"))
+    path.write_text(re.sub(r"<script>.*?</script>", "", page, flags=re.S), encoding="utf-8")
+    dom = browser_dom(path, tmp_path / "profile")
+    assert 'data-js="on"' not in dom and not re.search(r'class="[^"]*\bmiss\b', dom)
+    assert dom.count('class="card ') == 4 and "héllo 1" in dom
+    assert '<input type="search" id="search" placeholder="search" hidden="">' in dom  # needs the script
+
+
+class WebDriver:
+    """Headless Chromium driven through chromedriver's W3C WebDriver protocol (plain HTTP)."""
+
+    ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
+
+    def __init__(self, profile: Path) -> None:
+        need("chromedriver", "the page's filters and search are tried in a real browser")
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.process = subprocess.Popen(
+            ["chromedriver", f"--port={self.port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                if self.call("GET", "/status")["ready"]:
+                    break
+            time.sleep(0.1)
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+        flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
+        options = {"binary": shutil.which("chromium"), "args": [*flags, f"--user-data-dir={profile}"]}
+        capabilities = {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options}}
+        self.id = self.call("POST", "/session", {"capabilities": capabilities})["sessionId"]
+
+    def call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        import http.client
+
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            connection.request(method, path, json.dumps(body) if body is not None else None)
+            answer = json.loads(connection.getresponse().read())
+        finally:
+            connection.close()
+        return answer["value"]
+
+    def page(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        return self.call(method, f"/session/{self.id}{path}", body)
+
+    def element(self, css: str) -> str:
+        return self.page("POST", "/element", {"using": "css selector", "value": css})[self.ELEMENT]  # type: ignore[no-any-return]
+
+    def visible(self, css: str) -> int:
+        script = (
+            f"return [...document.querySelectorAll({json.dumps(css)})].filter(e => e.offsetParent).length"
+        )
+        return self.page("POST", "/execute/sync", {"script": script, "args": []})  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.call("DELETE", f"/session/{self.id}")
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model_call(run, "m1", [say("alpha")])
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_end", execution=tool, tool="grep", result="beta", error="exit 2"))
+    page = tmp_path / "page.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        assert browser.visible(".card") == 2 and browser.visible(".rec") == 3
+        browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
+        assert (
+            browser.visible(".card") == 1
+            and browser.visible(".card.tool") == 1
+            and browser.visible(".rec") == 0
+        )
+        browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
+        browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
+        assert browser.visible(".card") == 1 and browser.visible(".card.model") == 1
+        browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
+        search = browser.element("#search")
+        browser.page("POST", f"/element/{search}/value", {"text": "BETA"})
+        assert browser.visible(".card") == 1 and browser.visible(".card.tool") == 1
+        browser.page("POST", f"/element/{search}/value", {"text": "\ue003" * 4})  # backspace
+        assert browser.visible(".card") == 2
+    finally:
+        browser.close()
+
+
+def model_call(run: session.Run, name: str, messages: List[Message], attempt: int = 1) -> None:
+    execution = Execution(name, "model", attempt=attempt)
+    run.record(Event("model_exec_start", execution=execution, timestamp=T0))
+    run.record(Event("model_request", execution=execution, request=ModelRequest(messages), timestamp=T0))
+    reply = Message("assistant", [session.text_block(f"reply of {name}")], "stop", {"input": len(messages)})
+    run.record(
+        Event("model_exec_end", execution=execution, message=reply, timestamp=T0 + dt.timedelta(seconds=1))
+    )
+
+
+def say(text: str) -> Message:
+    return Message("user", [session.text_block(text)], timestamp=T0)
+
+
+def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    u1, a1, u2, u3 = say("u1"), say("a1"), say("u2"), say("u3")
+    with session.create(path) as s:
+        with s.begin_run() as run:
+            model_call(run, "m1", [u1])
+            model_call(run, "m1", [u1], attempt=2)  # a retry: the same context
+            model_call(run, "m2", [u1, a1, u2])
+            compact = Execution("c1", "compact")
+            run.record(Event("context_compacted", execution=compact, compaction={"dropped": 1}, timestamp=T0))
+            model_call(run, "m3", [u1, u2, u3])
+        with s.begin_run() as run:
+            model_call(run, "m1", [u1, u2, u3, say("u4")])
+            model_call(run, "m2", [u3])
+    facts = session._Facts()
+    session.read(path, facts)
+    changes = [(len(c.new), c.unchanged, c.dropped, c.compacted, c.resumed) for c in facts.changes.values()]
+    assert changes == [
+        (1, 0, 0, False, False),
+        (0, 1, 0, False, False),
+        (2, 1, 0, False, False),
+        (1, 2, 1, True, False),
+        (1, 3, 0, False, True),
+        (0, 1, 3, False, False),
+    ]
+    assert facts.compactions == [3]  # after the third successful call
+    page = html_page(path)
+    assert "context: 3 messages; 1 new, 2 unchanged since request" in page
+    assert "1 dropped by a compaction" in page
+    assert "3 carried over from the previous run since request" in page
+    assert "3 dropped with no compaction recorded" in page
+    assert page.count("tools and config as in") == 5
+
+
+def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model = Execution("m1", "model")
+        reply = Message("assistant", [session.tool_call_block("call-1", "ls", {"d": "/"})], "toolUse")
+        run.record(Event("model_request", execution=model, request=ModelRequest([say("question")])))
+        run.record(Event("model_exec_end", execution=model, message=reply))
+        run.record(Event("message_end", execution=model, message=reply))
+        tool = Execution("call-1", "tool", parent_id="m1")
+        run.record(Event("tool_exec_start", execution=tool, tool_id="call-1", tool="ls", args={"d": "/"}))
+        result = session.tool_result("call-1", "a b")
+        run.record(Event("message_end", execution=tool, message=result))
+        run.record(
+            Event(
+                "model_request",
+                execution=Execution("m2", "model"),
+                request=ModelRequest([say("question"), reply, result]),
+            )
+        )
+    page = html_page(path)
+    assert page.count("question") == 1
+    assert 'the same message as <a href="#seq-4">#4</a>' in page  # message_end = the response
+    assert 'new: <span class="role">assistant</span> message as recorded in <a href="#seq-4">#4</a>' in page
+    assert 'new: <span class="role">tool</span> message as recorded in <a href="#seq-7">#7</a>' in page
+    assert 'id <a href="#seq-6"><code>call-1</code></a>' in page  # the call asked for links to the tool
+    assert 'asked for by <a href="#seq-3">model call <code>m1</code></a>' in page
+
+
+def test_html_page_shortens_long_values_with_a_visible_mark(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    long_text = "".join(f"line {n}\n" for n in range(2000))
+    with session.create(path) as s, s.begin_run() as run:
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_end", execution=tool, tool="cat", result={"text": long_text}))
+        run.record(Event("tool_exec_end", execution=Execution("t2", "tool"), tool="n" * 1000))
+        run.record(Event("message_end", execution=tool, message=say(long_text)))
+    page = html_page(path, "--max-field", "300")
+    assert "line 1999" not in page and "line 10\n" in page
+    run_id = records(path)[1].run_id
+    command = f"python -m session show {path} --run {run_id} --execution t1 --attempt 1"
+    assert f"shortened — {len(long_text) - 300} more characters: see <code>{command}</code>" in page
+    assert "shortened — the rest: see" in page  # the JSON result, not encoded beyond the limit
+    assert "<details><summary>" in page  # long values folded
+    assert "n" * 200 + '<span class="cut">…</span>' in page and "n" * 301 not in page  # names too
+
+
+def test_html_page_keeps_to_its_budget_and_says_what_it_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        context = [say(f"{n} {'z' * 500}") for n in range(300)]
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
+        for n in range(300):
+            run.record(
+                Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", result="y" * 500)
+            )
+    whole = html_page(path)
+    page = html_page(path, "--max-bytes", "40000")
+    assert len(page.encode()) < 50000 < len(whole.encode())
+    shown = len(re.findall(r'id="seq-\d+"', page))
+    assert f"{len(records(path)) - shown} more records are not shown here" in page
+    new = page.count('<span class="role">user</span>')
+    assert 0 < new < 300 and f"{300 - new} more new messages not shown: see" in page
+    assert f"<code>python -m session show {path}</code> prints them all" in page
+
+
+def test_html_page_lists_gaps_with_refs_and_commands_that_work(tmp_path: Path) -> None:
+    path = tmp_path / "it's a session.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    run.record(Event("agent_start"))
+    run.record(Event("model_exec_start", execution=Execution("m 1", "model", attempt=2)))
+    run.record(Event("turn_start", turn_index=1))
+    s.sync()
+    page = html_page(path)
+    gap = records(path)[3].ref
+    assert gap is not None
+    assert html.escape(json.dumps(gap.to_json())) in page
+    commands = re.findall(r"<code>(python -m session show [^<]*--attempt 2)</code>", page)
+    assert commands
+    for command in commands:
+        argv = shlex.split(html.unescape(command))
+        shown = subprocess.run([sys.executable, str(MODULE), *argv[3:]], capture_output=True, timeout=60)
+        assert shown.stdout.splitlines() == path.read_bytes().splitlines()[3:4]
+    assert "run_not_closed" in page and "no_agent_end" in page and "model_call_unfinished" in page
+    s.close()
+
+
+def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("turn_start", turn_index=1))
+        model_call(run, "m1", [say("a")])  # 0 s to 1 s
+        tool = Execution("t1", "tool", turn_index=1)
+        for seconds in (1, 3):
+            run.record(
+                Event(
+                    "tool_exec_start", execution=tool, tool="x", timestamp=T0 + dt.timedelta(seconds=seconds)
+                )
+            )
+        run.record(
+            Event(
+                "tool_exec_end",
+                execution=tool,
+                tool="x",
+                error="boom",
+                timestamp=T0 + dt.timedelta(seconds=3),
+            )
+        )
+    page = html_page(path)
+    assert '<rect class="model" x="300.0" y="2" width="230.0" height="14">' in page
+    assert '<rect class="tool fail" x="530.0" y="20" width="460.0" height="14">' in page
+    assert "turn 1: 2 attempts, 3.000 s, 1 failed" in page
+    assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
+    assert "1 failed attempts" in page
+
+
+def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    objs = envelope_lines(3)
+    execution = {"id": "m", "kind": "model"}
+    objs[2] = dict(objs[2], type="model_request", data={"execution": execution, "request": {"messages": [0]}})
+    deep = b"[" * 980 + b"0" + b"]" * 980  # too deep for json.dumps under pytest's stack
+    path.write_bytes(dump(objs).replace(b'"messages":[0]', b'"messages":[' + deep + b"]"))
+    page = html_page(path, "--max-field", str(10**6))  # everything, as far as the stack allows
+    assert "context: 1 messages; 1 new" in page
+    whole = "[" * 980 + "0" + "]" * 980 in re.sub(r"\s", "", page)
+    assert whole or "cannot be shown here: maximum recursion depth exceeded" in page  # never a crash
+
+
+def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(dump(envelope_lines())[:-30] + b"\n")
+    out = tmp_path / "page.html"
+    done = run_cli("html", str(path), "-o", str(out))
+    assert done.returncode == 1 and f"{path}:4: invalid JSON" in done.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == [path]
+    good = str(sample_file(path.with_name("ok.jsonl")))
+    before = Path(good).read_bytes()
+    done = run_cli("html", good, "-o", str(tmp_path / "." / "ok.jsonl"))
+    assert done.returncode == 1 and "will not write the page over the session itself" in done.stderr
+    assert Path(good).read_bytes() == before
+    done = run_cli("html", good, "--max-field", "0", "-o", str(out))
+    assert done.returncode == 2 and "positive" in done.stderr and not out.exists()
+    done = run_cli("html", good, "-o", str(out))
+    assert done.returncode == 0 and out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
 # ---------------------------------------------------------------------------- command line
 
 
@@ -3509,7 +4775,7 @@ def hostile_file(path: Path) -> Path:
     run.record(
         Event("agent_end", summary=RunSummary(end_reason=f"stop{HOSTILE}"), error=f"bad{HOSTILE}\nfake")
     )
-    text = {"type": "text", "text": f"hi{HOSTILE}"}
+    text = session.text_block(f"hi{HOSTILE}")
     run.record(Event("message_end", execution=MODEL, message=Message(f"user{HOSTILE}", [text])))
     run.record(Event(f"kind{HOSTILE}", tool=f"ls{HOSTILE}", error=RuntimeError(HOSTILE)))
     run.save_checkpoint({HOSTILE: HOSTILE})

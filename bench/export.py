@@ -38,8 +38,8 @@ def write_session(path: Path, calls: int, rng: random.Random) -> None:
     model, tool = session.Execution("m", "model"), session.Execution("t", "tool", parent_id="m")
     with session.create(path) as s, s.begin_run() as run:
         for n in range(calls):
-            usage = {"input": rng.randrange(9000), "output": rng.randrange(900)}
-            message = session.Message("assistant", [{"type": "text", "text": TEXT * 22}], "tool_use", usage)
+            usage = session.Usage(input=rng.randrange(9000), output=rng.randrange(900))
+            message = session.Message("assistant", [session.text_block(TEXT * 22)], "toolUse", usage)
             run.record(session.Event("model_exec_end", timestamp=T0, execution=model, message=message))
             output = TEXT * (2 if n % 8 else 380)
             run.record(

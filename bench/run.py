@@ -41,10 +41,10 @@ def events() -> Dict[str, session.Event]:
     message = session.Message(
         "assistant",
         [
-            {"type": "text", "text": (TEXT * 22)[:1800]},
-            {"type": "tool_call", "id": "call-7", "name": "read_file", "arguments": {"path": "src/app.py"}},
+            session.text_block((TEXT * 22)[:1800]),
+            session.tool_call_block("call-7", "read_file", {"path": "src/app.py"}),
         ],
-        "tool_use",
+        "toolUse",
         {"input": 1834, "output": 96, "total_tokens": 1930},
         timestamp=T0,
     )
