@@ -349,6 +349,38 @@ def test_builtin_types_round_trip_with_agentgo_ids() -> None:
     assert codec.decode(json.loads(json.dumps(encoded))) == snapshot
 
 
+def odd_offsets() -> List[dt.tzinfo]:
+    """Time zones whose UTC offset has seconds, which RFC 3339 cannot write."""
+    zones: List[dt.tzinfo] = [
+        dt.timezone(dt.timedelta(seconds=30)),
+        dt.timezone(-dt.timedelta(hours=3, seconds=59)),
+        dt.timezone(dt.timedelta(minutes=19, seconds=32)),  # Amsterdam's mean time until 1937
+        dt.timezone(dt.timedelta(hours=1, microseconds=1)),
+    ]
+    if sys.version_info >= (3, 9):
+        import zoneinfo
+
+        zones.append(zoneinfo.ZoneInfo("Europe/Amsterdam"))  # +00:19:32 in 1890
+    return zones
+
+
+ODD_MOMENT = dt.datetime(1890, 6, 1, 12, 0, 0, 250000)
+
+
+def test_a_datetime_whose_offset_has_seconds_is_written_in_utc_exactly() -> None:
+    codec = JSONCodec()
+    for zone in odd_offsets():
+        moment = ODD_MOMENT.replace(tzinfo=zone)
+        offset = moment.utcoffset()
+        assert offset is not None and offset % dt.timedelta(minutes=1)
+        text = codec.encode(moment)
+        assert text == (ODD_MOMENT - offset).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), zone
+        back = codec.decode(codec.encode(Message("u", [], timestamp=moment))).timestamp
+        assert back == moment and back.utcoffset() == dt.timedelta(0)
+    amsterdam = dt.datetime(1890, 6, 1, 12, tzinfo=dt.timezone(dt.timedelta(minutes=19, seconds=32)))
+    assert codec.encode(amsterdam) == "1890-06-01T11:40:28.000000Z"
+
+
 def test_datetime_is_rfc3339_with_z_for_utc() -> None:
     encoded = JSONCodec().encode(Message("user", [], timestamp=T0))
     assert encoded["value"]["timestamp"] == "2026-12-02T09:27:36.123456Z"
@@ -493,6 +525,110 @@ def test_deep_nesting_is_a_codec_error() -> None:
         nested = {"a": nested}
     with pytest.raises(CodecError, match="nested too deeply"):
         JSONCodec().decode(nested)
+
+
+def nested(kind: str, depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = {"a": value} if kind == "object" else [value] if kind == "array" else Box(value)
+    return value
+
+
+DEEP_CODEC = JSONCodec(TypeSpec("test.box", Box))
+
+
+def unnested(value: Any) -> Tuple[str, int, Any]:
+    """What *nested* made *value* of: its kind, depth and innermost value (compared without
+    recursion, which a value this deep would overflow)."""
+    kinds, depth = set(), 0
+    while type(value) in (dict, list, Box):
+        kinds.add(type(value))
+        value = value["a"] if type(value) is dict else value[0] if type(value) is list else value.inner
+        depth += 1
+    kind = {dict: "object", list: "array", Box: "tagged"}[kinds.pop()] if len(kinds) == 1 else str(kinds)
+    return kind, depth, value
+
+
+def deepest_checkpoint(tmp_path: Path, kind: str) -> Tuple[int, Path]:
+    """The deepest value of *kind* save_checkpoint takes, and a file holding it."""
+
+    def saved(depth: int) -> Optional[Path]:
+        path = tmp_path / f"{kind}-{depth}.jsonl"
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        s = session.create(path, DEEP_CODEC)
+        try:
+            s.begin_run().save_checkpoint(nested(kind, depth))
+            s.close()
+        except RecordingError:
+            with contextlib.suppress(RecordingError):
+                s.close()
+            return None
+        return path
+
+    low, high = 1, 4000
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if saved(middle) else (low, middle - 1)
+    path = saved(low)
+    assert path is not None and not saved(low + 1)
+    return low, path
+
+
+@pytest.mark.parametrize("kind", ["object", "array", "tagged"])
+def test_the_deepest_checkpoint_the_writer_takes_loads_back(tmp_path: Path, kind: str) -> None:
+    depth, path = deepest_checkpoint(tmp_path, kind)
+    assert depth > 200
+
+    def load(frames: int) -> Any:
+        if frames:
+            return load(frames - 1)
+        with session.open(path, DEEP_CODEC) as s:
+            checkpoint = s.load_checkpoint()
+        assert checkpoint is not None
+        return checkpoint.snapshot
+
+    assert unnested(load(0)) == (kind, depth, 0)
+    assert unnested(load(sys.getrecursionlimit() // 2)) == (kind, depth, 0)  # deeper than it was saved
+
+
+DEEPEST_AT_TOP_LEVEL = """
+import contextlib, os, sys, tempfile
+import session
+from test_session import DEEP_CODEC, nested, unnested
+
+kind, folder = sys.argv[1], tempfile.mkdtemp()
+low, high = 1, 4000
+while low < high:  # save_checkpoint right at the top level: the shallowest stack it can have
+    middle = (low + high + 1) // 2
+    s = session.create(os.path.join(folder, str(middle)), DEEP_CODEC)
+    try:
+        s.begin_run().save_checkpoint(nested(kind, middle))
+        low = middle
+    except session.RecordingError:
+        high = middle - 1
+    with contextlib.suppress(session.RecordingError):
+        s.close()
+s = session.open(os.path.join(folder, str(low)), DEEP_CODEC)
+print(low, unnested(s.load_checkpoint().snapshot) == (kind, low, 0))
+"""
+
+
+@pytest.mark.parametrize("kind", ["object", "array", "tagged"])
+def test_the_deepest_checkpoint_saved_at_the_top_level_loads_back(tmp_path: Path, kind: str) -> None:
+    script = tmp_path / "deepest.py"
+    script.write_text(DEEPEST_AT_TOP_LEVEL)
+    done = subprocess.run(
+        [sys.executable, str(script), kind],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=HERE,
+        env=dict(os.environ, PYTHONPATH=str(HERE)),
+    )
+    assert done.returncode == 0, done.stderr
+    depth, loaded = done.stdout.split()
+    assert int(depth) > 200 and loaded == "True"
 
 
 def test_duplicate_registrations_are_refused() -> None:
@@ -1566,6 +1702,69 @@ def test_credential_keys_in_extra_are_dropped_and_listed(tmp_path: Path) -> None
         assert secret not in path.read_bytes()
 
 
+CREDENTIAL_NAMES = [
+    "x-api-key",  # Anthropic
+    "api-key",  # Azure OpenAI
+    "Ocp-Apim-Subscription-Key",  # Azure API Management
+    "x-goog-api-key",  # Google
+    "X-Goog-Iam-Authorization-Token",
+    "key",  # Google's ?key=
+    "Proxy-Authorization",
+    "cf-aig-authorization",  # Cloudflare AI Gateway
+    "X-Auth-Key",
+    "x-auth-token",
+    "X-Amz-Security-Token",  # AWS
+    "aws_secret_access_key",
+    "aws_access_key_id",
+    "AWS_SESSION_TOKEN",
+    "Cookie",
+    "Set-Cookie",
+    "refresh_token",
+    "id_token",
+    "idToken",
+    "private_key",
+    "private_key_id",
+    "session_token",
+    "client_secret",
+    "credentials",
+    "token",
+    "REPLICATE_API_TOKEN",
+    "bearer",
+    "passphrase",
+    "DB PASSWD",
+    "X.API.KEY",
+]
+NOT_CREDENTIALS = [
+    "temperature",
+    "max_tokens",
+    "budget_tokens",
+    "top_k",
+    "keep",
+    "monkey",
+    "tokens",
+    "cookbook",
+]
+
+
+def test_credential_names_are_compared_with_case_and_separators_folded(tmp_path: Path) -> None:
+    extra: Dict[str, Any] = {name: f"secret-{n}" for n, name in enumerate(CREDENTIAL_NAMES)}
+    extra.update(dict.fromkeys(NOT_CREDENTIALS, 1))
+    extra["headers"] = {"X-API-KEY": "secret-h", "anthropic-version": "2023-06-01", "OpenAI-Project": "p"}
+    path = tmp_path / "s.jsonl"
+    config = CallConfig(extra=extra)
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([], config=config)))
+    data = data_of(path, 3)
+    assert data["request"]["config"]["extra"] == {
+        **dict.fromkeys(NOT_CREDENTIALS, 1),
+        "headers": {"anthropic-version": "2023-06-01", "OpenAI-Project": "p"},
+    }
+    assert data["redacted"] == [f"config.extra.{name}" for name in CREDENTIAL_NAMES] + [
+        "config.extra.headers.X-API-KEY"
+    ]
+    assert b"secret-" not in path.read_bytes()
+
+
 def test_raw_json_is_checked_and_written_compacted(tmp_path: Path) -> None:
     raw = ' {"n": 1e2, "s": "a  b\\u00e9\\"", "l": [1.50 , true,null]}\n'
     [obj] = recorded(
@@ -1759,6 +1958,13 @@ def test_time_stamps_stay_right_when_seconds_and_offsets_alternate(tmp_path: Pat
         "2026-12-02T01:27:36.123456-08:00",
     ]
     assert [codec.decode(codec.encode(Message("u", [], timestamp=m))).timestamp for m in moments] == moments
+
+
+def test_an_event_time_whose_offset_has_seconds_is_exact(tmp_path: Path) -> None:
+    moments = [ODD_MOMENT.replace(tzinfo=zone) for zone in odd_offsets()]
+    objs = recorded(tmp_path, *(Event("turn_start", timestamp=m) for m in moments))
+    assert [o["time"] for o in objs] == [m.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") for m in moments]
+    assert objs[2]["time"] == "1890-06-01T11:40:28.250000Z"
 
 
 # ---------------------------------------------------------------------------- writer: sessions and runs
@@ -2081,6 +2287,58 @@ def test_a_failed_write_is_sticky_and_close_still_releases(
         loaded = reopened.load_checkpoint()
         assert loaded is not None and loaded.snapshot == {"n": 1}
     assert [r.type for r in records(path)] == ["session_start", "run_start", "checkpoint"]
+
+
+@pytest.fixture
+def unlimited_int_digits() -> Any:
+    """A host that lifted the int-to-text digit limit (where this Python has one)."""
+    if not hasattr(sys, "set_int_max_str_digits"):  # an old Python without the limit
+        yield
+        return
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        yield
+    finally:
+        sys.set_int_max_str_digits(before)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result={"n": [n]})),
+        lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result=RawJSON(f"[-{n}]"))),
+        lambda run, n: run.save_checkpoint({"state": [{"n": n}]}),
+    ],
+    ids=["json", "raw", "checkpoint"],
+)
+def test_an_integer_the_reader_refuses_is_never_written(
+    tmp_path: Path, unlimited_int_digits: None, write: Any
+) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    write(run, 10**4300 - 1)  # 4300 digits: every reader takes it
+    size = path.stat().st_size
+    with pytest.raises(RecordingError, match="an integer of 4301 digits: readers refuse more than 4300"):
+        write(run, 10**4300)
+    assert path.stat().st_size == size
+    with pytest.raises(RecordingError):  # sticky, like any encoding failure
+        run.record(Event("turn_start"))
+    with pytest.raises(RecordingError):
+        s.close()
+    assert b"0" * 4300 not in path.read_bytes()
+    script = "import session, sys; print(session.read(sys.argv[1], lambda r: None).records)"
+    done = subprocess.run(  # a reader with the default limit
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, cwd=HERE, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "3\n"), done.stderr
+
+
+def test_digits_in_strings_and_long_fractions_are_written(tmp_path: Path, unlimited_int_digits: None) -> None:
+    values = ["9" * 5000, float("0." + "3" * 5000), float("1" * 300 + "e-250"), {"k" * 5000: 1}]
+    objs = recorded(tmp_path, Event("tool_exec_end", execution=TOOL, result=values))
+    assert objs[0]["data"]["result"] == values
 
 
 def test_load_checkpoint_works_after_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -3010,6 +3268,28 @@ def test_a_line_longer_than_max_line_bytes(tmp_path: Path) -> None:
         session.open(path, max_line_bytes=1000)
 
 
+@pytest.mark.parametrize("limit", [0, -1, -(2**70)])
+def test_max_line_bytes_below_one_is_refused(tmp_path: Path, limit: int) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    blob = path.read_bytes()
+    calls: List[Callable[[], Any]] = [
+        lambda: session.read(path, lambda r: None, max_line_bytes=limit),
+        lambda: list(session.iter_records(path, max_line_bytes=limit)),
+        lambda: session.open(path, max_line_bytes=limit),
+        lambda: session.repair(path, max_line_bytes=limit),
+        lambda: session.summarize(path, max_line_bytes=limit),
+        lambda: session.find(path, CallRef(SID, RID, "m1", 1), max_line_bytes=limit),
+        lambda: session.create(tmp_path / "new.jsonl", max_line_bytes=limit),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"max_line_bytes must be at least 1, not {limit}"):
+            call()
+    assert not (tmp_path / "new.jsonl").exists()
+    assert path.read_bytes() == blob
+    with session.open(path) as s:  # a refused open let go of the lock
+        assert s.session_id == records(path)[0].session_id
+
+
 CORPUS = HERE / "testdata" / "JSONTestSuite" / "test_parsing"
 
 
@@ -3028,6 +3308,117 @@ def test_json_test_suite_lines_are_rejected_cleanly(tmp_path: Path) -> None:
         assert (info.value.line, info.value.offset) == (2, len(header)), case.name
         checked += 1
     assert checked > 250
+
+
+def json_accepts(blob: bytes) -> bool:
+    """The reader's verdict on one line parsed whole: strict json.loads, on a fresh stack."""
+    try:
+        session._decode_anywhere(blob.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def scanner_accepts(blob: bytes) -> bool:
+    """The verdict of the byte scanner the reader uses on long lines."""
+    if session._invalid_utf8(blob) >= 0:
+        return False
+    try:
+        session._scan_json(blob, frozenset())
+    except session._NotJSON:
+        return False
+    return True
+
+
+def test_the_long_line_scanner_agrees_with_json_on_the_test_suite() -> None:
+    verdicts = {case.name: json_accepts(case.read_bytes()) for case in sorted(CORPUS.iterdir())}
+    assert sum(verdicts.values()) > 90 and not all(verdicts.values())
+    assert {name: scanner_accepts((CORPUS / name).read_bytes()) for name in verdicts} == verdicts
+
+
+def long_line(data: bytes) -> bytes:
+    return (
+        f'{{"session_id":"{SID}","seq":3,"type":"tool_exec_end","time":"t","run_id":"{RID}",'.encode()
+        + b'"data":'
+        + data
+        + b"}"
+    )
+
+
+LONG = b"[" + b'{},1.5,0,"x\\u00e9\\n",[],true,null,' * 60_000 + b"0]"  # 2 MB
+LONG_LINES = [
+    ("valid", long_line(b'{"execution":{"id":"t1","kind":"tool"},"result":' + LONG + b"}")),
+    ("NaN", long_line(b'{"result":' + LONG.replace(b"1.5,", b"NaN,", 1) + b"}")),
+    ("1e999", long_line(b'{"result":' + LONG[:-2] + b"1e999]}")),
+    ("long int", long_line(b'{"result":' + LONG[:-2] + b"9" * 5000 + b"]}")),
+    ("trailing comma", long_line(b'{"result":' + LONG[:-2] + b"]}")),
+    ("control character", long_line(b'{"result":' + LONG.replace(b"\\n", b"\\n\x01") + b"}")),
+    ("bad escape", long_line(b'{"result":' + LONG.replace(b"\\u00e9", b"\\x", 1) + b"}")),
+    ("invalid UTF-8", long_line(b'{"result":' + LONG.replace(b"x", b"\xed\xa0\x80", 1) + b"}")),
+    ("deep", long_line(b'{"result":' + LONG[:-2] + b"[" * 5000 + b"]" * 5000 + b"]}")),
+    ("data twice", long_line(b'{"result":' + LONG + b'},"data":[]')),
+    ("seq as text", long_line(b'{"result":' + LONG + b"}").replace(b'"seq":3', b'"seq":"3"')),
+    ("no type", long_line(b'{"result":' + LONG + b"}").replace(b'"type":"tool_exec_end",', b"")),
+    ("array", b"[" + long_line(b'{"result":' + LONG + b"}") + b"]"),
+    ("extra data", long_line(b'{"result":' + LONG + b"}") + b" {}"),
+]
+
+
+@pytest.mark.parametrize("line", [case[1] for case in LONG_LINES], ids=[case[0] for case in LONG_LINES])
+def test_a_long_line_gets_the_verdict_json_gives_without_being_built(tmp_path: Path, line: bytes) -> None:
+    assert len(line) > session._BIG_LINE
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line, line_obj(4, "run_close")]))
+
+    def outcome(reader: Any) -> Any:
+        try:
+            return reader()
+        except FormatError as exc:
+            return (exc.line, exc.offset)
+
+    whole: List[session.Record] = []
+    scanned: List[session.Record] = []
+    verdict = outcome(lambda: session.read(path, whole.append))
+    with path.open("rb") as f:
+        assert (
+            outcome(lambda: session._read(f, str(path), 1 << 30, scanned.append, session._NO_DATA)) == verdict
+        )
+    valid = isinstance(verdict, session.ReadResult)
+    assert outcome(lambda: session.open(path).close()) == (None if valid else verdict)
+    assert outcome(lambda: session.summarize(path).records) == (verdict.records if valid else verdict)
+    assert run_cli("validate", str(path)).returncode == (0 if valid else 1)
+    if valid:  # read built the data; the others did not
+        assert whole[2].data["result"][:3] == [{}, 1.5, 0]
+        assert scanned[2].data == {} and scanned[2]._replace(data=whole[2].data) == whole[2]
+        assert session.summarize(path).gaps == []  # the call's execution was read
+
+
+PEAK_OF_VALIDATE = """
+import sys, session
+def peak():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the high-water mark starts again from what is resident now
+before = peak()
+assert session.main(["validate", sys.argv[1]]) == 0
+print((peak() - before) * 1024)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="peak memory is measured through Linux's /proc")
+def test_validating_a_hostile_long_line_takes_a_few_times_its_size(tmp_path: Path) -> None:
+    line = long_line(b'{"result":[' + b"{}," * ((16 << 20) // 3) + b"0]}")  # json would build 5 million dicts
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line, line_obj(4, "run_close")]))
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_OF_VALIDATE, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) < 3 * len(line)  # 26 times when the line was built
 
 
 def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path) -> None:
@@ -4277,6 +4668,19 @@ def test_validate_reports_every_file_and_fails_if_any_fails(tmp_path: Path) -> N
     assert done.stdout.startswith(f"{good}: ok, ")
 
 
+@pytest.mark.parametrize("limit", ["0", "-5", "ten"])
+@pytest.mark.parametrize("command", ["validate", "repair", "summary", "show", "checkpoint"])
+def test_max_line_bytes_below_one_is_a_usage_error(tmp_path: Path, command: str, limit: str) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    blob = path.read_bytes()
+    done = run_cli(command, "--max-line-bytes", limit, str(path))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("usage: ")
+    assert "argument --max-line-bytes: " in done.stderr
+    assert ("at least 1" if limit != "ten" else "invalid literal") in done.stderr
+    assert path.read_bytes() == blob and not list(tmp_path.glob("*.broken-*"))
+
+
 def test_validate_json_output(tmp_path: Path) -> None:
     good = sample_file(tmp_path / "good.jsonl", runs=1)
     bad = tmp_path / "bad.jsonl"
@@ -5031,3 +5435,55 @@ def test_reliability_fuzz_codec_and_event_data(value: Any) -> None:
     with contextlib.suppress(FormatError):
         EventData.from_record(session.Record(SID, 3, "x", "t", RID, data, 0))
     assert JSONCodec().decode(JSONCodec().encode(value)) == value  # plain JSON round-trips
+
+
+JSON_BYTES = b'{}[],:"\\ \t\n\r0123456789.-+eEtrufalsn\x00\x1f\x7f\xc3\xa9\xff'
+TEXT_EDIT = st.tuples(
+    st.integers(0, 10**6),
+    st.integers(0, 3),
+    st.binary(max_size=3)
+    | st.sampled_from(
+        [
+            b"\\u00e9",
+            b"\\ud800",
+            b"\\x",
+            b"NaN",
+            b"-Infinity",
+            b"1e999",
+            b"1E+2",
+            b"-0.0e-0",
+            b"01",
+            b"9" * 4400,
+        ]
+    ),
+)
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES * 2, deadline=None, derandomize=True, database=None)
+@hypothesis.given(
+    JSON_VALUES,
+    st.sampled_from([(",", ":"), (", ", ": "), (" ,\t", "\r\n:\n")]),
+    st.booleans(),
+    st.lists(
+        TEXT_EDIT | st.tuples(st.integers(0, 10**6), st.just(1), st.sampled_from(list(JSON_BYTES))),
+        max_size=3,
+    ),
+)
+def test_reliability_fuzz_the_long_line_scanner_agrees_with_json(
+    value: Any, separators: Tuple[str, str], only_ascii: bool, edits: List[Tuple[int, int, Any]]
+) -> None:
+    blob = json.dumps(value, separators=separators, ensure_ascii=only_ascii).encode()
+    for at, cut, insert in edits:
+        at %= len(blob) + 1
+        blob = blob[:at] + (bytes([insert]) if isinstance(insert, int) else insert) + blob[at + cut :]
+    assert scanner_accepts(blob) == json_accepts(blob), blob
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(MUTATION, min_size=1, max_size=4))
+def test_reliability_fuzz_the_long_line_scanner_on_mutated_lines(mutations: List[Any]) -> None:
+    blob = fuzz_base()
+    for mutation in mutations:
+        blob = mutate(blob, mutation)
+    for line in blob.split(b"\n"):
+        assert scanner_accepts(line) == json_accepts(line), line[:200]
