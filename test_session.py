@@ -7,11 +7,13 @@ import ast
 import contextlib
 import dataclasses
 import datetime as dt
+import doctest
 import enum
 import errno
 import functools
 import io
 import json
+import logging
 import os
 import pickle
 import random
@@ -25,7 +27,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import hypothesis
 import pytest
@@ -152,6 +154,23 @@ def deep_value(depth: int) -> Any:
     for _ in range(depth):
         value = [value]
     return value
+
+
+def readme_section(heading: str) -> str:
+    """The README's text under *heading* (such as ``"### CallRef"``), up to the next heading of
+    its level or above outside a code block."""
+    lines = (HERE / "README.md").read_text(encoding="utf-8").splitlines(keepends=True)
+    start = lines.index(heading + "\n") + 1
+    level = len(heading.split()[0])
+    fenced = False
+    for end in range(start, len(lines)):
+        fenced ^= lines[end].startswith("```")
+        mark = re.match(r"(#+) ", lines[end])
+        if mark and not fenced and len(mark.group(1)) <= level:
+            break
+    else:
+        end = len(lines)
+    return "".join(lines[start:end])
 
 
 # ---------------------------------------------------------------------------- surface
@@ -283,6 +302,16 @@ def test_call_ref_round_trips_through_json() -> None:
         CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e"})
     with pytest.raises(TypeError):
         CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e", "attempt": "1"})
+
+
+def test_the_readme_shows_what_call_ref_to_json_gives() -> None:
+    [example] = re.findall(r"```python\n(.*?)```", readme_section("### CallRef"), re.S)
+    test = doctest.DocTestParser().get_doctest(
+        example, {"session": session, "json": json}, "README: CallRef", None, 0
+    )
+    out = io.StringIO()
+    result = doctest.DocTestRunner().run(test, out=out.write)
+    assert result.attempted == 4 and result.failed == 0, out.getvalue()
 
 
 # ---------------------------------------------------------------------------- codec
@@ -738,6 +767,35 @@ def test_each_event_type_writes_exactly_its_keys(tmp_path: Path, kind: str, keys
     assert obj["type"] == kind and set(obj["data"]) == keys
     blob = json.dumps(obj)
     assert "STATE-MARK" not in blob and "DELTA-MARK" not in blob  # state and delta: never
+
+
+def readme_event_table() -> Dict[str, Set[str]]:
+    """The README's table of event types: each type (or "any other type") → its data keys."""
+    table = {}
+    for line in readme_section("### Events and their data").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("event type", "---"):
+            keys = set(re.findall(r"`(\w+)`", cells[1]))
+            for kind in re.findall(r"`(\w+)`", cells[0]) or [cells[0]]:
+                table[kind] = keys
+    return table
+
+
+def keys_written(folder: Path, kind: str) -> Set[str]:
+    """Every data key a *kind* event writes: all fields set, with and without an error, and a
+    request whose config has a credential and a value that cannot be encoded."""
+    folder.mkdir()
+    request = ModelRequest([], config=CallConfig(extra={"password": "x", "odd": {1}}))
+    lines = recorded(folder, full_event(kind, request=request), full_event(kind, request=request, error=None))
+    return set().union(*(obj["data"] for obj in lines))
+
+
+def test_the_readme_lists_every_event_type_and_the_keys_it_writes(tmp_path: Path) -> None:
+    table = readme_event_table()
+    assert set(table) == {*session._PROJECTIONS, "any other type"}
+    for kind, keys in table.items():
+        example = "my_custom_event" if kind == "any other type" else kind
+        assert keys_written(tmp_path / kind, example) == keys, kind
 
 
 @pytest.mark.parametrize("kind", ["message_start", "message_update", "tool_exec_update", "model_stream"])
@@ -1447,6 +1505,27 @@ def test_a_failed_close_is_a_recording_error(tmp_path: Path, monkeypatch: pytest
     monkeypatch.undo()
     with pytest.raises(RecordingError):
         s.close()
+
+
+def test_the_readmes_error_handling_examples_work(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    reopen_code, record_code = re.findall(r"```python\n(.*?)```", readme_section("## Handling errors"), re.S)
+    path = sample_file(tmp_path / "chat.jsonl")
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"seq": \n{}\n')  # a bad complete line, then another
+    scope: Dict[str, Any] = {"session": session, "contextlib": contextlib, "log": logging.getLogger("app")}
+    exec(reopen_code, scope)
+    s = scope["reopen"](path)  # repaired, then opened
+    assert path.read_bytes() == good and list(tmp_path.glob("chat.jsonl.broken-*"))
+    run = s.begin_run()
+    run.record(Event("turn_start", turn_index=1))
+    scope.update(s=s, run=run, path=path, event=Event("tool_exec_end", execution=TOOL, result={1, 2}))
+    exec(record_code, scope)  # a value that cannot be encoded stops s; the example opens the file again
+    assert "recording stopped" in caplog.text and "cause: ValueError('data.result" in caplog.text
+    with scope["s"] as again, scope["run"] as next_run:
+        assert again is not s and next_run.record(Event("turn_start", turn_index=1))
+    summary = session.summarize(path)
+    assert [info.closed for info in summary.runs] == [True, True, False, True]
+    assert [gap.kind for gap in summary.gaps] == ["run_not_closed"]
 
 
 # ---------------------------------------------------------------------------- locking and concurrency
