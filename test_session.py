@@ -4,6 +4,7 @@ faults, locking, reader, event data, command line."""
 from __future__ import annotations
 
 import ast
+import configparser
 import contextlib
 import dataclasses
 import datetime as dt
@@ -232,6 +233,71 @@ def test_module_imports_only_the_standard_library() -> None:
 
 def test_version_is_a_string() -> None:
     assert isinstance(session.__version__, str) and session.__version__[0].isdigit()
+
+
+SUPPORTED = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"]
+
+
+def test_the_readmes_test_command_is_what_ci_runs() -> None:
+    command = "python3 -m venv .venv && .venv/bin/python -m pip install -q tox && .venv/bin/tox"
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Try it"), re.S)[1] == command
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Development"), re.S)[0] == command
+    assert (HERE / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1] == command
+
+
+def test_tox_pyproject_and_toxfile_name_the_same_pythons() -> None:
+    tox_ini = configparser.ConfigParser()
+    tox_ini.read(HERE / "tox.ini", encoding="utf-8")
+    envs = [name.strip() for name in tox_ini["tox"]["env_list"].split(",")]
+    assert [name for name in envs if name.startswith("py")] == ["py" + v.replace(".", "") for v in SUPPORTED]
+    pyproject = (HERE / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject) == SUPPORTED
+    assert f'requires-python = ">={SUPPORTED[0]}"' in pyproject
+    toxfile = ast.parse((HERE / "toxfile.py").read_text(encoding="utf-8"))
+    [listed] = [
+        node.value
+        for node in toxfile.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SUPPORTED"
+    ]
+    assert list(ast.literal_eval(listed)) == SUPPORTED
+
+
+def tox_outside_pyenv(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run this project's tox (*args* after ``-c tox.ini``) as a user's shell would: without tox's
+    own variables, and with pyenv's installed interpreters, if any, only behind its shims."""
+    need("tox", "the test runs tox on this project's tox.ini")
+    outside = {key: value for key, value in os.environ.items() if not key.startswith("TOX") and key != "CI"}
+    path = os.environ["PATH"].split(os.pathsep)
+    outside["PATH"] = os.pathsep.join(folder for folder in path if "/versions/" not in folder)
+    command = [sys.executable, "-m", "tox", "-c", str(HERE / "tox.ini"), "--workdir", str(tmp_path), *args]
+    return subprocess.run(command, capture_output=True, text=True, env={**outside, **env}, timeout=300)
+
+
+def test_tox_finds_every_python_pyenv_installed(tmp_path: Path) -> None:
+    need("pyenv", "the test checks that tox finds the Pythons pyenv installed")
+    bare = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=True).stdout
+    installed = {v for v in SUPPORTED for line in bare.split() if re.fullmatch(re.escape(v) + r"\.\d+", line)}
+    envs = ",".join("py" + v.replace(".", "") for v in SUPPORTED)
+    config = tox_outside_pyenv(tmp_path, "config", "-e", envs, "-k", "py_dot_ver")
+    assert config.returncode == 0, config.stderr
+    found = re.findall(r"^py_dot_ver = (3\.\d+)$", config.stdout, re.M)
+    assert installed and installed <= set(found), config.stdout
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_tox_names_a_python_it_did_not_test(tmp_path: Path, ci: str) -> None:
+    missing = next(v for v in SUPPORTED if v != "{}.{}".format(*sys.version_info))
+    env = "py" + missing.replace(".", "")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = tox_outside_pyenv(
+        tmp_path, "run", "-e", env, PATH=str(empty), PYENV_ROOT=str(empty), HOME=str(empty), CI=ci
+    )
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1].startswith(f"*** NOT TESTED on Python {missing}: tox found no interpreter"), run.stdout
+    assert f"{env}: {'FAIL' if ci else 'SKIP'}" in run.stdout
+    if ci:
+        assert run.returncode == 1
 
 
 # ---------------------------------------------------------------------------- errors
