@@ -300,6 +300,51 @@ def test_tox_names_a_python_it_did_not_test(tmp_path: Path, ci: str) -> None:
         assert run.returncode == 1
 
 
+TYPED_APP = """
+import session
+
+summary: session.Summary = session.summarize("chat.jsonl")
+records: int = summary.records
+wrong: str = summary.records
+"""
+
+
+def test_the_installed_copy_is_typed(tmp_path: Path) -> None:
+    need("mypy", "the test type-checks an application that imports the installed wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(HERE)], check=True
+    )
+    [wheel] = tmp_path.glob("session_jsonl-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    app = tmp_path / "app.py"
+    app.write_text(TYPED_APP, encoding="utf-8")
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--python-executable",
+            str(python),
+            str(app),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert checked.stdout.splitlines()[0] == (
+        f"{app.name}:6: error: Incompatible types in assignment"
+        ' (expression has type "int", variable has type "str")  [assignment]'
+    ), checked.stdout
+    assert "import-untyped" not in checked.stdout and checked.stdout.endswith(
+        "Found 1 error in 1 file (checked 1 source file)\n"
+    )
+
+
 # ---------------------------------------------------------------------------- errors
 
 
