@@ -1,5 +1,7 @@
-"""Tests for session.py, in the module's order: surface, errors, values, codec, writer,
-faults, locking, reader, event data, command line."""
+"""Tests for session.py, each in the section of the module it tests, in the module's order:
+surface (with the packaging and the README's commands), errors, values, codec, writer, faults,
+locking, reader, analysis, repair, command line; a subcommand's tests sit with the feature it
+runs. Last come the reliability harnesses, which drive all of it."""
 
 from __future__ import annotations
 
@@ -423,6 +425,63 @@ def test_the_readme_shows_what_call_ref_to_json_gives() -> None:
     out = io.StringIO()
     result = doctest.DocTestRunner().run(test, out=out.write)
     assert result.attempted == 4 and result.failed == 0, out.getvalue()
+
+
+def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    event = full_event(
+        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
+    )
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(event)
+        run.record(full_event("turn_end"))
+        run.record(Event("turn_start"))
+    rs = records(path)
+    view = EventData.from_record(rs[2])
+    assert view.execution == TOOL and view.turn_index == 2
+    assert JSONCodec().decode(view.message) == event.message
+    assert JSONCodec().decode(view.partial_message) == event.partial_message
+    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
+    assert view.redacted == ("config.extra.password",)
+    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
+    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
+    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
+    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
+    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
+    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
+    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
+    assert EventData.from_record(rs[3]).committed is True
+    assert EventData.from_record(rs[4]) == EventData()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"tool": 1}, "data.tool must be a string, found an integer"),
+        ({"is_error": 1}, "data.is_error must be a boolean"),
+        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
+        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
+        (
+            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
+            "data.execution.attempt must be an integer",
+        ),
+        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
+        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
+        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
+        ({"redacted": [1]}, "data.redacted must hold strings"),
+        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
+        ({"error": "text"}, "data.error must be an object, found a string"),
+        ({"request": []}, "data.request must be an object"),
+    ],
+)
+def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
+    record = session.Record(SID, 7, "x", "t", RID, data, 420)
+    with pytest.raises(FormatError, match=re.escape(reason)) as info:
+        EventData.from_record(record)
+    assert (info.value.line, info.value.offset) == (7, 420)
+    if "execution" in data:
+        with pytest.raises(FormatError):
+            _ = record.ref
 
 
 # ---------------------------------------------------------------------------- codec
@@ -1173,6 +1232,37 @@ def test_redact_sees_each_events_and_checkpoints_data(tmp_path: Path) -> None:
         s.begin_run().record(Event("turn_start"))
     with pytest.raises(RecordingError):
         s.close()
+
+
+def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
+    sys.path.insert(0, str(HERE / "examples"))
+    try:
+        from redactor import redact
+    finally:
+        sys.path.remove(str(HERE / "examples"))
+    secrets = [
+        "sk-proj-" + "a" * 40,
+        "sk-ant-api03-" + "b" * 40,
+        "AKIA" + "C" * 16,
+        "ghp_" + "d" * 36,
+        "xoxb-1234567890-abcdef",
+        "AIza" + "e" * 35,
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+    ]
+    path = tmp_path / "s.jsonl"
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        for secret in secrets:
+            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
+        run.record(
+            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
+        )
+        run.save_checkpoint({"note": secrets[0]})
+    blob = path.read_bytes()
+    for secret in [*secrets, "f" * 30]:
+        assert json.dumps(secret)[1:-1].encode() not in blob
+    assert blob.count(b"[REDACTED]") == len(secrets) + 2
+    assert b'"out":"x [REDACTED] y"' in blob
 
 
 def test_the_writer_refuses_a_line_its_open_would_refuse(tmp_path: Path) -> None:
@@ -2173,97 +2263,6 @@ def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path
         return session.read(path, lambda r: None)
 
     assert deep_call(300).records == 4
-
-
-# ---------------------------------------------------------------------------- event data
-
-
-def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    event = full_event(
-        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
-    )
-    with session.create(path) as s, s.begin_run() as run:
-        run.record(event)
-        run.record(full_event("turn_end"))
-        run.record(Event("turn_start"))
-    rs = records(path)
-    view = EventData.from_record(rs[2])
-    assert view.execution == TOOL and view.turn_index == 2
-    assert JSONCodec().decode(view.message) == event.message
-    assert JSONCodec().decode(view.partial_message) == event.partial_message
-    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
-    assert view.redacted == ("config.extra.password",)
-    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
-    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
-    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
-    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
-    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
-    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
-    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
-    assert EventData.from_record(rs[3]).committed is True
-    assert EventData.from_record(rs[4]) == EventData()
-
-
-@pytest.mark.parametrize(
-    ("data", "reason"),
-    [
-        ({"tool": 1}, "data.tool must be a string, found an integer"),
-        ({"is_error": 1}, "data.is_error must be a boolean"),
-        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
-        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
-        (
-            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
-            "data.execution.attempt must be an integer",
-        ),
-        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
-        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
-        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
-        ({"redacted": [1]}, "data.redacted must hold strings"),
-        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
-        ({"error": "text"}, "data.error must be an object, found a string"),
-        ({"request": []}, "data.request must be an object"),
-    ],
-)
-def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
-    record = session.Record(SID, 7, "x", "t", RID, data, 420)
-    with pytest.raises(FormatError, match=re.escape(reason)) as info:
-        EventData.from_record(record)
-    assert (info.value.line, info.value.offset) == (7, 420)
-    if "execution" in data:
-        with pytest.raises(FormatError):
-            _ = record.ref
-
-
-def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
-    sys.path.insert(0, str(HERE / "examples"))
-    try:
-        from redactor import redact
-    finally:
-        sys.path.remove(str(HERE / "examples"))
-    secrets = [
-        "sk-proj-" + "a" * 40,
-        "sk-ant-api03-" + "b" * 40,
-        "AKIA" + "C" * 16,
-        "ghp_" + "d" * 36,
-        "xoxb-1234567890-abcdef",
-        "AIza" + "e" * 35,
-        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
-    ]
-    path = tmp_path / "s.jsonl"
-    with session.create(path, redact=redact) as s, s.begin_run() as run:
-        for secret in secrets:
-            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
-        run.record(
-            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
-        )
-        run.save_checkpoint({"note": secrets[0]})
-    blob = path.read_bytes()
-    for secret in [*secrets, "f" * 30]:
-        assert json.dumps(secret)[1:-1].encode() not in blob
-    assert blob.count(b"[REDACTED]") == len(secrets) + 2
-    assert b'"out":"x [REDACTED] y"' in blob
 
 
 # ---------------------------------------------------------------------------- analysis
