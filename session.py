@@ -25,16 +25,20 @@ import json.scanner
 import math
 import os
 import re
+import stat
 import sys
 import types
 import typing
+import warnings
 import weakref
 from _thread import RLock  # threading.RLock, without importing threading
+from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import (
     Any,
     BinaryIO,
     Callable,
+    Deque,
     Dict,
     FrozenSet,
     Iterator,
@@ -44,6 +48,7 @@ from typing import (
     Protocol,
     Sequence,
     Set,
+    TextIO,
     Tuple,
     Union,
 )
@@ -1380,6 +1385,10 @@ class _CheckpointAt(NamedTuple):
     time: str
 
 
+def _line_head(session_id: str) -> str:
+    return f'{{"session_id":"{session_id}","seq":'  # every line starts so: seq and the rest follow
+
+
 def create(
     path: Union[str, os.PathLike[str]],
     codec: Optional[Codec] = None,
@@ -1390,25 +1399,37 @@ def create(
     """Create a new session file at *path* and return its writer.
 
     The file is made with mode 0600 and must not exist (``FileExistsError``); its first line,
-    ``session_start``, is synced with the directory entry before this returns.  *codec*
+    ``session_start``, is synced with the directory entry before this returns.  One file
+    that exists is started afresh: what a ``create`` cut short by a crash leaves, a regular
+    file holding only the start of a header or zeros (``open`` and ``repair`` refuse it:
+    "no complete line"); ``LockedError`` while another ``create`` writes it.  *codec*
     encodes messages and checkpoints (default: ``JSONCodec()``).  *redact*, if given, takes
     each event's and checkpoint's JSON-ready ``data`` just before it is encoded and returns
     what to write instead.  A line longer than *max_line_bytes* is refused
     (``RecordingError``): the session never writes what its own ``open`` would reject.
-    The codec and *redact* run under the session's lock: they must not call the session.
+    The codec and *redact* run under the session's lock: they should not call the session
+    (if they do, the calls are done as a signal handler's are: see ``Session.close``).
     """
     name = _name(path)
-    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
     try:
-        _lock(fd, name)
-    except BaseException:
-        os.close(fd)
-        os.unlink(name)  # it is ours (O_EXCL) and holds nothing
-        raise
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
+    except FileExistsError:
+        taken = _take_over_torn(name)
+        if taken is None:
+            raise
+        fd = taken
+    else:
+        try:
+            _lock(fd, name)
+        except LockedError:  # a create that takes over torn files got it first: it is theirs
+            os.close(fd)
+            raise
+        except BaseException:
+            os.close(fd)
+            os.unlink(name)  # it is ours (O_EXCL) and holds nothing
+            raise
     session_id = _new_id()
-    time = _utc_text(None)
-    data = f'{{"version":{_FORMAT_VERSION}}}'
-    header = f'{_line_head(session_id)}1,"type":"session_start","time":"{time}","data":{data}}}\n'.encode()
+    header = _header(session_id, _utc_text(None))
     try:
         _write_all(fd, header)
         _sync(fd)
@@ -1421,6 +1442,49 @@ def create(
             raise RecordingError(f"{name}: cannot write the session header: {exc}") from exc
         raise
     return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None)
+
+
+def _header(session_id: str, time: str) -> bytes:
+    data = f'{{"version":{_FORMAT_VERSION}}}'
+    return f'{_line_head(session_id)}1,"type":"session_start","time":"{time}","data":{data}}}\n'.encode()
+
+
+_HEADER_BYTES = len(_header(32 * "0", "2000-01-01T00:00:00.000000Z"))
+
+
+def _take_over_torn(name: str) -> Optional[int]:
+    """The locked, emptied descriptor of the file at *name* if a crash cut its ``create``
+    short, else ``None``.
+
+    Such a file holds no complete line, so no record: nothing is lost by starting it again.
+    Only what a ``create`` writes qualifies (a regular file, no symlink, shorter than a
+    header, starting as one does or zeros, as some file systems leave after a power loss), so
+    that a mistyped path never empties a file that is not a session's.
+    """
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # a symlink, or a file this process may not write
+        return None
+    try:
+        if _is_torn_header(fd):
+            _lock(fd, name)  # LockedError: a create is writing it now
+            if _is_torn_header(fd):  # looked again under the lock
+                os.ftruncate(fd, 0)
+                return fd
+    except BaseException:
+        os.close(fd)  # a lock taken above goes with it
+        raise
+    os.close(fd)
+    return None
+
+
+def _is_torn_header(fd: int) -> bool:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return False
+    raw = _read_at(fd, 0, _HEADER_BYTES)
+    start = b'{"session_id":"'
+    torn = raw.startswith(start) or start.startswith(raw) or not raw.strip(b"\0")
+    return torn and len(raw) < _HEADER_BYTES and b"\n" not in raw
 
 
 def open(  # noqa: A001 - the contract's name; the builtin stays reachable as builtins.open
@@ -1468,15 +1532,22 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     )
 
 
-def _line_head(session_id: str) -> str:
-    return f'{{"session_id":"{session_id}","seq":'  # every line starts so: seq and the rest follow
+class _Pending(NamedTuple):
+    """A line on its way into the file, and the open run once it is there."""
+
+    line: bytes
+    start: int
+    seq: int
+    run: Optional[Run]
 
 
 class Session:
     """The one writer of a session file; get one from ``create`` or ``open``.
 
-    Safe to share between threads: every line is written whole, in ``seq`` order.  After
-    ``close()`` every method but ``close`` raises ``ValueError``.
+    Safe to share between threads: every line is written whole, in ``seq`` order.  Safe to
+    call from a signal handler too (see ``Session.close``).  After ``close()`` every method
+    but ``close`` raises ``ValueError``.  A session dropped unclosed releases its file with a
+    ``ResourceWarning``, as an unclosed ``io`` file does, and writes nothing more.
     """
 
     def __init__(
@@ -1497,14 +1568,18 @@ class Session:
         self._codec: Codec = _DEFAULT_CODEC if codec is None else codec
         self._redact = redact
         self._max_line_bytes = max_line_bytes
-        self._lock = RLock()  # re-entrant, so that a call back from a codec or redactor fails, not hangs
-        self._busy = False  # encoding a record: a call now comes from the codec or the redactor
+        self._lock = RLock()  # re-entrant: a signal handler in a locked thread gets in (see _write)
+        self._writing = False  # a thread holding the lock is inside _write
+        self._later: Deque[Callable[[], object]] = deque()  # writes that interrupted _write wait here
+        self._pending: Optional[_Pending] = None  # a write an exception may have cut short
         self._head = _line_head(session_id)
         self._seq = seq
         self._size = size
         self._checkpoint = checkpoint
-        self._run: Optional[Run] = None
-        self._failure: Optional[BaseException] = None
+        self._run: Optional[Run] = None  # the run open in the file
+        self._ending: Optional[Run] = None  # a run whose run_close is decided, maybe not written yet
+        self._closing = False  # close() has begun: no new records
+        self._failure: Optional[Exception] = None
         _SESSIONS.add(self)
 
     def __repr__(self) -> str:
@@ -1517,15 +1592,33 @@ class Session:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        # What io does for an unclosed file: warn, and let go of the descriptor, and so of the
+        # lock.  Nothing is written or synced: this runs whenever the collector does, in any
+        # thread or at exit, where a write's or a slow fsync's error could only be printed, and
+        # a run_close would claim an end the program never reached.  What was written is in the
+        # operating system's hands already and outlives the descriptor; the open run reads as
+        # interrupted, which it was.
+        fd = getattr(self, "_fd", -1)  # __init__ may not have got that far
+        if fd >= 0:
+            self._fd = -1
+            self._closing = True
+            warnings.warn(f"unclosed session {self.path!r}", ResourceWarning, stacklevel=2, source=self)
+            _release(fd)
+
     def begin_run(self) -> Run:
-        """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open."""
+        """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open.
+
+        ``RuntimeError`` from a signal handler that interrupted a write of this session.
+        """
         with self._lock:
-            self._check(None)
-            if self._run is not None:
-                raise RunOpenError(f"{self.path}: run {self._run.run_id} is still open; close it first")
+            self._check_no_run()
+            if self._writing:  # the new run would start only after the write under way
+                raise RuntimeError(f"{self.path}: begin_run cannot interrupt a write to its session")
             run = Run(self, _new_id())
-            self._append(run.run_id, "run_start", _utc_text(None), "{}")
-            self._run = run
+            self._write(
+                self._check_no_run, lambda: self._append(run.run_id, "run_start", _utc_text(None), "{}", run)
+            )
         return run
 
     def sync(self) -> None:
@@ -1541,7 +1634,7 @@ class Session:
         rebinds its model, tools and configuration and installs the snapshot itself.
         """
         with self._lock:
-            if self._busy or self._fd < 0:  # re-entered or closed; a failed session stays readable
+            if self._fd < 0:  # closed; a failed session stays readable
                 self._check(None)
             at = self._checkpoint
             if at is None:
@@ -1553,51 +1646,113 @@ class Session:
         """Close an open run, sync, and release the file and its lock.
 
         Idempotent; raises ``RecordingError`` (again) if recording failed, after releasing.
+        A signal handler may call this (or ``record``, ``save_checkpoint``, ``sync``) at any
+        moment.  If it interrupted a write of this session in its own thread, what is written
+        is synced at once, and the rest (``run_close``, the last sync, the release) is done
+        right after the interrupted line: before that call returns, or unwinds from the
+        handler's ``sys.exit``.  Only ``os._exit`` in the handler would skip it.
         """
         with self._lock:
-            if self._busy:
-                self._check_failure()
             if self._fd >= 0:
                 try:
-                    if self._failure is None:
-                        if self._run is not None:
-                            self._append(self._run.run_id, "run_close", _utc_text(None), "{}")
-                        self._sync()
+                    if self._writing and self._failure is None:
+                        self._sync()  # what is written is safe, even if the handler ends the process
                 finally:
-                    fd, self._fd, self._run = self._fd, -1, None
-                    try:
-                        _release(fd)
-                    except OSError as exc:  # NFS reports write errors here
-                        raise self._fail(exc, "cannot close") from exc
+                    self._write(self._decide_close, self._close_now)
             self._check_failure()
 
     # Everything below runs with self._lock held.
 
     def _check(self, run: Optional[Run]) -> None:
         self._check_failure()
-        if self._fd < 0:
+        if self._closing:
             raise ValueError(f"{self.path}: session is closed")
-        if run is not None and run is not self._run:
+        if run is not None and (run is not self._run or run is self._ending):
             raise ValueError(f"{self.path}: run {run.run_id} is closed")
 
+    def _check_no_run(self) -> None:
+        self._check(None)
+        if self._run is not None:
+            raise RunOpenError(f"{self.path}: run {self._run.run_id} is still open; close it first")
+
     def _check_failure(self) -> None:
-        if self._busy:
-            raise RuntimeError(f"{self.path}: a codec or redact function must not use its session")
         if self._failure is not None:
             raise RecordingError(
                 f"{self.path}: recording failed earlier ({self._failure!r}); nothing more is written"
             ) from self._failure
 
-    def _fail(self, exc: BaseException, what: str) -> RecordingError:
+    def _fail(self, exc: Exception, what: str) -> RecordingError:
         """Make *exc* the sticky failure; the caller raises what this returns."""
         if self._failure is None:
             self._failure = exc
-        if not isinstance(exc, Exception):  # KeyboardInterrupt and kin: keep them as they are
-            raise exc
+        self._pending = None  # nothing more is written
         return RecordingError(f"{self.path}: {what}: {exc}")
 
-    def _append(self, run_id: str, kind: str, time: str, data: str, sync: bool = False) -> int:
-        """Write one record with the next seq (its state checked by the caller); its offset."""
+    def _write(self, check: Callable[[], None], write: Callable[[], object]) -> None:
+        """Run *check*, then *write* now, or right after the write this thread is in.
+
+        The lock is re-entrant, so a signal handler that interrupts this thread's own write
+        gets in, at any point of it: even after ``os.write`` returned and before the seq moved
+        on.  Writing then would repeat that seq, so its *write* waits in ``_later``, checked
+        now (it raises now) and done in order as soon as the write under way is: by the
+        ``finally`` below, which also runs when the handler raised (``sys.exit``).
+        """
+        if self._writing:
+            check()
+            self._later.append(write)
+            return
+        self._writing = True
+        try:
+            if self._pending is not None:
+                self._settle()
+            check()
+            write()
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        """End a ``_write``: do, in order, what calls that interrupted it queued; from then on
+        such calls write at once."""
+        first: Optional[BaseException] = None
+        try:
+            while True:
+                while self._later:
+                    try:
+                        if self._pending is not None:
+                            self._settle()
+                        self._later.popleft()()
+                    except BaseException as exc:  # noqa: BLE001 - a second handler's sys.exit too: do the rest first
+                        first = first or exc
+                self._writing = False
+                if not self._later:  # nothing queued in the instant before
+                    break
+                self._writing = True
+        finally:
+            self._writing = False
+        if first is not None:
+            raise first
+
+    def _settle(self) -> None:
+        """Bring the state up to the file after a write that an exception (a signal handler's,
+        raised anywhere in it) cut short: its line is in the file whole, in part, or not at all."""
+        pending = self._pending
+        assert pending is not None
+        try:
+            size = os.fstat(self._fd).st_size
+            end = pending.start + len(pending.line)
+            if pending.start < size < end:  # continue it, never repeat it
+                _write_all(self._fd, memoryview(pending.line)[size - pending.start :])
+        except OSError as exc:
+            raise self._fail(exc, "cannot write") from exc
+        if size > pending.start:
+            self._seq, self._size, self._run = pending.seq, end, pending.run
+        self._pending = None
+
+    def _append(
+        self, run_id: str, kind: str, time: str, data: str, run: Optional[Run], sync: bool = False
+    ) -> int:
+        """Write one record with the next seq, after which *run* is open; its offset."""
+        self._check_failure()  # an interrupting call may have failed the session
         seq = self._seq + 1
         text = (
             f'{self._head}{seq},"type":{_quote(kind)},"time":"{time}","run_id":"{run_id}","data":{data}}}\n'
@@ -1609,23 +1764,46 @@ class Session:
         if len(line) > self._max_line_bytes + 1:
             too_long = ValueError(f"a line of {len(line) - 1} bytes is longer than max_line_bytes")
             raise self._fail(too_long, "cannot write") from too_long
+        offset = self._size
+        self._pending = _Pending(line, offset, seq, run)
         try:
             done = os.write(self._fd, line)
             if done != len(line):  # a short write: continue it, never repeat it
                 _write_all(self._fd, memoryview(line)[done:])
-        except BaseException as exc:
+        except Exception as exc:  # not KeyboardInterrupt or SystemExit: _settle sees to those
             raise self._fail(exc, "cannot write") from exc
-        offset = self._size
-        self._seq = seq
-        self._size += len(line)
+        self._seq, self._size, self._run = seq, offset + len(line), run
+        self._pending = None
         if sync:
             self._sync()
         return offset
 
+    def _save(self, run: Run, time: str, data: str) -> None:
+        offset = self._append(run.run_id, "checkpoint", time, data, run, sync=True)
+        self._checkpoint = _CheckpointAt(offset, self._size, self._seq, run.run_id, time)
+
+    def _decide_close(self) -> None:
+        self._closing = True
+
+    def _close_now(self) -> None:
+        if self._fd < 0:  # an interrupting close() queued after this one
+            return
+        try:
+            if self._failure is None:
+                if self._run is not None:
+                    self._append(self._run.run_id, "run_close", _utc_text(None), "{}", None)
+                self._sync()
+        finally:
+            fd, self._fd, self._run, self._pending = self._fd, -1, None, None
+            try:
+                _release(fd)
+            except OSError as exc:  # NFS reports write errors here
+                raise self._fail(exc, "cannot close") from exc
+
     def _sync(self) -> None:
         try:
             _sync(self._fd)
-        except BaseException as exc:
+        except Exception as exc:
             raise self._fail(exc, "cannot sync") from exc
 
     def _data_text(self, data: Dict[str, Any]) -> str:
@@ -1636,7 +1814,10 @@ class Session:
                 raise TypeError(f"redact must return a dict, not {type(data).__name__}")
         try:
             return _dumps(data)
-        except (TypeError, ValueError, RecursionError) as exc:
+        except (
+            TypeError,
+            ValueError,
+        ) as exc:  # not RecursionError: encoding again could overflow the stack for good
             bad = next((key for key, value in data.items() if not _encodable(value)), None)
             raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
 
@@ -1644,6 +1825,7 @@ class Session:
         """In a forked child: never write through the parent's descriptor, nor keep it (the
         lock lives as long as any copy of it: the parent could not open the file again)."""
         self._lock = RLock()
+        self._writing, self._later, self._pending = False, deque(), None  # another thread's, gone
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -1720,7 +1902,6 @@ class Run:
         # holding it around a write (measured: 8 threads keep 0.7x, not 0.3x, of one thread's pace).
         with session._lock:
             session._check(self)
-            session._busy = True
             try:
                 data = _event_data(event, session._codec)
                 if data is None:
@@ -1729,9 +1910,10 @@ class Run:
                 time = _utc_text(event.timestamp)
             except Exception as exc:
                 raise session._fail(exc, f"cannot encode a {kind} event") from exc
-            finally:
-                session._busy = False
-            session._append(self.run_id, kind, time, text)
+            # checked again: a signal handler (or the codec) may have closed the run meanwhile
+            session._write(
+                lambda: session._check(self), lambda: session._append(self.run_id, kind, time, text, self)
+            )
         return True
 
     def ref(self, execution: Execution) -> CallRef:
@@ -1740,20 +1922,18 @@ class Run:
 
     def save_checkpoint(self, snapshot: Any) -> None:
         """Append *snapshot*, codec-encoded, as a checkpoint, and sync it with every record
-        before it.  ``Session.load_checkpoint`` returns the latest."""
+        before it.  ``Session.load_checkpoint`` returns the latest.  From a signal handler
+        that interrupted a write of this session, it is written and synced right after the
+        interrupted line (see ``Session.close``)."""
         session = self._session
         with session._lock:
             session._check(self)
             time = _utc_text(None)
-            session._busy = True
             try:
                 text = session._data_text({"snapshot": session._codec.encode(snapshot)})
             except Exception as exc:
                 raise session._fail(exc, "cannot encode the checkpoint") from exc
-            finally:
-                session._busy = False
-            offset = session._append(self.run_id, "checkpoint", time, text, sync=True)
-            session._checkpoint = _CheckpointAt(offset, session._size, session._seq, self.run_id, time)
+            session._write(lambda: session._check(self), lambda: session._save(self, time, text))
 
     def close(self) -> None:
         """Write ``run_close`` and sync.  Idempotent; ``RecordingError`` if recording failed."""
@@ -1761,8 +1941,15 @@ class Run:
         with session._lock:
             session._check_failure()
             if session._run is self:
-                session._append(self.run_id, "run_close", _utc_text(None), "{}", sync=True)
-                session._run = None
+                session._write(self._decide_close, self._close_now)
+
+    def _decide_close(self) -> None:
+        self._session._ending = self
+
+    def _close_now(self) -> None:
+        session = self._session
+        if session._run is self and session._fd >= 0:  # not closed by a call that interrupted this one
+            session._append(self.run_id, "run_close", _utc_text(None), "{}", None, sync=True)
 
 
 # ---------------------------------------------------------------------------- reader
@@ -1838,7 +2025,14 @@ def _records(
     readline = f.readline
     raw = readline(limit)
     if raw[-1:] != b"\n":
-        raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
+        raise _unfinished(
+            raw,
+            limit,
+            name,
+            1,
+            base,
+            "no complete line: not a session file, or one whose create was cut short (create replaces it)",
+        )
     header = _parse_line(raw, name, 1, base)
     session_id = _check_header(header, name, base)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
@@ -1913,8 +2107,9 @@ def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict
     if end != len(text) - 1:  # an error, or whitespace around the value: ask the full decoder
         try:
             obj = _decode_anywhere(text[:-1], deep)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"invalid JSON: {exc.msg} at column {exc.colno}", name, line, offset) from None
+        except json.JSONDecodeError as exc:  # "Invalid control character at": json adds a position
+            problem = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+            raise FormatError(f"invalid JSON: {problem} at column {exc.colno}", name, line, offset) from None
         except ValueError as exc:  # NaN, Infinity, an integer too long to convert
             raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
         except RecursionError:
@@ -1937,22 +2132,29 @@ def _decode_anywhere(text: str, deep: bool = False) -> Any:
             return _DECODER.decode(text)
         except RecursionError:
             pass
-    outcome: List[Any] = []
+    return _on_fresh_stack(_DECODER.decode, text)
 
-    def decode() -> None:
+
+def _on_fresh_stack(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` in a new thread, whose recursion count starts at zero; its
+    ``ValueError`` or ``RecursionError`` is raised here."""
+    outcome: List[Tuple[bool, Any]] = []
+
+    def run() -> None:
         try:
-            outcome.append(_DECODER.decode(text))
+            outcome.append((True, call(*args)))
         except (ValueError, RecursionError) as exc:
-            outcome.append(exc)
+            outcome.append((False, exc))
 
     import threading  # only here: importing it costs every session's start up
 
-    thread = threading.Thread(target=decode, name="session-deep-line")
+    thread = threading.Thread(target=run, name="session-deep-value")
     thread.start()
     thread.join()
-    if isinstance(outcome[0], (ValueError, RecursionError)):
-        raise outcome[0]
-    return outcome[0]
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value
 
 
 def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
@@ -2072,7 +2274,8 @@ class Gap:
 
 @dataclasses.dataclass(frozen=True)
 class Summary:
-    """What ``summarize`` found in one session file."""
+    """What ``summarize`` found in one session file; *uninterpreted* counts the records it
+    needed to read whose data is not of the shape the format writes (left out of the rest)."""
 
     session_id: str
     records: int
@@ -2082,6 +2285,7 @@ class Summary:
     gaps: List[Gap]
     usage: Dict[str, int]
     tail_bytes: int
+    uninterpreted: int = 0
 
 
 def find(source: _Source, ref: CallRef, *, max_line_bytes: int = _MAX_LINE_BYTES) -> List[Record]:
@@ -2089,7 +2293,7 @@ def find(source: _Source, ref: CallRef, *, max_line_bytes: int = _MAX_LINE_BYTES
     found: List[Record] = []
 
     def visit(record: Record) -> None:
-        if record.run_id == ref.run_id and record.ref == ref:
+        if record.run_id == ref.run_id and _call_ref(record) == ref:
             found.append(record)
 
     read(source, visit, max_line_bytes=max_line_bytes)
@@ -2098,10 +2302,20 @@ def find(source: _Source, ref: CallRef, *, max_line_bytes: int = _MAX_LINE_BYTES
 
 def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summary:
     """Runs, record counts, checkpoints, token usage and evidence gaps of *source*, in one
-    streaming pass (memory grows with the runs and the calls still open, not the file)."""
+    streaming pass (memory grows with the runs and the calls still open, not the file).
+    Works on every file ``read`` accepts: data of a shape the format does not write is
+    counted in ``Summary.uninterpreted``, not an error."""
     tally = _Summarizer()
     result = read(source, tally, max_line_bytes=max_line_bytes)
     return tally.summary(result)
+
+
+def _call_ref(record: Record) -> Optional[CallRef]:
+    """``record.ref``, or ``None`` when its ``data.execution`` is not of the format's shape."""
+    try:
+        return record.ref
+    except FormatError:
+        return None
 
 
 class _RunState:
@@ -2131,6 +2345,7 @@ class _Summarizer:
         self.counts: Dict[str, int] = {}
         self.runs: Dict[str, _RunState] = {}
         self.usage: Dict[str, int] = {}
+        self.uninterpreted = 0
 
     def __call__(self, record: Record) -> None:
         kind = record.type
@@ -2142,14 +2357,23 @@ class _Summarizer:
         run = self.runs[record.run_id]
         run.last = record
         run.records += 1
+        try:
+            self._interpret(record, run)
+        except FormatError:  # data the format does not write: counted, never a failure
+            self.uninterpreted += 1
+
+    def _interpret(self, record: Record, run: _RunState) -> None:
+        """Take what the summary needs from *record*; ``FormatError`` before changing anything
+        when its data is not of the format's shape."""
+        kind = record.type
         if kind == "run_close":
             run.closed = True
         elif kind == "agent_start":
             if run.agent_start is None:
                 run.agent_start = record.seq
         elif kind == "agent_end":
-            run.agent_start = None
             data = EventData.from_record(record)
+            run.agent_start = None
             run.end_reason = data.summary.end_reason if data.summary else ""
             run.error = data.error
         elif kind in _OPENS:
@@ -2203,6 +2427,7 @@ class _Summarizer:
             gaps,
             self.usage,
             result.tail_bytes,
+            self.uninterpreted,
         )
 
 
@@ -2298,33 +2523,62 @@ def _backup(fd: int, name: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The command line, ``python -m session``; returns the exit status."""
+    """The command line, ``python -m session`` (installed: ``session-jsonl``); returns the exit
+    status: 0, 1 as each command's ``--help`` says, 2 for a usage error, 74 when the output
+    cannot be written, 130 when interrupted."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m session", description=(__doc__ or "").split("\n", 1)[0])
+    # Installed, the console script calls main() from a module imported as "session".
+    prog = (
+        "python -m session" if argv is not None or __name__ == "__main__" else os.path.basename(sys.argv[0])
+    )
+    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--version", action="version", version=f"session.py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    def command(name: str, handler: Callable[[Any], int], about: str, many: bool = False) -> Any:
-        sub = commands.add_parser(name, help=about, description=about)
-        sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE")
+    def command(name: str, handler: Callable[[Any], int], about: str, status: str, many: bool = False) -> Any:
+        epilog = f"exit status: {status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
+        sub = commands.add_parser(name, help=about, description=about, epilog=epilog)
+        stdin = "- reads stdin" if name in _READS_STDIN else None
+        sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE", help=stdin)
         sub.add_argument(
-            "--max-line-bytes", type=int, default=_MAX_LINE_BYTES, metavar="N", help="longest line read"
+            "--max-line-bytes",
+            type=int,
+            default=_MAX_LINE_BYTES,
+            metavar="N",
+            help="longest line read, in bytes (default: %(default)s, 256 MiB)",
         )
         sub.set_defaults(handler=handler)
         return sub
 
-    check = command("validate", _validate_command, "check session files against the format", many=True)
+    check = command(
+        "validate",
+        _validate_command,
+        "check session files against the format",
+        "0 every file valid; 1 any invalid or unreadable (all are checked)",
+        many=True,
+    )
     check.add_argument("--json", action="store_true", help="print one JSON object per file")
     command(
-        "repair", _repair_command, "keep the records before the first bad line, drop the rest (keeps a copy)"
+        "repair",
+        _repair_command,
+        "keep the records before the first bad line, drop the rest (keeps a copy)",
+        "0 the file is valid afterwards; 1 otherwise",
     )
     report = command(
-        "summary", _summary_command, "runs, counts, token usage and missing evidence of a session"
+        "summary",
+        _summary_command,
+        "runs, counts, token usage and missing evidence of a session",
+        "0 valid, whatever its gaps; 1 invalid or unreadable",
     )
     report.add_argument("--json", action="store_true", help="print one JSON object")
-    show = command("show", _show_command, "print the matching records' lines as they are in the file")
+    show = command(
+        "show",
+        _show_command,
+        "print the matching records' lines as they are in the file",
+        "0 valid; 1 invalid or unreadable (the records before the bad line are printed)",
+    )
     show.add_argument("--run", metavar="RUN_ID", help="records of this run")
     show.add_argument(
         "--type", action="append", metavar="TYPE", help="records of this type (repeat: any of them)"
@@ -2332,18 +2586,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     show.add_argument("--execution", metavar="ID", help="records of this execution id")
     show.add_argument("--attempt", type=int, metavar="N", help="of this attempt (needs --execution)")
     show.add_argument("--pretty", action="store_true", help="a readable transcript instead of the lines")
-    command("checkpoint", _checkpoint_command, "print the latest checkpoint's snapshot as JSON")
+    command(
+        "checkpoint",
+        _checkpoint_command,
+        "print the latest checkpoint's snapshot as JSON",
+        "0 printed; 1 no checkpoint, or the file invalid or unreadable",
+    )
     args = parser.parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate prints as \udXXX, in JSON too
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     if getattr(args, "attempt", None) is not None and args.execution is None:
-        parser.error("--attempt needs --execution")
+        show.error("--attempt needs --execution")
+    args.prog = prog
+    status: int = 0
     try:
-        return args.handler(args)  # type: ignore[no-any-return]
-    except BrokenPipeError:  # the reader stopped early (| head): not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        status = args.handler(args)
+        sys.stdout.flush()  # with default buffering, a closed pipe or a full disk shows here
+    except KeyboardInterrupt:
+        _print_error(f"{prog} {args.command}: interrupted")
+        return 130
+    except (OSError, _OutputError) as exc:  # the commands report what they read: this is the output
+        failure = exc.error if isinstance(exc, _OutputError) else exc
+        _discard_closed_outputs()
+        if isinstance(failure, BrokenPipeError):  # the reader stopped early (| head): not our error
+            return status
+        _print_error(f"{prog} {args.command}: cannot write the output: {_os_reason(failure)}")
+        return _EX_IOERR
+    return status
+
+
+_EX_IOERR = 74  # BSD sysexits.h: an error while doing I/O on some file (here, the output)
+_READS_STDIN = ("validate", "summary", "show")  # checkpoint reads its line twice; repair cuts a file
 
 
 def _validate_command(args: Any) -> int:
@@ -2372,35 +2646,38 @@ def _validate_command(args: Any) -> int:
                 }
             )
         else:
-            tail = f", ignored {result.tail_bytes}-byte unfinished tail" if result.tail_bytes else ""
-            print(
+            _print_text(
                 f"{name}: ok, {result.records} records, {tally.runs} runs ({incomplete} incomplete), "
-                f"{tally.checkpoints} checkpoints{tail}"
+                f"{tally.checkpoints} checkpoints{_tail_text(result.tail_bytes)}"
             )
     return status
+
+
+def _tail_text(size: int) -> str:
+    return f", ignored {size}-byte unfinished tail" if size else ""
 
 
 def _repair_command(args: Any) -> int:
     name = args.file
     try:
         result = repair(name, max_line_bytes=args.max_line_bytes)
+        valid = result.error is None  # and maybe ending in an unfinished line, which repair leaves
+        tail = read(name, lambda record: None, max_line_bytes=args.max_line_bytes).tail_bytes if valid else 0
     except (SessionError, OSError) as exc:
         _print_failure(name, exc, False)
-        if isinstance(exc, FormatError):
-            print(
-                f"{name}: not repaired: without a good first line there is no session to keep",
-                file=sys.stderr,
-            )
+        if isinstance(exc, FormatError) and exc.line == 1:
+            _print_error(f"{name}: not repaired: without a good first line there is no session to keep")
         return 1
     error = result.error
     if error is None:
-        print(f"{name}: valid, nothing to repair ({result.kept_records} records)")
+        left = f"; its {tail}-byte unfinished last line is left for open, which removes it" if tail else ""
+        _print_text(f"{name}: valid, nothing to repair ({result.kept_records} records){left}")
     else:
-        print(
+        _print_text(
             f"{name}: kept {result.kept_records} records; dropped {result.dropped_bytes} bytes "
             f"from line {error.line} (offset {error.offset}): {error.reason}"
         )
-        print(f"{name}: the original is kept as {result.backup_path}")
+        _print_text(f"{name}: the original is kept as {result.backup_path}")
     return 0
 
 
@@ -2418,18 +2695,20 @@ def _summary_command(args: Any) -> int:
             fields["gaps"] = [dict(vars(gap), ref=gap.ref and gap.ref.to_json()) for gap in summary.gaps]
             _print_json({"file": args.file, "ok": True, **fields})
         else:
-            print(_summary_text(args.file, summary), end="")
+            for line in _summary_lines(args.prog, args.file, summary):
+                _print_text(line)
     except (ValueError, RecursionError) as exc:
         _print_failure(args.file, ValueError(f"cannot print the summary: {exc}"), args.json)
         return 1
     return 0
 
 
-def _summary_text(name: str, summary: Summary) -> str:
-    tail = f", ignored {summary.tail_bytes}-byte unfinished tail" if summary.tail_bytes else ""
+def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
+    import shlex
+
     out = [
         f"{name}: session {summary.session_id}, {summary.records} records, {len(summary.runs)} runs, "
-        f"{summary.checkpoints} checkpoints{tail}"
+        f"{summary.checkpoints} checkpoints{_tail_text(summary.tail_bytes)}"
     ]
     for run in summary.runs:
         state = "closed" if run.closed else "not closed"
@@ -2442,6 +2721,8 @@ def _summary_text(name: str, summary: Summary) -> str:
             out.append(f"  error: {_error_text(run.error)}")
     out.append("records by type: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())))
     out.append("usage: " + (", ".join(f"{k} {v}" for k, v in summary.usage.items()) or "none reported"))
+    if summary.uninterpreted:
+        out.append(f"uninterpreted: {summary.uninterpreted} records whose data has an unexpected shape")
     out.append("gaps: none" if not summary.gaps else f"gaps: {len(summary.gaps)}")
     for gap in summary.gaps:
         where = (
@@ -2450,11 +2731,9 @@ def _summary_text(name: str, summary: Summary) -> str:
         out.append(f"  seq {gap.seq}: {gap.kind}, {where}")
         if gap.ref is not None:
             out.append(f"    ref {json.dumps(gap.ref.to_json())}")
-            out.append(
-                f"    python -m session show {name} --run {gap.run_id} "
-                f"--execution {gap.ref.execution_id} --attempt {gap.ref.attempt} --pretty"
-            )
-    return "\n".join(out) + "\n"
+            show = ["show", name, "--run", gap.run_id, "--execution", gap.ref.execution_id]
+            out.append(f"    {prog} {' '.join(map(shlex.quote, show))} --attempt {gap.ref.attempt} --pretty")
+    return out
 
 
 def _duration(start: str, end: str) -> str:
@@ -2466,39 +2745,61 @@ def _duration(start: str, end: str) -> str:
 
 
 def _error_text(error: Any) -> str:
-    if type(error) is dict and "message" in error:
-        return f"{error['type']}: {error['message']}" if "type" in error else str(error["message"])
+    if type(error) is dict and type(error.get("message")) is str:
+        kind = error.get("type")
+        return f"{kind}: {error['message']}" if type(kind) is str else error["message"]
     return _json_text(error)
 
 
 def _show_command(args: Any) -> int:
     types = set(args.type or ())
     out = sys.stdout.buffer
+    unreadable = 0  # records whose execution is not of the shape the format writes
 
     def visit(record: Record) -> None:
+        nonlocal unreadable
         if args.run is not None and record.run_id != args.run:
             return
         if types and record.type not in types:
             return
         if args.execution is not None:
-            ref = record.ref
-            if ref is None or ref.execution_id != args.execution:
+            ref = _call_ref(record)
+            if ref is None:
+                if "execution" in record.data:
+                    unreadable += 1
+                return
+            if ref.execution_id != args.execution:
                 return
             if args.attempt is not None and ref.attempt != args.attempt:
                 return
-        out.write(_transcript(record).encode(errors="backslashreplace") if args.pretty else lines.last)
+        if args.pretty:
+            line = _for_terminal(_transcript(record), newlines=True).encode(errors="backslashreplace")
+        else:
+            line = lines.last
+        try:
+            out.write(line)
+        except OSError as exc:
+            raise _OutputError(exc) from exc
 
     try:
-        with builtins.open(args.file, "rb", _READ_BUFFER) as f:
+        with _input(args.file) as f:
             lines = _Tap(f)
             _read_file(args.file, args.max_line_bytes, visit, lines)
-    except BrokenPipeError:
-        raise
     except (FormatError, OSError) as exc:
         out.flush()
         _print_failure(args.file, exc, False)
         return 1
+    if unreadable:
+        _print_error(f"{args.file}: {unreadable} records with an execution of unexpected shape not matched")
     return 0
+
+
+class _OutputError(Exception):
+    """Writing the output failed with *error*: not the input's fault."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class _Tap:
@@ -2523,16 +2824,16 @@ def _transcript(record: Record) -> str:
     execution = record.data.get("execution")
     if type(execution) is dict:
         head += f"  [{execution.get('kind')} {execution.get('id')} attempt {execution.get('attempt')}]"
-    out = [head]
+    out = [_for_terminal(head)]  # one line, whatever the ids hold
     for key, value in record.data.items():
         if key == "execution":
             continue
         if key in ("message", "partial_message"):
             out += _message_text(value, key)
         elif key == "error":
-            out.append(f"  error: {_error_text(value)}")
-        elif key == "request" and type(value) is dict:
-            for message in value.get("messages") or ():
+            out.append(f"  error: {_error_text(value)}".replace("\n", "\n    "))
+        elif key == "request" and type(value) is dict and type(value.get("messages", [])) is list:
+            for message in value.get("messages", []):
                 out += _message_text(message, "request")
             out.append(f"  tools: {_json_text(value.get('tools'))}")
             out.append(f"  config: {_json_text(value.get('config'))}")
@@ -2564,8 +2865,11 @@ def _message_text(message: Any, label: str) -> List[str]:
     return out
 
 
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+def _json_text(value: Any, indent: Optional[int] = None) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=indent)
+    except RecursionError:  # deeper than this stack allows: compact, from a fresh stack, as read
+        return _on_fresh_stack(_dumps, value)  # type: ignore[no-any-return]
 
 
 def _checkpoint_command(args: Any) -> int:
@@ -2574,7 +2878,7 @@ def _checkpoint_command(args: Any) -> int:
         result = _read_file(args.file, args.max_line_bytes, tally)
         at = tally.latest_checkpoint(result)
         if at is None:
-            print(f"{args.file}: no checkpoint in {result.records} records", file=sys.stderr)
+            _print_error(f"{args.file}: no checkpoint in {result.records} records")
             return 1
         with builtins.open(args.file, "rb") as f:
             f.seek(at.offset)
@@ -2582,20 +2886,31 @@ def _checkpoint_command(args: Any) -> int:
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, False)
         return 1
-    print(json.dumps(snapshot, ensure_ascii=False, indent=2))
+    _emit(_json_for_terminal(_json_text(snapshot, indent=2)), sys.stdout)
     return 0
+
+
+@contextlib.contextmanager
+def _input(name: str) -> Iterator[BinaryIO]:
+    """The file *name*, opened for reading; ``-`` is standard input (left open)."""
+    if name == "-":
+        yield sys.stdin.buffer
+    else:
+        with builtins.open(name, "rb", _READ_BUFFER) as f:
+            yield f
 
 
 def _read_file(
     name: str, max_line_bytes: int, visit: Callable[[Record], object], lines: Optional[_Lines] = None
 ) -> ReadResult:
     """``read`` for the commands, showing a percentage on a terminal while a big file is read."""
-    size = os.stat(name).st_size
+    size = 0 if name == "-" else os.stat(name).st_size
     progress = _Progress(name, size, visit) if size > _PROGRESS_FROM and sys.stderr.isatty() else None
     try:
         if lines is not None:
             return _read(lines, name, max_line_bytes, progress or visit)
-        return read(name, progress or visit, max_line_bytes=max_line_bytes)
+        with _input(name) as f:
+            return _read(f, name, max_line_bytes, progress or visit)
     finally:
         if progress is not None:
             progress.done()
@@ -2608,7 +2923,7 @@ class _Progress:
     """Calls *visit*, and shows on stderr how much of *size* bytes has been read."""
 
     def __init__(self, name: str, size: int, visit: Callable[[Record], object]) -> None:
-        self._name = name
+        self._name = _for_terminal(name)
         self._size = size
         self._visit = visit
         self._next = 0
@@ -2625,15 +2940,20 @@ class _Progress:
 
 
 def _print_failure(name: str, exc: Exception, as_json: bool) -> None:
-    """One file's failure: ``FILE:LINE: reason`` on stderr, or a JSON object on stdout."""
+    """One file's failure: ``FILE:LINE: reason (offset N)`` on stderr, or a JSON object on
+    stdout."""
     if isinstance(exc, FormatError):
         line, offset, reason = exc.line, exc.offset, exc.reason
     else:
         line, offset, reason = None, None, _os_reason(exc) if isinstance(exc, OSError) else str(exc)
     if as_json:
         _print_json({"file": name, "ok": False, "line": line, "offset": offset, "error": reason})
+    elif isinstance(exc, (LockedError, RecordingError)):  # their message names the file already
+        _print_error(reason)
+    elif line is None:
+        _print_error(f"{name}: {reason}")
     else:
-        print(f"{name}:{line}: {reason}" if line else f"{name}: {reason}", file=sys.stderr)
+        _print_error(f"{name}:{line}: {reason}" + ("" if offset is None else f" (offset {offset})"))
 
 
 def _os_reason(exc: OSError) -> str:
@@ -2641,7 +2961,66 @@ def _os_reason(exc: OSError) -> str:
 
 
 def _print_json(obj: Dict[str, Any]) -> None:
-    print(json.dumps(obj, ensure_ascii=False, allow_nan=False))
+    _emit(_json_for_terminal(_json_text(obj)), sys.stdout)
+
+
+def _print_text(line: str) -> None:
+    _emit(_for_terminal(line), sys.stdout)
+
+
+def _print_error(text: str) -> None:
+    _emit(_for_terminal(text), sys.stderr)
+
+
+def _emit(text: str, stream: TextIO) -> None:
+    """Print *text*.  Once *stream* is a closed pipe its output goes nowhere and the command
+    goes on: ``validate bad.jsonl good.jsonl | head -1`` still checks every file."""
+    try:
+        print(text, file=stream)
+    except BrokenPipeError:
+        _discard_closed_outputs()
+
+
+def _discard_closed_outputs() -> None:
+    """Point stdout or stderr, whichever cannot be written, at the null device, so that what
+    is left in its buffer, and the flush at exit, go nowhere instead of ending in "Exception
+    ignored" (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+            with contextlib.suppress(OSError):
+                stream.flush()
+
+
+# Shown as escapes: C0 and C1 controls, DEL, and the marks and overrides that reorder text.
+_TERMINAL_UNSAFE = "\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE_IN_LINE = re.compile(f"[\n{_TERMINAL_UNSAFE}]")
+_UNSAFE_IN_TEXT = re.compile(f"[{_TERMINAL_UNSAFE}]")
+
+
+def _for_terminal(text: str, newlines: bool = False) -> str:
+    """*text* safe to print on a terminal: a file's content cannot move the cursor, set the
+    window title or reorder what is shown.  Each control character, DEL and bidirectional
+    override or mark becomes a visible escape (``\\x1b``, ``\\u202e``); newlines stay only when
+    *newlines* (a transcript's texts keep their lines)."""
+    unsafe = _UNSAFE_IN_TEXT if newlines else _UNSAFE_IN_LINE
+    return unsafe.sub(_escape, text)
+
+
+def _json_for_terminal(text: str) -> str:
+    """JSON *text* with what ``_for_terminal`` escapes written as JSON escapes (``\\u202e``):
+    the same value, safe on a terminal too.  (JSON escapes C0 controls itself, and only
+    strings can hold the others.)"""
+    return _UNSAFE_IN_TEXT.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def _escape(match: typing.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 if __name__ == "__main__":
