@@ -1,12 +1,16 @@
-"""Tests for session.py, in the module's order: surface, errors, values, codec, writer,
-faults, locking, reader, event data, command line."""
+"""Tests for session.py, each in the section of the module it tests, in the module's order:
+surface (with the packaging and the README's commands), errors, values, codec, writer, faults,
+locking, reader, analysis, repair, command line; a subcommand's tests sit with the feature it
+runs. Last come the reliability harnesses, which drive all of it."""
 
 from __future__ import annotations
 
 import ast
+import configparser
 import contextlib
 import dataclasses
 import datetime as dt
+import doctest
 import enum
 import errno
 import functools
@@ -15,6 +19,7 @@ import html
 import html.parser
 import io
 import json
+import logging
 import os
 import pickle
 import random
@@ -32,7 +37,7 @@ import time
 import typing
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import hypothesis
 import pytest
@@ -161,6 +166,23 @@ def deep_value(depth: int) -> Any:
     return value
 
 
+def readme_section(heading: str) -> str:
+    """The README's text under *heading* (such as ``"### CallRef"``), up to the next heading of
+    its level or above outside a code block."""
+    lines = (HERE / "README.md").read_text(encoding="utf-8").splitlines(keepends=True)
+    start = lines.index(heading + "\n") + 1
+    level = len(heading.split()[0])
+    fenced = False
+    for end in range(start, len(lines)):
+        fenced ^= lines[end].startswith("```")
+        mark = re.match(r"(#+) ", lines[end])
+        if mark and not fenced and len(mark.group(1)) <= level:
+            break
+    else:
+        end = len(lines)
+    return "".join(lines[start:end])
+
+
 # ---------------------------------------------------------------------------- surface
 
 
@@ -224,6 +246,116 @@ def test_module_imports_only_the_standard_library() -> None:
 
 def test_version_is_a_string() -> None:
     assert isinstance(session.__version__, str) and session.__version__[0].isdigit()
+
+
+SUPPORTED = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"]
+
+
+def test_the_readmes_test_command_is_what_ci_runs() -> None:
+    command = "python3 -m venv .venv && .venv/bin/python -m pip install -q tox && .venv/bin/tox"
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Try it"), re.S)[1] == command
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Development"), re.S)[0] == command
+    assert (HERE / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1] == command
+
+
+def test_tox_pyproject_and_toxfile_name_the_same_pythons() -> None:
+    tox_ini = configparser.ConfigParser()
+    tox_ini.read(HERE / "tox.ini", encoding="utf-8")
+    envs = [name.strip() for name in tox_ini["tox"]["env_list"].split(",")]
+    assert [name for name in envs if name.startswith("py")] == ["py" + v.replace(".", "") for v in SUPPORTED]
+    pyproject = (HERE / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject) == SUPPORTED
+    assert f'requires-python = ">={SUPPORTED[0]}"' in pyproject
+    toxfile = ast.parse((HERE / "toxfile.py").read_text(encoding="utf-8"))
+    [listed] = [
+        node.value
+        for node in toxfile.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SUPPORTED"
+    ]
+    assert list(ast.literal_eval(listed)) == SUPPORTED
+
+
+def tox_outside_pyenv(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run this project's tox (*args* after ``-c tox.ini``) as a user's shell would: without tox's
+    own variables, and with pyenv's installed interpreters, if any, only behind its shims."""
+    need("tox", "the test runs tox on this project's tox.ini")
+    outside = {key: value for key, value in os.environ.items() if not key.startswith("TOX") and key != "CI"}
+    path = os.environ["PATH"].split(os.pathsep)
+    outside["PATH"] = os.pathsep.join(folder for folder in path if "/versions/" not in folder)
+    command = [sys.executable, "-m", "tox", "-c", str(HERE / "tox.ini"), "--workdir", str(tmp_path), *args]
+    return subprocess.run(command, capture_output=True, text=True, env={**outside, **env}, timeout=300)
+
+
+def test_tox_finds_every_python_pyenv_installed(tmp_path: Path) -> None:
+    need("pyenv", "the test checks that tox finds the Pythons pyenv installed")
+    bare = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=True).stdout
+    installed = {v for v in SUPPORTED for line in bare.split() if re.fullmatch(re.escape(v) + r"\.\d+", line)}
+    envs = ",".join("py" + v.replace(".", "") for v in SUPPORTED)
+    config = tox_outside_pyenv(tmp_path, "config", "-e", envs, "-k", "py_dot_ver")
+    assert config.returncode == 0, config.stderr
+    found = re.findall(r"^py_dot_ver = (3\.\d+)$", config.stdout, re.M)
+    assert installed and installed <= set(found), config.stdout
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_tox_names_a_python_it_did_not_test(tmp_path: Path, ci: str) -> None:
+    missing = next(v for v in SUPPORTED if v != "{}.{}".format(*sys.version_info))
+    env = "py" + missing.replace(".", "")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = tox_outside_pyenv(
+        tmp_path, "run", "-e", env, PATH=str(empty), PYENV_ROOT=str(empty), HOME=str(empty), CI=ci
+    )
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1].startswith(f"*** NOT TESTED on Python {missing}: tox found no interpreter"), run.stdout
+    assert f"{env}: {'FAIL' if ci else 'SKIP'}" in run.stdout
+    if ci:
+        assert run.returncode == 1
+
+
+TYPED_APP = """
+import session
+
+summary: session.Summary = session.summarize("chat.jsonl")
+records: int = summary.records
+wrong: str = summary.records
+"""
+
+
+def test_the_installed_copy_is_typed(tmp_path: Path) -> None:
+    need("mypy", "the test type-checks an application that imports the installed wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(HERE)], check=True
+    )
+    [wheel] = tmp_path.glob("session_jsonl-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    app = tmp_path / "app.py"
+    app.write_text(TYPED_APP, encoding="utf-8")
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--python-executable",
+            str(python),
+            str(app),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert checked.stdout.splitlines()[0] == (
+        f"{app.name}:6: error: Incompatible types in assignment"
+        ' (expression has type "int", variable has type "str")  [assignment]'
+    ), checked.stdout
+    assert "import-untyped" not in checked.stdout and checked.stdout.endswith(
+        "Found 1 error in 1 file (checked 1 source file)\n"
+    )
 
 
 # ---------------------------------------------------------------------------- errors
@@ -294,6 +426,73 @@ def test_call_ref_round_trips_through_json() -> None:
         CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e"})
     with pytest.raises(TypeError):
         CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e", "attempt": "1"})
+
+
+def test_the_readme_shows_what_call_ref_to_json_gives() -> None:
+    [example] = re.findall(r"```python\n(.*?)```", readme_section("### CallRef"), re.S)
+    test = doctest.DocTestParser().get_doctest(
+        example, {"session": session, "json": json}, "README: CallRef", None, 0
+    )
+    out = io.StringIO()
+    result = doctest.DocTestRunner().run(test, out=out.write)
+    assert result.attempted == 4 and result.failed == 0, out.getvalue()
+
+
+def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    event = full_event(
+        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
+    )
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(event)
+        run.record(full_event("turn_end"))
+        run.record(Event("turn_start"))
+    rs = records(path)
+    view = EventData.from_record(rs[2])
+    assert view.execution == TOOL and view.turn_index == 2
+    assert JSONCodec().decode(view.message) == event.message
+    assert JSONCodec().decode(view.partial_message) == event.partial_message
+    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
+    assert view.redacted == ("config.extra.password",)
+    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
+    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
+    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
+    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
+    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
+    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
+    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
+    assert EventData.from_record(rs[3]).committed is True
+    assert EventData.from_record(rs[4]) == EventData()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"tool": 1}, "data.tool must be a string, found an integer"),
+        ({"is_error": 1}, "data.is_error must be a boolean"),
+        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
+        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
+        (
+            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
+            "data.execution.attempt must be an integer",
+        ),
+        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
+        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
+        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
+        ({"redacted": [1]}, "data.redacted must hold strings"),
+        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
+        ({"error": "text"}, "data.error must be an object, found a string"),
+        ({"request": []}, "data.request must be an object"),
+    ],
+)
+def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
+    record = session.Record(SID, 7, "x", "t", RID, data, 420)
+    with pytest.raises(FormatError, match=re.escape(reason)) as info:
+        EventData.from_record(record)
+    assert (info.value.line, info.value.offset) == (7, 420)
+    if "execution" in data:
+        with pytest.raises(FormatError):
+            _ = record.ref
 
 
 # ---------------------------------------------------------------------------- codec
@@ -1554,6 +1753,35 @@ def test_each_event_type_writes_exactly_its_keys(tmp_path: Path, kind: str, keys
     assert "STATE-MARK" not in blob and "DELTA-MARK" not in blob  # state and delta: never
 
 
+def readme_event_table() -> Dict[str, Set[str]]:
+    """The README's table of event types: each type (or "any other type") → its data keys."""
+    table = {}
+    for line in readme_section("### Events and their data").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("event type", "---"):
+            keys = set(re.findall(r"`(\w+)`", cells[1]))
+            for kind in re.findall(r"`(\w+)`", cells[0]) or [cells[0]]:
+                table[kind] = keys
+    return table
+
+
+def keys_written(folder: Path, kind: str) -> Set[str]:
+    """Every data key a *kind* event writes: all fields set, with and without an error, and a
+    request whose config has a credential and a value that cannot be encoded."""
+    folder.mkdir()
+    request = ModelRequest([], config=CallConfig(extra={"password": "x", "odd": {1}}))
+    lines = recorded(folder, full_event(kind, request=request), full_event(kind, request=request, error=None))
+    return set().union(*(obj["data"] for obj in lines))
+
+
+def test_the_readme_lists_every_event_type_and_the_keys_it_writes(tmp_path: Path) -> None:
+    table = readme_event_table()
+    assert set(table) == {*session._PROJECTIONS, "any other type"}
+    for kind, keys in table.items():
+        example = "my_custom_event" if kind == "any other type" else kind
+        assert keys_written(tmp_path / kind, example) == keys, kind
+
+
 @pytest.mark.parametrize("kind", ["message_start", "message_update", "tool_exec_update", "model_stream"])
 def test_transient_events_are_not_written(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "s.jsonl"
@@ -1903,6 +2131,37 @@ def test_redact_sees_each_events_and_checkpoints_data(tmp_path: Path) -> None:
         s.begin_run().record(Event("turn_start"))
     with pytest.raises(RecordingError):
         s.close()
+
+
+def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
+    sys.path.insert(0, str(HERE / "examples"))
+    try:
+        from redactor import redact
+    finally:
+        sys.path.remove(str(HERE / "examples"))
+    secrets = [
+        "sk-proj-" + "a" * 40,
+        "sk-ant-api03-" + "b" * 40,
+        "AKIA" + "C" * 16,
+        "ghp_" + "d" * 36,
+        "xoxb-1234567890-abcdef",
+        "AIza" + "e" * 35,
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+    ]
+    path = tmp_path / "s.jsonl"
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        for secret in secrets:
+            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
+        run.record(
+            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
+        )
+        run.save_checkpoint({"note": secrets[0]})
+    blob = path.read_bytes()
+    for secret in [*secrets, "f" * 30]:
+        assert json.dumps(secret)[1:-1].encode() not in blob
+    assert blob.count(b"[REDACTED]") == len(secrets) + 2
+    assert b'"out":"x [REDACTED] y"' in blob
 
 
 def test_the_writer_refuses_a_line_its_open_would_refuse(tmp_path: Path) -> None:
@@ -2461,6 +2720,27 @@ def test_a_failed_close_is_a_recording_error(tmp_path: Path, monkeypatch: pytest
     monkeypatch.undo()
     with pytest.raises(RecordingError):
         s.close()
+
+
+def test_the_readmes_error_handling_examples_work(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    reopen_code, record_code = re.findall(r"```python\n(.*?)```", readme_section("## Handling errors"), re.S)
+    path = sample_file(tmp_path / "chat.jsonl")
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"seq": \n{}\n')  # a bad complete line, then another
+    scope: Dict[str, Any] = {"session": session, "contextlib": contextlib, "log": logging.getLogger("app")}
+    exec(reopen_code, scope)
+    s = scope["reopen"](path)  # repaired, then opened
+    assert path.read_bytes() == good and list(tmp_path.glob("chat.jsonl.broken-*"))
+    run = s.begin_run()
+    run.record(Event("turn_start", turn_index=1))
+    scope.update(s=s, run=run, path=path, event=Event("tool_exec_end", execution=TOOL, result={1, 2}))
+    exec(record_code, scope)  # a value that cannot be encoded stops s; the example opens the file again
+    assert "recording stopped" in caplog.text and "cause: ValueError('data.result" in caplog.text
+    with scope["s"] as again, scope["run"] as next_run:
+        assert again is not s and next_run.record(Event("turn_start", turn_index=1))
+    summary = session.summarize(path)
+    assert [info.closed for info in summary.runs] == [True, True, False, True]
+    assert [gap.kind for gap in summary.gaps] == ["run_not_closed"]
 
 
 DEEP_STACK_RECORD = """
@@ -3433,97 +3713,6 @@ def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path
         return session.read(path, lambda r: None)
 
     assert deep_call(300).records == 4
-
-
-# ---------------------------------------------------------------------------- event data
-
-
-def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    event = full_event(
-        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
-    )
-    with session.create(path) as s, s.begin_run() as run:
-        run.record(event)
-        run.record(full_event("turn_end"))
-        run.record(Event("turn_start"))
-    rs = records(path)
-    view = EventData.from_record(rs[2])
-    assert view.execution == TOOL and view.turn_index == 2
-    assert JSONCodec().decode(view.message) == event.message
-    assert JSONCodec().decode(view.partial_message) == event.partial_message
-    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
-    assert view.redacted == ("config.extra.password",)
-    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
-    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
-    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
-    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
-    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
-    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
-    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
-    assert EventData.from_record(rs[3]).committed is True
-    assert EventData.from_record(rs[4]) == EventData()
-
-
-@pytest.mark.parametrize(
-    ("data", "reason"),
-    [
-        ({"tool": 1}, "data.tool must be a string, found an integer"),
-        ({"is_error": 1}, "data.is_error must be a boolean"),
-        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
-        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
-        (
-            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
-            "data.execution.attempt must be an integer",
-        ),
-        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
-        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
-        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
-        ({"redacted": [1]}, "data.redacted must hold strings"),
-        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
-        ({"error": "text"}, "data.error must be an object, found a string"),
-        ({"request": []}, "data.request must be an object"),
-    ],
-)
-def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
-    record = session.Record(SID, 7, "x", "t", RID, data, 420)
-    with pytest.raises(FormatError, match=re.escape(reason)) as info:
-        EventData.from_record(record)
-    assert (info.value.line, info.value.offset) == (7, 420)
-    if "execution" in data:
-        with pytest.raises(FormatError):
-            _ = record.ref
-
-
-def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
-    sys.path.insert(0, str(HERE / "examples"))
-    try:
-        from redactor import redact
-    finally:
-        sys.path.remove(str(HERE / "examples"))
-    secrets = [
-        "sk-proj-" + "a" * 40,
-        "sk-ant-api03-" + "b" * 40,
-        "AKIA" + "C" * 16,
-        "ghp_" + "d" * 36,
-        "xoxb-1234567890-abcdef",
-        "AIza" + "e" * 35,
-        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
-    ]
-    path = tmp_path / "s.jsonl"
-    with session.create(path, redact=redact) as s, s.begin_run() as run:
-        for secret in secrets:
-            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
-        run.record(
-            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
-        )
-        run.save_checkpoint({"note": secrets[0]})
-    blob = path.read_bytes()
-    for secret in [*secrets, "f" * 30]:
-        assert json.dumps(secret)[1:-1].encode() not in blob
-    assert blob.count(b"[REDACTED]") == len(secrets) + 2
-    assert b'"out":"x [REDACTED] y"' in blob
 
 
 # ---------------------------------------------------------------------------- analysis
