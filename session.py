@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import codecs
 import contextlib
 import dataclasses
 import errno
@@ -32,7 +33,7 @@ import types
 import typing
 import warnings
 import weakref
-from _thread import RLock  # threading.RLock, without importing threading
+from _thread import RLock, allocate_lock, start_new_thread  # threading's, without importing it
 from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import (
@@ -125,7 +126,15 @@ _FORMAT_VERSION = 1
 _MAX_LINE_BYTES = 256 << 20  # 256 MiB: far above any real record, far below a DoS
 _READ_BUFFER = 1 << 20  # readline on 32 KB lines is 3x faster than with the default 8 KB
 _RESERVED = frozenset({"session_start", "run_start", "run_close", "checkpoint"})
-_CREDENTIAL_KEY = re.compile("api_key|apikey|authorization|password|secret|access_token", re.I)
+# Names of credentials, matched against a key folded to lowercase letters and digits (so that
+# X-Api-Key, x_api_key and XApiKey are one name): the headers and fields AI providers,
+# clouds and OAuth use for keys, tokens, cookies and passwords.
+_CREDENTIAL_KEY = re.compile(
+    "apikey|apitoken|authorization|authkey|authtoken|accesskey|accesstoken|refreshtoken|idtoken$"
+    "|sessiontoken|securitytoken|subscriptionkey|privatekey|secret|pass(?:word|wd|phrase)|cookie"
+    "|credential|^(?:auth|bearer|key|token)$"
+)
+_NOT_ALNUM = re.compile("[^0-9a-z]")
 
 # ---------------------------------------------------------------------------- errors
 
@@ -946,6 +955,30 @@ def _path_step(key: str) -> str:
     return f".{key}" if key.isidentifier() else f"[{json.dumps(key, ensure_ascii=False)}]"
 
 
+def _on_fresh_stack(function: Callable[[Any], Any], arg: Any) -> Any:
+    """``function(arg)`` on a new thread, whose recursion count starts at zero: what the
+    writer nested as deep as the recursion limit let it, the reader unnests, however deep
+    its caller is.  A bare ``_thread`` adds no frames of its own (``threading`` adds three)."""
+    outcome: List[Tuple[bool, Any]] = []
+    done = allocate_lock()
+    done.acquire()
+
+    def run() -> None:
+        try:
+            outcome.append((True, function(arg)))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.release()
+
+    start_new_thread(run, ())
+    with done:
+        ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
+
+
 class JSONCodec:
     """The default codec: JSON values pass through; registered *types* become
     ``{"$type": type_id, "value": ...}``; anything else raises ``CodecError``.
@@ -984,9 +1017,13 @@ class JSONCodec:
 
     def decode(self, value: Any) -> Any:
         """Rebuild what ``encode`` produced *value* from; ``CodecError`` for an unknown type
-        id or a value its class rejects."""
+        id or a value its class rejects.  Whatever ``encode`` took, this gives back, however
+        deep the caller's stack."""
         try:
-            return self._decode(value)
+            try:
+                return self._decode(value)
+            except RecursionError:  # deeper than the caller's stack allows
+                return _on_fresh_stack(self._decode, value)
         except _CodecFault as fault:
             raise fault.error() from fault.__cause__
         except RecursionError:
@@ -1079,38 +1116,35 @@ class JSONCodec:
                     raise
         return out
 
+    # One frame per level of nesting, as _encode_dict spends: what encodes, decodes.
     def _decode(self, value: Any) -> Any:
         t = type(value)
         if t is dict:
             if "$type" in value and "value" in value:
                 return self._decode_tagged(value)
             if len(value) == 1 and "$object" in value:
-                inner = value["$object"]
-                if type(inner) is not dict:
+                value = value["$object"]
+                if type(value) is not dict:
                     raise _CodecFault("$object must wrap an object")
-                return self._decode_dict(inner)
-            return self._decode_dict(value)
-        if t is list:
-            out: List[Any] = []
+            out: Dict[str, Any] = {}
+            key = ""
             try:
-                for item in value:
-                    out.append(self._decode(item))
+                for key, item in value.items():
+                    out[key] = self._decode(item) if type(item) is dict or type(item) is list else item
             except _CodecFault as fault:
-                fault.steps.append(f"[{len(out)}]")
+                fault.steps.append(_path_step(key))
                 raise
             return out
+        if t is list:
+            items: List[Any] = []
+            try:
+                for item in value:
+                    items.append(self._decode(item))
+            except _CodecFault as fault:
+                fault.steps.append(f"[{len(items)}]")
+                raise
+            return items
         return value
-
-    def _decode_dict(self, items: Dict[str, Any]) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        key = ""
-        try:
-            for key, item in items.items():
-                out[key] = self._decode(item) if type(item) is dict or type(item) is list else item
-        except _CodecFault as fault:
-            fault.steps.append(_path_step(key))
-            raise
-        return out
 
     def _decode_tagged(self, tagged: Dict[str, Any]) -> Any:
         type_id = tagged["$type"]
@@ -1146,13 +1180,17 @@ class JSONCodec:
 
 
 def _rfc3339(moment: datetime) -> str:
-    """RFC 3339 with microseconds and the value's own offset (``Z`` for UTC)."""
+    """RFC 3339 with microseconds and the value's own offset (``Z`` for UTC).  An offset
+    RFC 3339 cannot write (seconds, as in zoneinfo's local mean times before 1900) is not
+    rounded: the moment is written in UTC."""
     offset = moment.utcoffset()
     if offset is None:
         raise _CodecFault("naive datetime (give it a timezone)")
+    if offset % timedelta(minutes=1):
+        return _clock(moment - offset) + "Z"
     if not offset:
         return _clock(moment) + "Z"
-    minutes = int(offset.total_seconds()) // 60
+    minutes = offset // timedelta(minutes=1)
     return "%s%s%02d:%02d" % (_clock(moment), "-" if minutes < 0 else "+", *divmod(abs(minutes), 60))  # noqa: UP031
 
 
@@ -1554,6 +1592,28 @@ def _compact(raw: RawJSON) -> str:
     return _JSON_STRING_OR_SPACE.sub(r"\1", text)
 
 
+_INT_DIGITS = 4300  # int_max_str_digits' default: a reader refuses longer integers
+_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_STRING_OR_LONG_INT = re.compile(
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+-])-?[0-9]{%d,}(?![0-9.eE])' % (_INT_DIGITS + 1)
+)
+
+
+def _long_integer(text: str) -> int:
+    """The digit count of the first integer in JSON *text* too long for a reader with the
+    default ``int_max_str_digits``; 0 when there is none."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if 0 < limit <= _INT_DIGITS or len(text) <= _INT_DIGITS:
+        return 0  # this Python refused to write such an integer already
+    line = text.encode("utf-8", "surrogatepass")
+    if b"0" * (_INT_DIGITS + 1) not in line.translate(_DIGITS_AS_ZEROS):
+        return 0
+    for match in _STRING_OR_LONG_INT.finditer(line):  # digits inside strings do not count
+        if match.group()[:1] != b'"':
+            return len(match.group().lstrip(b"-"))
+    return 0
+
+
 def _escaped_utf8(text: str) -> bytes:
     """JSON *text* as UTF-8, its lone surrogates written as ``\\udXXX`` escapes."""
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
@@ -1701,7 +1761,7 @@ def _without_credentials(value: Any, path: str, dropped: List[str]) -> Any:
         out = {}
         for key, item in value.items():
             step = f"{path}.{key}"
-            if isinstance(key, str) and _CREDENTIAL_KEY.search(key):
+            if isinstance(key, str) and _CREDENTIAL_KEY.search(_NOT_ALNUM.sub("", key.casefold())):
                 dropped.append(step)
             else:
                 out[key] = _without_credentials(item, step, dropped)
@@ -1954,6 +2014,7 @@ def create(
     The codec and *redact* run under the session's lock: they should not call the session
     (if they do, the calls are done as a signal handler's are: see ``Session.close``).
     """
+    _check_line_limit(max_line_bytes)
     name = _name(path)
     try:
         fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
@@ -2052,7 +2113,7 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
         tally = _Tally()
         with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
             f.seek(0)
-            result = _read(f, name, max_line_bytes, tally)
+            result = _read(f, name, max_line_bytes, tally, _NO_DATA)
         if result.tail_bytes:
             try:
                 os.ftruncate(fd, result.complete_bytes)
@@ -2357,13 +2418,17 @@ class Session:
             if type(data) is not dict:
                 raise TypeError(f"redact must return a dict, not {type(data).__name__}")
         try:
-            return _dumps(data)
+            text = _dumps(data)
         except (
             TypeError,
             ValueError,
         ) as exc:  # not RecursionError: encoding again could overflow the stack for good
             bad = next((key for key, value in data.items() if not _encodable(value)), None)
             raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
+        digits = _long_integer(text)
+        if digits:
+            raise ValueError(f"an integer of {digits} digits: readers refuse more than {_INT_DIGITS}")
+        return text
 
     def _forked(self) -> None:
         """In a forked child: never write through the parent's descriptor, nor keep it (the
@@ -2543,11 +2608,15 @@ class _Lines(Protocol):
 
 
 def _read(
-    f: _Lines, name: Optional[str], max_line_bytes: int, visit: Callable[[Record], object]
+    f: _Lines,
+    name: Optional[str],
+    max_line_bytes: int,
+    visit: Callable[[Record], object],
+    keys: Optional[_DataKeys] = None,
 ) -> ReadResult:
     result: List[ReadResult] = []
     try:
-        for record in _records(f, name, max_line_bytes, result):
+        for record in _records(f, name, max_line_bytes, result, keys):
             visit(record)
     except FormatError as exc:  # from visit too (say, EventData.from_record): name the file
         if exc.path is None:
@@ -2557,10 +2626,16 @@ def _read(
 
 
 def _records(
-    f: _Lines, name: Optional[str], max_line_bytes: int, result: List[ReadResult]
+    f: _Lines,
+    name: Optional[str],
+    max_line_bytes: int,
+    result: List[ReadResult],
+    keys: Optional[_DataKeys] = None,
 ) -> Iterator[Record]:
     """The reader: yields each record once its line passed every rule, then appends the
-    ``ReadResult`` to *result*."""
+    ``ReadResult`` to *result*.  With *keys*, the data of a long line holds only the keys
+    it maps the record's type to."""
+    _check_line_limit(max_line_bytes)
     try:
         base = f.tell()
     except (OSError, ValueError):  # a pipe: offsets count from where reading started
@@ -2577,7 +2652,7 @@ def _records(
             base,
             "no complete line: not a session file, or one whose create was cut short (create replaces it)",
         )
-    header = _parse_line(raw, name, 1, base)
+    header = _parse_line(raw, name, 1, base, keys)
     session_id = _check_header(header, name, base)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
     yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
@@ -2589,7 +2664,7 @@ def _records(
         raw = readline(limit)
         if raw[-1:] != b"\n":
             break
-        obj = _parse_line(raw, name, seq + 1, offset)
+        obj = _parse_line(raw, name, seq + 1, offset, keys)
         run_id = obj.get("run_id")
         kind = obj.get("type")
         time = obj.get("time")
@@ -2622,6 +2697,11 @@ def _records(
     result.append(ReadResult(session_id, seq, offset - base, len(raw)))
 
 
+def _check_line_limit(max_line_bytes: int) -> None:
+    if max_line_bytes < 1:  # 0 would refuse every line; a negative limit, none
+        raise ValueError(f"max_line_bytes must be at least 1, not {max_line_bytes}")
+
+
 def _unfinished(
     raw: bytes, limit: int, name: Optional[str], line: int, offset: int, reason: str
 ) -> FormatError:
@@ -2635,8 +2715,15 @@ class _LineTooLong(FormatError):
     """A line longer than ``max_line_bytes``: not necessarily a bad one."""
 
 
-def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict[str, Any]:
-    """The object on one line (*raw* ends with its newline), or ``FormatError``."""
+def _parse_line(
+    raw: bytes, name: Optional[str], line: int, offset: int, keys: Optional[_DataKeys] = None
+) -> Dict[str, Any]:
+    """The object on one line (*raw* ends with its newline), or ``FormatError``.
+
+    With *keys*, a line longer than ``_BIG_LINE`` is checked without building it, and its
+    ``data`` holds only the keys its type maps to (see ``_big_line``)."""
+    if keys is not None and len(raw) > _BIG_LINE:
+        return _big_line(raw, name, line, offset, keys)
     try:
         text = raw.decode()
     except UnicodeDecodeError as exc:
@@ -2667,9 +2754,9 @@ def _decode_anywhere(text: str, deep: bool = False) -> Any:
     """``json.loads``, strict, whose outcome does not depend on the caller's stack depth.
 
     Deep nesting counts against the recursion limit: a text known to be *deep*, or found so
-    here, is decoded in a new thread, whose count starts at zero.  (Never twice that deep in
-    a row in one thread: right after a RecursionError, that has aborted CPython 3.8 with
-    "Cannot recover from stack overflow".)
+    here, is decoded on a fresh stack.  (Never twice that deep in a row in one thread: right
+    after a RecursionError, that has aborted CPython 3.8 with "Cannot recover from stack
+    overflow".)
     """
     if not deep:
         try:
@@ -2679,26 +2766,268 @@ def _decode_anywhere(text: str, deep: bool = False) -> Any:
     return _on_fresh_stack(_DECODER.decode, text)
 
 
-def _on_fresh_stack(call: Callable[..., Any], *args: Any) -> Any:
-    """``call(*args)`` in a new thread, whose recursion count starts at zero; its
-    ``ValueError`` or ``RecursionError`` is raised here."""
-    outcome: List[Tuple[bool, Any]] = []
+# A line holds at most max_line_bytes, but the objects json builds of it can take 26 times
+# that ([{},{},...]: a dict per 3 bytes).  The readers that need no data (validate, open,
+# repair) or a few keys of it (summarize) check a long line byte by byte instead, exactly as
+# strictly as json.loads, and build only the envelope and the keys they use: the line itself
+# is then most of the memory they take.
 
-    def run() -> None:
+_BIG_LINE = 1 << 20  # bytes: shorter lines are parsed whole, which is faster
+_DataKeys = Dict[str, FrozenSet[str]]  # record type -> the keys of its data a reader uses
+_NO_DATA: _DataKeys = {"session_start": frozenset({"version"})}
+_ENVELOPE_KEYS = frozenset({"session_id", "seq", "type", "time", "run_id", "data"})
+
+# re keeps about 80 bytes per repetition of a group until a match ends: every repetition
+# below is bounded, and the loops in _scan_json repeat the match.
+_WS = re.compile(rb"[ \t\n\r]*")
+_CHARS = rb'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)'
+_STRING_PART = re.compile(_CHARS + rb"{0,1024}")
+_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERAL = re.compile(rb"true|false|null")
+# Values json takes whatever follows (no exponent, under 300 integer digits, few escapes),
+# alone or in small objects and arrays up to three levels deep, in runs of "value," checked at
+# the speed of re.
+_W = rb"[ \t\n\r]*"
+_TEXT = rb'"' + _CHARS + rb'{0,8}"'
+_SCALAR = rb"(?:" + _TEXT + rb"|-?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?|true|false|null)"
+
+
+def _small_containers(value: bytes, most: int) -> bytes:
+    """An object or array of up to *most* + 1 *value* patterns, as a pattern."""
+    pair = _TEXT + _W + rb":" + _W + value + _W
+    item = value + _W
+    return rb"\{%s(?:%s(?:,%s%s){0,%d})?\}|\[%s(?:%s(?:,%s%s){0,%d})?\]" % (
+        *(_W, pair, _W, pair, most),
+        *(_W, item, _W, item, most),
+    )
+
+
+_PLAIN = _SCALAR
+for _level in range(3):
+    _PLAIN = rb"(?:" + _SCALAR + rb"|" + _small_containers(_PLAIN, 8) + rb")"
+_PLAIN += _W + rb"," + _W
+_runs: Optional[Tuple[re.Pattern[bytes], re.Pattern[bytes]]] = None
+
+
+def _plain_runs() -> Tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """Runs of plain items and of plain members, compiled on first use (it takes a tenth of
+    a second, which only a long line is worth)."""
+    global _runs
+    if _runs is None:
+        items = re.compile(rb"(?:" + _PLAIN + rb"){1,64}")
+        _runs = items, re.compile(rb"(?:" + _TEXT + _W + rb":" + _W + _PLAIN + rb"){1,64}")
+    return _runs
+
+
+class _NotJSON(Exception):
+    """Why and where (*at*, a byte of the line) a long line is not strict JSON."""
+
+    def __init__(self, reason: str, at: int) -> None:
+        super().__init__(f"{reason} at byte {at} of the line")
+
+
+def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _DataKeys) -> Dict[str, Any]:
+    """``_parse_line`` for a long line: its envelope, and of its data the keys *keys* maps
+    its type to.  An object or array in the envelope (a bad line) comes back empty: only
+    its type is checked."""
+    bad = _invalid_utf8(raw)
+    if bad >= 0:
+        raise FormatError(f"invalid UTF-8 at byte {bad} of the line", name, line, offset)
+    try:
+        start, top, data = _scan_json(raw, frozenset().union(*keys.values()))
+    except _NotJSON as exc:
+        raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
+    if raw[start] != _OBJECT:
+        held = _json_kind(type(_shallow_value(raw, start, len(raw))))
+        raise FormatError(f"line holds {held}, not an object", name, line, offset)
+    obj = {key: _shallow_value(raw, *span) for key, span in top.items() if key in _ENVELOPE_KEYS}
+    kind = obj.get("type")
+    if type(obj.get("data")) is dict:
+        wanted = keys.get(kind, frozenset()) if type(kind) is str else frozenset()
+        obj["data"] = {
+            key: _decode_anywhere(raw[a:b].decode()) for key, (a, b) in data.items() if key in wanted
+        }
+    return obj
+
+
+def _shallow_value(raw: bytes, start: int, end: int) -> Any:
+    """The JSON value at ``raw[start:end]`` (checked already), an object or array empty."""
+    if raw[start] == _OBJECT:
+        return {}
+    if raw[start] == _ARRAY:
+        return []
+    return _decode_anywhere(raw[start:end].decode())
+
+
+def _invalid_utf8(raw: bytes) -> int:
+    """Where *raw* stops being UTF-8 (-1 if it is), decoded a megabyte at a time."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for at in range(0, len(raw), _BIG_LINE):
+        pending = len(decoder.getstate()[0])
         try:
-            outcome.append((True, call(*args)))
-        except (ValueError, RecursionError) as exc:
-            outcome.append((False, exc))
+            decoder.decode(raw[at : at + _BIG_LINE], at + _BIG_LINE >= len(raw))
+        except UnicodeDecodeError as exc:
+            return at - pending + exc.start
+    return -1
 
-    import threading  # only here: importing it costs every session's start up
 
-    thread = threading.Thread(target=run, name="session-deep-value")
-    thread.start()
-    thread.join()
-    done, value = outcome[0]
-    if not done:
-        raise value
-    return value
+_Spans = Dict[str, Tuple[int, int]]
+_OBJECT, _ARRAY = b"{["
+_CLOSING = {_OBJECT: b"}"[0], _ARRAY: b"]"[0]}
+_SAFE_DEPTH = 100  # json parses this deep anywhere; beyond, _parse_depth_limit says how deep
+
+
+def _scan_json(raw: bytes, wanted: FrozenSet[str]) -> Tuple[int, _Spans, _Spans]:
+    """Check that *raw* is one strict JSON value, accepting and refusing exactly what
+    ``json.loads`` does, without building it.  Returns where the value starts, the spans of
+    the members of the top object and those of the *wanted* members of its ``data`` (the
+    last of duplicate keys, as json keeps them).  ``_NotJSON`` otherwise."""
+    stack = bytearray()  # the closing brackets of the open containers
+    top: _Spans = {}
+    data: _Spans = {}
+    keys: List[Optional[str]] = [None, None, None]  # depth 1, 2: the member being read, if noted
+    starts = [0, 0, 0]  # ... and where its value starts
+    in_data = False  # the open object at depth 2 is the top object's data
+    pos = start = _after_ws(raw, 0)
+    while True:
+        opening = raw[pos] if pos < len(raw) else 0  # a value starts at pos
+        if opening in _CLOSING:
+            stack.append(_CLOSING[opening])
+            depth = len(stack)
+            if depth > _SAFE_DEPTH and depth > _parse_depth_limit():
+                raise _NotJSON("nested too deeply", pos)
+            if depth == 2:
+                in_data = keys[1] == "data" and opening == _OBJECT
+                data = {} if in_data else data
+            pos = _after_ws(raw, pos + 1)
+            ended = raw[pos : pos + 1] == bytes(stack[-1:])
+        else:
+            pos = _scalar_end(raw, pos)
+            ended = False
+        while True:  # a value ended at pos, or a container opened there
+            if ended:
+                stack.pop()
+                pos += 1
+            depth = len(stack)
+            if ended or opening not in _CLOSING:
+                if not depth:
+                    if _after_ws(raw, pos) != len(raw):
+                        raise _NotJSON("Extra data", _after_ws(raw, pos))
+                    return start, top, data
+                key = keys[depth] if depth <= 2 else None
+                if key is not None:
+                    (top if depth == 1 else data)[key] = (starts[depth], pos)
+                    keys[depth] = None
+                pos = _after_ws(raw, pos)
+                if raw[pos : pos + 1] == bytes(stack[-1:]):
+                    ended = True
+                    continue
+                if raw[pos : pos + 1] != b",":
+                    raise _NotJSON("Expecting ',' delimiter", pos)
+                pos = _after_ws(raw, pos + 1)
+            fast = depth < _SAFE_DEPTH - 3  # the plain values skipped nest three levels deeper at most
+            if stack[-1] == _CLOSING[_ARRAY]:
+                pos = _skip_items(raw, pos) if fast else pos
+            else:
+                noted = depth == 1 or (depth == 2 and in_data and bool(wanted))
+                pos, key = _member(raw, pos, noted, fast)
+                if key is not None and (depth == 1 or key in wanted):
+                    keys[depth], starts[depth] = key, pos
+            break
+
+
+def _after_ws(raw: bytes, pos: int) -> int:
+    return _WS.match(raw, pos).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
+
+
+def _skip_items(raw: bytes, pos: int) -> int:
+    """Past the plain items of an array from *pos*: where the next item starts."""
+    items = _plain_runs()[0].match
+    run = items(raw, pos)
+    while run is not None:
+        pos = run.end()
+        run = items(raw, pos)
+    return pos
+
+
+def _member(raw: bytes, pos: int, noted: bool, fast: bool) -> Tuple[int, Optional[str]]:
+    """From *pos* in an object, past plain members if *fast* and each need not be *noted*,
+    then past a member's key and colon: where its value starts, and the key if *noted*."""
+    if fast and not noted:
+        members = _plain_runs()[1].match
+        run = members(raw, pos)
+        while run is not None:
+            pos = run.end()
+            run = members(raw, pos)
+    if raw[pos : pos + 1] != b'"':
+        raise _NotJSON("Expecting property name enclosed in double quotes", pos)
+    end = _scalar_end(raw, pos)
+    key = _DECODER.decode(raw[pos:end].decode()) if noted else None
+    pos = _after_ws(raw, end)
+    if raw[pos : pos + 1] != b":":
+        raise _NotJSON("Expecting ':' delimiter", pos)
+    return _after_ws(raw, pos + 1), key
+
+
+def _scalar_end(raw: bytes, pos: int) -> int:
+    """Where the string, number or literal at *pos* ends, once checked as json checks it."""
+    first = raw[pos : pos + 1]
+    if first == b'"':
+        end = pos + 1
+        while True:
+            part = _STRING_PART.match(raw, end)
+            if part is None or (part.end() == end and raw[end : end + 1] != b'"'):
+                raise _NotJSON("Unterminated string or invalid character or escape", end)
+            end = part.end()
+            if raw[end : end + 1] == b'"':
+                return end + 1
+    number = _NUMBER.match(raw, pos)
+    if number is not None:
+        text = number.group()
+        if number.group(1) or number.group(2):
+            try:
+                _finite(text.decode())
+            except ValueError as exc:
+                raise _NotJSON(str(exc), pos) from None
+        elif len(text.lstrip(b"-")) > _int_digits_limit():
+            raise _NotJSON(f"an integer of {len(text.lstrip(b'-'))} digits exceeds the limit", pos)
+        return number.end()
+    literal = _LITERAL.match(raw, pos)
+    if literal is None:
+        raise _NotJSON("Expecting value", pos)
+    return literal.end()
+
+
+def _int_digits_limit() -> float:
+    """The longest integer json converts: ``sys.int_max_str_digits`` (0: no limit)."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    return limit or math.inf
+
+
+_depth_limits: Dict[int, int] = {}  # recursion limit -> how deep json parses on a fresh stack
+
+
+def _parse_depth_limit() -> int:
+    """How deep a line json parses on a fresh stack (where the reader parses a deep line):
+    found once per recursion limit, by trying."""
+    recursion = sys.getrecursionlimit()
+    if recursion not in _depth_limits:
+        low, high = _SAFE_DEPTH, _SAFE_DEPTH * 2
+        while _parses(high) and high < 1 << 22:
+            low, high = high, high * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if _parses(middle) else (low, middle)
+        _depth_limits[recursion] = low
+    return _depth_limits[recursion]
+
+
+def _parses(depth: int) -> bool:
+    try:
+        _on_fresh_stack(_DECODER.decode, "[" * depth + "]" * depth)
+    except RecursionError:
+        return False
+    return True
 
 
 def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
@@ -2850,7 +3179,8 @@ def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summ
     Works on every file ``read`` accepts: data of a shape the format does not write is
     counted in ``Summary.uninterpreted``, not an error."""
     tally = _Summarizer()
-    result = read(source, tally, max_line_bytes=max_line_bytes)
+    with _opened(source) as (f, name):
+        result = _read(f, name, max_line_bytes, tally, _SUMMARY_DATA)
     return tally.summary(result)
 
 
@@ -2882,6 +3212,13 @@ _OPENS = {
     "tool_exec_start": "tool_call_unfinished",
 }
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
+_SUMMARY_DATA: _DataKeys = {
+    **_NO_DATA,
+    **dict.fromkeys(_OPENS, frozenset({"execution"})),
+    "tool_exec_end": frozenset({"execution"}),
+    "model_exec_end": frozenset({"execution", "error", "message"}),
+    "agent_end": frozenset(field.name for field in dataclasses.fields(EventData)),  # all it checks
+}
 
 
 class _Summarizer:
@@ -3006,7 +3343,7 @@ def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LIN
         with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
             f.seek(0)
             try:
-                result = _read(f, name, max_line_bytes, lambda record: None)
+                result = _read(f, name, max_line_bytes, lambda record: None, _NO_DATA)
             except FormatError as exc:
                 error = exc
             else:
@@ -4347,6 +4684,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
+    def line_limit(text: str) -> int:
+        try:
+            limit = int(text)
+            _check_line_limit(limit)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return limit
+
     def command(name: str, handler: Callable[[Any], int], about: str, status: str, many: bool = False) -> Any:
         epilog = f"exit status: {status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
         sub = commands.add_parser(name, help=about, description=about, epilog=epilog)
@@ -4354,7 +4699,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE", help=stdin)
         sub.add_argument(
             "--max-line-bytes",
-            type=int,
+            type=line_limit,
             default=_MAX_LINE_BYTES,
             metavar="N",
             help="longest line read, in bytes (default: %(default)s, 256 MiB)",
@@ -4456,7 +4801,7 @@ def _validate_command(args: Any) -> int:
     for name in args.files:
         tally = _Tally()
         try:
-            result = _read_file(name, args.max_line_bytes, tally)
+            result = _read_file(name, args.max_line_bytes, tally, keys=_NO_DATA)
         except (FormatError, OSError) as exc:
             status = 1
             _print_failure(name, exc, args.json)
@@ -4508,7 +4853,7 @@ def _summarize_file(args: Any, name: str) -> int:
     as_json = args.json
     tally = _Summarizer()
     try:
-        result = _read_file(name, args.max_line_bytes, tally)
+        result = _read_file(name, args.max_line_bytes, tally, keys=_SUMMARY_DATA)
     except (FormatError, OSError) as exc:
         _print_failure(name, exc, as_json)
         return 1
@@ -4724,7 +5069,7 @@ def _json_text(value: Any, indent: Optional[int] = None) -> str:
 def _checkpoint_command(args: Any) -> int:
     tally = _Tally()
     try:
-        result = _read_file(args.file, args.max_line_bytes, tally)
+        result = _read_file(args.file, args.max_line_bytes, tally, keys=_NO_DATA)
         at = tally.latest_checkpoint(result)
         if at is None:
             _print_error(f"{args.file}: no checkpoint in {result.records} records")
@@ -4750,16 +5095,20 @@ def _input(name: str) -> Iterator[BinaryIO]:
 
 
 def _read_file(
-    name: str, max_line_bytes: int, visit: Callable[[Record], object], lines: Optional[_Lines] = None
+    name: str,
+    max_line_bytes: int,
+    visit: Callable[[Record], object],
+    lines: Optional[_Lines] = None,
+    keys: Optional[_DataKeys] = None,
 ) -> ReadResult:
     """``read`` for the commands, showing a percentage on a terminal while a big file is read."""
     size = 0 if name == "-" else os.stat(name).st_size
     progress = _Progress(name, size, visit) if size > _PROGRESS_FROM and sys.stderr.isatty() else None
     try:
         if lines is not None:
-            return _read(lines, name, max_line_bytes, progress or visit)
+            return _read(lines, name, max_line_bytes, progress or visit, keys)
         with _input(name) as f:
-            return _read(f, name, max_line_bytes, progress or visit)
+            return _read(f, name, max_line_bytes, progress or visit, keys)
     finally:
         if progress is not None:
             progress.done()

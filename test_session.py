@@ -1,12 +1,16 @@
-"""Tests for session.py, in the module's order: surface, errors, values, codec, writer,
-faults, locking, reader, event data, command line."""
+"""Tests for session.py, each in the section of the module it tests, in the module's order:
+surface (with the packaging and the README's commands), errors, values, codec, writer, faults,
+locking, reader, analysis, repair, command line; a subcommand's tests sit with the feature it
+runs. Last come the reliability harnesses, which drive all of it."""
 
 from __future__ import annotations
 
 import ast
+import configparser
 import contextlib
 import dataclasses
 import datetime as dt
+import doctest
 import enum
 import errno
 import functools
@@ -15,6 +19,7 @@ import html
 import html.parser
 import io
 import json
+import logging
 import os
 import pickle
 import random
@@ -32,7 +37,7 @@ import time
 import typing
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import hypothesis
 import pytest
@@ -161,6 +166,23 @@ def deep_value(depth: int) -> Any:
     return value
 
 
+def readme_section(heading: str) -> str:
+    """The README's text under *heading* (such as ``"### CallRef"``), up to the next heading of
+    its level or above outside a code block."""
+    lines = (HERE / "README.md").read_text(encoding="utf-8").splitlines(keepends=True)
+    start = lines.index(heading + "\n") + 1
+    level = len(heading.split()[0])
+    fenced = False
+    for end in range(start, len(lines)):
+        fenced ^= lines[end].startswith("```")
+        mark = re.match(r"(#+) ", lines[end])
+        if mark and not fenced and len(mark.group(1)) <= level:
+            break
+    else:
+        end = len(lines)
+    return "".join(lines[start:end])
+
+
 # ---------------------------------------------------------------------------- surface
 
 
@@ -225,6 +247,116 @@ def test_module_imports_only_the_standard_library() -> None:
 
 def test_version_is_a_string() -> None:
     assert isinstance(session.__version__, str) and session.__version__[0].isdigit()
+
+
+SUPPORTED = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"]
+
+
+def test_the_readmes_test_command_is_what_ci_runs() -> None:
+    command = "python3 -m venv .venv && .venv/bin/python -m pip install -q tox && .venv/bin/tox"
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Try it"), re.S)[1] == command
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Development"), re.S)[0] == command
+    assert (HERE / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1] == command
+
+
+def test_tox_pyproject_and_toxfile_name_the_same_pythons() -> None:
+    tox_ini = configparser.ConfigParser()
+    tox_ini.read(HERE / "tox.ini", encoding="utf-8")
+    envs = [name.strip() for name in tox_ini["tox"]["env_list"].split(",")]
+    assert [name for name in envs if name.startswith("py")] == ["py" + v.replace(".", "") for v in SUPPORTED]
+    pyproject = (HERE / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject) == SUPPORTED
+    assert f'requires-python = ">={SUPPORTED[0]}"' in pyproject
+    toxfile = ast.parse((HERE / "toxfile.py").read_text(encoding="utf-8"))
+    [listed] = [
+        node.value
+        for node in toxfile.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SUPPORTED"
+    ]
+    assert list(ast.literal_eval(listed)) == SUPPORTED
+
+
+def tox_outside_pyenv(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run this project's tox (*args* after ``-c tox.ini``) as a user's shell would: without tox's
+    own variables, and with pyenv's installed interpreters, if any, only behind its shims."""
+    need("tox", "the test runs tox on this project's tox.ini")
+    outside = {key: value for key, value in os.environ.items() if not key.startswith("TOX") and key != "CI"}
+    path = os.environ["PATH"].split(os.pathsep)
+    outside["PATH"] = os.pathsep.join(folder for folder in path if "/versions/" not in folder)
+    command = [sys.executable, "-m", "tox", "-c", str(HERE / "tox.ini"), "--workdir", str(tmp_path), *args]
+    return subprocess.run(command, capture_output=True, text=True, env={**outside, **env}, timeout=300)
+
+
+def test_tox_finds_every_python_pyenv_installed(tmp_path: Path) -> None:
+    need("pyenv", "the test checks that tox finds the Pythons pyenv installed")
+    bare = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=True).stdout
+    installed = {v for v in SUPPORTED for line in bare.split() if re.fullmatch(re.escape(v) + r"\.\d+", line)}
+    envs = ",".join("py" + v.replace(".", "") for v in SUPPORTED)
+    config = tox_outside_pyenv(tmp_path, "config", "-e", envs, "-k", "py_dot_ver")
+    assert config.returncode == 0, config.stderr
+    found = re.findall(r"^py_dot_ver = (3\.\d+)$", config.stdout, re.M)
+    assert installed and installed <= set(found), config.stdout
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_tox_names_a_python_it_did_not_test(tmp_path: Path, ci: str) -> None:
+    missing = next(v for v in SUPPORTED if v != "{}.{}".format(*sys.version_info))
+    env = "py" + missing.replace(".", "")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = tox_outside_pyenv(
+        tmp_path, "run", "-e", env, PATH=str(empty), PYENV_ROOT=str(empty), HOME=str(empty), CI=ci
+    )
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1].startswith(f"*** NOT TESTED on Python {missing}: tox found no interpreter"), run.stdout
+    assert f"{env}: {'FAIL' if ci else 'SKIP'}" in run.stdout
+    if ci:
+        assert run.returncode == 1
+
+
+TYPED_APP = """
+import session
+
+summary: session.Summary = session.summarize("chat.jsonl")
+records: int = summary.records
+wrong: str = summary.records
+"""
+
+
+def test_the_installed_copy_is_typed(tmp_path: Path) -> None:
+    need("mypy", "the test type-checks an application that imports the installed wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(HERE)], check=True
+    )
+    [wheel] = tmp_path.glob("session_jsonl-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    app = tmp_path / "app.py"
+    app.write_text(TYPED_APP, encoding="utf-8")
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--python-executable",
+            str(python),
+            str(app),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert checked.stdout.splitlines()[0] == (
+        f"{app.name}:6: error: Incompatible types in assignment"
+        ' (expression has type "int", variable has type "str")  [assignment]'
+    ), checked.stdout
+    assert "import-untyped" not in checked.stdout and checked.stdout.endswith(
+        "Found 1 error in 1 file (checked 1 source file)\n"
+    )
 
 
 # ---------------------------------------------------------------------------- errors
@@ -297,6 +429,73 @@ def test_call_ref_round_trips_through_json() -> None:
         CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e", "attempt": "1"})
 
 
+def test_the_readme_shows_what_call_ref_to_json_gives() -> None:
+    [example] = re.findall(r"```python\n(.*?)```", readme_section("### CallRef"), re.S)
+    test = doctest.DocTestParser().get_doctest(
+        example, {"session": session, "json": json}, "README: CallRef", None, 0
+    )
+    out = io.StringIO()
+    result = doctest.DocTestRunner().run(test, out=out.write)
+    assert result.attempted == 4 and result.failed == 0, out.getvalue()
+
+
+def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    event = full_event(
+        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
+    )
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(event)
+        run.record(full_event("turn_end"))
+        run.record(Event("turn_start"))
+    rs = records(path)
+    view = EventData.from_record(rs[2])
+    assert view.execution == TOOL and view.turn_index == 2
+    assert JSONCodec().decode(view.message) == event.message
+    assert JSONCodec().decode(view.partial_message) == event.partial_message
+    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
+    assert view.redacted == ("config.extra.password",)
+    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
+    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
+    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
+    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
+    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
+    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
+    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
+    assert EventData.from_record(rs[3]).committed is True
+    assert EventData.from_record(rs[4]) == EventData()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"tool": 1}, "data.tool must be a string, found an integer"),
+        ({"is_error": 1}, "data.is_error must be a boolean"),
+        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
+        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
+        (
+            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
+            "data.execution.attempt must be an integer",
+        ),
+        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
+        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
+        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
+        ({"redacted": [1]}, "data.redacted must hold strings"),
+        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
+        ({"error": "text"}, "data.error must be an object, found a string"),
+        ({"request": []}, "data.request must be an object"),
+    ],
+)
+def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
+    record = session.Record(SID, 7, "x", "t", RID, data, 420)
+    with pytest.raises(FormatError, match=re.escape(reason)) as info:
+        EventData.from_record(record)
+    assert (info.value.line, info.value.offset) == (7, 420)
+    if "execution" in data:
+        with pytest.raises(FormatError):
+            _ = record.ref
+
+
 # ---------------------------------------------------------------------------- codec
 
 
@@ -348,6 +547,38 @@ def test_builtin_types_round_trip_with_agentgo_ids() -> None:
     assert encoded["value"]["state"]["value"]["messages"][0]["$type"] == "agentgo.message.v1"
     assert encoded["value"]["steering_queue"][0]["value"]["timestamp"] == "2026-01-02T03:04:05.000006+02:00"
     assert codec.decode(json.loads(json.dumps(encoded))) == snapshot
+
+
+def odd_offsets() -> List[dt.tzinfo]:
+    """Time zones whose UTC offset has seconds, which RFC 3339 cannot write."""
+    zones: List[dt.tzinfo] = [
+        dt.timezone(dt.timedelta(seconds=30)),
+        dt.timezone(-dt.timedelta(hours=3, seconds=59)),
+        dt.timezone(dt.timedelta(minutes=19, seconds=32)),  # Amsterdam's mean time until 1937
+        dt.timezone(dt.timedelta(hours=1, microseconds=1)),
+    ]
+    if sys.version_info >= (3, 9):
+        import zoneinfo
+
+        zones.append(zoneinfo.ZoneInfo("Europe/Amsterdam"))  # +00:19:32 in 1890
+    return zones
+
+
+ODD_MOMENT = dt.datetime(1890, 6, 1, 12, 0, 0, 250000)
+
+
+def test_a_datetime_whose_offset_has_seconds_is_written_in_utc_exactly() -> None:
+    codec = JSONCodec()
+    for zone in odd_offsets():
+        moment = ODD_MOMENT.replace(tzinfo=zone)
+        offset = moment.utcoffset()
+        assert offset is not None and offset % dt.timedelta(minutes=1)
+        text = codec.encode(moment)
+        assert text == (ODD_MOMENT - offset).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), zone
+        back = codec.decode(codec.encode(Message("u", [], timestamp=moment))).timestamp
+        assert back == moment and back.utcoffset() == dt.timedelta(0)
+    amsterdam = dt.datetime(1890, 6, 1, 12, tzinfo=dt.timezone(dt.timedelta(minutes=19, seconds=32)))
+    assert codec.encode(amsterdam) == "1890-06-01T11:40:28.000000Z"
 
 
 def test_datetime_is_rfc3339_with_z_for_utc() -> None:
@@ -494,6 +725,110 @@ def test_deep_nesting_is_a_codec_error() -> None:
         nested = {"a": nested}
     with pytest.raises(CodecError, match="nested too deeply"):
         JSONCodec().decode(nested)
+
+
+def nested(kind: str, depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = {"a": value} if kind == "object" else [value] if kind == "array" else Box(value)
+    return value
+
+
+DEEP_CODEC = JSONCodec(TypeSpec("test.box", Box))
+
+
+def unnested(value: Any) -> Tuple[str, int, Any]:
+    """What *nested* made *value* of: its kind, depth and innermost value (compared without
+    recursion, which a value this deep would overflow)."""
+    kinds, depth = set(), 0
+    while type(value) in (dict, list, Box):
+        kinds.add(type(value))
+        value = value["a"] if type(value) is dict else value[0] if type(value) is list else value.inner
+        depth += 1
+    kind = {dict: "object", list: "array", Box: "tagged"}[kinds.pop()] if len(kinds) == 1 else str(kinds)
+    return kind, depth, value
+
+
+def deepest_checkpoint(tmp_path: Path, kind: str) -> Tuple[int, Path]:
+    """The deepest value of *kind* save_checkpoint takes, and a file holding it."""
+
+    def saved(depth: int) -> Optional[Path]:
+        path = tmp_path / f"{kind}-{depth}.jsonl"
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        s = session.create(path, DEEP_CODEC)
+        try:
+            s.begin_run().save_checkpoint(nested(kind, depth))
+            s.close()
+        except RecordingError:
+            with contextlib.suppress(RecordingError):
+                s.close()
+            return None
+        return path
+
+    low, high = 1, 4000
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if saved(middle) else (low, middle - 1)
+    path = saved(low)
+    assert path is not None and not saved(low + 1)
+    return low, path
+
+
+@pytest.mark.parametrize("kind", ["object", "array", "tagged"])
+def test_the_deepest_checkpoint_the_writer_takes_loads_back(tmp_path: Path, kind: str) -> None:
+    depth, path = deepest_checkpoint(tmp_path, kind)
+    assert depth > 200
+
+    def load(frames: int) -> Any:
+        if frames:
+            return load(frames - 1)
+        with session.open(path, DEEP_CODEC) as s:
+            checkpoint = s.load_checkpoint()
+        assert checkpoint is not None
+        return checkpoint.snapshot
+
+    assert unnested(load(0)) == (kind, depth, 0)
+    assert unnested(load(sys.getrecursionlimit() // 2)) == (kind, depth, 0)  # deeper than it was saved
+
+
+DEEPEST_AT_TOP_LEVEL = """
+import contextlib, os, sys, tempfile
+import session
+from test_session import DEEP_CODEC, nested, unnested
+
+kind, folder = sys.argv[1], tempfile.mkdtemp()
+low, high = 1, 4000
+while low < high:  # save_checkpoint right at the top level: the shallowest stack it can have
+    middle = (low + high + 1) // 2
+    s = session.create(os.path.join(folder, str(middle)), DEEP_CODEC)
+    try:
+        s.begin_run().save_checkpoint(nested(kind, middle))
+        low = middle
+    except session.RecordingError:
+        high = middle - 1
+    with contextlib.suppress(session.RecordingError):
+        s.close()
+s = session.open(os.path.join(folder, str(low)), DEEP_CODEC)
+print(low, unnested(s.load_checkpoint().snapshot) == (kind, low, 0))
+"""
+
+
+@pytest.mark.parametrize("kind", ["object", "array", "tagged"])
+def test_the_deepest_checkpoint_saved_at_the_top_level_loads_back(tmp_path: Path, kind: str) -> None:
+    script = tmp_path / "deepest.py"
+    script.write_text(DEEPEST_AT_TOP_LEVEL)
+    done = subprocess.run(
+        [sys.executable, str(script), kind],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=HERE,
+        env=dict(os.environ, PYTHONPATH=str(HERE)),
+    )
+    assert done.returncode == 0, done.stderr
+    depth, loaded = done.stdout.split()
+    assert int(depth) > 200 and loaded == "True"
 
 
 def test_duplicate_registrations_are_refused() -> None:
@@ -1419,6 +1754,35 @@ def test_each_event_type_writes_exactly_its_keys(tmp_path: Path, kind: str, keys
     assert "STATE-MARK" not in blob and "DELTA-MARK" not in blob  # state and delta: never
 
 
+def readme_event_table() -> Dict[str, Set[str]]:
+    """The README's table of event types: each type (or "any other type") → its data keys."""
+    table = {}
+    for line in readme_section("### Events and their data").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("event type", "---"):
+            keys = set(re.findall(r"`(\w+)`", cells[1]))
+            for kind in re.findall(r"`(\w+)`", cells[0]) or [cells[0]]:
+                table[kind] = keys
+    return table
+
+
+def keys_written(folder: Path, kind: str) -> Set[str]:
+    """Every data key a *kind* event writes: all fields set, with and without an error, and a
+    request whose config has a credential and a value that cannot be encoded."""
+    folder.mkdir()
+    request = ModelRequest([], config=CallConfig(extra={"password": "x", "odd": {1}}))
+    lines = recorded(folder, full_event(kind, request=request), full_event(kind, request=request, error=None))
+    return set().union(*(obj["data"] for obj in lines))
+
+
+def test_the_readme_lists_every_event_type_and_the_keys_it_writes(tmp_path: Path) -> None:
+    table = readme_event_table()
+    assert set(table) == {*session._PROJECTIONS, "any other type"}
+    for kind, keys in table.items():
+        example = "my_custom_event" if kind == "any other type" else kind
+        assert keys_written(tmp_path / kind, example) == keys, kind
+
+
 @pytest.mark.parametrize("kind", ["message_start", "message_update", "tool_exec_update", "model_stream"])
 def test_transient_events_are_not_written(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "s.jsonl"
@@ -1567,6 +1931,69 @@ def test_credential_keys_in_extra_are_dropped_and_listed(tmp_path: Path) -> None
         assert secret not in path.read_bytes()
 
 
+CREDENTIAL_NAMES = [
+    "x-api-key",  # Anthropic
+    "api-key",  # Azure OpenAI
+    "Ocp-Apim-Subscription-Key",  # Azure API Management
+    "x-goog-api-key",  # Google
+    "X-Goog-Iam-Authorization-Token",
+    "key",  # Google's ?key=
+    "Proxy-Authorization",
+    "cf-aig-authorization",  # Cloudflare AI Gateway
+    "X-Auth-Key",
+    "x-auth-token",
+    "X-Amz-Security-Token",  # AWS
+    "aws_secret_access_key",
+    "aws_access_key_id",
+    "AWS_SESSION_TOKEN",
+    "Cookie",
+    "Set-Cookie",
+    "refresh_token",
+    "id_token",
+    "idToken",
+    "private_key",
+    "private_key_id",
+    "session_token",
+    "client_secret",
+    "credentials",
+    "token",
+    "REPLICATE_API_TOKEN",
+    "bearer",
+    "passphrase",
+    "DB PASSWD",
+    "X.API.KEY",
+]
+NOT_CREDENTIALS = [
+    "temperature",
+    "max_tokens",
+    "budget_tokens",
+    "top_k",
+    "keep",
+    "monkey",
+    "tokens",
+    "cookbook",
+]
+
+
+def test_credential_names_are_compared_with_case_and_separators_folded(tmp_path: Path) -> None:
+    extra: Dict[str, Any] = {name: f"secret-{n}" for n, name in enumerate(CREDENTIAL_NAMES)}
+    extra.update(dict.fromkeys(NOT_CREDENTIALS, 1))
+    extra["headers"] = {"X-API-KEY": "secret-h", "anthropic-version": "2023-06-01", "OpenAI-Project": "p"}
+    path = tmp_path / "s.jsonl"
+    config = CallConfig(extra=extra)
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([], config=config)))
+    data = data_of(path, 3)
+    assert data["request"]["config"]["extra"] == {
+        **dict.fromkeys(NOT_CREDENTIALS, 1),
+        "headers": {"anthropic-version": "2023-06-01", "OpenAI-Project": "p"},
+    }
+    assert data["redacted"] == [f"config.extra.{name}" for name in CREDENTIAL_NAMES] + [
+        "config.extra.headers.X-API-KEY"
+    ]
+    assert b"secret-" not in path.read_bytes()
+
+
 def test_raw_json_is_checked_and_written_compacted(tmp_path: Path) -> None:
     raw = ' {"n": 1e2, "s": "a  b\\u00e9\\"", "l": [1.50 , true,null]}\n'
     [obj] = recorded(
@@ -1707,6 +2134,37 @@ def test_redact_sees_each_events_and_checkpoints_data(tmp_path: Path) -> None:
         s.close()
 
 
+def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
+    sys.path.insert(0, str(HERE / "examples"))
+    try:
+        from redactor import redact
+    finally:
+        sys.path.remove(str(HERE / "examples"))
+    secrets = [
+        "sk-proj-" + "a" * 40,
+        "sk-ant-api03-" + "b" * 40,
+        "AKIA" + "C" * 16,
+        "ghp_" + "d" * 36,
+        "xoxb-1234567890-abcdef",
+        "AIza" + "e" * 35,
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+    ]
+    path = tmp_path / "s.jsonl"
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        for secret in secrets:
+            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
+        run.record(
+            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
+        )
+        run.save_checkpoint({"note": secrets[0]})
+    blob = path.read_bytes()
+    for secret in [*secrets, "f" * 30]:
+        assert json.dumps(secret)[1:-1].encode() not in blob
+    assert blob.count(b"[REDACTED]") == len(secrets) + 2
+    assert b'"out":"x [REDACTED] y"' in blob
+
+
 def test_the_writer_refuses_a_line_its_open_would_refuse(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     s = session.create(path, max_line_bytes=1000)
@@ -1760,6 +2218,13 @@ def test_time_stamps_stay_right_when_seconds_and_offsets_alternate(tmp_path: Pat
         "2026-12-02T01:27:36.123456-08:00",
     ]
     assert [codec.decode(codec.encode(Message("u", [], timestamp=m))).timestamp for m in moments] == moments
+
+
+def test_an_event_time_whose_offset_has_seconds_is_exact(tmp_path: Path) -> None:
+    moments = [ODD_MOMENT.replace(tzinfo=zone) for zone in odd_offsets()]
+    objs = recorded(tmp_path, *(Event("turn_start", timestamp=m) for m in moments))
+    assert [o["time"] for o in objs] == [m.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") for m in moments]
+    assert objs[2]["time"] == "1890-06-01T11:40:28.250000Z"
 
 
 # ---------------------------------------------------------------------------- writer: sessions and runs
@@ -2084,6 +2549,58 @@ def test_a_failed_write_is_sticky_and_close_still_releases(
     assert [r.type for r in records(path)] == ["session_start", "run_start", "checkpoint"]
 
 
+@pytest.fixture
+def unlimited_int_digits() -> Any:
+    """A host that lifted the int-to-text digit limit (where this Python has one)."""
+    if not hasattr(sys, "set_int_max_str_digits"):  # an old Python without the limit
+        yield
+        return
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        yield
+    finally:
+        sys.set_int_max_str_digits(before)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result={"n": [n]})),
+        lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result=RawJSON(f"[-{n}]"))),
+        lambda run, n: run.save_checkpoint({"state": [{"n": n}]}),
+    ],
+    ids=["json", "raw", "checkpoint"],
+)
+def test_an_integer_the_reader_refuses_is_never_written(
+    tmp_path: Path, unlimited_int_digits: None, write: Any
+) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    write(run, 10**4300 - 1)  # 4300 digits: every reader takes it
+    size = path.stat().st_size
+    with pytest.raises(RecordingError, match="an integer of 4301 digits: readers refuse more than 4300"):
+        write(run, 10**4300)
+    assert path.stat().st_size == size
+    with pytest.raises(RecordingError):  # sticky, like any encoding failure
+        run.record(Event("turn_start"))
+    with pytest.raises(RecordingError):
+        s.close()
+    assert b"0" * 4300 not in path.read_bytes()
+    script = "import session, sys; print(session.read(sys.argv[1], lambda r: None).records)"
+    done = subprocess.run(  # a reader with the default limit
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, cwd=HERE, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "3\n"), done.stderr
+
+
+def test_digits_in_strings_and_long_fractions_are_written(tmp_path: Path, unlimited_int_digits: None) -> None:
+    values = ["9" * 5000, float("0." + "3" * 5000), float("1" * 300 + "e-250"), {"k" * 5000: 1}]
+    objs = recorded(tmp_path, Event("tool_exec_end", execution=TOOL, result=values))
+    assert objs[0]["data"]["result"] == values
+
+
 def test_load_checkpoint_works_after_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = session.create(tmp_path / "s.jsonl")
     run = s.begin_run()
@@ -2204,6 +2721,27 @@ def test_a_failed_close_is_a_recording_error(tmp_path: Path, monkeypatch: pytest
     monkeypatch.undo()
     with pytest.raises(RecordingError):
         s.close()
+
+
+def test_the_readmes_error_handling_examples_work(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    reopen_code, record_code = re.findall(r"```python\n(.*?)```", readme_section("## Handling errors"), re.S)
+    path = sample_file(tmp_path / "chat.jsonl")
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"seq": \n{}\n')  # a bad complete line, then another
+    scope: Dict[str, Any] = {"session": session, "contextlib": contextlib, "log": logging.getLogger("app")}
+    exec(reopen_code, scope)
+    s = scope["reopen"](path)  # repaired, then opened
+    assert path.read_bytes() == good and list(tmp_path.glob("chat.jsonl.broken-*"))
+    run = s.begin_run()
+    run.record(Event("turn_start", turn_index=1))
+    scope.update(s=s, run=run, path=path, event=Event("tool_exec_end", execution=TOOL, result={1, 2}))
+    exec(record_code, scope)  # a value that cannot be encoded stops s; the example opens the file again
+    assert "recording stopped" in caplog.text and "cause: ValueError('data.result" in caplog.text
+    with scope["s"] as again, scope["run"] as next_run:
+        assert again is not s and next_run.record(Event("turn_start", turn_index=1))
+    summary = session.summarize(path)
+    assert [info.closed for info in summary.runs] == [True, True, False, True]
+    assert [gap.kind for gap in summary.gaps] == ["run_not_closed"]
 
 
 DEEP_STACK_RECORD = """
@@ -3011,6 +3549,28 @@ def test_a_line_longer_than_max_line_bytes(tmp_path: Path) -> None:
         session.open(path, max_line_bytes=1000)
 
 
+@pytest.mark.parametrize("limit", [0, -1, -(2**70)])
+def test_max_line_bytes_below_one_is_refused(tmp_path: Path, limit: int) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    blob = path.read_bytes()
+    calls: List[Callable[[], Any]] = [
+        lambda: session.read(path, lambda r: None, max_line_bytes=limit),
+        lambda: list(session.iter_records(path, max_line_bytes=limit)),
+        lambda: session.open(path, max_line_bytes=limit),
+        lambda: session.repair(path, max_line_bytes=limit),
+        lambda: session.summarize(path, max_line_bytes=limit),
+        lambda: session.find(path, CallRef(SID, RID, "m1", 1), max_line_bytes=limit),
+        lambda: session.create(tmp_path / "new.jsonl", max_line_bytes=limit),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"max_line_bytes must be at least 1, not {limit}"):
+            call()
+    assert not (tmp_path / "new.jsonl").exists()
+    assert path.read_bytes() == blob
+    with session.open(path) as s:  # a refused open let go of the lock
+        assert s.session_id == records(path)[0].session_id
+
+
 CORPUS = HERE / "testdata" / "JSONTestSuite" / "test_parsing"
 
 
@@ -3031,6 +3591,117 @@ def test_json_test_suite_lines_are_rejected_cleanly(tmp_path: Path) -> None:
     assert checked > 250
 
 
+def json_accepts(blob: bytes) -> bool:
+    """The reader's verdict on one line parsed whole: strict json.loads, on a fresh stack."""
+    try:
+        session._decode_anywhere(blob.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def scanner_accepts(blob: bytes) -> bool:
+    """The verdict of the byte scanner the reader uses on long lines."""
+    if session._invalid_utf8(blob) >= 0:
+        return False
+    try:
+        session._scan_json(blob, frozenset())
+    except session._NotJSON:
+        return False
+    return True
+
+
+def test_the_long_line_scanner_agrees_with_json_on_the_test_suite() -> None:
+    verdicts = {case.name: json_accepts(case.read_bytes()) for case in sorted(CORPUS.iterdir())}
+    assert sum(verdicts.values()) > 90 and not all(verdicts.values())
+    assert {name: scanner_accepts((CORPUS / name).read_bytes()) for name in verdicts} == verdicts
+
+
+def long_line(data: bytes) -> bytes:
+    return (
+        f'{{"session_id":"{SID}","seq":3,"type":"tool_exec_end","time":"t","run_id":"{RID}",'.encode()
+        + b'"data":'
+        + data
+        + b"}"
+    )
+
+
+LONG = b"[" + b'{},1.5,0,"x\\u00e9\\n",[],true,null,' * 60_000 + b"0]"  # 2 MB
+LONG_LINES = [
+    ("valid", long_line(b'{"execution":{"id":"t1","kind":"tool"},"result":' + LONG + b"}")),
+    ("NaN", long_line(b'{"result":' + LONG.replace(b"1.5,", b"NaN,", 1) + b"}")),
+    ("1e999", long_line(b'{"result":' + LONG[:-2] + b"1e999]}")),
+    ("long int", long_line(b'{"result":' + LONG[:-2] + b"9" * 5000 + b"]}")),
+    ("trailing comma", long_line(b'{"result":' + LONG[:-2] + b"]}")),
+    ("control character", long_line(b'{"result":' + LONG.replace(b"\\n", b"\\n\x01") + b"}")),
+    ("bad escape", long_line(b'{"result":' + LONG.replace(b"\\u00e9", b"\\x", 1) + b"}")),
+    ("invalid UTF-8", long_line(b'{"result":' + LONG.replace(b"x", b"\xed\xa0\x80", 1) + b"}")),
+    ("deep", long_line(b'{"result":' + LONG[:-2] + b"[" * 5000 + b"]" * 5000 + b"]}")),
+    ("data twice", long_line(b'{"result":' + LONG + b'},"data":[]')),
+    ("seq as text", long_line(b'{"result":' + LONG + b"}").replace(b'"seq":3', b'"seq":"3"')),
+    ("no type", long_line(b'{"result":' + LONG + b"}").replace(b'"type":"tool_exec_end",', b"")),
+    ("array", b"[" + long_line(b'{"result":' + LONG + b"}") + b"]"),
+    ("extra data", long_line(b'{"result":' + LONG + b"}") + b" {}"),
+]
+
+
+@pytest.mark.parametrize("line", [case[1] for case in LONG_LINES], ids=[case[0] for case in LONG_LINES])
+def test_a_long_line_gets_the_verdict_json_gives_without_being_built(tmp_path: Path, line: bytes) -> None:
+    assert len(line) > session._BIG_LINE
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line, line_obj(4, "run_close")]))
+
+    def outcome(reader: Any) -> Any:
+        try:
+            return reader()
+        except FormatError as exc:
+            return (exc.line, exc.offset)
+
+    whole: List[session.Record] = []
+    scanned: List[session.Record] = []
+    verdict = outcome(lambda: session.read(path, whole.append))
+    with path.open("rb") as f:
+        assert (
+            outcome(lambda: session._read(f, str(path), 1 << 30, scanned.append, session._NO_DATA)) == verdict
+        )
+    valid = isinstance(verdict, session.ReadResult)
+    assert outcome(lambda: session.open(path).close()) == (None if valid else verdict)
+    assert outcome(lambda: session.summarize(path).records) == (verdict.records if valid else verdict)
+    assert run_cli("validate", str(path)).returncode == (0 if valid else 1)
+    if valid:  # read built the data; the others did not
+        assert whole[2].data["result"][:3] == [{}, 1.5, 0]
+        assert scanned[2].data == {} and scanned[2]._replace(data=whole[2].data) == whole[2]
+        assert session.summarize(path).gaps == []  # the call's execution was read
+
+
+PEAK_OF_VALIDATE = """
+import sys, session
+def peak():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the high-water mark starts again from what is resident now
+before = peak()
+assert session.main(["validate", sys.argv[1]]) == 0
+print((peak() - before) * 1024)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="peak memory is measured through Linux's /proc")
+def test_validating_a_hostile_long_line_takes_a_few_times_its_size(tmp_path: Path) -> None:
+    line = long_line(b'{"result":[' + b"{}," * ((16 << 20) // 3) + b"0]}")  # json would build 5 million dicts
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line, line_obj(4, "run_close")]))
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_OF_VALIDATE, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) < 3 * len(line)  # 26 times when the line was built
+
+
 def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
@@ -3043,97 +3714,6 @@ def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path
         return session.read(path, lambda r: None)
 
     assert deep_call(300).records == 4
-
-
-# ---------------------------------------------------------------------------- event data
-
-
-def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    event = full_event(
-        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
-    )
-    with session.create(path) as s, s.begin_run() as run:
-        run.record(event)
-        run.record(full_event("turn_end"))
-        run.record(Event("turn_start"))
-    rs = records(path)
-    view = EventData.from_record(rs[2])
-    assert view.execution == TOOL and view.turn_index == 2
-    assert JSONCodec().decode(view.message) == event.message
-    assert JSONCodec().decode(view.partial_message) == event.partial_message
-    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
-    assert view.redacted == ("config.extra.password",)
-    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
-    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
-    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
-    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
-    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
-    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
-    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
-    assert EventData.from_record(rs[3]).committed is True
-    assert EventData.from_record(rs[4]) == EventData()
-
-
-@pytest.mark.parametrize(
-    ("data", "reason"),
-    [
-        ({"tool": 1}, "data.tool must be a string, found an integer"),
-        ({"is_error": 1}, "data.is_error must be a boolean"),
-        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
-        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
-        (
-            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
-            "data.execution.attempt must be an integer",
-        ),
-        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
-        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
-        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
-        ({"redacted": [1]}, "data.redacted must hold strings"),
-        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
-        ({"error": "text"}, "data.error must be an object, found a string"),
-        ({"request": []}, "data.request must be an object"),
-    ],
-)
-def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
-    record = session.Record(SID, 7, "x", "t", RID, data, 420)
-    with pytest.raises(FormatError, match=re.escape(reason)) as info:
-        EventData.from_record(record)
-    assert (info.value.line, info.value.offset) == (7, 420)
-    if "execution" in data:
-        with pytest.raises(FormatError):
-            _ = record.ref
-
-
-def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
-    sys.path.insert(0, str(HERE / "examples"))
-    try:
-        from redactor import redact
-    finally:
-        sys.path.remove(str(HERE / "examples"))
-    secrets = [
-        "sk-proj-" + "a" * 40,
-        "sk-ant-api03-" + "b" * 40,
-        "AKIA" + "C" * 16,
-        "ghp_" + "d" * 36,
-        "xoxb-1234567890-abcdef",
-        "AIza" + "e" * 35,
-        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
-    ]
-    path = tmp_path / "s.jsonl"
-    with session.create(path, redact=redact) as s, s.begin_run() as run:
-        for secret in secrets:
-            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
-        run.record(
-            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
-        )
-        run.save_checkpoint({"note": secrets[0]})
-    blob = path.read_bytes()
-    for secret in [*secrets, "f" * 30]:
-        assert json.dumps(secret)[1:-1].encode() not in blob
-    assert blob.count(b"[REDACTED]") == len(secrets) + 2
-    assert b'"out":"x [REDACTED] y"' in blob
 
 
 # ---------------------------------------------------------------------------- analysis
@@ -4662,6 +5242,19 @@ def test_validate_reports_every_file_and_fails_if_any_fails(tmp_path: Path) -> N
     assert done.stdout.startswith(f"{good}: ok, ")
 
 
+@pytest.mark.parametrize("limit", ["0", "-5", "ten"])
+@pytest.mark.parametrize("command", ["validate", "repair", "summary", "show", "checkpoint"])
+def test_max_line_bytes_below_one_is_a_usage_error(tmp_path: Path, command: str, limit: str) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    blob = path.read_bytes()
+    done = run_cli(command, "--max-line-bytes", limit, str(path))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("usage: ")
+    assert "argument --max-line-bytes: " in done.stderr
+    assert ("at least 1" if limit != "ten" else "invalid literal") in done.stderr
+    assert path.read_bytes() == blob and not list(tmp_path.glob("*.broken-*"))
+
+
 def test_validate_json_output(tmp_path: Path) -> None:
     good = sample_file(tmp_path / "good.jsonl", runs=1)
     bad = tmp_path / "bad.jsonl"
@@ -5416,3 +6009,55 @@ def test_reliability_fuzz_codec_and_event_data(value: Any) -> None:
     with contextlib.suppress(FormatError):
         EventData.from_record(session.Record(SID, 3, "x", "t", RID, data, 0))
     assert JSONCodec().decode(JSONCodec().encode(value)) == value  # plain JSON round-trips
+
+
+JSON_BYTES = b'{}[],:"\\ \t\n\r0123456789.-+eEtrufalsn\x00\x1f\x7f\xc3\xa9\xff'
+TEXT_EDIT = st.tuples(
+    st.integers(0, 10**6),
+    st.integers(0, 3),
+    st.binary(max_size=3)
+    | st.sampled_from(
+        [
+            b"\\u00e9",
+            b"\\ud800",
+            b"\\x",
+            b"NaN",
+            b"-Infinity",
+            b"1e999",
+            b"1E+2",
+            b"-0.0e-0",
+            b"01",
+            b"9" * 4400,
+        ]
+    ),
+)
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES * 2, deadline=None, derandomize=True, database=None)
+@hypothesis.given(
+    JSON_VALUES,
+    st.sampled_from([(",", ":"), (", ", ": "), (" ,\t", "\r\n:\n")]),
+    st.booleans(),
+    st.lists(
+        TEXT_EDIT | st.tuples(st.integers(0, 10**6), st.just(1), st.sampled_from(list(JSON_BYTES))),
+        max_size=3,
+    ),
+)
+def test_reliability_fuzz_the_long_line_scanner_agrees_with_json(
+    value: Any, separators: Tuple[str, str], only_ascii: bool, edits: List[Tuple[int, int, Any]]
+) -> None:
+    blob = json.dumps(value, separators=separators, ensure_ascii=only_ascii).encode()
+    for at, cut, insert in edits:
+        at %= len(blob) + 1
+        blob = blob[:at] + (bytes([insert]) if isinstance(insert, int) else insert) + blob[at + cut :]
+    assert scanner_accepts(blob) == json_accepts(blob), blob
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(MUTATION, min_size=1, max_size=4))
+def test_reliability_fuzz_the_long_line_scanner_on_mutated_lines(mutations: List[Any]) -> None:
+    blob = fuzz_base()
+    for mutation in mutations:
+        blob = mutate(blob, mutation)
+    for line in blob.split(b"\n"):
+        assert scanner_accepts(line) == json_accepts(line), line[:200]
