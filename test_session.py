@@ -267,7 +267,9 @@ def test_tox_pyproject_and_toxfile_name_the_same_pythons() -> None:
     tox_ini = configparser.ConfigParser()
     tox_ini.read(HERE / "tox.ini", encoding="utf-8")
     envs = [name.strip() for name in tox_ini["tox"]["env_list"].split(",")]
-    assert [name for name in envs if re.fullmatch(r"py3\d+", name)] == ["py" + v.replace(".", "") for v in SUPPORTED]
+    assert [name for name in envs if re.fullmatch(r"py3\d+", name)] == [
+        "py" + v.replace(".", "") for v in SUPPORTED
+    ]
     pyproject = (HERE / "pyproject.toml").read_text(encoding="utf-8")
     assert re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject) == SUPPORTED
     assert f'requires-python = ">={SUPPORTED[0]}"' in pyproject
