@@ -43,6 +43,7 @@ from typing import (
     Deque,
     Dict,
     FrozenSet,
+    Iterable,
     Iterator,
     List,
     Literal,
@@ -81,6 +82,7 @@ __all__ = [
     "Summary",
     "RunInfo",
     "Gap",
+    "export",
     "Checkpoint",
     "EventData",
     "Codec",
@@ -3428,6 +3430,397 @@ def _backup(fd: int, name: str) -> str:
     return backup
 
 
+# ---------------------------------------------------------------------------- export
+
+
+def export(
+    sources: Iterable[Union[str, os.PathLike[str]]],
+    out: Union[str, os.PathLike[str]],
+    *,
+    split: bool = False,
+    prefix: bool = False,
+    max_line_bytes: int = _MAX_LINE_BYTES,
+    progress: Optional[Callable[[int, int], object]] = None,
+) -> List[Dict[str, Any]]:
+    """Copy the complete records of session files to JSON Lines for a query engine.
+
+    Each of *sources* is a session file or a directory, whose ``*.jsonl`` files at any depth
+    are taken in sorted order (a file named twice is taken once).  Each file is validated as
+    it streams and the lines of its complete records are copied byte for byte, up to the
+    size the file had when it was opened: an unfinished tail, and whatever a writer appends
+    meanwhile, are never copied.  An invalid or unreadable file is left out; with *prefix*, an
+    invalid one contributes the records before its first bad line (what ``repair`` would keep;
+    the file is not changed), after every valid file.  A file whose session was already
+    exported (from an earlier valid file, or from a valid file when it is invalid) is left out.
+
+    The lines go to the file *out*, or with *split* to one ``part-NNNNN.jsonl`` per input
+    (NNNNN its position among the inputs) in the new directory *out*; then comes the manifest,
+    ``OUT.manifest.jsonl`` (or ``OUT/manifest.jsonl``), one JSON object per input, which is
+    also returned: ``validate --json``'s fields, and where the file's records are in the
+    output (``out``, bytes ``out_start`` to ``out_end``, lines ``out_first_line`` to
+    ``out_last_line``, ``out_records``; ``out`` is ``None`` when nothing was copied), the
+    ``longest_line`` copied (in bytes, newline included) and ``duplicate_of`` (the file that
+    holds the same session, or ``None``).  Everything is written under temporary names,
+    synced and renamed into place, the manifest last: an export without its manifest is
+    unfinished.  *progress*, if given, is called with the bytes read so far and in all.
+    ``ValueError`` when *out* is an input or in an input directory, or with *split* a
+    directory that is not empty.
+    """
+    out_name = _name(out)
+    manifest = os.path.join(out_name, "manifest.jsonl") if split else out_name + ".manifest.jsonl"
+    names = _session_files(sources, {os.path.realpath(out_name), os.path.realpath(manifest)})
+    target = _SplitOutput(out_name) if split else _JoinedOutput(out_name)
+    sizes = [_size_or_zero(name) for name in names]
+    read_before = 0
+    try:
+        entries: List[Dict[str, Any]] = []
+        exported: Dict[str, str] = {}  # session_id -> the file it was copied from
+        for index, name in enumerate(names):
+            if progress is not None:
+                progress(read_before, sum(sizes))
+            entries.append(_export_file(name, target.part(index), False, max_line_bytes, exported))
+            read_before += sizes[index]
+        for index, entry in enumerate(entries):  # the valid copy of a session wins over a prefix
+            if prefix and not entry["ok"]:
+                entries[index] = _export_file(
+                    names[index], target.part(index), True, max_line_bytes, exported
+                )
+        target.commit(manifest, b"".join(_manifest_line(entry) for entry in entries))
+    except BaseException as exc:
+        target.abandon()
+        if isinstance(exc, _OutputError):  # the input was read well: the output is at fault
+            raise exc.error from None
+        raise
+    if progress is not None:
+        progress(read_before, sum(sizes))
+    return entries
+
+
+def _session_files(sources: Iterable[Union[str, os.PathLike[str]]], outputs: Set[str]) -> List[str]:
+    """The files *sources* name, directories expanded to their ``*.jsonl`` files (sorted, at
+    any depth); each file once.  ``ValueError`` if one of *outputs* is, or would be, among them."""
+    names, seen = [], set()
+    for source in sources:
+        name = _name(source)
+        if os.path.isdir(name):
+            inside = [
+                output for output in outputs if output.startswith(os.path.join(os.path.realpath(name), ""))
+            ]
+            if inside:
+                raise ValueError(f"{name} holds the export's own output {min(inside)}: write it elsewhere")
+            found = sorted(
+                os.path.join(folder, file)
+                for folder, _, files in os.walk(name)
+                for file in files
+                if file.endswith(".jsonl") and os.path.isfile(os.path.join(folder, file))  # no FIFO
+            )
+        elif os.path.realpath(name) in outputs:
+            raise ValueError(f"{name} is the export's own output")
+        else:
+            found = [name]
+        for file in found:
+            key = os.path.realpath(file)
+            if key not in seen:
+                seen.add(key)
+                names.append(file)
+    return names
+
+
+def _size_or_zero(name: str) -> int:
+    try:
+        return os.stat(name).st_size
+    except OSError:
+        return 0  # reported when it is read
+
+
+def _export_file(
+    name: str, part: _Part, prefix: bool, max_line_bytes: int, exported: Dict[str, str]
+) -> Dict[str, Any]:
+    """Copy one file's records to *part*; its manifest entry."""
+    tally = _Tally()
+    lines = _CopiedLines(part.write)
+    try:
+        with builtins.open(name, "rb", _READ_BUFFER) as f:
+            result = lines.read(f, name, max_line_bytes, tally)
+    except _OutputError:
+        raise
+    except (FormatError, OSError) as exc:
+        entry = _failure_fields(name, exc)
+        session_id = lines.session_id() if prefix else None
+    else:
+        entry = _valid_fields(name, result, tally)
+        session_id = result.session_id
+    duplicate_of = exported.get(session_id or "")
+    if session_id is not None and duplicate_of is None:
+        exported[session_id] = name
+        entry.update(part.keep(lines.copied), longest_line=lines.longest, duplicate_of=None)
+    else:
+        part.drop()
+        entry.update(_NOT_COPIED, duplicate_of=duplicate_of)
+    return entry
+
+
+_NOT_COPIED = {
+    "out": None,
+    "out_start": None,
+    "out_end": None,
+    "out_first_line": None,
+    "out_last_line": None,
+    "out_records": 0,
+    "longest_line": 0,
+}
+
+
+def _valid_fields(name: str, result: ReadResult, tally: _Tally) -> Dict[str, Any]:
+    """``validate --json``'s object for a valid file."""
+    return {
+        "file": name,
+        "ok": True,
+        "session_id": result.session_id,
+        "records": result.records,
+        "runs": tally.runs,
+        "incomplete_runs": tally.runs - tally.closed_runs,
+        "checkpoints": tally.checkpoints,
+        "complete_bytes": result.complete_bytes,
+        "tail_bytes": result.tail_bytes,
+    }
+
+
+def _failure_fields(name: str, exc: Exception) -> Dict[str, Any]:
+    """``validate --json``'s object for an invalid or unreadable file."""
+    if isinstance(exc, FormatError):
+        line, offset, reason = exc.line, exc.offset, exc.reason
+    else:
+        line, offset, reason = None, None, _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+    return {"file": name, "ok": False, "line": line, "offset": offset, "error": reason}
+
+
+def _manifest_line(entry: Dict[str, Any]) -> bytes:
+    return json.dumps(entry, allow_nan=False).encode() + b"\n"  # ASCII: any file name fits
+
+
+class _CopiedLines:
+    """The lines of a binary file, read no further than its size when opened (what a writer
+    appends meanwhile is left for the next export), each written out by *write* once the
+    reader has accepted it: that is when the reader asks for the next line, as it does only
+    after the one before passed every rule and was visited."""
+
+    def __init__(self, write: Callable[[bytes], object]) -> None:
+        self._write = write
+        self._f: BinaryIO = io.BytesIO()
+        self._left = 0
+        self._last = self._first = b""
+        self.copied = 0
+        self.longest = 0
+
+    def read(
+        self, f: BinaryIO, name: str, max_line_bytes: int, visit: Callable[[Record], object]
+    ) -> ReadResult:
+        """``read`` of *f* up to its present size, copying each record that passes."""
+        self._f = f
+        self._left = os.fstat(f.fileno()).st_size
+        return _read(self, name, max_line_bytes, visit)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readline(self, size: int = -1, /) -> bytes:
+        line = self._last
+        if line:
+            try:
+                self._write(line)
+            except OSError as exc:
+                raise _OutputError(exc) from exc
+            if not self.copied:
+                self._first = line
+            self.copied += 1
+            if len(line) > self.longest:
+                self.longest = len(line)
+        self._last = self._f.readline(self._left if size < 0 else min(size, self._left))
+        self._left -= len(self._last)
+        return self._last
+
+    def session_id(self) -> Optional[str]:
+        """The session of the lines copied (``None`` when none were)."""
+        return json.loads(self._first)["session_id"] if self.copied else None
+
+
+class _Part(Protocol):
+    """Where one input file's records go: *write* is the open file's."""
+
+    write: Callable[[bytes], object]
+
+    def keep(self, records: int) -> Dict[str, Any]: ...
+
+    def drop(self) -> None: ...
+
+
+class _JoinedOutput:
+    """Every input's records in one file, written as ``OUT.<random>.tmp`` until committed."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._temp = f"{name}.{_new_id()[:12]}.tmp"
+        self._file = _new_file(self._temp)
+        self.write: Callable[[bytes], object] = self._file.write
+        self._start = 0
+        self._lines = 0
+
+    def part(self, index: int) -> _Part:
+        self._start = self._file.tell()
+        return self
+
+    def keep(self, records: int) -> Dict[str, Any]:
+        first = self._lines + 1
+        self._lines += records
+        span = {"out": self._name, "out_start": self._start, "out_end": self._file.tell()}
+        return dict(span, out_first_line=first, out_last_line=self._lines, out_records=records)
+
+    def drop(self) -> None:
+        self._file.seek(self._start)
+        self._file.truncate()
+
+    def commit(self, manifest: str, entries: bytes) -> None:
+        _finish(self._file)
+        _replace_with(manifest, entries, lambda: os.replace(self._temp, self._name))
+
+    def abandon(self) -> None:
+        with contextlib.suppress(OSError):  # what a failed write left in the buffer fails again
+            self._file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._temp)
+
+
+class _SplitOutput:
+    """One part file per input in the directory *name*, built as ``NAME.<random>.tmp``."""
+
+    def __init__(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if os.listdir(name):
+                raise ValueError(f"{name} is not empty: export --split makes a new directory")
+        self._name = name
+        self._temp = f"{name}.{_new_id()[:12]}.tmp"
+        os.mkdir(self._temp, 0o700)
+        self._file: Optional[BinaryIO] = None
+        self._part = ""
+
+    def part(self, index: int) -> _Part:
+        self._part = f"part-{index:05d}.jsonl"
+        self._file = _new_file(os.path.join(self._temp, self._part))
+        self.write: Callable[[bytes], object] = self._file.write
+        return self
+
+    def keep(self, records: int) -> Dict[str, Any]:
+        assert self._file is not None
+        end = self._file.tell()
+        _finish(self._file)
+        span = {"out": os.path.join(self._name, self._part), "out_start": 0, "out_end": end}
+        return dict(span, out_first_line=1, out_last_line=records, out_records=records)
+
+    def drop(self) -> None:
+        assert self._file is not None
+        self._file.close()
+        os.unlink(os.path.join(self._temp, self._part))
+
+    def commit(self, manifest: str, entries: bytes) -> None:
+        manifest_file = _new_file(os.path.join(self._temp, os.path.basename(manifest)))
+        manifest_file.write(entries)
+        _finish(manifest_file)
+        _sync_directory(os.path.join(self._temp, "manifest.jsonl"))  # the folder itself
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(self._name)  # empty, as checked: Windows renames onto no directory
+        os.replace(self._temp, self._name)
+        _sync_directory(self._name)
+
+    def abandon(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):  # as in _JoinedOutput
+                self._file.close()
+        for file in os.listdir(self._temp):
+            os.unlink(os.path.join(self._temp, file))
+        os.rmdir(self._temp)
+
+
+def _new_file(name: str) -> BinaryIO:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
+    return builtins.open(fd, "wb", _READ_BUFFER)
+
+
+def _finish(f: BinaryIO) -> None:
+    """Flush, sync and close *f*."""
+    with f:
+        f.flush()
+        _sync(f.fileno())
+
+
+def _replace_with(manifest: str, entries: bytes, rename: Callable[[], None]) -> None:
+    """Put the joined output in place with *rename*, then the new *manifest*; a stale
+    manifest is removed first, so a crash in between leaves an output without one."""
+    temp = f"{manifest}.{_new_id()[:12]}.tmp"
+    f = _new_file(temp)
+    try:
+        f.write(entries)
+        _finish(f)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(manifest)
+        _sync_directory(manifest)
+        rename()
+        os.replace(temp, manifest)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    _sync_directory(manifest)
+
+
+def _export_command(args: Any) -> int:
+    try:
+        entries = export(
+            args.files,
+            args.out,
+            split=args.split,
+            prefix=args.prefix,
+            max_line_bytes=args.max_line_bytes,
+            progress=_show_progress if sys.stderr.isatty() else None,
+        )
+    except ValueError as exc:
+        _print_error(f"{args.prog} export: error: {exc}")
+        return 2
+    for entry in entries:
+        if not entry["ok"]:
+            _print_error(_failure_text(entry))
+        if entry["duplicate_of"] is not None:
+            _print_error(f"{entry['file']}: left out: its session was exported from {entry['duplicate_of']}")
+        elif entry["out_records"] and not entry["ok"]:
+            _print_error(
+                f"{entry['file']}: exported the {entry['out_records']} records before line {entry['line']}"
+            )
+    copied = [entry for entry in entries if entry["out_records"]]
+    _print_text(
+        f"{args.out}: {sum(entry['out_records'] for entry in copied)} records of {len(copied)} files "
+        f"({len(entries) - len(copied)} left out)"
+    )
+    return 0 if all(entry["ok"] and entry["duplicate_of"] is None for entry in entries) else 1
+
+
+def _show_progress(done: int, total: int) -> None:
+    if done < total:
+        print(
+            f"\rexport: {done * 100 // total}% of {total / 1e6:.1f} MB", end="", file=sys.stderr, flush=True
+        )
+    else:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)  # erase the line
+
+
+def _failure_text(fields: Dict[str, Any]) -> str:
+    """``validate``'s line for an invalid or unreadable file."""
+    name, line, offset, error = fields["file"], fields["line"], fields["offset"], fields["error"]
+    if line is None:
+        return f"{name}: {error}"
+    return f"{name}:{line}: {error}" + ("" if offset is None else f" (offset {offset})")
+
+
 # ---------------------------------------------------------------------------- html page
 # ``python -m session html FILE``: one static page, nothing fetched.  Two streaming passes:
 # the first keeps a few numbers per call (for the header, waterfall and chart) and compares
@@ -4361,10 +4754,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report = command(
         "summary",
         _summary_command,
-        "runs, counts, token usage and missing evidence of a session",
-        "0 valid, whatever its gaps; 1 invalid or unreadable",
+        "runs, counts, token usage and missing evidence of sessions",
+        "0 every file valid, whatever its gaps; 1 any invalid or unreadable (all are read)",
+        many=True,
     )
-    report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.add_argument("--json", action="store_true", help="print one JSON object per file")
     show = command(
         "show",
         _show_command,
@@ -4383,6 +4777,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _checkpoint_command,
         "print the latest checkpoint's snapshot as JSON",
         "0 printed; 1 no checkpoint, or the file invalid or unreadable",
+    )
+    copy = command(
+        "export",
+        _export_command,
+        "copy sessions' complete records to JSON Lines, with a manifest",
+        "0 every file valid and exported; 1 any left out (invalid, unreadable, or a session twice)",
+        many=True,
+    )
+    copy.add_argument("-o", dest="out", required=True, metavar="OUT", help="the output file (or folder)")
+    copy.add_argument("--split", action="store_true", help="one part file per input, in the new folder OUT")
+    copy.add_argument(
+        "--prefix", action="store_true", help="from an invalid file, the records before the bad line"
     )
     _html_options(
         command(
@@ -4432,19 +4838,7 @@ def _validate_command(args: Any) -> int:
             continue
         incomplete = tally.runs - tally.closed_runs
         if args.json:
-            _print_json(
-                {
-                    "file": name,
-                    "ok": True,
-                    "session_id": result.session_id,
-                    "records": result.records,
-                    "runs": tally.runs,
-                    "incomplete_runs": incomplete,
-                    "checkpoints": tally.checkpoints,
-                    "complete_bytes": result.complete_bytes,
-                    "tail_bytes": result.tail_bytes,
-                }
-            )
+            _print_json(_valid_fields(name, result, tally))
         else:
             _print_text(
                 f"{name}: ok, {result.records} records, {tally.runs} runs ({incomplete} incomplete), "
@@ -4482,23 +4876,28 @@ def _repair_command(args: Any) -> int:
 
 
 def _summary_command(args: Any) -> int:
+    return max(_summarize_file(args, name) for name in args.files)
+
+
+def _summarize_file(args: Any, name: str) -> int:
+    as_json = args.json
     tally = _Summarizer()
     try:
-        result = _read_file(args.file, args.max_line_bytes, tally, keys=_SUMMARY_DATA)
+        result = _read_file(name, args.max_line_bytes, tally, keys=_SUMMARY_DATA)
     except (FormatError, OSError) as exc:
-        _print_failure(args.file, exc, args.json)
+        _print_failure(name, exc, as_json)
         return 1
     summary = tally.summary(result)
     try:  # a hostile file's values can be too deep to print, or too long a number
-        if args.json:
+        if as_json:
             fields = dict(vars(summary), runs=[vars(run) for run in summary.runs])
             fields["gaps"] = [dict(vars(gap), ref=gap.ref and gap.ref.to_json()) for gap in summary.gaps]
-            _print_json({"file": args.file, "ok": True, **fields})
+            _print_json({"file": name, "ok": True, **fields})
         else:
-            for line in _summary_lines(args.prog, args.file, summary):
+            for line in _summary_lines(args.prog, name, summary):
                 _print_text(line)
     except (ValueError, RecursionError) as exc:
-        _print_failure(args.file, ValueError(f"cannot print the summary: {exc}"), args.json)
+        _print_failure(name, ValueError(f"cannot print the summary: {exc}"), as_json)
         return 1
     return 0
 
@@ -4771,18 +5170,13 @@ class _Progress:
 def _print_failure(name: str, exc: Exception, as_json: bool) -> None:
     """One file's failure: ``FILE:LINE: reason (offset N)`` on stderr, or a JSON object on
     stdout."""
-    if isinstance(exc, FormatError):
-        line, offset, reason = exc.line, exc.offset, exc.reason
-    else:
-        line, offset, reason = None, None, _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+    fields = _failure_fields(name, exc)
     if as_json:
-        _print_json({"file": name, "ok": False, "line": line, "offset": offset, "error": reason})
+        _print_json(fields)
     elif isinstance(exc, (LockedError, RecordingError)):  # their message names the file already
-        _print_error(reason)
-    elif line is None:
-        _print_error(f"{name}: {reason}")
+        _print_error(fields["error"])
     else:
-        _print_error(f"{name}:{line}: {reason}" + ("" if offset is None else f" (offset {offset})"))
+        _print_error(_failure_text(fields))
 
 
 def _os_reason(exc: OSError) -> str:

@@ -1,12 +1,16 @@
-"""Tests for session.py, in the module's order: surface, errors, values, codec, writer,
-faults, locking, reader, event data, command line."""
+"""Tests for session.py, each in the section of the module it tests, in the module's order:
+surface (with the packaging and the README's commands), errors, values, codec, writer, faults,
+locking, reader, analysis, repair, command line; a subcommand's tests sit with the feature it
+runs. Last come the reliability harnesses, which drive all of it."""
 
 from __future__ import annotations
 
 import ast
+import configparser
 import contextlib
 import dataclasses
 import datetime as dt
+import doctest
 import enum
 import errno
 import functools
@@ -15,6 +19,7 @@ import html
 import html.parser
 import io
 import json
+import logging
 import os
 import pickle
 import random
@@ -32,7 +37,7 @@ import time
 import typing
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import hypothesis
 import pytest
@@ -161,6 +166,23 @@ def deep_value(depth: int) -> Any:
     return value
 
 
+def readme_section(heading: str) -> str:
+    """The README's text under *heading* (such as ``"### CallRef"``), up to the next heading of
+    its level or above outside a code block."""
+    lines = (HERE / "README.md").read_text(encoding="utf-8").splitlines(keepends=True)
+    start = lines.index(heading + "\n") + 1
+    level = len(heading.split()[0])
+    fenced = False
+    for end in range(start, len(lines)):
+        fenced ^= lines[end].startswith("```")
+        mark = re.match(r"(#+) ", lines[end])
+        if mark and not fenced and len(mark.group(1)) <= level:
+            break
+    else:
+        end = len(lines)
+    return "".join(lines[start:end])
+
+
 # ---------------------------------------------------------------------------- surface
 
 
@@ -172,6 +194,7 @@ SPEC_NAMES = [
     *("RunOpenError", "LockedError", "main"),
     *("repair", "RepairResult"),  # section 8
     *("find", "summarize", "Summary", "RunInfo", "Gap"),  # section 9
+    "export",  # section 10
     *("TextBlock", "ThinkingBlock", "ToolCall", "ToolCallBlock", "ImageData", "ImageBlock"),
     *("ToolReferenceBlock", "ContentBlock", "Usage", "Cost", "STOP_REASONS"),
     *("text_block", "thinking_block", "tool_call_block", "image_block", "tool_reference_block"),
@@ -212,6 +235,10 @@ def test_module_imports_only_the_standard_library() -> None:
         "fcntl",
         "msvcrt",
         "argparse",
+        "collections",
+        "shlex",
+        "stat",
+        "warnings",
     }
     found = set()
     for node in ast.walk(tree):
@@ -224,6 +251,118 @@ def test_module_imports_only_the_standard_library() -> None:
 
 def test_version_is_a_string() -> None:
     assert isinstance(session.__version__, str) and session.__version__[0].isdigit()
+
+
+SUPPORTED = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"]
+
+
+def test_the_readmes_test_command_is_what_ci_runs() -> None:
+    command = "python3 -m venv .venv && .venv/bin/python -m pip install -q tox && .venv/bin/tox"
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Try it"), re.S)[1] == command
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Development"), re.S)[0] == command
+    assert (HERE / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1] == command
+
+
+def test_tox_pyproject_and_toxfile_name_the_same_pythons() -> None:
+    tox_ini = configparser.ConfigParser()
+    tox_ini.read(HERE / "tox.ini", encoding="utf-8")
+    envs = [name.strip() for name in tox_ini["tox"]["env_list"].split(",")]
+    assert [name for name in envs if re.fullmatch(r"py3\d+", name)] == [
+        "py" + v.replace(".", "") for v in SUPPORTED
+    ]
+    pyproject = (HERE / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject) == SUPPORTED
+    assert f'requires-python = ">={SUPPORTED[0]}"' in pyproject
+    toxfile = ast.parse((HERE / "toxfile.py").read_text(encoding="utf-8"))
+    [listed] = [
+        node.value
+        for node in toxfile.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SUPPORTED"
+    ]
+    assert list(ast.literal_eval(listed)) == SUPPORTED
+
+
+def tox_outside_pyenv(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run this project's tox (*args* after ``-c tox.ini``) as a user's shell would: without tox's
+    own variables, and with pyenv's installed interpreters, if any, only behind its shims."""
+    need("tox", "the test runs tox on this project's tox.ini")
+    outside = {key: value for key, value in os.environ.items() if not key.startswith("TOX") and key != "CI"}
+    path = os.environ["PATH"].split(os.pathsep)
+    outside["PATH"] = os.pathsep.join(folder for folder in path if "/versions/" not in folder)
+    command = [sys.executable, "-m", "tox", "-c", str(HERE / "tox.ini"), "--workdir", str(tmp_path), *args]
+    return subprocess.run(command, capture_output=True, text=True, env={**outside, **env}, timeout=300)
+
+
+def test_tox_finds_every_python_pyenv_installed(tmp_path: Path) -> None:
+    need("pyenv", "the test checks that tox finds the Pythons pyenv installed")
+    bare = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=True).stdout
+    installed = {v for v in SUPPORTED for line in bare.split() if re.fullmatch(re.escape(v) + r"\.\d+", line)}
+    envs = ",".join("py" + v.replace(".", "") for v in SUPPORTED)
+    config = tox_outside_pyenv(tmp_path, "config", "-e", envs, "-k", "py_dot_ver")
+    assert config.returncode == 0, config.stderr
+    found = re.findall(r"^py_dot_ver = (3\.\d+)$", config.stdout, re.M)
+    assert installed and installed <= set(found), config.stdout
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_tox_names_a_python_it_did_not_test(tmp_path: Path, ci: str) -> None:
+    missing = next(v for v in SUPPORTED if v != "{}.{}".format(*sys.version_info))
+    env = "py" + missing.replace(".", "")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = tox_outside_pyenv(
+        tmp_path, "run", "-e", env, PATH=str(empty), PYENV_ROOT=str(empty), HOME=str(empty), CI=ci
+    )
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1].startswith(f"*** NOT TESTED on Python {missing}: tox found no interpreter"), run.stdout
+    assert f"{env}: {'FAIL' if ci else 'SKIP'}" in run.stdout
+    if ci:
+        assert run.returncode == 1
+
+
+TYPED_APP = """
+import session
+
+summary: session.Summary = session.summarize("chat.jsonl")
+records: int = summary.records
+wrong: str = summary.records
+"""
+
+
+def test_the_installed_copy_is_typed(tmp_path: Path) -> None:
+    need("mypy", "the test type-checks an application that imports the installed wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(HERE)], check=True
+    )
+    [wheel] = tmp_path.glob("session_jsonl-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    app = tmp_path / "app.py"
+    app.write_text(TYPED_APP, encoding="utf-8")
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--python-executable",
+            str(python),
+            str(app),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert checked.stdout.splitlines()[0] == (
+        f"{app.name}:6: error: Incompatible types in assignment"
+        ' (expression has type "int", variable has type "str")  [assignment]'
+    ), checked.stdout
+    assert "import-untyped" not in checked.stdout and checked.stdout.endswith(
+        "Found 1 error in 1 file (checked 1 source file)\n"
+    )
 
 
 # ---------------------------------------------------------------------------- errors
@@ -294,6 +433,73 @@ def test_call_ref_round_trips_through_json() -> None:
         CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e"})
     with pytest.raises(TypeError):
         CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e", "attempt": "1"})
+
+
+def test_the_readme_shows_what_call_ref_to_json_gives() -> None:
+    [example] = re.findall(r"```python\n(.*?)```", readme_section("### CallRef"), re.S)
+    test = doctest.DocTestParser().get_doctest(
+        example, {"session": session, "json": json}, "README: CallRef", None, 0
+    )
+    out = io.StringIO()
+    result = doctest.DocTestRunner().run(test, out=out.write)
+    assert result.attempted == 4 and result.failed == 0, out.getvalue()
+
+
+def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    event = full_event(
+        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
+    )
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(event)
+        run.record(full_event("turn_end"))
+        run.record(Event("turn_start"))
+    rs = records(path)
+    view = EventData.from_record(rs[2])
+    assert view.execution == TOOL and view.turn_index == 2
+    assert JSONCodec().decode(view.message) == event.message
+    assert JSONCodec().decode(view.partial_message) == event.partial_message
+    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
+    assert view.redacted == ("config.extra.password",)
+    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
+    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
+    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
+    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
+    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
+    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
+    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
+    assert EventData.from_record(rs[3]).committed is True
+    assert EventData.from_record(rs[4]) == EventData()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"tool": 1}, "data.tool must be a string, found an integer"),
+        ({"is_error": 1}, "data.is_error must be a boolean"),
+        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
+        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
+        (
+            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
+            "data.execution.attempt must be an integer",
+        ),
+        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
+        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
+        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
+        ({"redacted": [1]}, "data.redacted must hold strings"),
+        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
+        ({"error": "text"}, "data.error must be an object, found a string"),
+        ({"request": []}, "data.request must be an object"),
+    ],
+)
+def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
+    record = session.Record(SID, 7, "x", "t", RID, data, 420)
+    with pytest.raises(FormatError, match=re.escape(reason)) as info:
+        EventData.from_record(record)
+    assert (info.value.line, info.value.offset) == (7, 420)
+    if "execution" in data:
+        with pytest.raises(FormatError):
+            _ = record.ref
 
 
 # ---------------------------------------------------------------------------- codec
@@ -1554,6 +1760,35 @@ def test_each_event_type_writes_exactly_its_keys(tmp_path: Path, kind: str, keys
     assert "STATE-MARK" not in blob and "DELTA-MARK" not in blob  # state and delta: never
 
 
+def readme_event_table() -> Dict[str, Set[str]]:
+    """The README's table of event types: each type (or "any other type") → its data keys."""
+    table = {}
+    for line in readme_section("### Events and their data").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("event type", "---"):
+            keys = set(re.findall(r"`(\w+)`", cells[1]))
+            for kind in re.findall(r"`(\w+)`", cells[0]) or [cells[0]]:
+                table[kind] = keys
+    return table
+
+
+def keys_written(folder: Path, kind: str) -> Set[str]:
+    """Every data key a *kind* event writes: all fields set, with and without an error, and a
+    request whose config has a credential and a value that cannot be encoded."""
+    folder.mkdir()
+    request = ModelRequest([], config=CallConfig(extra={"password": "x", "odd": {1}}))
+    lines = recorded(folder, full_event(kind, request=request), full_event(kind, request=request, error=None))
+    return set().union(*(obj["data"] for obj in lines))
+
+
+def test_the_readme_lists_every_event_type_and_the_keys_it_writes(tmp_path: Path) -> None:
+    table = readme_event_table()
+    assert set(table) == {*session._PROJECTIONS, "any other type"}
+    for kind, keys in table.items():
+        example = "my_custom_event" if kind == "any other type" else kind
+        assert keys_written(tmp_path / kind, example) == keys, kind
+
+
 @pytest.mark.parametrize("kind", ["message_start", "message_update", "tool_exec_update", "model_stream"])
 def test_transient_events_are_not_written(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "s.jsonl"
@@ -1903,6 +2138,37 @@ def test_redact_sees_each_events_and_checkpoints_data(tmp_path: Path) -> None:
         s.begin_run().record(Event("turn_start"))
     with pytest.raises(RecordingError):
         s.close()
+
+
+def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
+    sys.path.insert(0, str(HERE / "examples"))
+    try:
+        from redactor import redact
+    finally:
+        sys.path.remove(str(HERE / "examples"))
+    secrets = [
+        "sk-proj-" + "a" * 40,
+        "sk-ant-api03-" + "b" * 40,
+        "AKIA" + "C" * 16,
+        "ghp_" + "d" * 36,
+        "xoxb-1234567890-abcdef",
+        "AIza" + "e" * 35,
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+    ]
+    path = tmp_path / "s.jsonl"
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        for secret in secrets:
+            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
+        run.record(
+            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
+        )
+        run.save_checkpoint({"note": secrets[0]})
+    blob = path.read_bytes()
+    for secret in [*secrets, "f" * 30]:
+        assert json.dumps(secret)[1:-1].encode() not in blob
+    assert blob.count(b"[REDACTED]") == len(secrets) + 2
+    assert b'"out":"x [REDACTED] y"' in blob
 
 
 def test_the_writer_refuses_a_line_its_open_would_refuse(tmp_path: Path) -> None:
@@ -2461,6 +2727,27 @@ def test_a_failed_close_is_a_recording_error(tmp_path: Path, monkeypatch: pytest
     monkeypatch.undo()
     with pytest.raises(RecordingError):
         s.close()
+
+
+def test_the_readmes_error_handling_examples_work(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    reopen_code, record_code = re.findall(r"```python\n(.*?)```", readme_section("## Handling errors"), re.S)
+    path = sample_file(tmp_path / "chat.jsonl")
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"seq": \n{}\n')  # a bad complete line, then another
+    scope: Dict[str, Any] = {"session": session, "contextlib": contextlib, "log": logging.getLogger("app")}
+    exec(reopen_code, scope)
+    s = scope["reopen"](path)  # repaired, then opened
+    assert path.read_bytes() == good and list(tmp_path.glob("chat.jsonl.broken-*"))
+    run = s.begin_run()
+    run.record(Event("turn_start", turn_index=1))
+    scope.update(s=s, run=run, path=path, event=Event("tool_exec_end", execution=TOOL, result={1, 2}))
+    exec(record_code, scope)  # a value that cannot be encoded stops s; the example opens the file again
+    assert "recording stopped" in caplog.text and "cause: ValueError('data.result" in caplog.text
+    with scope["s"] as again, scope["run"] as next_run:
+        assert again is not s and next_run.record(Event("turn_start", turn_index=1))
+    summary = session.summarize(path)
+    assert [info.closed for info in summary.runs] == [True, True, False, True]
+    assert [gap.kind for gap in summary.gaps] == ["run_not_closed"]
 
 
 DEEP_STACK_RECORD = """
@@ -3435,97 +3722,6 @@ def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path
     assert deep_call(300).records == 4
 
 
-# ---------------------------------------------------------------------------- event data
-
-
-def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    event = full_event(
-        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
-    )
-    with session.create(path) as s, s.begin_run() as run:
-        run.record(event)
-        run.record(full_event("turn_end"))
-        run.record(Event("turn_start"))
-    rs = records(path)
-    view = EventData.from_record(rs[2])
-    assert view.execution == TOOL and view.turn_index == 2
-    assert JSONCodec().decode(view.message) == event.message
-    assert JSONCodec().decode(view.partial_message) == event.partial_message
-    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
-    assert view.redacted == ("config.extra.password",)
-    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
-    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
-    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
-    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
-    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
-    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
-    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
-    assert EventData.from_record(rs[3]).committed is True
-    assert EventData.from_record(rs[4]) == EventData()
-
-
-@pytest.mark.parametrize(
-    ("data", "reason"),
-    [
-        ({"tool": 1}, "data.tool must be a string, found an integer"),
-        ({"is_error": 1}, "data.is_error must be a boolean"),
-        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
-        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
-        (
-            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
-            "data.execution.attempt must be an integer",
-        ),
-        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
-        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
-        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
-        ({"redacted": [1]}, "data.redacted must hold strings"),
-        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
-        ({"error": "text"}, "data.error must be an object, found a string"),
-        ({"request": []}, "data.request must be an object"),
-    ],
-)
-def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
-    record = session.Record(SID, 7, "x", "t", RID, data, 420)
-    with pytest.raises(FormatError, match=re.escape(reason)) as info:
-        EventData.from_record(record)
-    assert (info.value.line, info.value.offset) == (7, 420)
-    if "execution" in data:
-        with pytest.raises(FormatError):
-            _ = record.ref
-
-
-def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
-    sys.path.insert(0, str(HERE / "examples"))
-    try:
-        from redactor import redact
-    finally:
-        sys.path.remove(str(HERE / "examples"))
-    secrets = [
-        "sk-proj-" + "a" * 40,
-        "sk-ant-api03-" + "b" * 40,
-        "AKIA" + "C" * 16,
-        "ghp_" + "d" * 36,
-        "xoxb-1234567890-abcdef",
-        "AIza" + "e" * 35,
-        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
-    ]
-    path = tmp_path / "s.jsonl"
-    with session.create(path, redact=redact) as s, s.begin_run() as run:
-        for secret in secrets:
-            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
-        run.record(
-            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
-        )
-        run.save_checkpoint({"note": secrets[0]})
-    blob = path.read_bytes()
-    for secret in [*secrets, "f" * 30]:
-        assert json.dumps(secret)[1:-1].encode() not in blob
-    assert blob.count(b"[REDACTED]") == len(secrets) + 2
-    assert b'"out":"x [REDACTED] y"' in blob
-
-
 # ---------------------------------------------------------------------------- analysis
 
 
@@ -3720,6 +3916,31 @@ def test_summary_json(tmp_path: Path) -> None:
     assert failed.returncode == 1 and json.loads(failed.stdout)["ok"] is False
 
 
+def test_summary_of_several_files_in_one_process(tmp_path: Path) -> None:
+    paths = [busy_file(tmp_path / "a.jsonl", 3, seed=1), tmp_path / "missing.jsonl"]
+    paths.append(busy_file(tmp_path / "b.jsonl", 4, seed=2))
+    done = run_cli("summary", "--json", *map(str, paths))
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 1 and [report["file"] for report in reports] == list(map(str, paths))
+    assert reports[1] == {
+        "file": str(paths[1]),
+        "ok": False,
+        "line": None,
+        "offset": None,
+        "error": "No such file or directory",
+    }
+    for report, path in zip(reports[::2], paths[::2]):
+        summary = session.summarize(path)
+        assert (report["session_id"], report["usage"], report["counts"]) == (
+            summary.session_id,
+            summary.usage,
+            summary.counts,
+        )
+    text = run_cli("summary", str(paths[0]), str(paths[2]))
+    assert text.returncode == 0
+    assert text.stdout == "".join(run_cli("summary", str(path)).stdout for path in paths[::2])
+
+
 def test_show_prints_the_original_lines(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     ids = gappy_file(path)
@@ -3865,34 +4086,6 @@ def test_progress_on_a_terminal_for_big_files(
             assert progress.endswith("\r\033[K")
         else:
             assert progress == ""
-
-
-def test_many_sessions_with_duckdb(tmp_path: Path) -> None:
-    import duckdb
-
-    folder = tmp_path / "sessions"
-    folder.mkdir()
-    summaries = {}
-    for n in range(3):
-        path = folder / f"chat-{n}.jsonl"
-        gappy_file(path) if n == 0 else sample_file(path, runs=n)
-        summaries[session.summarize(path).session_id] = session.summarize(path)
-    readme = (HERE / "README.md").read_text(encoding="utf-8")
-    queries = re.findall(r"```sql\n(.*?)```", readme, re.S)
-    assert len(queries) == 2
-    con = duckdb.connect()
-    tokens = con.execute(queries[0].replace("sessions/", f"{folder}/")).fetchall()
-    assert {sid: (inp, out) for sid, inp, out in tokens} == {
-        sid: (s.usage.get("input", 0), s.usage.get("output", 0)) for sid, s in summaries.items() if s.usage
-    }
-    assert con.execute(queries[1].replace("sessions/", f"{folder}/")).fetchall() == []
-    with session.create(folder / "chat-3.jsonl") as s, s.begin_run() as run:
-        run.record(
-            Event("tool_exec_end", execution=TOOL, tool="rm", is_error=True, error=OSError("disk full"))
-        )
-        run.record(Event("tool_exec_end", execution=Execution("t2", "tool"), tool="ls", result=[]))
-    failed = con.execute(queries[1].replace("sessions/", f"{folder}/")).fetchall()
-    assert failed == [(s.session_id, run.run_id, "t1", "rm", "disk full")]
 
 
 def test_summary_of_values_too_deep_or_long_to_print(tmp_path: Path) -> None:
@@ -4135,6 +4328,393 @@ def test_repair_refuses_a_file_that_changes_while_copied(
     with pytest.raises(RecordingError, match="changed while it was copied; nothing was cut"):
         session.repair(path)
     assert path.read_bytes() == bad + b"more\n"
+
+
+# ---------------------------------------------------------------------------- export
+
+
+def busy_file(path: Path, calls: int, seed: int) -> Path:
+    """A valid session of two runs of *calls* model calls, each followed by a tool call; a
+    model call in four fails, about a tool call in three; usage has integer and other values."""
+    rng = random.Random(seed)
+    with session.create(path) as s:
+        for _ in range(2):
+            with s.begin_run() as run:
+                for n in range(calls):
+                    model = Execution(f"m{n}", "model")
+                    run.record(Event("model_exec_start", execution=model))
+                    if n % 4 == 3:
+                        run.record(Event("model_exec_end", execution=model, error=RuntimeError("overloaded")))
+                        continue
+                    usage = session.Usage(input=rng.randrange(5000), output=rng.randrange(500), model="m")
+                    usage["cost"] = {"total": 0.25}  # summarize counts only the integers
+                    text: List[session.ContentBlock] = [session.text_block("é" * rng.randrange(200))]
+                    message = Message("assistant", text, "stop", usage)
+                    run.record(Event("model_exec_end", execution=model, message=message))
+                    tool = Execution(f"t{n}", "tool", parent_id=f"m{n}")
+                    if rng.random() < 0.3:
+                        run.record(
+                            Event(
+                                "tool_exec_end",
+                                execution=tool,
+                                tool="rm",
+                                is_error=True,
+                                error=OSError("disk"),
+                            )
+                        )
+                    else:
+                        run.record(Event("tool_exec_end", execution=tool, tool="ls", result=["a"]))
+    return path
+
+
+def damaged_corpus(folder: Path) -> Dict[str, bool]:
+    """Session files with every kind of damage a crash or a careless copy leaves, built with
+    the library; file name -> whether ``validate`` calls it valid."""
+    (folder / "sub").mkdir(parents=True)
+    valid = dict.fromkeys(("clean-0.jsonl", "clean-1.jsonl", "sub/clean-2.jsonl", "gappy.jsonl"), True)
+    for n, name in enumerate(valid):
+        busy_file(folder / name, 6 + n, seed=n) if n < 3 else gappy_file(folder / name)
+    seeds = iter(range(10, 100))
+
+    def lines() -> List[bytes]:  # a new session's
+        made = busy_file(folder / "new.jsonl", 5, seed=next(seeds))
+        blob = made.read_bytes()
+        made.unlink()
+        return blob.splitlines(keepends=True)
+
+    def cut_after_usage(x: List[bytes]) -> bytes:  # a record with usage, missing its newline
+        last = max(i for i, line in enumerate(x) if b'"usage"' in line and b'"model_exec_end"' in line)
+        return b"".join(x[:last]) + x[last][:-1]
+
+    def damaged(how: Callable[[List[bytes]], bytes]) -> bytes:
+        return how(lines())
+
+    files = {
+        "tail.jsonl": (damaged(lambda x: b"".join(x) + b'{"session_id":"'), True),
+        "no-newline.jsonl": (damaged(cut_after_usage), True),
+        "nul-tail.jsonl": (damaged(lambda x: b"".join(x) + b"\x00" * 1000), True),
+        "cr.jsonl": (
+            damaged(
+                lambda x: b"".join(x).replace(b',"type":"model_exec_end"', b',\r"type":"model_exec_end"', 1)
+            ),
+            True,
+        ),
+        "copy.jsonl": ((folder / "clean-1.jsonl").read_bytes(), True),
+        "nul.jsonl": (damaged(lambda x: b"".join([*x[:5], b"\x00" * 400 + x[5], *x[6:]])), False),
+        "garbage.jsonl": (damaged(lambda x: b"".join([*x[:7], b"<<garbage>>\n", *x[7:]])), False),
+        "duplicated.jsonl": (damaged(lambda x: b"".join([*x[:6], *x[5:]])), False),
+        "glued.jsonl": (damaged(lambda x: b"".join(x + lines())), False),
+        "glued-copy.jsonl": ((folder / "clean-0.jsonl").read_bytes() + b"".join(lines()), False),
+        "empty.jsonl": (b"", False),
+    }
+    for name, (blob, ok) in files.items():
+        (folder / name).write_bytes(blob)
+        valid[name] = ok
+    (folder / "notes.txt").write_text("not a session")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(folder / "sub" / "pipe.jsonl")  # opening it would wait for a writer forever
+    return valid
+
+
+def manifest_of(path: Path) -> Dict[str, Dict[str, Any]]:
+    """The manifest's objects by file name relative to the corpus folder."""
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    return {Path(entry["file"]).relative_to("sessions").as_posix(): entry for entry in entries}
+
+
+def exported_slice(entry: Dict[str, Any], cwd: Path) -> bytes:
+    blob: bytes = (cwd / entry["out"]).read_bytes()
+    return blob[entry["out_start"] : entry["out_end"]]
+
+
+def test_export_copies_exactly_what_read_validated(tmp_path: Path) -> None:
+    valid = damaged_corpus(tmp_path / "sessions")
+    done = run_cli("export", "sessions", "-o", "export.jsonl", cwd=tmp_path)
+    exported = [name for name, ok in valid.items() if ok and name != "copy.jsonl"]
+    total = sum(len(records(tmp_path / "sessions" / name)) for name in exported)
+    assert done.returncode == 1 and done.stdout == f"export.jsonl: {total} records of 8 files (7 left out)\n"
+    assert "sessions/garbage.jsonl:8: invalid JSON" in done.stderr
+    assert (
+        "sessions/copy.jsonl: left out: its session was exported from sessions/clean-1.jsonl" in done.stderr
+    )
+    manifest = manifest_of(tmp_path / "export.jsonl.manifest.jsonl")
+    assert sorted(manifest) == sorted(valid)
+    checked = run_cli("validate", "--json", *(f"sessions/{name}" for name in sorted(valid)), cwd=tmp_path)
+    for fields in map(json.loads, checked.stdout.splitlines()):
+        entry = manifest[Path(fields["file"]).relative_to("sessions").as_posix()]
+        assert {key: entry[key] for key in fields} == fields
+    output = (tmp_path / "export.jsonl").read_bytes()
+    first_line = 1
+    for name, entry in sorted(manifest.items(), key=lambda item: item[1]["out_start"] or -1):
+        path = tmp_path / "sessions" / name
+        if not entry["ok"] or name == "copy.jsonl":
+            assert entry["out"] is None and entry["out_records"] == 0 and entry["longest_line"] == 0
+            assert entry["duplicate_of"] == ("sessions/clean-1.jsonl" if name == "copy.jsonl" else None)
+            continue
+        blob = exported_slice(entry, tmp_path)
+        assert blob == path.read_bytes()[: entry["complete_bytes"]]
+        assert list(session.iter_records(io.BytesIO(blob))) == records(path)
+        assert (entry["out_first_line"], entry["out_last_line"]) == (
+            first_line,
+            first_line + entry["records"] - 1,
+        )
+        assert entry["longest_line"] == max(map(len, blob.splitlines(keepends=True)))
+        first_line += entry["records"]
+    assert output.endswith(b"\n") and output.count(b"\n") == first_line - 1 == total
+    assert manifest["no-newline.jsonl"]["tail_bytes"] > 0 and manifest["tail.jsonl"]["tail_bytes"] > 0
+
+
+def test_export_prefix_keeps_what_repair_would(tmp_path: Path) -> None:
+    valid = damaged_corpus(tmp_path / "sessions")
+    before = {name: (tmp_path / "sessions" / name).read_bytes() for name in valid}
+    done = run_cli("export", "sessions", "-o", "export.jsonl", "--prefix", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "sessions/glued.jsonl: exported the 33 records before line 34" in done.stderr
+    manifest = manifest_of(tmp_path / "export.jsonl.manifest.jsonl")
+    invalid = sorted(name for name, ok in valid.items() if not ok)
+    in_output = sorted((entry for entry in manifest.values() if entry["out"]), key=lambda e: e["out_start"])
+    assert [entry["file"] for entry in in_output][-4:] == [
+        f"sessions/{name}" for name in ("duplicated.jsonl", "garbage.jsonl", "glued.jsonl", "nul.jsonl")
+    ]  # after every valid file, in order
+    for name in invalid:
+        entry = manifest[name]
+        copy = tmp_path / "copy" / name
+        copy.parent.mkdir(exist_ok=True)
+        copy.write_bytes(before[name])
+        if name == "empty.jsonl":
+            assert entry["out"] is None and entry["line"] == 1
+            continue
+        kept = session.repair(copy).kept_records
+        if name == "glued-copy.jsonl":  # its first session is clean-0's, exported already
+            assert entry["out"] is None and entry["duplicate_of"] == "sessions/clean-0.jsonl"
+            continue
+        assert exported_slice(entry, tmp_path) == copy.read_bytes() and entry["out_records"] == kept
+    assert {name: (tmp_path / "sessions" / name).read_bytes() for name in valid} == before
+
+
+def test_export_split_writes_a_part_per_file(tmp_path: Path) -> None:
+    valid = damaged_corpus(tmp_path / "sessions")
+    assert run_cli("export", "--split", "sessions", "-o", "parts", cwd=tmp_path).returncode == 1
+    manifest = manifest_of(tmp_path / "parts" / "manifest.jsonl")
+    names = sorted(f"sessions/{name}" for name in valid)
+    parts = {
+        f"parts/part-{names.index(entry['file']):05d}.jsonl" for entry in manifest.values() if entry["out"]
+    }
+    assert {entry["out"] for entry in manifest.values()} - {None} == parts
+    assert {f"parts/{p.name}" for p in (tmp_path / "parts").iterdir()} == parts | {"parts/manifest.jsonl"}
+    for name, entry in manifest.items():
+        if entry["out"]:
+            blob = (tmp_path / entry["out"]).read_bytes()
+            assert entry["out_start"] == 0 and entry["out_end"] == len(blob) == entry["complete_bytes"]
+            assert blob == (tmp_path / "sessions" / name).read_bytes()[: len(blob)]
+    again = run_cli("export", "--split", "sessions", "-o", "parts", cwd=tmp_path)
+    assert again.returncode == 2 and "parts is not empty" in again.stderr
+    for out in ("sessions/clean-0.jsonl", "sessions/sub/all.jsonl"):
+        before = (tmp_path / "sessions" / "clean-0.jsonl").read_bytes()
+        inside = run_cli("export", "sessions", "-o", out, cwd=tmp_path)
+        assert (
+            inside.returncode == 2
+            and f"sessions holds the export's own output {tmp_path / out}" in inside.stderr
+        )
+        assert (tmp_path / "sessions" / "clean-0.jsonl").read_bytes() == before
+    itself = run_cli("export", "sessions/clean-0.jsonl", "-o", "sessions/clean-0.jsonl", cwd=tmp_path)
+    assert itself.returncode == 2 and "sessions/clean-0.jsonl is the export's own output" in itself.stderr
+
+
+def test_export_of_valid_files_exits_0_and_shows_progress_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [str(busy_file(tmp_path / f"{n}.jsonl", 3, seed=n)) for n in range(2)]
+    out = str(tmp_path / "all.jsonl")
+    for stderr, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stderr)
+        with contextlib.redirect_stdout(io.StringIO()) as stdout:
+            assert session.main(["export", *paths, paths[0], "-o", out]) == 0  # a file named twice: once
+        total = sum(len(records(Path(path))) for path in paths)
+        assert stdout.getvalue() == f"{out}: {total} records of 2 files (0 left out)\n"
+        progress = stderr.getvalue()
+        sizes = [os.path.getsize(path) for path in paths]
+        steps = "".join(f"\rexport: {done * 100 // sum(sizes)}% of 0.0 MB" for done in (0, sizes[0]))
+        assert progress == (steps + "\r\033[K" if shown else "")
+    assert run_cli("export", *paths).returncode == 2  # no -o
+
+
+def test_export_never_leaves_a_half_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "in").mkdir()
+    busy_file(tmp_path / "in" / "s.jsonl", 3, seed=1)
+    out = tmp_path / "out"
+    out.mkdir()
+    session.export([tmp_path / "in"], out / "e.jsonl")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    busy_file(tmp_path / "in" / "t.jsonl", 3, seed=2)
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    for split in (False, True):
+        with pytest.raises(OSError, match="injected"):
+            session.export([tmp_path / "in"], out / ("parts" if split else "e.jsonl"), split=split)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(before) == ["e.jsonl", "e.jsonl.manifest.jsonl"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a file size limit (RLIMIT_FSIZE) stands for a full disk")
+@pytest.mark.parametrize("out", [["e.jsonl"], ["parts", "--split"]])
+def test_export_stops_when_its_output_cannot_be_written(tmp_path: Path, out: List[str]) -> None:
+    (tmp_path / "in").mkdir()
+    for n in range(2):
+        busy_file(tmp_path / "in" / f"{n}.jsonl", 500, seed=n)  # more than the write buffer
+
+    def small_disk() -> None:
+        if sys.platform != "win32":  # (skipped there: this tells mypy)
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+
+    done = subprocess.run(
+        [sys.executable, str(MODULE), "export", "in", "-o", *out],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        preexec_fn=small_disk,
+    )
+    assert (done.returncode, done.stdout) == (74, "")
+    assert done.stderr == f"python -m session export: cannot write the output: {os.strerror(errno.EFBIG)}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_export_never_copies_a_partial_record_of_a_growing_file(tmp_path: Path) -> None:
+    source = busy_file(tmp_path / "source.jsonl", 40, seed=3).read_bytes()
+    ends = set(offsets(source))
+    target = tmp_path / "growing.jsonl"
+    torn, resume = threading.Event(), threading.Event()
+
+    def write() -> None:  # appends the source in pieces that end anywhere, mid-line mostly
+        rng = random.Random(4)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        done = offsets(source)[3] + 20
+        os.write(fd, source[:done])
+        torn.set()
+        resume.wait()
+        while done < len(source):
+            piece = source[done : done + rng.randrange(1, 700)]
+            os.write(fd, piece)
+            done += len(piece)
+            time.sleep(0.0005)
+        os.close(fd)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    torn.wait()
+    exports = [session.export([target], tmp_path / "first.jsonl")[0]]
+    assert exports[0]["records"] == 3 and exports[0]["tail_bytes"] == 20
+    resume.set()
+    while writer.is_alive() or len(exports) < 3:
+        exports.append(session.export([target], tmp_path / "e.jsonl")[0])
+        blob = (tmp_path / "e.jsonl").read_bytes()
+        assert exports[-1]["ok"] and len(blob) == exports[-1]["complete_bytes"] in ends
+        assert blob == source[: len(blob)]
+    writer.join()
+    last = session.export([target], tmp_path / "e.jsonl")[0]
+    assert (tmp_path / "e.jsonl").read_bytes() == source and last["tail_bytes"] == 0
+
+
+def readme_blocks(language: str) -> List[str]:
+    """The code blocks in *language* of the README's "Many sessions at once"."""
+    readme = (HERE / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Many sessions at once\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+
+
+def exported_corpus(folder: Path) -> Tuple[Dict[str, Dict[str, int]], List[Tuple[Any, ...]]]:
+    """Export a damaged corpus in *folder* with the README's command; what ``summarize`` and
+    ``read`` say of each exported session: usage by session, the failed tool calls."""
+    damaged_corpus(folder / "sessions")
+    (command,) = readme_blocks("sh")
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "session"]
+    env = dict(os.environ, PYTHONPATH=str(HERE))
+    done = subprocess.run([sys.executable, *argv[1:]], cwd=folder, env=env, capture_output=True, timeout=120)
+    assert done.returncode == 1  # the corpus has invalid files
+    usage: Dict[str, Dict[str, int]] = {}
+    failed: List[Tuple[Any, ...]] = []
+    for line in (folder / "export.jsonl.manifest.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if entry["out"]:
+            summary = session.summarize(folder / entry["file"])
+            usage[summary.session_id] = summary.usage
+            failed += [
+                (
+                    r.session_id,
+                    r.run_id,
+                    r.data["execution"]["id"],
+                    r.data["tool"],
+                    r.data["error"]["message"],
+                )
+                for r in session.iter_records(folder / entry["file"])
+                if r.type == "tool_exec_end" and r.data.get("is_error") is True
+            ]
+    assert len(usage) == 8 and len(failed) > 5
+    return usage, sorted(failed)
+
+
+def test_readme_duckdb_queries_over_the_export_agree_with_summarize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("duckdb", "the README's queries run on DuckDB")
+    import duckdb
+
+    usage, failed = exported_corpus(tmp_path)
+    view, tokens, failures, parquet = readme_blocks("sql")
+    monkeypatch.chdir(tmp_path)
+    con = duckdb.connect()
+    con.execute(view)
+    found: Dict[str, Dict[str, int]] = {}
+    for session_id, kind, total in con.execute(tokens).fetchall():
+        found.setdefault(session_id, {})[kind] = total
+    assert found == {sid: counts for sid, counts in usage.items() if counts}
+    assert sorted(con.execute(failures).fetchall()) == failed
+    con.execute(parquet)
+    groups = con.execute("SELECT max(row_group_num_rows) FROM parquet_metadata('export.parquet')").fetchone()
+    assert groups is not None and groups[0] <= 4096
+    lines = (tmp_path / "export.jsonl").read_bytes().count(b"\n")
+    assert con.execute("SELECT count(*) FROM 'export.parquet'").fetchone() == (lines,)
+
+
+@pytest.mark.spark
+def test_readme_spark_queries_over_the_export_and_its_parquet_agree_with_summarize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("java", "Spark runs on the JVM (Debian: openjdk-17-jre-headless)")
+    need("pyspark", "the Spark test runs in tox -e spark")
+    import duckdb
+    from pyspark.sql import SparkSession
+
+    usage, failed = exported_corpus(tmp_path)
+    view, _, _, parquet = readme_blocks("sql")
+    monkeypatch.chdir(tmp_path)
+    con = duckdb.connect()
+    con.execute(view)
+    con.execute(parquet)
+    from_json, from_parquet, queries = readme_blocks("python")
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    try:
+        scope: Dict[str, Any] = {}
+        for source in (from_json, from_parquet):  # the second redefines the first's view
+            exec(source + queries, scope)  # the README's code, as written there
+            found: Dict[str, Dict[str, int]] = {}
+            for row in scope["tokens"].collect():
+                found.setdefault(row.session_id, {})[row.kind] = row.tokens
+            assert found == {sid: counts for sid, counts in usage.items() if counts}
+            assert sorted(tuple(row) for row in scope["failed"].collect()) == failed
+    finally:
+        spark.stop()
 
 
 # ---------------------------------------------------------------------------- html page
