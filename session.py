@@ -1569,7 +1569,7 @@ class Session:
         self._redact = redact
         self._max_line_bytes = max_line_bytes
         self._lock = RLock()  # re-entrant: a signal handler in a locked thread gets in (see _write)
-        self._writing = False  # a thread holding the lock is inside _write
+        self._writing = False  # a write is under way (see _interrupting)
         self._later: Deque[Callable[[], object]] = deque()  # writes that interrupted _write wait here
         self._pending: Optional[_Pending] = None  # a write an exception may have cut short
         self._head = _line_head(session_id)
@@ -1613,7 +1613,7 @@ class Session:
         """
         with self._lock:
             self._check_no_run()
-            if self._writing:  # the new run would start only after the write under way
+            if self._interrupting():  # the new run would start only after the write under way
                 raise RuntimeError(f"{self.path}: begin_run cannot interrupt a write to its session")
             run = Run(self, _new_id())
             self._write(
@@ -1655,7 +1655,7 @@ class Session:
         with self._lock:
             if self._fd >= 0:
                 try:
-                    if self._writing and self._failure is None:
+                    if self._failure is None and self._interrupting():
                         self._sync()  # what is written is safe, even if the handler ends the process
                 finally:
                     self._write(self._decide_close, self._close_now)
@@ -1694,10 +1694,10 @@ class Session:
         The lock is re-entrant, so a signal handler that interrupts this thread's own write
         gets in, at any point of it: even after ``os.write`` returned and before the seq moved
         on.  Writing then would repeat that seq, so its *write* waits in ``_later``, checked
-        now (it raises now) and done in order as soon as the write under way is: by the
-        ``finally`` below, which also runs when the handler raised (``sys.exit``).
+        now (it raises now) and done in order as soon as the write under way is, by
+        ``_finish``: also when the handler raised (``sys.exit``).
         """
-        if self._writing:
+        if self._interrupting():
             check()
             self._later.append(write)
             return
@@ -1706,31 +1706,48 @@ class Session:
             if self._pending is not None:
                 self._settle()
             check()
-            write()
+            self._later.append(write)  # after what a _finish cut short left there: in order
         finally:
+            self._writing = False
             self._finish()
 
     def _finish(self) -> None:
-        """End a ``_write``: do, in order, what calls that interrupted it queued; from then on
-        such calls write at once."""
+        """Do the queued writes in order, each marked as under way while it runs: a call that
+        interrupts one waits for it, and one that comes between two writes is done at once.
+
+        An exception that cuts this loop short (a second handler's ``sys.exit`` between two
+        writes) leaves the rest queued, and the session's next call does them first.
+        """
         first: Optional[BaseException] = None
-        try:
-            while True:
-                while self._later:
-                    try:
-                        if self._pending is not None:
-                            self._settle()
-                        self._later.popleft()()
-                    except BaseException as exc:  # noqa: BLE001 - a second handler's sys.exit too: do the rest first
-                        first = first or exc
-                self._writing = False
-                if not self._later:  # nothing queued in the instant before
+        while True:
+            self._writing = True
+            try:
+                if not self._later:
                     break
-                self._writing = True
-        finally:
-            self._writing = False
+                if self._pending is not None:
+                    self._settle()
+                self._later.popleft()()
+            except BaseException as exc:  # noqa: BLE001 - a handler's sys.exit too: do the rest first
+                first = first or exc
+            finally:
+                self._writing = False
         if first is not None:
             raise first
+
+    def _interrupting(self) -> bool:
+        """Whether this call interrupted a write of this session in this thread: a signal
+        handler's, or the codec's.  The mark alone could be stale, where an exception cut a
+        write's ``finally`` short (Python 3.8-3.10 check for signals there too): the stack
+        has the last word, and a stale mark is cleared, never left to queue calls for ever."""
+        if not self._writing:
+            return False
+        frame: Optional[types.FrameType] = sys._getframe(2)  # above this and its caller
+        while frame is not None:
+            if frame.f_code is _WRITE_CODE and frame.f_locals.get("self") is self:
+                return True
+            frame = frame.f_back
+        self._writing = False
+        return False
 
     def _settle(self) -> None:
         """Bring the state up to the file after a write that an exception (a signal handler's,
@@ -1832,6 +1849,9 @@ class Session:
             self._failure = self._failure or RecordingError(
                 f"{self.path}: this handle belongs to process {os.getppid()}"
             )
+
+
+_WRITE_CODE = Session._write.__code__
 
 
 def _snapshot_of(raw: bytes, name: str, at: _CheckpointAt) -> Any:

@@ -12,6 +12,7 @@ import errno
 import functools
 import gc
 import io
+import itertools
 import json
 import os
 import pickle
@@ -29,7 +30,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import hypothesis
 import pytest
@@ -1849,6 +1850,106 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
             range(1, len(beats) + 1)
         )
         assert beats  # 3000 records take far longer than half a millisecond
+
+    @contextlib.contextmanager
+    def a_signal_at_step(n: int, signum: int, opcodes: bool) -> Iterator[List[int]]:
+        """Trace session.py and raise a real signal at its n-th step: a function's start (where
+        every Python checks for signals) or, with *opcodes*, any bytecode (Python 3.8 checks
+        almost everywhere).  Its handler runs right there, as when a signal arrives at that
+        moment.  Yields a list that holds n once the signal was raised."""
+        code = session.create.__code__.co_filename
+        fired: List[int] = []
+        steps = [0]
+
+        def step(frame: Any, event: str, arg: Any) -> Any:
+            frame.f_trace_opcodes = opcodes  # Python 3.12+ heed it only once the frame runs
+            if event == ("opcode" if opcodes else "call") and not fired:
+                steps[0] += 1
+                if steps[0] == n:
+                    fired.append(n)
+                    signal.raise_signal(signum)  # the handler runs now; what it raises, raises here
+            return step if opcodes and not fired else None
+
+        def enter(frame: Any, event: str, arg: Any) -> Any:
+            if fired or frame.f_code.co_filename != code:
+                return None
+            return step(frame, event, arg)
+
+        previous = sys.gettrace()
+        sys.settrace(enter)
+        try:
+            yield fired
+        finally:
+            sys.settrace(previous)
+
+    def test_an_interrupt_at_any_bytecode_of_a_write_leaves_the_session_recording(tmp_path: Path) -> None:
+        """Ctrl-C at each point of a record: that record is in the file or not, and the next
+        one is written (never queued for ever behind a write that ended long ago)."""
+        path = tmp_path / "s.jsonl"
+        s = session.create(path)
+        run = s.begin_run()
+        returned: List[int] = []
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGUSR1, interrupt)
+        try:
+            for n in itertools.count(1):
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=True) as fired:
+                    with contextlib.suppress(KeyboardInterrupt):
+                        returned += [n] if run.record(Event("turn_start", turn_index=n)) else []
+                if not fired:
+                    break
+                assert run.record(Event("turn_start", turn_index=-n))
+                returned.append(-n)
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
+        s.close()
+        session.open(path).close()  # close released the file
+        indices = [r.data["turn_index"] for r in records(path) if r.type == "turn_start"]
+        assert n > 500 and len(indices) == len(set(indices))  # a point for each bytecode, none twice
+        assert set(returned) <= set(indices) and [i for i in indices if i < 0] == list(range(-1, -n, -1))
+
+    @pytest.mark.parametrize("exit", ["KeyboardInterrupt", "close and exit"])
+    def test_a_handler_that_raises_at_any_call_of_the_writer_leaves_a_closed_file(
+        tmp_path: Path, exit: str
+    ) -> None:
+        """A SIGTERM handler ``s.close(); sys.exit(0)`` (or Ctrl-C) arriving as any of the
+        writer's functions starts, a record and a checkpoint under way: close releases the
+        file, which ends closed, with every record that was confirmed."""
+        for n in itertools.count(1):
+            path = tmp_path / f"s{n}.jsonl"
+            s = session.create(path)
+            run = s.begin_run()
+            returned: List[int] = []
+
+            def handler(signum: int, frame: Any) -> None:
+                if exit == "close and exit":
+                    s.close()
+                    raise SystemExit(0)
+                raise KeyboardInterrupt
+
+            previous = signal.signal(signal.SIGUSR1, handler)
+            try:
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=False) as fired:
+                    with contextlib.suppress(KeyboardInterrupt, SystemExit):
+                        returned += [1] if run.record(Event("turn_start", turn_index=1)) else []
+                        run.save_checkpoint({"n": 1})
+                        returned.append(2)
+            finally:
+                signal.signal(signal.SIGUSR1, previous)
+            s.close()
+            if not fired:
+                break
+            assert repr(s).endswith("closed>"), n
+            session.open(path).close()  # released, and valid
+            rs = records(path)
+            assert rs[-1].type == "run_close", n
+            assert set(returned) <= {r.data.get("turn_index", r.seq) for r in rs if r.type == "turn_start"} | (
+                {2} if rs[-2].type == "checkpoint" else set()
+            ), n
+        assert n > 20  # every function the writer calls on the way
 
 
 SIGTERM_WRITER = """
