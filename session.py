@@ -1533,12 +1533,13 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
 
 
 class _Pending(NamedTuple):
-    """A line on its way into the file, and the open run once it is there."""
+    """A line on its way into the file, and the open run and latest checkpoint once it is there."""
 
     line: bytes
     start: int
     seq: int
     run: Optional[Run]
+    checkpoint: Optional[_CheckpointAt]
 
 
 class Session:
@@ -1763,12 +1764,13 @@ class Session:
             raise self._fail(exc, "cannot write") from exc
         if size > pending.start:
             self._seq, self._size, self._run = pending.seq, end, pending.run
+            self._checkpoint = pending.checkpoint
         self._pending = None
 
     def _append(
         self, run_id: str, kind: str, time: str, data: str, run: Optional[Run], sync: bool = False
-    ) -> int:
-        """Write one record with the next seq, after which *run* is open; its offset."""
+    ) -> None:
+        """Write one record with the next seq, after which *run* is open."""
         self._check_failure()  # an interrupting call may have failed the session
         seq = self._seq + 1
         text = (
@@ -1782,22 +1784,21 @@ class Session:
             too_long = ValueError(f"a line of {len(line) - 1} bytes is longer than max_line_bytes")
             raise self._fail(too_long, "cannot write") from too_long
         offset = self._size
-        self._pending = _Pending(line, offset, seq, run)
+        end = offset + len(line)
+        at = _CheckpointAt(offset, end, seq, run_id, time) if kind == "checkpoint" else self._checkpoint
+        self._pending = _Pending(line, offset, seq, run, at)
         try:
             done = os.write(self._fd, line)
             if done != len(line):  # a short write: continue it, never repeat it
                 _write_all(self._fd, memoryview(line)[done:])
         except Exception as exc:  # not KeyboardInterrupt or SystemExit: _settle sees to those
             raise self._fail(exc, "cannot write") from exc
-        self._seq, self._size, self._run = seq, offset + len(line), run
-        self._pending = None
+        self._seq, self._size, self._run = seq, end, run
         if sync:
             self._sync()
-        return offset
-
-    def _save(self, run: Run, time: str, data: str) -> None:
-        offset = self._append(run.run_id, "checkpoint", time, data, run, sync=True)
-        self._checkpoint = _CheckpointAt(offset, self._size, self._seq, run.run_id, time)
+        # A checkpoint is the latest once synced (a failed sync clears _pending); if an
+        # exception cuts this short, _settle makes it so as it finds the line in the file.
+        self._checkpoint, self._pending = at, None
 
     def _decide_close(self) -> None:
         self._closing = True
@@ -1953,7 +1954,10 @@ class Run:
                 text = session._data_text({"snapshot": session._codec.encode(snapshot)})
             except Exception as exc:
                 raise session._fail(exc, "cannot encode the checkpoint") from exc
-            session._write(lambda: session._check(self), lambda: session._save(self, time, text))
+            session._write(
+                lambda: session._check(self),
+                lambda: session._append(self.run_id, "checkpoint", time, text, self, sync=True),
+            )
 
     def close(self) -> None:
         """Write ``run_close`` and sync.  Idempotent; ``RecordingError`` if recording failed."""

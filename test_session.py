@@ -1911,6 +1911,32 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         assert n > 500 and len(indices) == len(set(indices))  # a point for each bytecode, none twice
         assert set(returned) <= set(indices) and [i for i in indices if i < 0] == list(range(-1, -n, -1))
 
+    def test_load_checkpoint_agrees_with_the_file_after_an_interrupted_save(tmp_path: Path) -> None:
+        path = tmp_path / "s.jsonl"
+        s = session.create(path)
+        run = s.begin_run()
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGUSR1, interrupt)
+        try:
+            for n in itertools.count(1):
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=False) as fired:
+                    with contextlib.suppress(KeyboardInterrupt):
+                        run.save_checkpoint({"n": n})
+                run.record(Event("turn_start"))  # settles a line the interrupt left unaccounted
+                loaded = s.load_checkpoint()
+                latest = [r for r in records(path) if r.type == "checkpoint"]
+                if latest:
+                    assert loaded is not None, n
+                    assert (loaded.seq, loaded.snapshot) == (latest[-1].seq, latest[-1].data["snapshot"]), n
+                if not fired:
+                    break
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
+        s.close()
+
     @pytest.mark.parametrize("exit", ["KeyboardInterrupt", "close and exit"])
     def test_a_handler_that_raises_at_any_call_of_the_writer_leaves_a_closed_file(
         tmp_path: Path, exit: str
