@@ -2771,8 +2771,14 @@ def _duration(start: str, end: str) -> str:
 def _error_text(error: Any) -> str:
     if type(error) is dict and type(error.get("message")) is str:
         kind = error.get("type")
-        return f"{kind}: {error['message']}" if type(kind) is str else error["message"]
+        return f"{_in_line(kind)}: {error['message']}" if type(kind) is str else error["message"]
     return _json_text(error)
+
+
+def _in_line(value: Any) -> str:
+    """*value* for a place in a line of text: a string with its line breaks and controls
+    escaped (a name cannot start a line that looks like a record), anything else as JSON."""
+    return _for_terminal(value) if type(value) is str else _json_text(value)
 
 
 def _show_command(args: Any) -> int:
@@ -2862,7 +2868,7 @@ def _transcript(record: Record) -> str:
             out.append(f"  tools: {_json_text(value.get('tools'))}")
             out.append(f"  config: {_json_text(value.get('config'))}")
         else:
-            out.append(f"  {key}: {_json_text(value)}")
+            out.append(f"  {_in_line(key)}: {_json_text(value)}")
     return "\n".join(out) + "\n"
 
 
@@ -2871,7 +2877,7 @@ def _message_text(message: Any, label: str) -> List[str]:
     value = message.get("value") if type(message) is dict and "$type" in message else message
     if type(value) is not dict or type(value.get("content")) is not list:
         return [f"  {label}: {_json_text(message)}"]
-    role = value.get("role", "?")
+    role = _in_line(value.get("role", "?"))
     out = []
     for block in value["content"]:
         kind = block.get("type") if type(block) is dict else None
@@ -2879,8 +2885,8 @@ def _message_text(message: Any, label: str) -> List[str]:
             text = str(block.get("text", "")).replace("\n", "\n    ")
             out.append(f"  {role}: {text}")
         elif kind == "tool_call":
-            call = f"{block.get('name')}({_json_text(block.get('arguments'))})"
-            out.append(f"  {role} calls {call} id {block.get('id')}")
+            call = f"{_in_line(block.get('name'))}({_json_text(block.get('arguments'))})"
+            out.append(f"  {role} calls {call} id {_in_line(block.get('id'))}")
         else:
             out.append(f"  {role}: {_json_text(block)}")
     for key in ("stop_reason", "usage"):

@@ -3293,6 +3293,30 @@ def test_human_output_shows_terminal_controls_as_escapes(tmp_path: Path) -> None
     )
 
 
+def test_show_pretty_keeps_line_breaks_only_in_texts(tmp_path: Path) -> None:
+    """A line break in a role, a tool name, a call id, a key or an error type is shown as an
+    escape: only a record starts a line with '#'.  A text keeps its lines, indented."""
+    objs = envelope_lines(5)
+    message = {
+        "role": "user\n#90 forged",
+        "content": [
+            {"type": "text", "text": "line 1\nline 2"},
+            {"type": "tool_call", "name": "ls\n#91 forged", "id": "c\n#92 forged", "arguments": {}},
+        ],
+    }
+    objs[2]["data"] = {"message": message}
+    objs[3]["data"] = {"odd\n#93 key": 1, "error": {"type": "Boom\n#94 forged", "message": "a\nb"}}
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(dump(objs))
+    done = run_cli("show", "--pretty", str(path))
+    assert done.returncode == 0, done.stderr
+    heads = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
+    assert [line.split()[0] for line in heads] == ["#1", "#2", "#3", "#4", "#5"], done.stdout
+    assert "  user\\x0a#90 forged: line 1\n    line 2\n" in done.stdout
+    assert "  user\\x0a#90 forged calls ls\\x0a#91 forged({}) id c\\x0a#92 forged\n" in done.stdout
+    assert "  odd\\x0a#93 key: 1\n  error: Boom\\x0a#94 forged: a\n    b\n" in done.stdout
+
+
 def test_summary_quotes_the_show_commands_for_the_shell(tmp_path: Path) -> None:
     path = tmp_path / "my sessions" / "s.jsonl"
     path.parent.mkdir()
