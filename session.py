@@ -1401,8 +1401,9 @@ def create(
     The file is made with mode 0600 and must not exist (``FileExistsError``); its first line,
     ``session_start``, is synced with the directory entry before this returns.  One file
     that exists is started afresh: what a ``create`` cut short by a crash leaves, a regular
-    file holding only the start of a header or zeros (``open`` and ``repair`` refuse it:
-    "no complete line"); ``LockedError`` while another ``create`` writes it.  *codec*
+    file of this user's, private (0600), holding only the start of a header or zeros
+    (``open`` and ``repair`` refuse it: "no complete line"); ``LockedError`` while another
+    ``create`` writes it.  *codec*
     encodes messages and checkpoints (default: ``JSONCodec()``).  *redact*, if given, takes
     each event's and checkpoint's JSON-ready ``data`` just before it is encoded and returns
     what to write instead.  A line longer than *max_line_bytes* is refused
@@ -1428,6 +1429,9 @@ def create(
             os.close(fd)
             os.unlink(name)  # it is ours (O_EXCL) and holds nothing
             raise
+        if os.fstat(fd).st_size:  # one took it over, wrote and closed it before this lock
+            os.close(fd)
+            raise FileExistsError(errno.EEXIST, "another create has written it", name)
     session_id = _new_id()
     header = _header(session_id, _utc_text(None))
     try:
@@ -1457,9 +1461,10 @@ def _take_over_torn(name: str) -> Optional[int]:
     short, else ``None``.
 
     Such a file holds no complete line, so no record: nothing is lost by starting it again.
-    Only what a ``create`` writes qualifies (a regular file, no symlink, shorter than a
-    header, starting as one does or zeros, as some file systems leave after a power loss), so
-    that a mistyped path never empties a file that is not a session's.
+    Only what a ``create`` writes qualifies (a regular file, no symlink, private to this user
+    as ``create`` makes it, shorter than a header, starting as one does or zeros, as some file
+    systems leave after a power loss), so that a mistyped path never empties a file that is
+    not a session's, and no one else can have the file open to read what is recorded next.
     """
     try:
         fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY | getattr(os, "O_NOFOLLOW", 0))
@@ -1479,8 +1484,11 @@ def _take_over_torn(name: str) -> Optional[int]:
 
 
 def _is_torn_header(fd: int) -> bool:
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         return False
+    if sys.platform != "win32" and (info.st_uid != os.geteuid() or info.st_mode & 0o077):
+        return False  # not as this user's create makes it (0600): another may have it open
     raw = _read_at(fd, 0, _HEADER_BYTES)
     start = b'{"session_id":"'
     torn = raw.startswith(start) or start.startswith(raw) or not raw.strip(b"\0")

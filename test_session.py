@@ -1319,6 +1319,7 @@ def test_create_refuses_every_other_file_that_exists(tmp_path: Path, content: by
 def test_create_takes_over_no_torn_file_behind_a_symlink_or_a_lock(tmp_path: Path) -> None:
     target = tmp_path / "target"
     target.write_bytes(b'{"session_id":"')
+    target.chmod(0o600)  # as create makes it
     (tmp_path / "link.jsonl").symlink_to(target)
     with pytest.raises(FileExistsError):
         session.create(tmp_path / "link.jsonl")
@@ -1331,6 +1332,47 @@ def test_create_takes_over_no_torn_file_behind_a_symlink_or_a_lock(tmp_path: Pat
     finally:
         os.close(fd)
     assert target.read_bytes() == b'{"session_id":"'
+
+
+@pytest.mark.skipif(os.name != "posix", reason="owners and modes are POSIX")
+def test_create_takes_over_only_a_private_file_of_its_own_user(tmp_path: Path) -> None:
+    """An empty file another user made, or one others may read, is no create's torn file:
+    taking it over would record into a file someone else can have open."""
+    path = tmp_path / "s.jsonl"
+    path.touch(0o644)
+    path.chmod(0o644)
+    with pytest.raises(FileExistsError):
+        session.create(path)
+    assert path.stat().st_mode & 0o777 == 0o644
+    if os.geteuid() == 0:  # only root can give a file away: then to nobody
+        path.chmod(0o600)
+        os.chown(path, 65534, 65534)
+        with pytest.raises(FileExistsError):
+            session.create(path)
+        os.chown(path, 0, 0)
+    path.chmod(0o600)
+    session.create(path).close()
+    assert path.stat().st_mode & 0o777 == 0o600 and len(records(path)) == 1
+
+
+def test_create_never_writes_after_another_create_that_took_its_file_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between this create's O_EXCL open and its lock, another create takes the empty file
+    over, writes its session and closes it: this one must not append a second header."""
+    path = tmp_path / "s.jsonl"
+    lock = session._lock
+
+    def take_over_first(fd: int, name: str) -> None:
+        monkeypatch.setattr(session, "_lock", lock)
+        with session.create(path) as other, other.begin_run() as run:  # a second process's
+            run.record(Event("turn_start"))
+        lock(fd, name)
+
+    monkeypatch.setattr(session, "_lock", take_over_first)
+    with pytest.raises(FileExistsError):
+        session.create(path)
+    assert [r.type for r in records(path)] == ["session_start", "run_start", "turn_start", "run_close"]
 
 
 # ---------------------------------------------------------------------------- faults
