@@ -2913,13 +2913,13 @@ def _json_text(value: Any, indent: Optional[int] = None) -> str:
 def _checkpoint_command(args: Any) -> int:
     tally = _Tally()
     try:
-        result = _read_file(args.file, args.max_line_bytes, tally)
-        at = tally.latest_checkpoint(result)
-        if at is None:
-            _print_error(f"{args.file}: no checkpoint in {result.records} records")
-            return 1
-        with builtins.open(args.file, "rb") as f:
-            f.seek(at.offset)
+        with builtins.open(args.file, "rb", _READ_BUFFER) as f:  # opened once: a FIFO too
+            result = _read_file(args.file, args.max_line_bytes, tally, f)
+            at = tally.latest_checkpoint(result)
+            if at is None:
+                _print_error(f"{args.file}: no checkpoint in {result.records} records")
+                return 1
+            f.seek(at.offset)  # a pipe: "not seekable", where a second open would wait for a writer
             snapshot = _snapshot_of(f.read(at.end - at.offset), args.file, at)
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, False)

@@ -3524,6 +3524,23 @@ def test_a_dash_reads_standard_input(tmp_path: Path) -> None:
     assert torn.returncode == 1 and torn.stderr.startswith(b"-:")
 
 
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs are POSIX")
+def test_every_command_reads_a_fifo_once_and_never_waits_for_a_second_writer(tmp_path: Path) -> None:
+    blob = sample_file(tmp_path / "s.jsonl").read_bytes()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for command in ("validate", "summary", "show", "checkpoint"):
+        writer = threading.Thread(target=fifo.write_bytes, args=(blob,), daemon=True)
+        writer.start()  # one writer, as a pipe from another program
+        done = run_cli(command, str(fifo))  # before the fix, checkpoint opened it again and waited
+        writer.join(60)
+        assert not writer.is_alive(), command
+        if command == "checkpoint":  # the snapshot is found, and then cannot be read back
+            assert done.returncode == 1 and done.stderr == f"{fifo}: File or stream is not seekable.\n"
+        else:
+            assert done.returncode == 0 and done.stdout, (command, done.stderr)
+
+
 def test_the_installed_script_names_itself(tmp_path: Path) -> None:
     script = tmp_path / "bin" / "session-jsonl"
     script.parent.mkdir()
