@@ -2564,7 +2564,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     prog = (
         "python -m session" if argv is not None or __name__ == "__main__" else os.path.basename(sys.argv[0])
     )
-    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n", 1)[0])
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> typing.NoReturn:  # it quotes arguments: "-\x1b[2J.jsonl"
+            super().error(_for_terminal(message))
+
+    parser = Parser(prog=prog, description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--version", action="version", version=f"session.py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True

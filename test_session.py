@@ -3359,6 +3359,14 @@ def test_show_pretty_keeps_line_breaks_only_in_texts(tmp_path: Path) -> None:
     assert "  odd\\x0a#93 key: 1\n  error: Boom\\x0a#94 forged: a\n    b\n" in done.stdout
 
 
+def test_usage_errors_show_the_arguments_they_quote_escaped(tmp_path: Path) -> None:
+    """validate *.jsonl where a file is named like an option: argparse quotes it raw."""
+    for args in (["validate", "a.jsonl", f"-{HOSTILE}.jsonl"], ["show", "a.jsonl", f"--{HOSTILE}"]):
+        done = run_cli(*args)
+        assert done.returncode == 2 and not UNSAFE.search(done.stderr.rstrip("\n")), done.stderr
+        assert done.stderr.endswith(f"unrecognized arguments: {args[-1].replace(HOSTILE, SHOWN)}\n")
+
+
 def test_summary_quotes_the_show_commands_for_the_shell(tmp_path: Path) -> None:
     path = tmp_path / "my sessions" / "s.jsonl"
     path.parent.mkdir()
