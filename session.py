@@ -15,7 +15,9 @@ validate FILE`` checks a file against the format.
 
 from __future__ import annotations
 
+import base64
 import builtins
+import codecs
 import contextlib
 import dataclasses
 import errno
@@ -31,7 +33,7 @@ import types
 import typing
 import warnings
 import weakref
-from _thread import RLock  # threading.RLock, without importing threading
+from _thread import RLock, allocate_lock, start_new_thread  # threading's, without importing it
 from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import (
@@ -41,8 +43,10 @@ from typing import (
     Deque,
     Dict,
     FrozenSet,
+    Iterable,
     Iterator,
     List,
+    Literal,
     NamedTuple,
     Optional,
     Protocol,
@@ -50,6 +54,7 @@ from typing import (
     Set,
     TextIO,
     Tuple,
+    TypedDict,
     Union,
 )
 
@@ -77,12 +82,30 @@ __all__ = [
     "Summary",
     "RunInfo",
     "Gap",
+    "export",
     "Checkpoint",
     "EventData",
     "Codec",
     "JSONCodec",
     "TypeSpec",
     "Message",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolCall",
+    "ToolCallBlock",
+    "ImageData",
+    "ImageBlock",
+    "ToolReferenceBlock",
+    "ContentBlock",
+    "Usage",
+    "Cost",
+    "STOP_REASONS",
+    "text_block",
+    "thinking_block",
+    "tool_call_block",
+    "image_block",
+    "tool_reference_block",
+    "tool_result",
     "AgentState",
     "AgentSnapshot",
     "SessionError",
@@ -103,7 +126,15 @@ _FORMAT_VERSION = 1
 _MAX_LINE_BYTES = 256 << 20  # 256 MiB: far above any real record, far below a DoS
 _READ_BUFFER = 1 << 20  # readline on 32 KB lines is 3x faster than with the default 8 KB
 _RESERVED = frozenset({"session_start", "run_start", "run_close", "checkpoint"})
-_CREDENTIAL_KEY = re.compile("api_key|apikey|authorization|password|secret|access_token", re.I)
+# Names of credentials, matched against a key folded to lowercase letters and digits (so that
+# X-Api-Key, x_api_key and XApiKey are one name): the headers and fields AI providers,
+# clouds and OAuth use for keys, tokens, cookies and passwords.
+_CREDENTIAL_KEY = re.compile(
+    "apikey|apitoken|authorization|authkey|authtoken|accesskey|accesstoken|refreshtoken|idtoken$"
+    "|sessiontoken|securitytoken|subscriptionkey|privatekey|secret|pass(?:word|wd|phrase)|cookie"
+    "|credential|^(?:auth|bearer|key|token)$"
+)
+_NOT_ALNUM = re.compile("[^0-9a-z]")
 
 # ---------------------------------------------------------------------------- errors
 
@@ -254,8 +285,9 @@ class Event:
 
     *timestamp* is an aware ``datetime`` (``None``: now, at ``record``).  *message* and
     *partial_message* are codec values; *args*, *result*, *details* and *preview* are JSON
-    values or ``RawJSON``; *error* is an exception or a string.  *state* and *delta* let a host
-    pass whole kernel events; they are never written.
+    values or ``RawJSON``; *error* is an exception, a string or a dict ``{"message": str,
+    "type": str}`` (``type`` optional).  *state* and *delta* let a host pass whole kernel
+    events; they are never written.
     """
 
     type: str
@@ -595,18 +627,245 @@ class TypeSpec:
             )
 
 
+class TextBlock(TypedDict):
+    """A text block: ``{"type": "text", "text": "..."}``; built by ``text_block``."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ThinkingBlock(TypedDict):
+    """The model's reasoning: ``{"type": "thinking", "thinking": "..."}``."""
+
+    type: Literal["thinking"]
+    thinking: str
+
+
+class ToolCall(TypedDict, total=False):
+    """One tool call inside a ``ToolCallBlock``.  *id*, *name* and *args* are always written;
+    *args* is the JSON value the model sent (a ``RawJSON`` keeps its text as sent).  When the
+    model's arguments did not parse, *args* is ``{}``, *args_invalid* is true and
+    *args_raw_text* holds the text.  *thought_signature* is an opaque provider signature to
+    replay verbatim."""
+
+    id: str
+    name: str
+    args: Any
+    args_invalid: bool
+    args_raw_text: str
+    args_parse_error: str
+    thought_signature: str
+
+
+class ToolCallBlock(TypedDict):
+    """``{"type": "toolCall", "tool_call": {...}}``; built by ``tool_call_block``."""
+
+    type: Literal["toolCall"]
+    tool_call: ToolCall
+
+
+class ImageData(TypedDict, total=False):
+    """An image as base64 *data* with its *mime_type*, or as a *url*."""
+
+    data: str
+    url: str
+    mime_type: str
+
+
+class ImageBlock(TypedDict):
+    """``{"type": "image", "image": {...}}``; built by ``image_block``."""
+
+    type: Literal["image"]
+    image: ImageData
+
+
+class ToolReferenceBlock(TypedDict):
+    """A reference to a tool by name: ``{"type": "tool_reference", "tool_name": "..."}``."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
+ContentBlock = Union[TextBlock, ThinkingBlock, ToolCallBlock, ImageBlock, ToolReferenceBlock]
+
+
+class Cost(TypedDict, total=False):
+    """What a model call cost, in USD."""
+
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+    total: float
+
+
+class Usage(TypedDict, total=False):
+    """A model call's token counts (integers that fit in 64 bits), for ``Message.usage``.
+    Any subset of the keys is valid; Go reads a missing count as 0."""
+
+    provider: str
+    model: str
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    total_tokens: int
+    cost: Cost
+
+
+STOP_REASONS = ("stop", "length", "toolUse", "error", "safety", "aborted")
+"""The values of ``Message.stop_reason`` besides ``""`` (none given)."""
+
+
+def text_block(text: str) -> TextBlock:
+    """A text block holding *text*."""
+    _require(text, str, "text")
+    return {"type": "text", "text": text}
+
+
+def thinking_block(thinking: str) -> ThinkingBlock:
+    """A block holding the model's reasoning, *thinking*."""
+    _require(thinking, str, "thinking")
+    return {"type": "thinking", "thinking": thinking}
+
+
+def tool_call_block(
+    id: str,  # noqa: A002 - agentgo's field name
+    name: str,
+    args: Any,
+    *,
+    args_invalid: bool = False,
+    args_raw_text: str = "",
+    args_parse_error: str = "",
+    thought_signature: str = "",
+) -> ToolCallBlock:
+    """A block for the call *id* of the tool *name* with the arguments *args*.
+
+    *args* is a JSON value (usually a dict), or the model's JSON text as a ``str`` or
+    ``RawJSON``, written exactly as sent.  When the model's text did not parse, pass
+    ``args_invalid=True``, the text as *args_raw_text* (and the parser's message as
+    *args_parse_error*); *args* must then be ``{}`` or ``None``.  *thought_signature* is an
+    opaque provider signature replayed verbatim.
+    """
+    _require(id, str, "id")
+    _require(name, str, "name")
+    _require(args_invalid, bool, "args_invalid")
+    for key, text in (("args_raw_text", args_raw_text), ("args_parse_error", args_parse_error)):
+        _require(text, str, key)
+    _require(thought_signature, str, "thought_signature")
+    if not name:
+        raise ValueError("a tool call needs the tool's name")
+    if args_invalid:
+        if args is not None and args != {}:
+            raise ValueError("args must be {} when args_invalid is set (give the text as args_raw_text)")
+        args = {}
+    elif args_raw_text or args_parse_error:
+        raise ValueError("args_raw_text and args_parse_error go with args_invalid=True")
+    elif isinstance(args, str):
+        args = RawJSON(args)
+    call: ToolCall = {"id": id, "name": name, "args": _tool_args(args)}
+    if args_invalid:
+        call["args_invalid"] = True
+    if args_raw_text:
+        call["args_raw_text"] = args_raw_text
+    if args_parse_error:
+        call["args_parse_error"] = args_parse_error
+    if thought_signature:
+        call["thought_signature"] = thought_signature
+    return {"type": "toolCall", "tool_call": call}
+
+
+def image_block(*, data: Union[bytes, str, None] = None, mime_type: str = "", url: str = "") -> ImageBlock:
+    """An image: *data* (bytes, or their base64 text) with its *mime_type*, or a *url*.
+    Exactly one of *data* and *url*."""
+    _require(mime_type, str, "mime_type")
+    _require(url, str, "url")
+    if (data is None) == (not url):
+        raise ValueError("give exactly one of data and url")
+    image: ImageData = {}
+    if data is not None:
+        if not mime_type:
+            raise ValueError("image data needs its mime_type")
+        image["data"] = _base64_text(data)
+    else:
+        image["url"] = url
+    if mime_type:
+        image["mime_type"] = mime_type
+    return {"type": "image", "image": image}
+
+
+def _base64_text(data: Union[bytes, str]) -> str:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return base64.b64encode(data).decode("ascii")
+    _require(data, str, "data")
+    try:
+        base64.b64decode(data, validate=True)
+    except ValueError:  # binascii.Error is one
+        raise ValueError("image data given as str must be base64 text") from None
+    return data
+
+
+def tool_reference_block(tool_name: str) -> ToolReferenceBlock:
+    """A block that refers to the tool *tool_name*."""
+    _require(tool_name, str, "tool_name")
+    if not tool_name:
+        raise ValueError("a tool reference needs the tool's name")
+    return {"type": "tool_reference", "tool_name": tool_name}
+
+
+def tool_result(
+    tool_call_id: str,
+    content: Union[str, Sequence[ContentBlock]],
+    *,
+    is_error: bool = False,
+    timestamp: Optional[datetime] = None,
+) -> Message:
+    """The ``tool``-role message answering the call *tool_call_id*.
+
+    *content* is the result's text or a list of blocks; *is_error* marks a failed call
+    (``metadata["is_error"]``, written only when true); *timestamp* defaults to now.
+    """
+    _require(tool_call_id, str, "tool_call_id")
+    if not tool_call_id:
+        raise ValueError("a tool result needs the id of the call it answers")
+    _require(is_error, bool, "is_error")
+    blocks: List[ContentBlock] = [text_block(content)] if isinstance(content, str) else list(content)
+    metadata: Dict[str, Any] = {"tool_call_id": tool_call_id}
+    if is_error:
+        metadata["is_error"] = True
+    return Message("tool", blocks, metadata=metadata, timestamp=timestamp or _now())
+
+
+def _tool_args(args: Any) -> Any:
+    """*args* checked to be one JSON value (a ``RawJSON``'s text included)."""
+    if type(args) is RawJSON:
+        _compact(args)
+    else:
+        _dumps(args)
+    return args
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 @dataclasses.dataclass
 class Message:
-    """A conversation message (``agentgo.message.v1``): *content* is a list of block dicts
-    such as ``{"type": "text", "text": "hi"}``; *usage* a dict such as ``{"input": 10,
-    "output": 5, "total_tokens": 15}``."""
+    """A conversation message (``agentgo.message.v1``).
+
+    *role* is ``user``, ``assistant``, ``system`` or ``tool``; *content* a list of blocks
+    (``text_block`` and its siblings build them); *stop_reason* one of ``STOP_REASONS`` or
+    ``""``; *usage* a ``Usage`` dict; *metadata* free-form JSON (a tool result's
+    ``tool_call_id``: see ``tool_result``); *timestamp* when the message was made (default
+    now, in UTC; ``None`` stands for Go's zero time).
+    """
 
     role: str
-    content: List[Any]
+    content: Optional[List[ContentBlock]]
     stop_reason: str = ""
-    usage: Optional[Dict[str, Any]] = None
+    usage: Optional[Usage] = None
     metadata: Optional[Dict[str, Any]] = None
-    timestamp: Optional[datetime] = None
+    timestamp: Optional[datetime] = dataclasses.field(default_factory=_now)
 
 
 @dataclasses.dataclass
@@ -656,6 +915,8 @@ class _Kind(NamedTuple):
     datetimes: FrozenSet[str]  # those of *fields* annotated as datetime
     encode: Optional[Callable[[Any], Any]]
     decode: Optional[Callable[[Any], Any]]
+    write: Optional[Callable[[JSONCodec, Any], Any]] = None  # agentgo's types: checked shapes
+    read: Optional[Callable[[JSONCodec, Dict[str, Any]], Any]] = None
 
 
 _DATETIME_ANNOTATION = re.compile(
@@ -686,11 +947,36 @@ def _kind_of(spec: TypeSpec) -> _Kind:
     except Exception:  # noqa: BLE001 - e.g. "datetime | None" on Python 3.9: read the text
         hints = {}
     datetimes = frozenset(f.name for f in fields if _is_datetime(hints.get(f.name, f.type)))
-    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None)
+    write, read = _AGENTGO_SHAPES.get(spec.cls, (None, None))
+    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None, write, read)
 
 
 def _path_step(key: str) -> str:
     return f".{key}" if key.isidentifier() else f"[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _on_fresh_stack(function: Callable[[Any], Any], arg: Any) -> Any:
+    """``function(arg)`` on a new thread, whose recursion count starts at zero: what the
+    writer nested as deep as the recursion limit let it, the reader unnests, however deep
+    its caller is.  A bare ``_thread`` adds no frames of its own (``threading`` adds three)."""
+    outcome: List[Tuple[bool, Any]] = []
+    done = allocate_lock()
+    done.acquire()
+
+    def run() -> None:
+        try:
+            outcome.append((True, function(arg)))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.release()
+
+    start_new_thread(run, ())
+    with done:
+        ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
 
 
 class JSONCodec:
@@ -720,7 +1006,8 @@ class JSONCodec:
 
     def encode(self, value: Any) -> Any:
         """Return *value* as a JSON value (``dict``, ``list``, ``str``, ``int``, ``float``,
-        ``bool`` or ``None``); ``CodecError`` names what cannot be encoded and where."""
+        ``bool`` or ``None``; a tool call's ``RawJSON`` args stay as they are, to be written
+        as sent); ``CodecError`` names what cannot be encoded and where."""
         try:
             return self._encode(value)
         except _CodecFault as fault:
@@ -730,9 +1017,13 @@ class JSONCodec:
 
     def decode(self, value: Any) -> Any:
         """Rebuild what ``encode`` produced *value* from; ``CodecError`` for an unknown type
-        id or a value its class rejects."""
+        id or a value its class rejects.  Whatever ``encode`` took, this gives back, however
+        deep the caller's stack."""
         try:
-            return self._decode(value)
+            try:
+                return self._decode(value)
+            except RecursionError:  # deeper than the caller's stack allows
+                return _on_fresh_stack(self._decode, value)
         except _CodecFault as fault:
             raise fault.error() from fault.__cause__
         except RecursionError:
@@ -803,6 +1094,8 @@ class JSONCodec:
         return items if out is None else out  # type: ignore[return-value]
 
     def _encode_object(self, kind: _Kind, obj: Any) -> Any:
+        if kind.write is not None:
+            return kind.write(self, obj)
         if kind.encode is not None:
             try:
                 plain = kind.encode(obj)
@@ -823,38 +1116,35 @@ class JSONCodec:
                     raise
         return out
 
+    # One frame per level of nesting, as _encode_dict spends: what encodes, decodes.
     def _decode(self, value: Any) -> Any:
         t = type(value)
         if t is dict:
             if "$type" in value and "value" in value:
                 return self._decode_tagged(value)
             if len(value) == 1 and "$object" in value:
-                inner = value["$object"]
-                if type(inner) is not dict:
+                value = value["$object"]
+                if type(value) is not dict:
                     raise _CodecFault("$object must wrap an object")
-                return self._decode_dict(inner)
-            return self._decode_dict(value)
-        if t is list:
-            out: List[Any] = []
+            out: Dict[str, Any] = {}
+            key = ""
             try:
-                for item in value:
-                    out.append(self._decode(item))
+                for key, item in value.items():
+                    out[key] = self._decode(item) if type(item) is dict or type(item) is list else item
             except _CodecFault as fault:
-                fault.steps.append(f"[{len(out)}]")
+                fault.steps.append(_path_step(key))
                 raise
             return out
+        if t is list:
+            items: List[Any] = []
+            try:
+                for item in value:
+                    items.append(self._decode(item))
+            except _CodecFault as fault:
+                fault.steps.append(f"[{len(items)}]")
+                raise
+            return items
         return value
-
-    def _decode_dict(self, items: Dict[str, Any]) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        key = ""
-        try:
-            for key, item in items.items():
-                out[key] = self._decode(item) if type(item) is dict or type(item) is list else item
-        except _CodecFault as fault:
-            fault.steps.append(_path_step(key))
-            raise
-        return out
 
     def _decode_tagged(self, tagged: Dict[str, Any]) -> Any:
         type_id = tagged["$type"]
@@ -870,6 +1160,8 @@ class JSONCodec:
                 raise _CodecFault(f"{type_id} decode function failed: {exc!r}") from exc
         if type(value) is not dict:
             raise _CodecFault(f"{type_id} value must be an object")
+        if kind.read is not None:
+            return kind.read(self, value)
         fields = {}
         for name in kind.fields:
             if name in value:
@@ -888,13 +1180,17 @@ class JSONCodec:
 
 
 def _rfc3339(moment: datetime) -> str:
-    """RFC 3339 with microseconds and the value's own offset (``Z`` for UTC)."""
+    """RFC 3339 with microseconds and the value's own offset (``Z`` for UTC).  An offset
+    RFC 3339 cannot write (seconds, as in zoneinfo's local mean times before 1900) is not
+    rounded: the moment is written in UTC."""
     offset = moment.utcoffset()
     if offset is None:
         raise _CodecFault("naive datetime (give it a timezone)")
+    if offset % timedelta(minutes=1):
+        return _clock(moment - offset) + "Z"
     if not offset:
         return _clock(moment) + "Z"
-    minutes = int(offset.total_seconds()) // 60
+    minutes = offset // timedelta(minutes=1)
     return "%s%s%02d:%02d" % (_clock(moment), "-" if minutes < 0 else "+", *divmod(abs(minutes), 60))  # noqa: UP031
 
 
@@ -931,6 +1227,284 @@ def _parse_rfc3339(text: str) -> datetime:
         return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, zone)
     except ValueError as exc:
         raise _CodecFault(f"invalid RFC 3339 time {text!r}: {exc}") from None
+
+
+# agentgo's Go codec ignores the keys it does not know and reads a missing one as zero, so a
+# wrong shape would arrive empty, silently: its types are checked here on the way out.
+# Reading stays lenient (JSON in, JSON out), so that files from older writers stay readable.
+
+_BLOCK_PAYLOADS = {
+    "text": "text",
+    "thinking": "thinking",
+    "toolCall": "tool_call",
+    "image": "image",
+    "tool_reference": "tool_name",
+}
+_TOOL_CALL_TEXTS = frozenset({"id", "name", "args_raw_text", "args_parse_error", "thought_signature"})
+_IMAGE_KEYS = frozenset({"data", "url", "mime_type"})
+_USAGE_COUNTS = frozenset({"input", "output", "cache_read", "cache_write", "total_tokens"})
+_COST_KEYS = frozenset({"input", "output", "cache_read", "cache_write", "total"})
+_PROGRESS_FLAGS = frozenset({"active", "next_turn"})
+_PROGRESS_COUNTS = frozenset({"completed_turns", "length_recoveries", "tool_calls", "tool_errors"})
+_INT64 = range(-(1 << 63), 1 << 63)  # Go's int; `in` on a range is arithmetic
+_GO_ZERO_TIME = "0001-01-01T00:00:00Z"  # what Go writes for a time never set: None here
+
+
+def _fault(reason: str, *steps: str) -> _CodecFault:
+    """A fault at *steps*, outermost first."""
+    fault = _CodecFault(reason)
+    fault.steps.extend(reversed(steps))
+    return fault
+
+
+def _key_step(key: Any) -> str:
+    return _path_step(key) if type(key) is str else f"[{key!r}]"
+
+
+def _encode_at(codec: JSONCodec, value: Any, step: str) -> Any:
+    return _at_step(codec._encode, value, step)
+
+
+def _at_step(convert: Callable[[Any], Any], value: Any, step: str) -> Any:
+    """*convert(value)*, a fault in it placed at *step*."""
+    try:
+        return convert(value)
+    except _CodecFault as fault:
+        fault.steps.append(step)
+        raise
+
+
+def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
+    if type(message.role) is not str:
+        raise _fault(f"role must be a string, not {type(message.role).__name__}", ".role")
+    out: Dict[str, Any] = {"role": message.role, "content": _write_content(message.content)}
+    stop_reason = message.stop_reason
+    if stop_reason:
+        if stop_reason not in STOP_REASONS:
+            raise _fault(
+                f"stop reason {stop_reason!r} is not one of {', '.join(STOP_REASONS)}", ".stop_reason"
+            )
+        out["stop_reason"] = stop_reason
+    elif stop_reason != "":
+        raise _fault(f"stop_reason must be a string, not {type(stop_reason).__name__}", ".stop_reason")
+    if message.usage is not None:
+        out["usage"] = _checked_usage(message.usage, ".usage")
+    if message.metadata is not None:
+        if type(message.metadata) is not dict:
+            raise _fault(f"metadata must be an object, not {type(message.metadata).__name__}", ".metadata")
+        out["metadata"] = _encode_at(codec, message.metadata, ".metadata")
+    moment = message.timestamp
+    if moment is not None and type(moment) is not datetime:
+        raise _fault(f"timestamp must be a datetime, not {type(moment).__name__}", ".timestamp")
+    out["timestamp"] = _GO_ZERO_TIME if moment is None else _encode_at(codec, moment, ".timestamp")
+    return out
+
+
+def _write_content(content: Any) -> Any:
+    """*content*, checked: blocks are written as they are (``None`` is Go's nil list)."""
+    if content is None:
+        return None
+    if type(content) is not list and type(content) is not tuple:
+        raise _fault(f"content must be a list of blocks, not {type(content).__name__}", ".content")
+    for index, block in enumerate(content):
+        try:
+            _check_block(block)
+        except _CodecFault as fault:
+            fault.steps.append(f".content[{index}]")
+            raise
+    return content
+
+
+def _check_block(block: Any) -> None:
+    if type(block) is not dict:
+        raise _fault(f"a content block must be an object, not {type(block).__name__}")
+    kind = block.get("type")
+    payload = _BLOCK_PAYLOADS.get(kind) if type(kind) is str else None
+    if payload is None:
+        raise _fault(f"unknown block type {kind!r} (agentgo's: {', '.join(_BLOCK_PAYLOADS)})", ".type")
+    for key, value in block.items():
+        if key == payload:
+            if kind == "toolCall":
+                _check_tool_call(value)
+            elif kind == "image":
+                _check_strings(value, _IMAGE_KEYS, "an image", ".image")
+            elif type(value) is not str:
+                raise _fault(f"{key} must be a string, not {type(value).__name__}", _path_step(key))
+        elif key != "type":
+            raise _fault(f"key {key!r} does not belong in a {kind} block", _key_step(key))
+    if payload not in block and (kind == "toolCall" or kind == "image"):
+        raise _fault(f"a {kind} block needs its {payload}", f".{payload}")
+
+
+def _check_tool_call(call: Any) -> None:
+    if type(call) is not dict:
+        raise _fault(f"tool_call must be an object, not {type(call).__name__}", ".tool_call")
+    for key, value in call.items():
+        if key == "args":
+            try:
+                _tool_args(value)
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise _fault(f"args are not one JSON value: {exc}", ".tool_call.args") from None
+        elif key == "args_invalid":
+            if type(value) is not bool:
+                raise _fault(
+                    f"args_invalid must be a boolean, not {type(value).__name__}", ".tool_call.args_invalid"
+                )
+        elif key in _TOOL_CALL_TEXTS:
+            if type(value) is not str:
+                raise _fault(f"{key} must be a string, not {type(value).__name__}", f".tool_call.{key}")
+        else:
+            raise _fault(f"key {key!r} is not a tool call's", ".tool_call", _key_step(key))
+
+
+def _check_strings(obj: Any, keys: FrozenSet[str], what: str, step: str) -> None:
+    if type(obj) is not dict:
+        raise _fault(f"{step[1:]} must be an object, not {type(obj).__name__}", step)
+    for key, value in obj.items():
+        if key not in keys:
+            raise _fault(f"key {key!r} is not {what}'s", step, _key_step(key))
+        if type(value) is not str:
+            raise _fault(f"{key} must be a string, not {type(value).__name__}", step, _path_step(key))
+
+
+def _checked_usage(usage: Any, step: str) -> Any:
+    """*usage* as written: any of agentgo's keys, token counts that fit Go's int."""
+    if type(usage) is not dict:
+        raise _fault(f"usage must be an object, not {type(usage).__name__}", step)
+    for key, value in usage.items():
+        if key in _USAGE_COUNTS:
+            _check_count(value, step, key)
+        elif key == "provider" or key == "model":
+            if type(value) is not str:
+                raise _fault(f"{key} must be a string, not {type(value).__name__}", step, f".{key}")
+        elif key == "cost":
+            _check_cost(value, f"{step}.cost")
+        else:
+            raise _fault(f"key {key!r} is not agentgo's usage (Go would drop it)", step, _key_step(key))
+    return usage
+
+
+def _check_count(value: Any, step: str, key: str) -> None:
+    if type(value) is not int:
+        raise _fault(f"{key} must be an integer, not {type(value).__name__}", step, f".{key}")
+    if value not in _INT64:
+        raise _fault(f"{key} {value} does not fit in 64 bits", step, f".{key}")
+
+
+def _check_cost(cost: Any, step: str) -> None:
+    if type(cost) is not dict:
+        raise _fault(f"cost must be an object, not {type(cost).__name__}", step)
+    for key, value in cost.items():
+        if key not in _COST_KEYS:
+            raise _fault(f"key {key!r} is not agentgo's cost (Go would drop it)", step, _key_step(key))
+        if type(value) is not float and type(value) is not int:
+            raise _fault(f"{key} must be a number, not {type(value).__name__}", step, f".{key}")
+        if not math.isfinite(value):
+            raise _fault(f"non-finite float {value!r}", step, f".{key}")
+
+
+def _read_message(codec: JSONCodec, value: Dict[str, Any]) -> Message:
+    fields: Dict[str, Any] = {
+        name: codec._decode(value[name])
+        for name in ("role", "stop_reason", "usage", "metadata")
+        if name in value
+    }
+    fields["content"] = _read_content(codec, value.get("content"))
+    moment = value.get("timestamp")
+    if moment is None or moment == _GO_ZERO_TIME:
+        fields["timestamp"] = None
+    elif type(moment) is str:
+        fields["timestamp"] = _at_step(_parse_rfc3339, moment, ".timestamp")
+    else:
+        raise _fault("timestamp must be an RFC 3339 string", ".timestamp")
+    try:
+        return Message(**fields)
+    except TypeError as exc:
+        raise _CodecFault(f"agentgo.message.v1: Message rejects its fields: {exc!r}") from exc
+
+
+def _read_content(codec: JSONCodec, content: Any) -> Any:
+    """Blocks as written, except that a tool call's args are raw JSON, never unescaped."""
+    if type(content) is not list:
+        return codec._decode(content)
+    out = []
+    for block in content:
+        call = block.get("tool_call") if type(block) is dict and block.get("type") == "toolCall" else None
+        if type(call) is dict and "args" in call:
+            decoded = codec._decode({**block, "tool_call": {**call, "args": None}})
+            decoded["tool_call"]["args"] = call["args"]
+            out.append(decoded)
+        else:
+            out.append(codec._decode(block))
+    return out
+
+
+def _write_messages(codec: JSONCodec, items: Any, step: str) -> Any:
+    """*items* each encoded as a tagged value: Go reads these lists as ``AgentMessage``."""
+    if items is None:
+        return None
+    if type(items) is not list and type(items) is not tuple:
+        raise _fault(f"{step[1:]} must be a list, not {type(items).__name__}", step)
+    out = []
+    for index, item in enumerate(items):
+        if type(item) not in codec._by_class:
+            need = "a tagged value (a Message or a registered type)"
+            raise _fault(f"a plain {type(item).__name__} where agentgo needs {need}", step, f"[{index}]")
+        out.append(_encode_at(codec, item, f"{step}[{index}]"))
+    return out
+
+
+def _write_state(codec: JSONCodec, state: AgentState) -> Dict[str, Any]:
+    out = {"messages": _write_messages(codec, state.messages, ".messages")}
+    if state.artifacts:
+        out["artifacts"] = _write_messages(codec, state.artifacts, ".artifacts")
+    if state.total_usage is not None:
+        out["total_usage"] = _checked_usage(state.total_usage, ".total_usage")
+    if state.progress is not None:
+        out["progress"] = _write_progress(codec, state.progress)
+    return out
+
+
+def _write_progress(codec: JSONCodec, progress: Any) -> Dict[str, Any]:
+    if type(progress) is not dict:
+        raise _fault(f"progress must be an object, not {type(progress).__name__}", ".progress")
+    out = dict(progress)
+    for key, value in progress.items():
+        if key in _PROGRESS_COUNTS:
+            _check_count(value, ".progress", key)
+        elif key in _PROGRESS_FLAGS:
+            if type(value) is not bool:
+                raise _fault(f"{key} must be a boolean, not {type(value).__name__}", ".progress", f".{key}")
+        elif key == "consecutive_tool_errors":
+            if type(value) is not dict:
+                raise _fault(f"{key} must be an object, not {type(value).__name__}", ".progress", f".{key}")
+            for tool, count in value.items():
+                _check_count(count, f".progress.{key}", tool)
+        elif key == "pending_messages":
+            out[key] = _write_messages(codec, value, ".progress.pending_messages")
+        else:
+            raise _fault(
+                f"key {key!r} is not agentgo's run progress (Go would drop it)", ".progress", _key_step(key)
+            )
+    return out
+
+
+def _write_snapshot(codec: JSONCodec, snapshot: AgentSnapshot) -> Dict[str, Any]:
+    if type(snapshot.state) is not AgentState:
+        raise _fault(f"state must be an AgentState, not {type(snapshot.state).__name__}", ".state")
+    out = {"state": _encode_at(codec, snapshot.state, ".state")}
+    if snapshot.steering_queue:
+        out["steering_queue"] = _write_messages(codec, snapshot.steering_queue, ".steering_queue")
+    if snapshot.follow_up_queue:
+        out["follow_up_queue"] = _write_messages(codec, snapshot.follow_up_queue, ".follow_up_queue")
+    return out
+
+
+_AGENTGO_SHAPES: Dict[type, Tuple[Any, Any]] = {
+    Message: (_write_message, _read_message),
+    AgentState: (_write_state, None),
+    AgentSnapshot: (_write_snapshot, None),
+}
 
 
 _DEFAULT_CODEC = JSONCodec()
@@ -1018,6 +1592,28 @@ def _compact(raw: RawJSON) -> str:
     return _JSON_STRING_OR_SPACE.sub(r"\1", text)
 
 
+_INT_DIGITS = 4300  # int_max_str_digits' default: a reader refuses longer integers
+_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_STRING_OR_LONG_INT = re.compile(
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+-])-?[0-9]{%d,}(?![0-9.eE])' % (_INT_DIGITS + 1)
+)
+
+
+def _long_integer(text: str) -> int:
+    """The digit count of the first integer in JSON *text* too long for a reader with the
+    default ``int_max_str_digits``; 0 when there is none."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if 0 < limit <= _INT_DIGITS or len(text) <= _INT_DIGITS:
+        return 0  # this Python refused to write such an integer already
+    line = text.encode("utf-8", "surrogatepass")
+    if b"0" * (_INT_DIGITS + 1) not in line.translate(_DIGITS_AS_ZEROS):
+        return 0
+    for match in _STRING_OR_LONG_INT.finditer(line):  # digits inside strings do not count
+        if match.group()[:1] != b'"':
+            return len(match.group().lstrip(b"-"))
+    return 0
+
+
 def _escaped_utf8(text: str) -> bytes:
     """JSON *text* as UTF-8, its lone surrogates written as ``\\udXXX`` escapes."""
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
@@ -1085,6 +1681,14 @@ def _put_execution(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> 
 def _put_error(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
     if isinstance(value, BaseException):
         data[key] = {"message": str(value), "type": type(value).__name__}
+    elif type(value) is dict:  # an error handed over as data, as EventData reads it back
+        if not value.keys() <= {"message", "type"} or type(value.get("message")) is not str:
+            raise ValueError(f'{key} as a dict is {{"message": str, "type": str}}, not {value!r}')
+        _require(value.get("type", ""), str, f"{key}.type")
+        error = {"message": value["message"]}
+        if value.get("type"):
+            error["type"] = value["type"]
+        data[key] = error
     elif value is not None and value != "":
         _require(value, str, key)
         data[key] = {"message": value}
@@ -1157,7 +1761,7 @@ def _without_credentials(value: Any, path: str, dropped: List[str]) -> Any:
         out = {}
         for key, item in value.items():
             step = f"{path}.{key}"
-            if isinstance(key, str) and _CREDENTIAL_KEY.search(key):
+            if isinstance(key, str) and _CREDENTIAL_KEY.search(_NOT_ALNUM.sub("", key.casefold())):
                 dropped.append(step)
             else:
                 out[key] = _without_credentials(item, step, dropped)
@@ -1411,6 +2015,7 @@ def create(
     The codec and *redact* run under the session's lock: they should not call the session
     (if they do, the calls are done as a signal handler's are: see ``Session.close``).
     """
+    _check_line_limit(max_line_bytes)
     name = _name(path)
     try:
         fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
@@ -1516,7 +2121,7 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
         tally = _Tally()
         with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
             f.seek(0)
-            result = _read(f, name, max_line_bytes, tally)
+            result = _read(f, name, max_line_bytes, tally, _NO_DATA)
         if result.tail_bytes:
             try:
                 os.ftruncate(fd, result.complete_bytes)
@@ -1839,13 +2444,17 @@ class Session:
             if type(data) is not dict:
                 raise TypeError(f"redact must return a dict, not {type(data).__name__}")
         try:
-            return _dumps(data)
+            text = _dumps(data)
         except (
             TypeError,
             ValueError,
         ) as exc:  # not RecursionError: encoding again could overflow the stack for good
             bad = next((key for key, value in data.items() if not _encodable(value)), None)
             raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
+        digits = _long_integer(text)
+        if digits:
+            raise ValueError(f"an integer of {digits} digits: readers refuse more than {_INT_DIGITS}")
+        return text
 
     def _forked(self) -> None:
         """In a forked child: never write through the parent's descriptor, nor keep it (the
@@ -2031,11 +2640,15 @@ class _Lines(Protocol):
 
 
 def _read(
-    f: _Lines, name: Optional[str], max_line_bytes: int, visit: Callable[[Record], object]
+    f: _Lines,
+    name: Optional[str],
+    max_line_bytes: int,
+    visit: Callable[[Record], object],
+    keys: Optional[_DataKeys] = None,
 ) -> ReadResult:
     result: List[ReadResult] = []
     try:
-        for record in _records(f, name, max_line_bytes, result):
+        for record in _records(f, name, max_line_bytes, result, keys):
             visit(record)
     except FormatError as exc:  # from visit too (say, EventData.from_record): name the file
         if exc.path is None:
@@ -2045,10 +2658,16 @@ def _read(
 
 
 def _records(
-    f: _Lines, name: Optional[str], max_line_bytes: int, result: List[ReadResult]
+    f: _Lines,
+    name: Optional[str],
+    max_line_bytes: int,
+    result: List[ReadResult],
+    keys: Optional[_DataKeys] = None,
 ) -> Iterator[Record]:
     """The reader: yields each record once its line passed every rule, then appends the
-    ``ReadResult`` to *result*."""
+    ``ReadResult`` to *result*.  With *keys*, the data of a long line holds only the keys
+    it maps the record's type to."""
+    _check_line_limit(max_line_bytes)
     try:
         base = f.tell()
     except (OSError, ValueError):  # a pipe: offsets count from where reading started
@@ -2065,7 +2684,7 @@ def _records(
             base,
             "no complete line: not a session file, or one whose create was cut short (create replaces it)",
         )
-    header = _parse_line(raw, name, 1, base)
+    header = _parse_line(raw, name, 1, base, keys)
     session_id = _check_header(header, name, base)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
     yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
@@ -2077,7 +2696,7 @@ def _records(
         raw = readline(limit)
         if raw[-1:] != b"\n":
             break
-        obj = _parse_line(raw, name, seq + 1, offset)
+        obj = _parse_line(raw, name, seq + 1, offset, keys)
         run_id = obj.get("run_id")
         kind = obj.get("type")
         time = obj.get("time")
@@ -2110,6 +2729,11 @@ def _records(
     result.append(ReadResult(session_id, seq, offset - base, len(raw)))
 
 
+def _check_line_limit(max_line_bytes: int) -> None:
+    if max_line_bytes < 1:  # 0 would refuse every line; a negative limit, none
+        raise ValueError(f"max_line_bytes must be at least 1, not {max_line_bytes}")
+
+
 def _unfinished(
     raw: bytes, limit: int, name: Optional[str], line: int, offset: int, reason: str
 ) -> FormatError:
@@ -2123,8 +2747,15 @@ class _LineTooLong(FormatError):
     """A line longer than ``max_line_bytes``: not necessarily a bad one."""
 
 
-def _parse_line(raw: bytes, name: Optional[str], line: int, offset: int) -> Dict[str, Any]:
-    """The object on one line (*raw* ends with its newline), or ``FormatError``."""
+def _parse_line(
+    raw: bytes, name: Optional[str], line: int, offset: int, keys: Optional[_DataKeys] = None
+) -> Dict[str, Any]:
+    """The object on one line (*raw* ends with its newline), or ``FormatError``.
+
+    With *keys*, a line longer than ``_BIG_LINE`` is checked without building it, and its
+    ``data`` holds only the keys its type maps to (see ``_big_line``)."""
+    if keys is not None and len(raw) > _BIG_LINE:
+        return _big_line(raw, name, line, offset, keys)
     try:
         text = raw.decode()
     except UnicodeDecodeError as exc:
@@ -2155,9 +2786,9 @@ def _decode_anywhere(text: str, deep: bool = False) -> Any:
     """``json.loads``, strict, whose outcome does not depend on the caller's stack depth.
 
     Deep nesting counts against the recursion limit: a text known to be *deep*, or found so
-    here, is decoded in a new thread, whose count starts at zero.  (Never twice that deep in
-    a row in one thread: right after a RecursionError, that has aborted CPython 3.8 with
-    "Cannot recover from stack overflow".)
+    here, is decoded on a fresh stack.  (Never twice that deep in a row in one thread: right
+    after a RecursionError, that has aborted CPython 3.8 with "Cannot recover from stack
+    overflow".)
     """
     if not deep:
         try:
@@ -2167,26 +2798,268 @@ def _decode_anywhere(text: str, deep: bool = False) -> Any:
     return _on_fresh_stack(_DECODER.decode, text)
 
 
-def _on_fresh_stack(call: Callable[..., Any], *args: Any) -> Any:
-    """``call(*args)`` in a new thread, whose recursion count starts at zero; its
-    ``ValueError`` or ``RecursionError`` is raised here."""
-    outcome: List[Tuple[bool, Any]] = []
+# A line holds at most max_line_bytes, but the objects json builds of it can take 26 times
+# that ([{},{},...]: a dict per 3 bytes).  The readers that need no data (validate, open,
+# repair) or a few keys of it (summarize) check a long line byte by byte instead, exactly as
+# strictly as json.loads, and build only the envelope and the keys they use: the line itself
+# is then most of the memory they take.
 
-    def run() -> None:
+_BIG_LINE = 1 << 20  # bytes: shorter lines are parsed whole, which is faster
+_DataKeys = Dict[str, FrozenSet[str]]  # record type -> the keys of its data a reader uses
+_NO_DATA: _DataKeys = {"session_start": frozenset({"version"})}
+_ENVELOPE_KEYS = frozenset({"session_id", "seq", "type", "time", "run_id", "data"})
+
+# re keeps about 80 bytes per repetition of a group until a match ends: every repetition
+# below is bounded, and the loops in _scan_json repeat the match.
+_WS = re.compile(rb"[ \t\n\r]*")
+_CHARS = rb'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)'
+_STRING_PART = re.compile(_CHARS + rb"{0,1024}")
+_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERAL = re.compile(rb"true|false|null")
+# Values json takes whatever follows (no exponent, under 300 integer digits, few escapes),
+# alone or in small objects and arrays up to three levels deep, in runs of "value," checked at
+# the speed of re.
+_W = rb"[ \t\n\r]*"
+_TEXT = rb'"' + _CHARS + rb'{0,8}"'
+_SCALAR = rb"(?:" + _TEXT + rb"|-?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?|true|false|null)"
+
+
+def _small_containers(value: bytes, most: int) -> bytes:
+    """An object or array of up to *most* + 1 *value* patterns, as a pattern."""
+    pair = _TEXT + _W + rb":" + _W + value + _W
+    item = value + _W
+    return rb"\{%s(?:%s(?:,%s%s){0,%d})?\}|\[%s(?:%s(?:,%s%s){0,%d})?\]" % (
+        *(_W, pair, _W, pair, most),
+        *(_W, item, _W, item, most),
+    )
+
+
+_PLAIN = _SCALAR
+for _level in range(3):
+    _PLAIN = rb"(?:" + _SCALAR + rb"|" + _small_containers(_PLAIN, 8) + rb")"
+_PLAIN += _W + rb"," + _W
+_runs: Optional[Tuple[re.Pattern[bytes], re.Pattern[bytes]]] = None
+
+
+def _plain_runs() -> Tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """Runs of plain items and of plain members, compiled on first use (it takes a tenth of
+    a second, which only a long line is worth)."""
+    global _runs
+    if _runs is None:
+        items = re.compile(rb"(?:" + _PLAIN + rb"){1,64}")
+        _runs = items, re.compile(rb"(?:" + _TEXT + _W + rb":" + _W + _PLAIN + rb"){1,64}")
+    return _runs
+
+
+class _NotJSON(Exception):
+    """Why and where (*at*, a byte of the line) a long line is not strict JSON."""
+
+    def __init__(self, reason: str, at: int) -> None:
+        super().__init__(f"{reason} at byte {at} of the line")
+
+
+def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _DataKeys) -> Dict[str, Any]:
+    """``_parse_line`` for a long line: its envelope, and of its data the keys *keys* maps
+    its type to.  An object or array in the envelope (a bad line) comes back empty: only
+    its type is checked."""
+    bad = _invalid_utf8(raw)
+    if bad >= 0:
+        raise FormatError(f"invalid UTF-8 at byte {bad} of the line", name, line, offset)
+    try:
+        start, top, data = _scan_json(raw, frozenset().union(*keys.values()))
+    except _NotJSON as exc:
+        raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
+    if raw[start] != _OBJECT:
+        held = _json_kind(type(_shallow_value(raw, start, len(raw))))
+        raise FormatError(f"line holds {held}, not an object", name, line, offset)
+    obj = {key: _shallow_value(raw, *span) for key, span in top.items() if key in _ENVELOPE_KEYS}
+    kind = obj.get("type")
+    if type(obj.get("data")) is dict:
+        wanted = keys.get(kind, frozenset()) if type(kind) is str else frozenset()
+        obj["data"] = {
+            key: _decode_anywhere(raw[a:b].decode()) for key, (a, b) in data.items() if key in wanted
+        }
+    return obj
+
+
+def _shallow_value(raw: bytes, start: int, end: int) -> Any:
+    """The JSON value at ``raw[start:end]`` (checked already), an object or array empty."""
+    if raw[start] == _OBJECT:
+        return {}
+    if raw[start] == _ARRAY:
+        return []
+    return _decode_anywhere(raw[start:end].decode())
+
+
+def _invalid_utf8(raw: bytes) -> int:
+    """Where *raw* stops being UTF-8 (-1 if it is), decoded a megabyte at a time."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for at in range(0, len(raw), _BIG_LINE):
+        pending = len(decoder.getstate()[0])
         try:
-            outcome.append((True, call(*args)))
-        except (ValueError, RecursionError) as exc:
-            outcome.append((False, exc))
+            decoder.decode(raw[at : at + _BIG_LINE], at + _BIG_LINE >= len(raw))
+        except UnicodeDecodeError as exc:
+            return at - pending + exc.start
+    return -1
 
-    import threading  # only here: importing it costs every session's start up
 
-    thread = threading.Thread(target=run, name="session-deep-value")
-    thread.start()
-    thread.join()
-    done, value = outcome[0]
-    if not done:
-        raise value
-    return value
+_Spans = Dict[str, Tuple[int, int]]
+_OBJECT, _ARRAY = b"{["
+_CLOSING = {_OBJECT: b"}"[0], _ARRAY: b"]"[0]}
+_SAFE_DEPTH = 100  # json parses this deep anywhere; beyond, _parse_depth_limit says how deep
+
+
+def _scan_json(raw: bytes, wanted: FrozenSet[str]) -> Tuple[int, _Spans, _Spans]:
+    """Check that *raw* is one strict JSON value, accepting and refusing exactly what
+    ``json.loads`` does, without building it.  Returns where the value starts, the spans of
+    the members of the top object and those of the *wanted* members of its ``data`` (the
+    last of duplicate keys, as json keeps them).  ``_NotJSON`` otherwise."""
+    stack = bytearray()  # the closing brackets of the open containers
+    top: _Spans = {}
+    data: _Spans = {}
+    keys: List[Optional[str]] = [None, None, None]  # depth 1, 2: the member being read, if noted
+    starts = [0, 0, 0]  # ... and where its value starts
+    in_data = False  # the open object at depth 2 is the top object's data
+    pos = start = _after_ws(raw, 0)
+    while True:
+        opening = raw[pos] if pos < len(raw) else 0  # a value starts at pos
+        if opening in _CLOSING:
+            stack.append(_CLOSING[opening])
+            depth = len(stack)
+            if depth > _SAFE_DEPTH and depth > _parse_depth_limit():
+                raise _NotJSON("nested too deeply", pos)
+            if depth == 2:
+                in_data = keys[1] == "data" and opening == _OBJECT
+                data = {} if in_data else data
+            pos = _after_ws(raw, pos + 1)
+            ended = raw[pos : pos + 1] == bytes(stack[-1:])
+        else:
+            pos = _scalar_end(raw, pos)
+            ended = False
+        while True:  # a value ended at pos, or a container opened there
+            if ended:
+                stack.pop()
+                pos += 1
+            depth = len(stack)
+            if ended or opening not in _CLOSING:
+                if not depth:
+                    if _after_ws(raw, pos) != len(raw):
+                        raise _NotJSON("Extra data", _after_ws(raw, pos))
+                    return start, top, data
+                key = keys[depth] if depth <= 2 else None
+                if key is not None:
+                    (top if depth == 1 else data)[key] = (starts[depth], pos)
+                    keys[depth] = None
+                pos = _after_ws(raw, pos)
+                if raw[pos : pos + 1] == bytes(stack[-1:]):
+                    ended = True
+                    continue
+                if raw[pos : pos + 1] != b",":
+                    raise _NotJSON("Expecting ',' delimiter", pos)
+                pos = _after_ws(raw, pos + 1)
+            fast = depth < _SAFE_DEPTH - 3  # the plain values skipped nest three levels deeper at most
+            if stack[-1] == _CLOSING[_ARRAY]:
+                pos = _skip_items(raw, pos) if fast else pos
+            else:
+                noted = depth == 1 or (depth == 2 and in_data and bool(wanted))
+                pos, key = _member(raw, pos, noted, fast)
+                if key is not None and (depth == 1 or key in wanted):
+                    keys[depth], starts[depth] = key, pos
+            break
+
+
+def _after_ws(raw: bytes, pos: int) -> int:
+    return _WS.match(raw, pos).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
+
+
+def _skip_items(raw: bytes, pos: int) -> int:
+    """Past the plain items of an array from *pos*: where the next item starts."""
+    items = _plain_runs()[0].match
+    run = items(raw, pos)
+    while run is not None:
+        pos = run.end()
+        run = items(raw, pos)
+    return pos
+
+
+def _member(raw: bytes, pos: int, noted: bool, fast: bool) -> Tuple[int, Optional[str]]:
+    """From *pos* in an object, past plain members if *fast* and each need not be *noted*,
+    then past a member's key and colon: where its value starts, and the key if *noted*."""
+    if fast and not noted:
+        members = _plain_runs()[1].match
+        run = members(raw, pos)
+        while run is not None:
+            pos = run.end()
+            run = members(raw, pos)
+    if raw[pos : pos + 1] != b'"':
+        raise _NotJSON("Expecting property name enclosed in double quotes", pos)
+    end = _scalar_end(raw, pos)
+    key = _DECODER.decode(raw[pos:end].decode()) if noted else None
+    pos = _after_ws(raw, end)
+    if raw[pos : pos + 1] != b":":
+        raise _NotJSON("Expecting ':' delimiter", pos)
+    return _after_ws(raw, pos + 1), key
+
+
+def _scalar_end(raw: bytes, pos: int) -> int:
+    """Where the string, number or literal at *pos* ends, once checked as json checks it."""
+    first = raw[pos : pos + 1]
+    if first == b'"':
+        end = pos + 1
+        while True:
+            part = _STRING_PART.match(raw, end)
+            if part is None or (part.end() == end and raw[end : end + 1] != b'"'):
+                raise _NotJSON("Unterminated string or invalid character or escape", end)
+            end = part.end()
+            if raw[end : end + 1] == b'"':
+                return end + 1
+    number = _NUMBER.match(raw, pos)
+    if number is not None:
+        text = number.group()
+        if number.group(1) or number.group(2):
+            try:
+                _finite(text.decode())
+            except ValueError as exc:
+                raise _NotJSON(str(exc), pos) from None
+        elif len(text.lstrip(b"-")) > _int_digits_limit():
+            raise _NotJSON(f"an integer of {len(text.lstrip(b'-'))} digits exceeds the limit", pos)
+        return number.end()
+    literal = _LITERAL.match(raw, pos)
+    if literal is None:
+        raise _NotJSON("Expecting value", pos)
+    return literal.end()
+
+
+def _int_digits_limit() -> float:
+    """The longest integer json converts: ``sys.int_max_str_digits`` (0: no limit)."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    return limit or math.inf
+
+
+_depth_limits: Dict[int, int] = {}  # recursion limit -> how deep json parses on a fresh stack
+
+
+def _parse_depth_limit() -> int:
+    """How deep a line json parses on a fresh stack (where the reader parses a deep line):
+    found once per recursion limit, by trying."""
+    recursion = sys.getrecursionlimit()
+    if recursion not in _depth_limits:
+        low, high = _SAFE_DEPTH, _SAFE_DEPTH * 2
+        while _parses(high) and high < 1 << 22:
+            low, high = high, high * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if _parses(middle) else (low, middle)
+        _depth_limits[recursion] = low
+    return _depth_limits[recursion]
+
+
+def _parses(depth: int) -> bool:
+    try:
+        _on_fresh_stack(_DECODER.decode, "[" * depth + "]" * depth)
+    except RecursionError:
+        return False
+    return True
 
 
 def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
@@ -2338,7 +3211,8 @@ def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summ
     Works on every file ``read`` accepts: data of a shape the format does not write is
     counted in ``Summary.uninterpreted``, not an error."""
     tally = _Summarizer()
-    result = read(source, tally, max_line_bytes=max_line_bytes)
+    with _opened(source) as (f, name):
+        result = _read(f, name, max_line_bytes, tally, _SUMMARY_DATA)
     return tally.summary(result)
 
 
@@ -2370,6 +3244,13 @@ _OPENS = {
     "tool_exec_start": "tool_call_unfinished",
 }
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
+_SUMMARY_DATA: _DataKeys = {
+    **_NO_DATA,
+    **dict.fromkeys(_OPENS, frozenset({"execution"})),
+    "tool_exec_end": frozenset({"execution"}),
+    "model_exec_end": frozenset({"execution", "error", "message"}),
+    "agent_end": frozenset(field.name for field in dataclasses.fields(EventData)),  # all it checks
+}
 
 
 class _Summarizer:
@@ -2424,7 +3305,7 @@ class _Summarizer:
         usage = value.get("usage") if type(value) is dict else None
         if type(usage) is dict:
             for key, count in usage.items():
-                if type(count) is int:
+                if key in _USAGE_COUNTS and type(count) is int:  # a request count is no token
                     self.usage[key] = self.usage.get(key, 0) + count
 
     def summary(self, result: ReadResult) -> Summary:
@@ -2494,7 +3375,7 @@ def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LIN
         with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
             f.seek(0)
             try:
-                result = _read(f, name, max_line_bytes, lambda record: None)
+                result = _read(f, name, max_line_bytes, lambda record: None, _NO_DATA)
             except FormatError as exc:
                 error = exc
             else:
@@ -2551,6 +3432,1272 @@ def _backup(fd: int, name: str) -> str:
     return backup
 
 
+# ---------------------------------------------------------------------------- export
+
+
+def export(
+    sources: Iterable[Union[str, os.PathLike[str]]],
+    out: Union[str, os.PathLike[str]],
+    *,
+    split: bool = False,
+    prefix: bool = False,
+    max_line_bytes: int = _MAX_LINE_BYTES,
+    progress: Optional[Callable[[int, int], object]] = None,
+) -> List[Dict[str, Any]]:
+    """Copy the complete records of session files to JSON Lines for a query engine.
+
+    Each of *sources* is a session file or a directory, whose ``*.jsonl`` files at any depth
+    are taken in sorted order (a file named twice is taken once).  Each file is validated as
+    it streams and the lines of its complete records are copied byte for byte, up to the
+    size the file had when it was opened: an unfinished tail, and whatever a writer appends
+    meanwhile, are never copied.  An invalid or unreadable file is left out; with *prefix*, an
+    invalid one contributes the records before its first bad line (what ``repair`` would keep;
+    the file is not changed), after every valid file.  A file whose session was already
+    exported (from an earlier valid file, or from a valid file when it is invalid) is left out.
+
+    The lines go to the file *out*, or with *split* to one ``part-NNNNN.jsonl`` per input
+    (NNNNN its position among the inputs) in the new directory *out*; then comes the manifest,
+    ``OUT.manifest.jsonl`` (or ``OUT/manifest.jsonl``), one JSON object per input, which is
+    also returned: ``validate --json``'s fields, and where the file's records are in the
+    output (``out``, bytes ``out_start`` to ``out_end``, lines ``out_first_line`` to
+    ``out_last_line``, ``out_records``; ``out`` is ``None`` when nothing was copied), the
+    ``longest_line`` copied (in bytes, newline included) and ``duplicate_of`` (the file that
+    holds the same session, or ``None``).  Everything is written under temporary names,
+    synced and renamed into place, the manifest last: an export without its manifest is
+    unfinished.  *progress*, if given, is called with the bytes read so far and in all.
+    ``ValueError`` when *out* is an input or in an input directory, or with *split* a
+    directory that is not empty.
+    """
+    out_name = _name(out)
+    manifest = os.path.join(out_name, "manifest.jsonl") if split else out_name + ".manifest.jsonl"
+    names = _session_files(sources, {os.path.realpath(out_name), os.path.realpath(manifest)})
+    target = _SplitOutput(out_name) if split else _JoinedOutput(out_name)
+    sizes = [_size_or_zero(name) for name in names]
+    read_before = 0
+    try:
+        entries: List[Dict[str, Any]] = []
+        exported: Dict[str, str] = {}  # session_id -> the file it was copied from
+        for index, name in enumerate(names):
+            if progress is not None:
+                progress(read_before, sum(sizes))
+            entries.append(_export_file(name, target.part(index), False, max_line_bytes, exported))
+            read_before += sizes[index]
+        for index, entry in enumerate(entries):  # the valid copy of a session wins over a prefix
+            if prefix and not entry["ok"]:
+                entries[index] = _export_file(
+                    names[index], target.part(index), True, max_line_bytes, exported
+                )
+        target.commit(manifest, b"".join(_manifest_line(entry) for entry in entries))
+    except BaseException as exc:
+        target.abandon()
+        if isinstance(exc, _OutputError):  # the input was read well: the output is at fault
+            raise exc.error from None
+        raise
+    if progress is not None:
+        progress(read_before, sum(sizes))
+    return entries
+
+
+def _session_files(sources: Iterable[Union[str, os.PathLike[str]]], outputs: Set[str]) -> List[str]:
+    """The files *sources* name, directories expanded to their ``*.jsonl`` files (sorted, at
+    any depth); each file once.  ``ValueError`` if one of *outputs* is, or would be, among them."""
+    names, seen = [], set()
+    for source in sources:
+        name = _name(source)
+        if os.path.isdir(name):
+            inside = [
+                output for output in outputs if output.startswith(os.path.join(os.path.realpath(name), ""))
+            ]
+            if inside:
+                raise ValueError(f"{name} holds the export's own output {min(inside)}: write it elsewhere")
+            found = sorted(
+                os.path.join(folder, file)
+                for folder, _, files in os.walk(name)
+                for file in files
+                if file.endswith(".jsonl") and os.path.isfile(os.path.join(folder, file))  # no FIFO
+            )
+        elif os.path.realpath(name) in outputs:
+            raise ValueError(f"{name} is the export's own output")
+        else:
+            found = [name]
+        for file in found:
+            key = os.path.realpath(file)
+            if key not in seen:
+                seen.add(key)
+                names.append(file)
+    return names
+
+
+def _size_or_zero(name: str) -> int:
+    try:
+        return os.stat(name).st_size
+    except OSError:
+        return 0  # reported when it is read
+
+
+def _export_file(
+    name: str, part: _Part, prefix: bool, max_line_bytes: int, exported: Dict[str, str]
+) -> Dict[str, Any]:
+    """Copy one file's records to *part*; its manifest entry."""
+    tally = _Tally()
+    lines = _CopiedLines(part.write)
+    try:
+        with builtins.open(name, "rb", _READ_BUFFER) as f:
+            result = lines.read(f, name, max_line_bytes, tally)
+    except _OutputError:
+        raise
+    except (FormatError, OSError) as exc:
+        entry = _failure_fields(name, exc)
+        session_id = lines.session_id() if prefix else None
+    else:
+        entry = _valid_fields(name, result, tally)
+        session_id = result.session_id
+    duplicate_of = exported.get(session_id or "")
+    if session_id is not None and duplicate_of is None:
+        exported[session_id] = name
+        entry.update(part.keep(lines.copied), longest_line=lines.longest, duplicate_of=None)
+    else:
+        part.drop()
+        entry.update(_NOT_COPIED, duplicate_of=duplicate_of)
+    return entry
+
+
+_NOT_COPIED = {
+    "out": None,
+    "out_start": None,
+    "out_end": None,
+    "out_first_line": None,
+    "out_last_line": None,
+    "out_records": 0,
+    "longest_line": 0,
+}
+
+
+def _valid_fields(name: str, result: ReadResult, tally: _Tally) -> Dict[str, Any]:
+    """``validate --json``'s object for a valid file."""
+    return {
+        "file": name,
+        "ok": True,
+        "session_id": result.session_id,
+        "records": result.records,
+        "runs": tally.runs,
+        "incomplete_runs": tally.runs - tally.closed_runs,
+        "checkpoints": tally.checkpoints,
+        "complete_bytes": result.complete_bytes,
+        "tail_bytes": result.tail_bytes,
+    }
+
+
+def _failure_fields(name: str, exc: Exception) -> Dict[str, Any]:
+    """``validate --json``'s object for an invalid or unreadable file."""
+    if isinstance(exc, FormatError):
+        line, offset, reason = exc.line, exc.offset, exc.reason
+    else:
+        line, offset, reason = None, None, _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+    return {"file": name, "ok": False, "line": line, "offset": offset, "error": reason}
+
+
+def _manifest_line(entry: Dict[str, Any]) -> bytes:
+    return json.dumps(entry, allow_nan=False).encode() + b"\n"  # ASCII: any file name fits
+
+
+class _CopiedLines:
+    """The lines of a binary file, read no further than its size when opened (what a writer
+    appends meanwhile is left for the next export), each written out by *write* once the
+    reader has accepted it: that is when the reader asks for the next line, as it does only
+    after the one before passed every rule and was visited."""
+
+    def __init__(self, write: Callable[[bytes], object]) -> None:
+        self._write = write
+        self._f: BinaryIO = io.BytesIO()
+        self._left = 0
+        self._last = self._first = b""
+        self.copied = 0
+        self.longest = 0
+
+    def read(
+        self, f: BinaryIO, name: str, max_line_bytes: int, visit: Callable[[Record], object]
+    ) -> ReadResult:
+        """``read`` of *f* up to its present size, copying each record that passes."""
+        self._f = f
+        self._left = os.fstat(f.fileno()).st_size
+        return _read(self, name, max_line_bytes, visit)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readline(self, size: int = -1, /) -> bytes:
+        line = self._last
+        if line:
+            try:
+                self._write(line)
+            except OSError as exc:
+                raise _OutputError(exc) from exc
+            if not self.copied:
+                self._first = line
+            self.copied += 1
+            if len(line) > self.longest:
+                self.longest = len(line)
+        self._last = self._f.readline(self._left if size < 0 else min(size, self._left))
+        self._left -= len(self._last)
+        return self._last
+
+    def session_id(self) -> Optional[str]:
+        """The session of the lines copied (``None`` when none were)."""
+        return json.loads(self._first)["session_id"] if self.copied else None
+
+
+class _Part(Protocol):
+    """Where one input file's records go: *write* is the open file's."""
+
+    write: Callable[[bytes], object]
+
+    def keep(self, records: int) -> Dict[str, Any]: ...
+
+    def drop(self) -> None: ...
+
+
+class _JoinedOutput:
+    """Every input's records in one file, written as ``OUT.<random>.tmp`` until committed."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._temp = f"{name}.{_new_id()[:12]}.tmp"
+        self._file = _new_file(self._temp)
+        self.write: Callable[[bytes], object] = self._file.write
+        self._start = 0
+        self._lines = 0
+
+    def part(self, index: int) -> _Part:
+        self._start = self._file.tell()
+        return self
+
+    def keep(self, records: int) -> Dict[str, Any]:
+        first = self._lines + 1
+        self._lines += records
+        span = {"out": self._name, "out_start": self._start, "out_end": self._file.tell()}
+        return dict(span, out_first_line=first, out_last_line=self._lines, out_records=records)
+
+    def drop(self) -> None:
+        self._file.seek(self._start)
+        self._file.truncate()
+
+    def commit(self, manifest: str, entries: bytes) -> None:
+        _finish(self._file)
+        _replace_with(manifest, entries, lambda: os.replace(self._temp, self._name))
+
+    def abandon(self) -> None:
+        with contextlib.suppress(OSError):  # what a failed write left in the buffer fails again
+            self._file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._temp)
+
+
+class _SplitOutput:
+    """One part file per input in the directory *name*, built as ``NAME.<random>.tmp``."""
+
+    def __init__(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if os.listdir(name):
+                raise ValueError(f"{name} is not empty: export --split makes a new directory")
+        self._name = name
+        self._temp = f"{name}.{_new_id()[:12]}.tmp"
+        os.mkdir(self._temp, 0o700)
+        self._file: Optional[BinaryIO] = None
+        self._part = ""
+
+    def part(self, index: int) -> _Part:
+        self._part = f"part-{index:05d}.jsonl"
+        self._file = _new_file(os.path.join(self._temp, self._part))
+        self.write: Callable[[bytes], object] = self._file.write
+        return self
+
+    def keep(self, records: int) -> Dict[str, Any]:
+        assert self._file is not None
+        end = self._file.tell()
+        _finish(self._file)
+        span = {"out": os.path.join(self._name, self._part), "out_start": 0, "out_end": end}
+        return dict(span, out_first_line=1, out_last_line=records, out_records=records)
+
+    def drop(self) -> None:
+        assert self._file is not None
+        self._file.close()
+        os.unlink(os.path.join(self._temp, self._part))
+
+    def commit(self, manifest: str, entries: bytes) -> None:
+        manifest_file = _new_file(os.path.join(self._temp, os.path.basename(manifest)))
+        manifest_file.write(entries)
+        _finish(manifest_file)
+        _sync_directory(os.path.join(self._temp, "manifest.jsonl"))  # the folder itself
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(self._name)  # empty, as checked: Windows renames onto no directory
+        os.replace(self._temp, self._name)
+        _sync_directory(self._name)
+
+    def abandon(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):  # as in _JoinedOutput
+                self._file.close()
+        for file in os.listdir(self._temp):
+            os.unlink(os.path.join(self._temp, file))
+        os.rmdir(self._temp)
+
+
+def _new_file(name: str) -> BinaryIO:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
+    return builtins.open(fd, "wb", _READ_BUFFER)
+
+
+def _finish(f: BinaryIO) -> None:
+    """Flush, sync and close *f*."""
+    with f:
+        f.flush()
+        _sync(f.fileno())
+
+
+def _replace_with(manifest: str, entries: bytes, rename: Callable[[], None]) -> None:
+    """Put the joined output in place with *rename*, then the new *manifest*; a stale
+    manifest is removed first, so a crash in between leaves an output without one."""
+    temp = f"{manifest}.{_new_id()[:12]}.tmp"
+    f = _new_file(temp)
+    try:
+        f.write(entries)
+        _finish(f)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(manifest)
+        _sync_directory(manifest)
+        rename()
+        os.replace(temp, manifest)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    _sync_directory(manifest)
+
+
+def _export_command(args: Any) -> int:
+    try:
+        entries = export(
+            args.files,
+            args.out,
+            split=args.split,
+            prefix=args.prefix,
+            max_line_bytes=args.max_line_bytes,
+            progress=_show_progress if sys.stderr.isatty() else None,
+        )
+    except ValueError as exc:
+        _print_error(f"{args.prog} export: error: {exc}")
+        return 2
+    for entry in entries:
+        if not entry["ok"]:
+            _print_error(_failure_text(entry))
+        if entry["duplicate_of"] is not None:
+            _print_error(f"{entry['file']}: left out: its session was exported from {entry['duplicate_of']}")
+        elif entry["out_records"] and not entry["ok"]:
+            _print_error(
+                f"{entry['file']}: exported the {entry['out_records']} records before line {entry['line']}"
+            )
+    copied = [entry for entry in entries if entry["out_records"]]
+    _print_text(
+        f"{args.out}: {sum(entry['out_records'] for entry in copied)} records of {len(copied)} files "
+        f"({len(entries) - len(copied)} left out)"
+    )
+    return 0 if all(entry["ok"] and entry["duplicate_of"] is None for entry in entries) else 1
+
+
+def _show_progress(done: int, total: int) -> None:
+    if done < total:
+        print(
+            f"\rexport: {done * 100 // total}% of {total / 1e6:.1f} MB", end="", file=sys.stderr, flush=True
+        )
+    else:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)  # erase the line
+
+
+def _failure_text(fields: Dict[str, Any]) -> str:
+    """``validate``'s line for an invalid or unreadable file."""
+    name, line, offset, error = fields["file"], fields["line"], fields["offset"], fields["error"]
+    if line is None:
+        return f"{name}: {error}"
+    return f"{name}:{line}: {error}" + ("" if offset is None else f" (offset {offset})")
+
+
+# ---------------------------------------------------------------------------- html page
+# ``python -m session html FILE``: one static page, nothing fetched.  Two streaming passes:
+# the first keeps a few numbers per call (for the header, waterfall and chart) and compares
+# each model request with the previous one by hashes of its messages; the second reads the
+# records again at their offsets, call by call, and renders them.  Markup comes only from the
+# literals below and integers; every value from the file goes through _h.  The modules only
+# the page needs are imported where they are used: every other command's start up would pay.
+
+_PAGE_FIELD = 2000  # characters of one value shown inline, by default
+_PAGE_BUDGET = 16 << 20  # bytes of page, by default
+_PAGE_FOLD = 400  # a value longer than this, or of more lines than _PAGE_FOLD_LINES, is folded
+_PAGE_FOLD_LINES = 8
+_PAGE_NAME = 200  # characters of a name, id or key shown
+_PAGE_LIST = 100  # failed attempts and gaps listed in the header, at most
+_PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
+
+# Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
+# isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
+_HIDDEN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2028\u2029\u2060-\u206f\u3164\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
+)
+
+
+_INLINE_HIDDEN = re.compile(f"[\t\n]|{_HIDDEN.pattern}")
+
+
+def _mark(match: re.Match[str]) -> str:
+    return f'<span class="mark">[U+{ord(match.group()):04X}]</span>'
+
+
+def _h(text: str, inline: bool = False) -> str:
+    """*text* escaped for HTML text and attribute values; hidden characters made visible, and
+    tabs and line breaks too when *inline* (where HTML would show them as spaces)."""
+    import html
+
+    escaped = html.escape(text, quote=True)
+    hidden = _INLINE_HIDDEN if inline else _HIDDEN
+    return hidden.sub(_mark, escaped) if hidden.search(escaped) else escaped
+
+
+def _script_json(value: Any) -> str:
+    """JSON that cannot end or confuse the ``<script>`` element holding it."""
+    text = json.dumps(value, ensure_ascii=True, sort_keys=True)  # also escapes U+2028, U+2029
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+class _Attempt:
+    """What the page keeps of one call attempt: where its records are, and its span."""
+
+    __slots__ = (
+        "attempt",
+        "end",
+        "failed",
+        "id",
+        "kind",
+        "name",
+        "offsets",
+        "parent",
+        "run_id",
+        "seqs",
+        "start",
+        "turn",
+    )
+
+    def __init__(self, run_id: str, turn: int, execution: Execution) -> None:
+        self.run_id = run_id
+        self.turn = turn
+        self.kind = execution.kind
+        self.id = execution.id
+        self.attempt = execution.attempt
+        self.name = ""
+        self.seqs: List[int] = []
+        self.offsets: List[int] = []
+        self.start: Optional[float] = None  # POSIX seconds of its earliest record
+        self.end: Optional[float] = None
+        self.failed = False
+        self.parent = execution.parent_id
+
+    @property
+    def seconds(self) -> float:
+        return (self.end or 0.0) - (self.start or 0.0)
+
+
+class _Change(NamedTuple):
+    """How a model request's messages differ from the previous request's."""
+
+    new: Tuple[Tuple[int, int], ...]  # (index, seq of the record that holds it already, or 0)
+    unchanged: int
+    dropped: int
+    previous: int  # seq of the previous request, 0 for the first
+    compacted: bool  # a compaction was recorded since the previous request
+    resumed: bool  # the previous request belongs to an earlier run
+    same_settings: bool  # tools and config (all but the messages) as in the previous request
+
+
+def _digest(value: Any) -> bytes:
+    """A stand-in for a message's JSON, to compare messages without keeping them.  (Keys in
+    the order written: a writer encodes one message the same way each time.)"""
+    try:
+        text = _DIGEST_JSON.encode(value)
+    except (ValueError, RecursionError):  # too deep to compare: counts as new
+        return os.urandom(16)
+    import hashlib
+
+    return hashlib.sha256(text.encode()).digest()
+
+
+_DIGEST_JSON = json.JSONEncoder(check_circular=False)  # one encoder: dumps() makes one per call
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
+
+
+def _seconds(time: str) -> Optional[float]:
+    try:
+        return _parse_rfc3339(time).timestamp()
+    except _CodecFault:
+        return None
+
+
+def _message_value(message: Any) -> Optional[Dict[str, Any]]:
+    """The fields of a codec-encoded message (tagged or plain) with a content list, else None."""
+    value = message.get("value") if type(message) is dict and "$type" in message else message
+    if type(value) is dict and type(value.get("content")) is list:
+        return value
+    return None
+
+
+class _Facts:
+    """The first pass: everything the page shows before the records, in O(calls) memory."""
+
+    def __init__(self) -> None:
+        self.summarizer = _Summarizer()
+        self.items: List[Union[Tuple[int, int], _Attempt]] = []  # (seq, offset) or a call, in order
+        self.attempts: Dict[Tuple[str, str, int], _Attempt] = {}
+        self.model_seq: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> its latest card
+        self.tool_seq: Dict[Tuple[str, str], int] = {}  # (run, tool call id) -> its card
+        self.changes: Dict[int, _Change] = {}  # model_request seq -> what changed
+        self.same: Dict[int, int] = {}  # message record seq -> earlier record with that message
+        self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
+        self.compactions: List[int] = []  # number of model calls before each compaction
+        self.turn = 0
+        self._previous: Dict[bytes, int] = {}  # the previous request's message digests -> count
+        self._previous_seq = 0
+        self._previous_run = ""
+        self._settings = b""
+        self._compacted = False
+        self._recent: Dict[bytes, int] = {}  # digests of messages recorded since that request
+
+    def __call__(self, record: Record) -> None:
+        self.summarizer(record)
+        if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
+            self.turn = record.data["turn_index"]
+        elif record.type == "run_start":
+            self.turn = 0
+        execution = record.data.get("execution")
+        if record.run_id is None or execution is None or record.type in _RESERVED:
+            self.items.append((record.seq, record.offset))
+            return
+        try:
+            call = _execution_from_json(execution, record)
+        except FormatError:  # not a call this page can place: shown as it is
+            self.items.append((record.seq, record.offset))
+            return
+        attempt = self._attempt(record, call)
+        data = record.data
+        if "error" in data or data.get("is_error") is True:
+            attempt.failed = True
+        if attempt.kind == "tool" and type(data.get("tool")) is str:
+            attempt.name = data["tool"]
+        if record.type == "model_request":
+            self._request(record)
+        elif record.type == "context_compacted":
+            self._compacted = True
+            self.compactions.append(len(self.tokens))
+        elif "message" in data:
+            self._message(record, data["message"])
+
+    def _attempt(self, record: Record, execution: Execution) -> _Attempt:
+        run_id = record.run_id or ""
+        key = (run_id, execution.id, execution.attempt)
+        attempt = self.attempts.get(key)
+        if attempt is None:
+            attempt = self.attempts[key] = _Attempt(run_id, execution.turn_index or self.turn, execution)
+            self.items.append(attempt)
+            if execution.kind == "model":
+                self.model_seq[run_id, execution.id] = record.seq
+            elif execution.kind == "tool":
+                tool_id = record.data.get("tool_id")
+                self.tool_seq[run_id, tool_id if type(tool_id) is str and tool_id else execution.id] = (
+                    record.seq
+                )
+        attempt.seqs.append(record.seq)
+        attempt.offsets.append(record.offset)
+        moment = _seconds(record.time)
+        if moment is not None:
+            attempt.start = moment if attempt.start is None else min(attempt.start, moment)
+            attempt.end = moment if attempt.end is None else max(attempt.end, moment)
+        return attempt
+
+    def _message(self, record: Record, message: Any) -> None:
+        digest = _digest(message)
+        earlier = self._recent.setdefault(digest, record.seq)
+        if earlier != record.seq:
+            self.same[record.seq] = earlier
+        value = _message_value(message)
+        usage = value.get("usage") if value is not None else None
+        tokens = usage.get("input") if type(usage) is dict else None
+        if record.type == "model_exec_end" and type(tokens) is int and tokens >= 0:
+            self.tokens.append((record.seq, tokens))
+
+    def _request(self, record: Record) -> None:
+        request = record.data.get("request")
+        messages = request.get("messages") if type(request) is dict else None
+        remaining = dict(self._previous)
+        current: Dict[bytes, int] = {}
+        new = []
+        for index, message in enumerate(messages if type(messages) is list else ()):
+            digest = _digest(message)
+            current[digest] = current.get(digest, 0) + 1
+            if remaining.get(digest, 0) > 0:
+                remaining[digest] -= 1
+            else:
+                new.append((index, self._recent.get(digest, 0)))
+        unchanged = sum(current.values()) - len(new)
+        resumed = bool(self._previous_run) and self._previous_run != record.run_id
+        settings = _digest(
+            {key: item for key, item in request.items() if key != "messages"} if type(request) is dict else 0
+        )
+        self.changes[record.seq] = _Change(
+            tuple(new),
+            unchanged,
+            sum(remaining.values()),
+            self._previous_seq,
+            self._compacted,
+            resumed,
+            settings == self._settings,
+        )
+        self._previous, self._previous_seq, self._previous_run = current, record.seq, record.run_id or ""
+        self._settings = settings
+        self._compacted = False
+        self._recent = {}
+
+
+# iterencode (lazy, unlike dumps) stops after the characters shown: a huge value costs no more
+_ONE_LINE = json.JSONEncoder(ensure_ascii=False)
+_INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
+
+
+def _json_head(value: Any, encoder: json.JSONEncoder, limit: int) -> Tuple[str, int]:
+    """Up to *limit* characters of *value* as *encoder* writes it, encoding no more than
+    that; and 0 if that is all of it, else -1."""
+    chunks, size = [], 0
+    try:
+        for chunk in encoder.iterencode(value):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return "".join(chunks)[:limit], -1
+    except (ValueError, RecursionError) as exc:
+        return f"(cannot be shown here: {exc})", -1
+    return "".join(chunks), 0
+
+
+def _hs(value: Any) -> str:
+    """A name, id, key or role as _h shows it, cut with a visible mark after _PAGE_NAME
+    characters (commands and CallRefs keep it whole)."""
+    if type(value) is str:
+        text, cut = value[:_PAGE_NAME], int(len(value) > _PAGE_NAME)
+    else:
+        text, cut = _json_head(value, _ONE_LINE, _PAGE_NAME)
+    return _h(text, inline=True) + ('<span class="cut">…</span>' if cut else "")
+
+
+class _PageOut:
+    """The page as it is written: UTF-8 bytes, counted against the budget."""
+
+    def __init__(self, out: BinaryIO, budget: int) -> None:
+        self._out = out
+        self.budget = budget
+        self.size = 0
+
+    def write(self, *parts: str) -> None:
+        data = "".join(parts).encode()
+        self._out.write(data)
+        self.size += len(data)
+
+    @property
+    def full(self) -> bool:
+        return self.size >= self.budget
+
+
+class _Page:
+    """The second pass: renders *facts* of the session file *name* to *out*."""
+
+    def __init__(self, name: str, facts: _Facts, summary: Summary, out: _PageOut, field: int) -> None:
+        self.name = name
+        self.facts = facts
+        self.summary = summary
+        self.out = out
+        self.field = field
+        self.shown = 0  # records rendered so far
+
+    # -- commands and references
+
+    def command(self, run_id: Optional[str], execution: str = "", attempt: int = 0, kind: str = "") -> str:
+        """The ``python -m session show`` command for these records, shell-quoted, as HTML."""
+        import shlex
+
+        words = ["python", "-m", "session", "show", self.name]
+        if run_id is not None:
+            words += ["--run", run_id]
+        if execution:
+            words += ["--execution", execution, "--attempt", str(attempt)]
+        if kind:
+            words += ["--type", kind]
+        return f"<code>{_h(' '.join(shlex.quote(word) for word in words), inline=True)}</code>"
+
+    def ref(self, run_id: str, execution: str, attempt: int) -> str:
+        ref = CallRef(self.summary.session_id, run_id, execution, attempt)
+        return f'<code class="ref">{_h(json.dumps(ref.to_json(), ensure_ascii=False))}</code>'
+
+    # -- values
+
+    def value(self, value: Any, more: str, label: str = "") -> str:
+        """One value (a string as it is, anything else as indented JSON), cut after the field
+        limit with a visible mark naming *more* (the command that prints it whole), and folded
+        when long."""
+        if type(value) is str:
+            shown, cut = value[: self.field], max(len(value) - self.field, 0)
+        else:
+            shown, cut = self.json_head(value)
+        text = _h(shown)
+        if cut:
+            how = f"{cut} more characters" if cut > 0 else "the rest"
+            text += f'<span class="cut">shortened — {how}: see {more}</span>'
+        label = f'<span class="key">{_hs(label)}</span> ' if label else ""
+        if label and not cut and len(shown) < 80 and "\n" not in shown:
+            return f"<div>{label}<code>{_h(shown, inline=True)}</code></div>"
+        if len(shown) > _PAGE_FOLD or shown.count("\n") > _PAGE_FOLD_LINES:
+            head = shown.lstrip().split("\n", 1)[0][:100]
+            return (
+                f"<details><summary>{label}{_h(head)} … ({len(shown)} characters)</summary>"
+                f"<pre>{text}</pre></details>"
+            )
+        return f"<div>{label}<pre>{text}</pre></div>"
+
+    def json_head(self, value: Any) -> Tuple[str, int]:
+        """The first field-limit characters of *value* as JSON: on one line if it fits in a
+        hundred, else indented; the count cut off is 0 when nothing was, -1 when some was."""
+        line = _json_head(value, _ONE_LINE, min(self.field, 100))
+        return line if line[1] == 0 else _json_head(value, _INDENTED, self.field)
+
+    def message(self, message: Any, run_id: str, more: str) -> str:
+        """A codec-encoded message: role, its blocks, stop reason and usage."""
+        value = _message_value(message)
+        if value is None:
+            return self.value(message, more, "message")
+        role = value.get("role")
+        parts = [f'<div class="msg"><span class="role">{_hs(role)}</span>']
+        metadata = value.get("metadata")
+        call_id = metadata.get("tool_call_id") if type(metadata) is dict else None
+        if type(call_id) is str:
+            parts.append(f" result of {self.tool_link(run_id, call_id)}")
+        for block in value["content"]:
+            parts.append(self.block(block, run_id, more))
+        for key in ("stop_reason", "usage"):
+            if value.get(key):
+                parts.append(self.value(value[key], more, key))
+        if type(metadata) is dict and set(metadata) - {"tool_call_id"}:
+            parts.append(self.value(metadata, more, "metadata"))
+        return "".join(parts) + "</div>"
+
+    def block(self, block: Any, run_id: str, more: str) -> str:
+        kind = block.get("type") if type(block) is dict else None
+        if kind == "text" and type(block.get("text")) is str:
+            return self.value(block["text"], more)
+        if kind == "thinking" and type(block.get("thinking")) is str:
+            return f'<div class="thinking">{self.value(block["thinking"], more, "thinking")}</div>'
+        if kind == "toolCall" and type(block.get("tool_call")) is dict:
+            call = block["tool_call"]
+            call_id, name = call.get("id"), call.get("name")
+            head = f'<div class="call">calls <b>{_hs(name)}</b>'
+            if type(call_id) is str:
+                head += f" id {self.tool_link(run_id, call_id)}"
+            rest = {key: item for key, item in call.items() if key not in ("id", "name", "args")}
+            args = self.value(call.get("args"), more, "args")
+            return head + args + (self.value(rest, more) if rest else "") + "</div>"
+        if kind == "image" and type(block.get("image")) is dict:
+            image = block["image"]
+            data, url, mime = image.get("data"), image.get("url"), image.get("mime_type")
+            size = f"{len(data) * 3 // 4} bytes" if type(data) is str else ""
+            where = f"at {_hs(url)}" if url else ""  # as text: a page never fetches
+            about = ", ".join(part for part in (_hs(mime) if mime else "", size, where) if part)
+            return f'<div class="image">[image: {about}]</div>'
+        if kind == "tool_reference" and type(block.get("tool_name")) is str:
+            return f'<div class="call">tool reference <b>{_hs(block["tool_name"])}</b></div>'
+        return self.value(block, more, "block")
+
+    def tool_link(self, run_id: str, call_id: str) -> str:
+        seq = self.facts.tool_seq.get((run_id, call_id))
+        if seq is None:
+            return f"<code>{_hs(call_id)}</code>"
+        return f'<a href="#seq-{seq}"><code>{_hs(call_id)}</code></a>'
+
+    # -- records
+
+    def record_head(self, record: Record) -> str:
+        return (
+            f'<a class="seq" href="#seq-{record.seq}">#{record.seq}</a> '
+            f'<span class="type">{_hs(record.type)}</span> <span class="time">{_hs(record.time)}</span>'
+        )
+
+    def record_body(self, record: Record, more: str) -> str:
+        """*record*'s data, the keys this page understands first-class, the rest as values."""
+        run_id = record.run_id or ""
+        parts = []
+        same = self.facts.same.get(record.seq)
+        for key, item in record.data.items():
+            if key == "execution":
+                continue
+            if key in ("message", "partial_message"):
+                if same is not None and key == "message":
+                    parts.append(f'<div>the same message as <a href="#seq-{same}">#{same}</a></div>')
+                else:
+                    parts.append(self.message(item, run_id, more))
+            elif key == "request" and type(item) is dict:
+                parts.append(self.request(record, item, more))
+            elif key == "error":
+                parts.append(f'<div class="error">{self.value(item, more, "error")}</div>')
+            else:
+                parts.append(self.value(item, more, key))
+        return "".join(parts)
+
+    def request(self, record: Record, request: Dict[str, Any], more: str) -> str:
+        """What changed in the context since the previous request, and the new messages."""
+        change = self.facts.changes.get(record.seq)
+        messages = request.get("messages")
+        parts = []
+        if change is not None and type(messages) is list:
+            parts.append(f'<div class="change">{self.change_text(change, len(messages))}</div>')
+            parts += self.new_messages(record, messages, change.new, more)
+        if change is not None and change.same_settings:
+            seq = change.previous
+            parts.append(f'<div>tools and config as in <a href="#seq-{seq}">#{seq}</a></div>')
+            return "".join(parts)
+        for key, item in request.items():
+            if key == "tools" and type(item) is list:
+                names = [_hs(tool.get("name")) for tool in item if type(tool) is dict and "name" in tool]
+                parts.append(f'<div><span class="key">tools</span> {", ".join(names)}</div>')
+                parts.append(self.value(item, more, "tool definitions"))
+            elif key != "messages":
+                parts.append(self.value(item, more, key))
+        return "".join(parts)
+
+    def new_messages(
+        self, record: Record, messages: List[Any], new: Tuple[Tuple[int, int], ...], more: str
+    ) -> List[str]:
+        """The new messages of a request: a link to a record that showed one already, else the
+        message; none past the page budget."""
+        parts: List[str] = []
+        size = self.out.size
+        for n, (index, earlier) in enumerate(new):
+            if size >= self.out.budget or index >= len(messages):
+                parts.append(f'<div class="cut">{len(new) - n} more new messages not shown: see {more}</div>')
+                break
+            if earlier:
+                value = _message_value(messages[index])
+                role = _hs(value.get("role")) if value is not None else "a"
+                parts.append(
+                    f'<div class="msg">new: <span class="role">{role}</span> message as recorded '
+                    f'in <a href="#seq-{earlier}">#{earlier}</a></div>'
+                )
+            else:
+                parts.append(self.message(messages[index], record.run_id or "", more))
+            size += len(parts[-1])
+        return parts
+
+    @staticmethod
+    def change_text(change: _Change, total: int) -> str:
+        text = f"context: {total} messages; {len(change.new)} new"
+        if change.previous:
+            kept = "carried over from the previous run" if change.resumed else "unchanged"
+            link = f'<a href="#seq-{change.previous}">#{change.previous}</a>'
+            text += f", {change.unchanged} {kept} since request {link}"
+        if change.dropped:
+            why = "by a compaction" if change.compacted else "with no compaction recorded"
+            text += f", {change.dropped} dropped {why}"
+        return text
+
+    # -- the page
+
+    def render(self, source: BinaryIO, max_line_bytes: int) -> None:
+        import base64
+        import hashlib
+
+        style, script = _PAGE_STYLE, _PAGE_SCRIPT
+
+        def digest(text: str) -> str:
+            return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+        policy = (
+            f"default-src 'none'; script-src {digest(script)}; style-src {digest(style)}; "
+            "base-uri 'none'; form-action 'none'"
+        )
+        summary = self.summary
+        self.out.write(
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
+        )
+        self.header()
+        self.chart()
+        self.waterfall()
+        self.cards(source, max_line_bytes)
+        data = {"file": self.name, "session_id": summary.session_id, "records": summary.records}
+        self.out.write(
+            f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
+            f"<script>{script}</script>\n</body></html>\n"
+        )
+
+    def header(self) -> None:
+        summary, facts = self.summary, self.facts
+        write = self.out.write
+        write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
+        tail = (
+            f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
+        )
+        write(f"<p>{_h(self.name)}: {summary.records} records, {len(summary.runs)} runs{tail}</p>\n")
+        write("<table><tr><th>run</th><th>records</th><th>start</th><th>end</th><th>duration</th>")
+        write("<th>closed</th><th>end reason</th><th>error</th></tr>\n")
+        for run in summary.runs:
+            error = _hs(_error_text(run.error)) if run.error is not None else ""
+            write(
+                f'<tr><td><a href="#seq-{run.first_seq}"><code>{_hs(run.run_id)}</code></a></td>'
+                f"<td>{run.records}</td><td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
+                f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
+                f"<td>{'yes' if run.closed else 'no'}</td>"
+                f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
+            )
+        write("</table>\n<p>records by type: ")
+        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
+        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
+        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
+        failed = [attempt for attempt in facts.attempts.values() if attempt.failed]
+        write(f"<h2>{len(failed)} failed attempts</h2>\n<ul>")
+        for attempt in failed[:_PAGE_LIST]:
+            write(f"<li>{self.attempt_link(attempt)}{self.attempt_ref(attempt)}</li>\n")
+        self.more(len(failed), "tick “errors only” below to see them all")
+        write(f"</ul>\n<h2>{len(summary.gaps)} gaps</h2>\n<ul>")
+        for gap in summary.gaps[:_PAGE_LIST]:
+            write(f'<li><a href="#seq-{gap.seq}">#{gap.seq}</a> {_hs(gap.kind)} ')
+            if gap.ref is None:
+                write(f"run <code>{_hs(gap.run_id)}</code>: {self.command(gap.run_id)}</li>\n")
+            else:
+                ref = gap.ref
+                write(f"{self.ref(ref.run_id, ref.execution_id, ref.attempt)} ")
+                write(f"{self.command(ref.run_id, ref.execution_id, ref.attempt)}</li>\n")
+        self.more(len(summary.gaps), f"see {self.summary_command()}")
+        write("</ul></header>\n")
+
+    def summary_command(self) -> str:
+        import shlex
+
+        return f"<code>python -m session summary {_h(shlex.quote(self.name))}</code>"
+
+    def more(self, count: int, where: str) -> None:
+        if count > _PAGE_LIST:
+            self.out.write(f'<li class="cut">and {count - _PAGE_LIST} more: {where}</li>')
+
+    @staticmethod
+    def attempt_link(attempt: _Attempt) -> str:
+        name = f" {_hs(attempt.name)}" if attempt.name else ""
+        return (
+            f'<a href="#seq-{attempt.seqs[0]}">{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} '
+            f"attempt {attempt.attempt}</a>"
+        )
+
+    def attempt_ref(self, attempt: _Attempt) -> str:
+        """An attempt's CallRef and the command that prints its records."""
+        return (
+            f'<div class="how">{self.ref(attempt.run_id, attempt.id, attempt.attempt)}<br>'
+            f"{self.command(attempt.run_id, attempt.id, attempt.attempt)}</div>"
+        )
+
+    def chart(self) -> None:
+        """Input tokens per successful model call, compactions as dashed lines."""
+        tokens = self.facts.tokens
+        write = self.out.write
+        write("<section><h2>input tokens per model call</h2>\n")
+        if not tokens:
+            write("<p>no model call reported its input tokens</p></section>\n")
+            return
+        per_bar = -(-len(tokens) // _PAGE_BARS)
+        bars = [tokens[start : start + per_bar] for start in range(0, len(tokens), per_bar)]
+        top = max(count for _, count in tokens) or 1
+        width = 1000 / len(bars)
+        note = f"; each bar the largest of {per_bar} calls" if per_bar > 1 else ""
+        write(f"<p>{len(tokens)} calls, at most {top} input tokens{note}</p>\n")
+        write('<svg class="chart" viewBox="0 0 1000 100" role="img">')
+        for n, bar in enumerate(bars):
+            seq, count = max(bar, key=lambda point: point[1])
+            height = count * 95 // top
+            write(
+                f'<a href="#seq-{seq}"><rect class="bar" x="{n * width:.1f}" y="{100 - height}" '
+                f'width="{max(width - 1, 1):.1f}" height="{height}"><title>#{seq}: {count} input tokens'
+                "</title></rect></a>"
+            )
+        for calls in self.facts.compactions:
+            x = calls // per_bar * width
+            write(
+                f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
+                f'<title>compaction</title></line><text x="{x + 4:.1f}" y="10">compaction</text>'
+            )
+        write("</svg></section>\n")
+
+    def waterfall(self) -> None:
+        """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
+        retries tied to the attempt they repeat; and the slowest calls."""
+        write = self.out.write
+        attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
+        write("<section><h2>calls over time</h2>\n<p>slowest calls:</p><ol>")
+        for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
+            write(f"<li>{_span(attempt.seconds)} {self.attempt_link(attempt)}</li>\n")
+        write("</ol>\n")
+        turns: Dict[Tuple[str, int], List[_Attempt]] = {}
+        for attempt in self.facts.attempts.values():
+            turns.setdefault((attempt.run_id, attempt.turn), []).append(attempt)
+        run_id, limit = None, self.out.size + self.out.budget // 4  # the rest is for the records
+        for (run, turn), group in turns.items():
+            if run != run_id:
+                write(f"<h3>run <code>{_hs(run)}</code></h3>\n")
+                run_id = run
+            if not self.turn(turn, group, limit):
+                write('<p class="cut">The waterfall stops here, at a quarter of the page budget.</p>')
+                break
+        write("</section>\n")
+
+    def turn(self, turn: int, group: List[_Attempt], limit: int) -> bool:
+        """One turn's waterfall, as many rows as fit below *limit*; False if not all did."""
+        timed = [attempt for attempt in group if attempt.start is not None]
+        start = min((a.start or 0.0 for a in timed), default=0.0)
+        span = max((a.end or 0.0 for a in timed), default=0.0) - start or 1e-6
+        rows: List[str] = []
+        size = self.out.size
+        ends: Dict[str, Tuple[float, int]] = {}  # execution id -> end x, row of its latest attempt
+        for row, attempt in enumerate(group):
+            if size >= limit:
+                break
+            rows.append(self.bar(row, attempt, start, span, ends))
+            size += len(rows[-1])
+        failed = sum(attempt.failed for attempt in group)
+        shown = f", {len(rows)} drawn" if len(rows) < len(group) else ""
+        bottom = len(rows) * 18 + 16
+        self.out.write(
+            f"<details{' open' if len(group) <= 40 else ''}><summary>turn {turn}: {len(group)} attempts"
+            f"{shown}, {_span(span)}, {failed} failed</summary>\n"
+            f'<svg class="waterfall" viewBox="0 0 1000 {bottom + 4}">',
+            *rows,
+            f'<text x="300" y="{bottom}">0 s</text><text class="end" x="990" y="{bottom}">'
+            f"{_span(span)}</text></svg></details>\n",
+        )
+        return len(rows) == len(group)
+
+    @staticmethod
+    def bar(
+        row: int, attempt: _Attempt, start: float, span: float, ends: Dict[str, Tuple[float, int]]
+    ) -> str:
+        """One attempt's row: its label, and its bar tied to the attempt it retries."""
+        y = row * 18 + 2
+        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+        mark = " ✗" if attempt.failed else ""
+        label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
+        parts = [f'<a href="#seq-{attempt.seqs[0]}"><text x="0" y="{y + 12}">{_hs(label)}</text>']
+        if attempt.start is not None:
+            x = 300 + (attempt.start - start) / span * 690
+            width = max(attempt.seconds / span * 690, 2)
+            fail = " fail" if attempt.failed else ""
+            parts.append(
+                f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
+                f"<title>{_hs(attempt.kind)} {_hs(attempt.id)} attempt {attempt.attempt}: "
+                f"{_span(attempt.seconds)}</title></rect>"
+            )
+            tied = ends.get(attempt.id)
+            if tied is not None and attempt.attempt > 1:
+                parts.append(
+                    f'<path class="tie" d="M{tied[0]:.1f} {tied[1] * 18 + 9}L{x:.1f} {y + 7}">'
+                    f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
+                )
+            ends[attempt.id] = (x + width, row)
+        return "".join(parts) + "</a>"
+
+    def cards(self, source: BinaryIO, max_line_bytes: int) -> None:
+        write = self.out.write
+        write(
+            '<section><h2>records</h2>\n<form class="filters">'
+            '<label><input type="checkbox" id="only-errors"> errors only</label> '
+            '<label><input type="checkbox" id="show-model" checked> model calls</label> '
+            '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
+            '<label><input type="checkbox" id="show-other" checked> other records</label> '
+            '<input type="search" id="search" placeholder="search" hidden></form>\n'
+        )
+        for item in self.facts.items:
+            if self.out.full:
+                left = self.summary.records - self.shown
+                write(
+                    f'<p class="cut">The page reached its budget of {self.out.budget} bytes: '
+                    f"{left} more records are not shown here; {self.command(None)} prints them all.</p>"
+                )
+                break
+            if isinstance(item, _Attempt):
+                self.card(source, max_line_bytes, item)
+            else:
+                self.lone(self.read(source, max_line_bytes, *item))
+        write("</section>\n")
+
+    def read(self, source: BinaryIO, max_line_bytes: int, seq: int, offset: int) -> Record:
+        """The record *seq* again, at the *offset* the first pass found it."""
+        source.seek(offset)
+        raw = source.readline(max_line_bytes + 1)
+        obj = _parse_line(raw, self.name, seq, offset) if raw.endswith(b"\n") else {}
+        if obj.get("seq") != seq or obj.get("session_id") != self.summary.session_id:
+            raise FormatError(f"record {seq} changed while the page was made", self.name, seq, offset)
+        self.shown += 1
+        return Record(
+            obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), obj["data"], offset
+        )
+
+    def lone(self, record: Record) -> None:
+        fail = " fail" if "error" in record.data else ""
+        heading = record.type in ("run_start", "turn_start", "session_start")
+        more = self.command(record.run_id, kind=record.type)
+        self.out.write(
+            f'<div class="rec{fail}{" heading" if heading else ""}" id="seq-{record.seq}">'
+            f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
+        )
+
+    def card(self, source: BinaryIO, max_line_bytes: int, attempt: _Attempt) -> None:
+        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+        fail = " fail" if attempt.failed else ""
+        write = self.out.write
+        write(f'<article class="card {kind}{fail}"><h3>{self.attempt_link(attempt)}</h3>\n<p>')
+        write(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
+        if attempt.attempt > 1:
+            earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
+            if earlier is not None:
+                write(f', retry of <a href="#seq-{earlier.seqs[0]}">attempt {earlier.attempt}</a>')
+        write(self.parent(attempt))
+        write(f"</p>{self.attempt_ref(attempt)}\n")
+        more = self.command(attempt.run_id, attempt.id, attempt.attempt)
+        for seq, offset in zip(attempt.seqs, attempt.offsets):
+            record = self.read(source, max_line_bytes, seq, offset)
+            body = self.record_body(record, more)
+            write(f'<div class="part" id="seq-{seq}">{self.record_head(record)}{body}</div>\n')
+        write("</article>\n")
+
+    def parent(self, attempt: _Attempt) -> str:
+        """For a tool call, a link to the model call that asked for it."""
+        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent)) if attempt.parent else None
+        if seq is None:
+            return ""
+        return f', asked for by <a href="#seq-{seq}">model call <code>{_hs(attempt.parent)}</code></a>'
+
+
+def _html_options(sub: Any) -> None:
+    """The ``html`` command's own options."""
+    sub.add_argument("-o", "--output", metavar="OUT", help="write the page to OUT (default: stdout)")
+    sub.add_argument(
+        "--max-bytes",
+        type=int,
+        default=_PAGE_BUDGET,
+        metavar="N",
+        help="page size budget (records past it are named, not shown)",
+    )
+    sub.add_argument(
+        "--max-field", type=int, default=_PAGE_FIELD, metavar="N", help="characters of one value shown inline"
+    )
+
+
+def _html_command(args: Any) -> int:
+    if args.max_bytes < 1 or args.max_field < 1:
+        print("python -m session html: --max-bytes and --max-field take a positive number", file=sys.stderr)
+        return 2
+    facts = _Facts()
+    try:
+        result = _read_file(args.file, args.max_line_bytes, facts)
+        summary = facts.summarizer.summary(result)
+        if args.output is None:
+            _write_page(args, facts, summary, sys.stdout.buffer)
+            return 0
+        if os.path.exists(args.output) and os.path.samefile(args.output, args.file):
+            raise OSError(errno.EEXIST, f"will not write the page over the session itself ({args.output})")
+        temporary = args.output + ".partial"
+        try:
+            with builtins.open(temporary, "wb") as out:  # a page appears whole or not at all
+                _write_page(args, facts, summary, out)
+            os.replace(temporary, args.output)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+    except (FormatError, OSError) as exc:
+        _print_failure(args.file, exc, False)
+        return 1
+    return 0
+
+
+def _write_page(args: Any, facts: _Facts, summary: Summary, out: BinaryIO) -> None:
+    page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field)
+    with builtins.open(args.file, "rb", _READ_BUFFER) as source:
+        page.render(source, args.max_line_bytes)
+
+
+# The page's only style and script: the Content-Security-Policy allows exactly these, by hash.
+_PAGE_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
+body{color:#1b1b1b;background:#fff}
+h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
+code,pre{font:12px/1.35 ui-monospace,monospace}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4;padding:.3em .5em}
+table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
+.mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
+.cut{color:#7a4a00;font-style:italic}.error,.fail>h3{color:#b00020}
+.key,.role{font-weight:600;color:#35557a}.thinking{opacity:.75}.change{color:#2d6a2d;font-weight:600}
+.card{border:1px solid #ccd;border-left:5px solid #6b8fc7;border-radius:4px;margin:.6em 0;padding:.3em .6em}
+.card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
+.part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}
+.rec.heading{font-weight:600;margin-top:.6em}
+.rec.fail{color:#b00020}.seq{color:#777;text-decoration:none}.type{font-weight:600}.time{color:#777;font-size:12px}
+.how{font-size:11px;color:#555}.how code{font-size:11px}
+.msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
+svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
+.waterfall text.end{text-anchor:end}
+rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
+rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray:5 3}
+.tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
+.filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
+body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .rec:not(.fail){display:none}
+body:has(#show-model:not(:checked)) .card.model,body:has(#show-tool:not(:checked)) .card.tool{display:none}
+body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .card.compact{display:none}
+.miss{display:none}
+@media print{.filters{display:none}body{max-width:none;font-size:11px}.card{break-inside:avoid}
+a{color:inherit;text-decoration:none}details::details-content{display:block;content-visibility:visible}}
+"""
+
+_PAGE_SCRIPT = """
+"use strict";
+document.documentElement.setAttribute("data-js", "on");
+(function () {
+  var box = document.getElementById("search");
+  var items = document.querySelectorAll(".card, .rec");
+  var texts = null;
+  box.hidden = false;
+  function filter() {
+    var query = box.value.toLowerCase();
+    if (texts === null) {
+      texts = [];
+      for (var i = 0; i < items.length; i++) texts.push(items[i].textContent.toLowerCase());
+    }
+    for (var j = 0; j < items.length; j++) {
+      items[j].classList.toggle("miss", query !== "" && texts[j].indexOf(query) < 0);
+    }
+  }
+  box.addEventListener("input", filter);
+  box.addEventListener("change", filter);
+  window.addEventListener("beforeprint", function () {
+    var folded = document.querySelectorAll("details");
+    for (var i = 0; i < folded.length; i++) folded[i].open = true;
+  });
+})();
+"""
+
+
 # ---------------------------------------------------------------------------- command line
 
 
@@ -2564,6 +4711,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     prog = (
         "python -m session" if argv is not None or __name__ == "__main__" else os.path.basename(sys.argv[0])
     )
+
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> typing.NoReturn:  # it quotes arguments: "-\x1b[2J.jsonl"
             super().error(_for_terminal(message))
@@ -2573,6 +4721,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
+    def line_limit(text: str) -> int:
+        try:
+            limit = int(text)
+            _check_line_limit(limit)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return limit
+
     def command(name: str, handler: Callable[[Any], int], about: str, status: str, many: bool = False) -> Any:
         epilog = f"exit status: {status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
         sub = commands.add_parser(name, help=about, description=about, epilog=epilog)
@@ -2580,7 +4736,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE", help=stdin)
         sub.add_argument(
             "--max-line-bytes",
-            type=int,
+            type=line_limit,
             default=_MAX_LINE_BYTES,
             metavar="N",
             help="longest line read, in bytes (default: %(default)s, 256 MiB)",
@@ -2605,10 +4761,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report = command(
         "summary",
         _summary_command,
-        "runs, counts, token usage and missing evidence of a session",
-        "0 valid, whatever its gaps; 1 invalid or unreadable",
+        "runs, counts, token usage and missing evidence of sessions",
+        "0 every file valid, whatever its gaps; 1 any invalid or unreadable (all are read)",
+        many=True,
     )
-    report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.add_argument("--json", action="store_true", help="print one JSON object per file")
     show = command(
         "show",
         _show_command,
@@ -2627,6 +4784,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _checkpoint_command,
         "print the latest checkpoint's snapshot as JSON",
         "0 printed; 1 no checkpoint, or the file invalid or unreadable",
+    )
+    copy = command(
+        "export",
+        _export_command,
+        "copy sessions' complete records to JSON Lines, with a manifest",
+        "0 every file valid and exported; 1 any left out (invalid, unreadable, or a session twice)",
+        many=True,
+    )
+    copy.add_argument("-o", dest="out", required=True, metavar="OUT", help="the output file (or folder)")
+    copy.add_argument("--split", action="store_true", help="one part file per input, in the new folder OUT")
+    copy.add_argument(
+        "--prefix", action="store_true", help="from an invalid file, the records before the bad line"
+    )
+    _html_options(
+        command(
+            "html",
+            _html_command,
+            "one self-contained HTML page to look at a session",
+            "0 written; 1 the file invalid or unreadable, or -o names the session itself",
+        )
     )
     args = parser.parse_args(argv)
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate prints as \udXXX, in JSON too
@@ -2661,26 +4838,14 @@ def _validate_command(args: Any) -> int:
     for name in args.files:
         tally = _Tally()
         try:
-            result = _read_file(name, args.max_line_bytes, tally)
+            result = _read_file(name, args.max_line_bytes, tally, keys=_NO_DATA)
         except (FormatError, OSError) as exc:
             status = 1
             _print_failure(name, exc, args.json)
             continue
         incomplete = tally.runs - tally.closed_runs
         if args.json:
-            _print_json(
-                {
-                    "file": name,
-                    "ok": True,
-                    "session_id": result.session_id,
-                    "records": result.records,
-                    "runs": tally.runs,
-                    "incomplete_runs": incomplete,
-                    "checkpoints": tally.checkpoints,
-                    "complete_bytes": result.complete_bytes,
-                    "tail_bytes": result.tail_bytes,
-                }
-            )
+            _print_json(_valid_fields(name, result, tally))
         else:
             _print_text(
                 f"{name}: ok, {result.records} records, {tally.runs} runs ({incomplete} incomplete), "
@@ -2718,23 +4883,28 @@ def _repair_command(args: Any) -> int:
 
 
 def _summary_command(args: Any) -> int:
+    return max(_summarize_file(args, name) for name in args.files)
+
+
+def _summarize_file(args: Any, name: str) -> int:
+    as_json = args.json
     tally = _Summarizer()
     try:
-        result = _read_file(args.file, args.max_line_bytes, tally)
+        result = _read_file(name, args.max_line_bytes, tally, keys=_SUMMARY_DATA)
     except (FormatError, OSError) as exc:
-        _print_failure(args.file, exc, args.json)
+        _print_failure(name, exc, as_json)
         return 1
     summary = tally.summary(result)
     try:  # a hostile file's values can be too deep to print, or too long a number
-        if args.json:
+        if as_json:
             fields = dict(vars(summary), runs=[vars(run) for run in summary.runs])
             fields["gaps"] = [dict(vars(gap), ref=gap.ref and gap.ref.to_json()) for gap in summary.gaps]
-            _print_json({"file": args.file, "ok": True, **fields})
+            _print_json({"file": name, "ok": True, **fields})
         else:
-            for line in _summary_lines(args.prog, args.file, summary):
+            for line in _summary_lines(args.prog, name, summary):
                 _print_text(line)
     except (ValueError, RecursionError) as exc:
-        _print_failure(args.file, ValueError(f"cannot print the summary: {exc}"), args.json)
+        _print_failure(name, ValueError(f"cannot print the summary: {exc}"), as_json)
         return 1
     return 0
 
@@ -2885,26 +5055,50 @@ def _transcript(record: Record) -> str:
 
 
 def _message_text(message: Any, label: str) -> List[str]:
-    """A codec-encoded message as ``role: text`` lines; anything unexpected as JSON."""
+    """A codec-encoded message as ``role: text`` lines, a line per block; anything
+    unexpected as JSON."""
     value = message.get("value") if type(message) is dict and "$type" in message else message
-    if type(value) is not dict or type(value.get("content")) is not list:
+    content = value.get("content", False) if type(value) is dict else False  # null: Go's empty list
+    if type(value) is not dict or (type(content) is not list and content is not None):
         return [f"  {label}: {_json_text(message)}"]
     role = _in_line(value.get("role", "?"))
-    out = []
-    for block in value["content"]:
-        kind = block.get("type") if type(block) is dict else None
-        if kind == "text":
-            text = str(block.get("text", "")).replace("\n", "\n    ")
-            out.append(f"  {role}: {text}")
-        elif kind == "tool_call":
-            call = f"{_in_line(block.get('name'))}({_json_text(block.get('arguments'))})"
-            out.append(f"  {role} calls {call} id {_in_line(block.get('id'))}")
-        else:
-            out.append(f"  {role}: {_json_text(block)}")
+    metadata = value.get("metadata")
+    if role == "tool" and type(metadata) is dict and "tool_call_id" in metadata:
+        outcome = "error" if metadata.get("is_error") is True else "result"
+        role = f"tool {outcome} for {_in_line(metadata['tool_call_id'])}"
+    out = [f"  {role}{_block_text(block)}" for block in content or ()]
     for key in ("stop_reason", "usage"):
         if value.get(key):
             out.append(f"  {key}: {_json_text(value[key])}")
-    return out
+    return out or [f"  {role}: (no content)"]
+
+
+def _block_text(block: Any) -> str:
+    """One content block, after its role: agentgo's blocks in words, anything else as JSON."""
+    kind = block.get("type") if type(block) is dict else None
+    if kind == "text" or kind == "thinking":
+        text = str(block.get(kind, "")).replace("\n", "\n    ")
+        return f": {text}" if kind == "text" else f" thinks: {text}"
+    if kind == "toolCall" and type(block.get("tool_call")) is dict:
+        call = block["tool_call"]
+        args = (
+            f"unparsed {_json_text(call.get('args_raw_text'))}"
+            if call.get("args_invalid")
+            else _json_text(call.get("args"))
+        )
+        return f" calls {_in_line(call.get('name'))}({args}) id {_in_line(call.get('id'))}"
+    if kind == "image" and type(block.get("image")) is dict:
+        image = block["image"]
+        data = image.get("data")
+        where = (
+            f"{len(data) * 3 // 4 - (len(data) - len(data.rstrip('=')))} bytes"
+            if type(data) is str
+            else f"at {_in_line(image.get('url'))}"
+        )
+        return f": [image, {where}, {_in_line(image.get('mime_type') or 'type not given')}]"
+    if kind == "tool_reference":
+        return f" refers to tool {_in_line(block.get('tool_name'))}"
+    return f": {_json_text(block)}"
 
 
 def _json_text(value: Any, indent: Optional[int] = None) -> str:
@@ -2918,7 +5112,7 @@ def _checkpoint_command(args: Any) -> int:
     tally = _Tally()
     try:
         with builtins.open(args.file, "rb", _READ_BUFFER) as f:  # opened once: a FIFO too
-            result = _read_file(args.file, args.max_line_bytes, tally, f)
+            result = _read_file(args.file, args.max_line_bytes, tally, f, keys=_NO_DATA)
             at = tally.latest_checkpoint(result)
             if at is None:
                 _print_error(f"{args.file}: no checkpoint in {result.records} records")
@@ -2943,16 +5137,20 @@ def _input(name: str) -> Iterator[BinaryIO]:
 
 
 def _read_file(
-    name: str, max_line_bytes: int, visit: Callable[[Record], object], lines: Optional[_Lines] = None
+    name: str,
+    max_line_bytes: int,
+    visit: Callable[[Record], object],
+    lines: Optional[_Lines] = None,
+    keys: Optional[_DataKeys] = None,
 ) -> ReadResult:
     """``read`` for the commands, showing a percentage on a terminal while a big file is read."""
     size = 0 if name == "-" else os.stat(name).st_size
     progress = _Progress(name, size, visit) if size > _PROGRESS_FROM and sys.stderr.isatty() else None
     try:
         if lines is not None:
-            return _read(lines, name, max_line_bytes, progress or visit)
+            return _read(lines, name, max_line_bytes, progress or visit, keys)
         with _input(name) as f:
-            return _read(f, name, max_line_bytes, progress or visit)
+            return _read(f, name, max_line_bytes, progress or visit, keys)
     finally:
         if progress is not None:
             progress.done()
@@ -2984,18 +5182,13 @@ class _Progress:
 def _print_failure(name: str, exc: Exception, as_json: bool) -> None:
     """One file's failure: ``FILE:LINE: reason (offset N)`` on stderr, or a JSON object on
     stdout."""
-    if isinstance(exc, FormatError):
-        line, offset, reason = exc.line, exc.offset, exc.reason
-    else:
-        line, offset, reason = None, None, _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+    fields = _failure_fields(name, exc)
     if as_json:
-        _print_json({"file": name, "ok": False, "line": line, "offset": offset, "error": reason})
+        _print_json(fields)
     elif isinstance(exc, (LockedError, RecordingError)):  # their message names the file already
-        _print_error(reason)
-    elif line is None:
-        _print_error(f"{name}: {reason}")
+        _print_error(fields["error"])
     else:
-        _print_error(f"{name}:{line}: {reason}" + ("" if offset is None else f" (offset {offset})"))
+        _print_error(_failure_text(fields))
 
 
 def _os_reason(exc: OSError) -> str:

@@ -1,19 +1,26 @@
-"""Tests for session.py, in the module's order: surface, errors, values, codec, writer,
-faults, locking, reader, event data, command line."""
+"""Tests for session.py, each in the section of the module it tests, in the module's order:
+surface (with the packaging and the README's commands), errors, values, codec, writer, faults,
+locking, reader, analysis, repair, command line; a subcommand's tests sit with the feature it
+runs. Last come the reliability harnesses, which drive all of it."""
 
 from __future__ import annotations
 
 import ast
+import configparser
 import contextlib
 import dataclasses
 import datetime as dt
+import doctest
 import enum
 import errno
 import functools
 import gc
+import html
+import html.parser
 import io
 import itertools
 import json
+import logging
 import os
 import pickle
 import random
@@ -28,9 +35,10 @@ import tempfile
 import textwrap
 import threading
 import time
+import typing
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import hypothesis
 import pytest
@@ -96,7 +104,7 @@ def sample_file(path: Path, runs: int = 2, checkpoint: bool = True) -> Path:
             with s.begin_run() as run:
                 run.record(Event("turn_start", turn_index=1, timestamp=T0))
                 run.record(Event("model_exec_start", execution=MODEL, timestamp=T0))
-                message = Message("assistant", [{"type": "text", "text": f"héllo {n}"}], usage={"input": 3})
+                message = Message("assistant", [session.text_block(f"héllo {n}")], usage={"input": 3})
                 run.record(Event("model_exec_end", execution=MODEL, message=message, timestamp=T0))
                 run.record(Event("tool_exec_start", execution=TOOL, tool="ls", args={"d": "/"}))
                 run.record(Event("tool_exec_end", execution=TOOL, tool="ls", result=["a", "b"]))
@@ -159,6 +167,23 @@ def deep_value(depth: int) -> Any:
     return value
 
 
+def readme_section(heading: str) -> str:
+    """The README's text under *heading* (such as ``"### CallRef"``), up to the next heading of
+    its level or above outside a code block."""
+    lines = (HERE / "README.md").read_text(encoding="utf-8").splitlines(keepends=True)
+    start = lines.index(heading + "\n") + 1
+    level = len(heading.split()[0])
+    fenced = False
+    for end in range(start, len(lines)):
+        fenced ^= lines[end].startswith("```")
+        mark = re.match(r"(#+) ", lines[end])
+        if mark and not fenced and len(mark.group(1)) <= level:
+            break
+    else:
+        end = len(lines)
+    return "".join(lines[start:end])
+
+
 # ---------------------------------------------------------------------------- surface
 
 
@@ -170,6 +195,11 @@ SPEC_NAMES = [
     *("RunOpenError", "LockedError", "main"),
     *("repair", "RepairResult"),  # section 8
     *("find", "summarize", "Summary", "RunInfo", "Gap"),  # section 9
+    "export",  # section 10
+    *("TextBlock", "ThinkingBlock", "ToolCall", "ToolCallBlock", "ImageData", "ImageBlock"),
+    *("ToolReferenceBlock", "ContentBlock", "Usage", "Cost", "STOP_REASONS"),
+    *("text_block", "thinking_block", "tool_call_block", "image_block", "tool_reference_block"),
+    *("tool_result",),  # section 4: the message vocabulary
 ]
 
 
@@ -180,7 +210,7 @@ def test_all_lists_exactly_the_public_names() -> None:
         for name, value in vars(session).items()
         if getattr(value, "__module__", None) == "session" and not name.startswith("_")
     }
-    assert defined_here - {"Source"} == set(SPEC_NAMES)
+    assert defined_here - {"Source"} == set(SPEC_NAMES) - {"ContentBlock", "STOP_REASONS"}
 
 
 def test_module_imports_only_the_standard_library() -> None:
@@ -206,6 +236,10 @@ def test_module_imports_only_the_standard_library() -> None:
         "fcntl",
         "msvcrt",
         "argparse",
+        "collections",
+        "shlex",
+        "stat",
+        "warnings",
     }
     found = set()
     for node in ast.walk(tree):
@@ -218,6 +252,118 @@ def test_module_imports_only_the_standard_library() -> None:
 
 def test_version_is_a_string() -> None:
     assert isinstance(session.__version__, str) and session.__version__[0].isdigit()
+
+
+SUPPORTED = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"]
+
+
+def test_the_readmes_test_command_is_what_ci_runs() -> None:
+    command = "python3 -m venv .venv && .venv/bin/python -m pip install -q tox && .venv/bin/tox"
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Try it"), re.S)[1] == command
+    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Development"), re.S)[0] == command
+    assert (HERE / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1] == command
+
+
+def test_tox_pyproject_and_toxfile_name_the_same_pythons() -> None:
+    tox_ini = configparser.ConfigParser()
+    tox_ini.read(HERE / "tox.ini", encoding="utf-8")
+    envs = [name.strip() for name in tox_ini["tox"]["env_list"].split(",")]
+    assert [name for name in envs if re.fullmatch(r"py3\d+", name)] == [
+        "py" + v.replace(".", "") for v in SUPPORTED
+    ]
+    pyproject = (HERE / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject) == SUPPORTED
+    assert f'requires-python = ">={SUPPORTED[0]}"' in pyproject
+    toxfile = ast.parse((HERE / "toxfile.py").read_text(encoding="utf-8"))
+    [listed] = [
+        node.value
+        for node in toxfile.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SUPPORTED"
+    ]
+    assert list(ast.literal_eval(listed)) == SUPPORTED
+
+
+def tox_outside_pyenv(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run this project's tox (*args* after ``-c tox.ini``) as a user's shell would: without tox's
+    own variables, and with pyenv's installed interpreters, if any, only behind its shims."""
+    need("tox", "the test runs tox on this project's tox.ini")
+    outside = {key: value for key, value in os.environ.items() if not key.startswith("TOX") and key != "CI"}
+    path = os.environ["PATH"].split(os.pathsep)
+    outside["PATH"] = os.pathsep.join(folder for folder in path if "/versions/" not in folder)
+    command = [sys.executable, "-m", "tox", "-c", str(HERE / "tox.ini"), "--workdir", str(tmp_path), *args]
+    return subprocess.run(command, capture_output=True, text=True, env={**outside, **env}, timeout=300)
+
+
+def test_tox_finds_every_python_pyenv_installed(tmp_path: Path) -> None:
+    need("pyenv", "the test checks that tox finds the Pythons pyenv installed")
+    bare = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=True).stdout
+    installed = {v for v in SUPPORTED for line in bare.split() if re.fullmatch(re.escape(v) + r"\.\d+", line)}
+    envs = ",".join("py" + v.replace(".", "") for v in SUPPORTED)
+    config = tox_outside_pyenv(tmp_path, "config", "-e", envs, "-k", "py_dot_ver")
+    assert config.returncode == 0, config.stderr
+    found = re.findall(r"^py_dot_ver = (3\.\d+)$", config.stdout, re.M)
+    assert installed and installed <= set(found), config.stdout
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_tox_names_a_python_it_did_not_test(tmp_path: Path, ci: str) -> None:
+    missing = next(v for v in SUPPORTED if v != "{}.{}".format(*sys.version_info))
+    env = "py" + missing.replace(".", "")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = tox_outside_pyenv(
+        tmp_path, "run", "-e", env, PATH=str(empty), PYENV_ROOT=str(empty), HOME=str(empty), CI=ci
+    )
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1].startswith(f"*** NOT TESTED on Python {missing}: tox found no interpreter"), run.stdout
+    assert f"{env}: {'FAIL' if ci else 'SKIP'}" in run.stdout
+    if ci:
+        assert run.returncode == 1
+
+
+TYPED_APP = """
+import session
+
+summary: session.Summary = session.summarize("chat.jsonl")
+records: int = summary.records
+wrong: str = summary.records
+"""
+
+
+def test_the_installed_copy_is_typed(tmp_path: Path) -> None:
+    need("mypy", "the test type-checks an application that imports the installed wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(HERE)], check=True
+    )
+    [wheel] = tmp_path.glob("session_jsonl-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    app = tmp_path / "app.py"
+    app.write_text(TYPED_APP, encoding="utf-8")
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--python-executable",
+            str(python),
+            str(app),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert checked.stdout.splitlines()[0] == (
+        f"{app.name}:6: error: Incompatible types in assignment"
+        ' (expression has type "int", variable has type "str")  [assignment]'
+    ), checked.stdout
+    assert "import-untyped" not in checked.stdout and checked.stdout.endswith(
+        "Found 1 error in 1 file (checked 1 source file)\n"
+    )
 
 
 # ---------------------------------------------------------------------------- errors
@@ -290,6 +436,73 @@ def test_call_ref_round_trips_through_json() -> None:
         CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e", "attempt": "1"})
 
 
+def test_the_readme_shows_what_call_ref_to_json_gives() -> None:
+    [example] = re.findall(r"```python\n(.*?)```", readme_section("### CallRef"), re.S)
+    test = doctest.DocTestParser().get_doctest(
+        example, {"session": session, "json": json}, "README: CallRef", None, 0
+    )
+    out = io.StringIO()
+    result = doctest.DocTestRunner().run(test, out=out.write)
+    assert result.attempted == 4 and result.failed == 0, out.getvalue()
+
+
+def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    event = full_event(
+        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
+    )
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(event)
+        run.record(full_event("turn_end"))
+        run.record(Event("turn_start"))
+    rs = records(path)
+    view = EventData.from_record(rs[2])
+    assert view.execution == TOOL and view.turn_index == 2
+    assert JSONCodec().decode(view.message) == event.message
+    assert JSONCodec().decode(view.partial_message) == event.partial_message
+    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
+    assert view.redacted == ("config.extra.password",)
+    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
+    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
+    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
+    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
+    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
+    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
+    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
+    assert EventData.from_record(rs[3]).committed is True
+    assert EventData.from_record(rs[4]) == EventData()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"tool": 1}, "data.tool must be a string, found an integer"),
+        ({"is_error": 1}, "data.is_error must be a boolean"),
+        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
+        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
+        (
+            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
+            "data.execution.attempt must be an integer",
+        ),
+        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
+        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
+        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
+        ({"redacted": [1]}, "data.redacted must hold strings"),
+        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
+        ({"error": "text"}, "data.error must be an object, found a string"),
+        ({"request": []}, "data.request must be an object"),
+    ],
+)
+def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
+    record = session.Record(SID, 7, "x", "t", RID, data, 420)
+    with pytest.raises(FormatError, match=re.escape(reason)) as info:
+        EventData.from_record(record)
+    assert (info.value.line, info.value.offset) == (7, 420)
+    if "execution" in data:
+        with pytest.raises(FormatError):
+            _ = record.ref
+
+
 # ---------------------------------------------------------------------------- codec
 
 
@@ -327,11 +540,11 @@ def point_codec() -> JSONCodec:
 
 
 def test_builtin_types_round_trip_with_agentgo_ids() -> None:
-    codec = JSONCodec()
+    codec = JSONCodec(TypeSpec("test.note", Note))
     when = dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=2)))
-    message = Message("user", [{"type": "text", "text": "hi"}], "stop", {"input": 1}, {"k": [1]}, when)
+    message = Message("user", [session.text_block("hi")], "stop", {"input": 1}, {"k": [1]}, when)
     snapshot = AgentSnapshot(
-        AgentState([message], [{"name": "a"}], {"total_tokens": 3}, {"step": 1}),
+        AgentState([message], [Note("a")], {"total_tokens": 3}, {"completed_turns": 1}),
         steering_queue=[message],
         follow_up_queue=[],
     )
@@ -343,17 +556,50 @@ def test_builtin_types_round_trip_with_agentgo_ids() -> None:
     assert codec.decode(json.loads(json.dumps(encoded))) == snapshot
 
 
+def odd_offsets() -> List[dt.tzinfo]:
+    """Time zones whose UTC offset has seconds, which RFC 3339 cannot write."""
+    zones: List[dt.tzinfo] = [
+        dt.timezone(dt.timedelta(seconds=30)),
+        dt.timezone(-dt.timedelta(hours=3, seconds=59)),
+        dt.timezone(dt.timedelta(minutes=19, seconds=32)),  # Amsterdam's mean time until 1937
+        dt.timezone(dt.timedelta(hours=1, microseconds=1)),
+    ]
+    if sys.version_info >= (3, 9):
+        import zoneinfo
+
+        zones.append(zoneinfo.ZoneInfo("Europe/Amsterdam"))  # +00:19:32 in 1890
+    return zones
+
+
+ODD_MOMENT = dt.datetime(1890, 6, 1, 12, 0, 0, 250000)
+
+
+def test_a_datetime_whose_offset_has_seconds_is_written_in_utc_exactly() -> None:
+    codec = JSONCodec()
+    for zone in odd_offsets():
+        moment = ODD_MOMENT.replace(tzinfo=zone)
+        offset = moment.utcoffset()
+        assert offset is not None and offset % dt.timedelta(minutes=1)
+        text = codec.encode(moment)
+        assert text == (ODD_MOMENT - offset).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), zone
+        back = codec.decode(codec.encode(Message("u", [], timestamp=moment))).timestamp
+        assert back == moment and back.utcoffset() == dt.timedelta(0)
+    amsterdam = dt.datetime(1890, 6, 1, 12, tzinfo=dt.timezone(dt.timedelta(minutes=19, seconds=32)))
+    assert codec.encode(amsterdam) == "1890-06-01T11:40:28.000000Z"
+
+
 def test_datetime_is_rfc3339_with_z_for_utc() -> None:
     encoded = JSONCodec().encode(Message("user", [], timestamp=T0))
     assert encoded["value"]["timestamp"] == "2026-12-02T09:27:36.123456Z"
     assert JSONCodec().encode(dt.datetime(2026, 1, 1, tzinfo=UTC)) == "2026-01-01T00:00:00.000000Z"
 
 
-def test_none_fields_are_omitted() -> None:
-    assert JSONCodec().encode(Message("user", ["x"]))["value"] == {
+def test_message_fields_are_left_out_as_go_leaves_them_out() -> None:
+    # Go writes role, content and timestamp always, the rest only when set
+    assert JSONCodec().encode(Message("user", [session.text_block("x")], timestamp=T0))["value"] == {
         "role": "user",
-        "content": ["x"],
-        "stop_reason": "",
+        "content": [{"type": "text", "text": "x"}],
+        "timestamp": "2026-12-02T09:27:36.123456Z",
     }
 
 
@@ -445,7 +691,7 @@ def test_subclasses_of_json_types_are_not_lowered() -> None:
         ([{"$type": 5, "value": 1}], r"unknown type id 5 at \$\[0\]"),
         ({"a": {"$object": [1]}}, r"\$object must wrap an object at \$\.a"),
         ({"$type": "agentgo.message.v1", "value": []}, "value must be an object"),
-        ({"$type": "agentgo.message.v1", "value": {"role": "user"}}, "rejects its fields"),
+        ({"$type": "agentgo.message.v1", "value": {"content": []}}, "rejects its fields"),
         (
             {"$type": "agentgo.message.v1", "value": {"role": "u", "content": [], "timestamp": "yesterday"}},
             "RFC 3339",
@@ -486,6 +732,110 @@ def test_deep_nesting_is_a_codec_error() -> None:
         nested = {"a": nested}
     with pytest.raises(CodecError, match="nested too deeply"):
         JSONCodec().decode(nested)
+
+
+def nested(kind: str, depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = {"a": value} if kind == "object" else [value] if kind == "array" else Box(value)
+    return value
+
+
+DEEP_CODEC = JSONCodec(TypeSpec("test.box", Box))
+
+
+def unnested(value: Any) -> Tuple[str, int, Any]:
+    """What *nested* made *value* of: its kind, depth and innermost value (compared without
+    recursion, which a value this deep would overflow)."""
+    kinds, depth = set(), 0
+    while type(value) in (dict, list, Box):
+        kinds.add(type(value))
+        value = value["a"] if type(value) is dict else value[0] if type(value) is list else value.inner
+        depth += 1
+    kind = {dict: "object", list: "array", Box: "tagged"}[kinds.pop()] if len(kinds) == 1 else str(kinds)
+    return kind, depth, value
+
+
+def deepest_checkpoint(tmp_path: Path, kind: str) -> Tuple[int, Path]:
+    """The deepest value of *kind* save_checkpoint takes, and a file holding it."""
+
+    def saved(depth: int) -> Optional[Path]:
+        path = tmp_path / f"{kind}-{depth}.jsonl"
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        s = session.create(path, DEEP_CODEC)
+        try:
+            s.begin_run().save_checkpoint(nested(kind, depth))
+            s.close()
+        except RecordingError:
+            with contextlib.suppress(RecordingError):
+                s.close()
+            return None
+        return path
+
+    low, high = 1, 4000
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if saved(middle) else (low, middle - 1)
+    path = saved(low)
+    assert path is not None and not saved(low + 1)
+    return low, path
+
+
+@pytest.mark.parametrize("kind", ["object", "array", "tagged"])
+def test_the_deepest_checkpoint_the_writer_takes_loads_back(tmp_path: Path, kind: str) -> None:
+    depth, path = deepest_checkpoint(tmp_path, kind)
+    assert depth > 200
+
+    def load(frames: int) -> Any:
+        if frames:
+            return load(frames - 1)
+        with session.open(path, DEEP_CODEC) as s:
+            checkpoint = s.load_checkpoint()
+        assert checkpoint is not None
+        return checkpoint.snapshot
+
+    assert unnested(load(0)) == (kind, depth, 0)
+    assert unnested(load(sys.getrecursionlimit() // 2)) == (kind, depth, 0)  # deeper than it was saved
+
+
+DEEPEST_AT_TOP_LEVEL = """
+import contextlib, os, sys, tempfile
+import session
+from test_session import DEEP_CODEC, nested, unnested
+
+kind, folder = sys.argv[1], tempfile.mkdtemp()
+low, high = 1, 4000
+while low < high:  # save_checkpoint right at the top level: the shallowest stack it can have
+    middle = (low + high + 1) // 2
+    s = session.create(os.path.join(folder, str(middle)), DEEP_CODEC)
+    try:
+        s.begin_run().save_checkpoint(nested(kind, middle))
+        low = middle
+    except session.RecordingError:
+        high = middle - 1
+    with contextlib.suppress(session.RecordingError):
+        s.close()
+s = session.open(os.path.join(folder, str(low)), DEEP_CODEC)
+print(low, unnested(s.load_checkpoint().snapshot) == (kind, low, 0))
+"""
+
+
+@pytest.mark.parametrize("kind", ["object", "array", "tagged"])
+def test_the_deepest_checkpoint_saved_at_the_top_level_loads_back(tmp_path: Path, kind: str) -> None:
+    script = tmp_path / "deepest.py"
+    script.write_text(DEEPEST_AT_TOP_LEVEL)
+    done = subprocess.run(
+        [sys.executable, str(script), kind],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=HERE,
+        env=dict(os.environ, PYTHONPATH=str(HERE)),
+    )
+    assert done.returncode == 0, done.stderr
+    depth, loaded = done.stdout.split()
+    assert int(depth) > 200 and loaded == "True"
 
 
 def test_duplicate_registrations_are_refused() -> None:
@@ -557,6 +907,670 @@ def test_encoding_shares_unchanged_values_and_never_changes_its_input() -> None:
     encoded = codec.encode(mixed)
     assert encoded == {"a": [1, [2, 3]], "at": "2026-12-02T09:27:36.123456Z", "keep": {"x": 1}}
     assert mixed == {"a": [1, (2, 3)], "at": T0, "keep": {"x": 1}} and encoded["keep"] is mixed["keep"]
+
+
+# agentgo's message vocabulary: builders, checks on the way out, and round trips with Go
+
+AGENTGO_SAMPLES = HERE / "testdata" / "agentgo" / "values.jsonl"  # as agentgo's codec writes them
+
+
+def test_builders_make_agentgo_blocks() -> None:
+    assert session.text_block("hi") == {"type": "text", "text": "hi"}
+    assert session.thinking_block("hm") == {"type": "thinking", "thinking": "hm"}
+    assert session.tool_call_block("c1", "ls", {"d": "/"}) == {
+        "type": "toolCall",
+        "tool_call": {"id": "c1", "name": "ls", "args": {"d": "/"}},
+    }
+    assert session.tool_call_block(
+        "c2",
+        "grep",
+        None,
+        args_invalid=True,
+        args_raw_text='{"p',
+        args_parse_error="EOF",
+        thought_signature="sig",
+    ) == {
+        "type": "toolCall",
+        "tool_call": {
+            "id": "c2",
+            "name": "grep",
+            "args": {},
+            "args_invalid": True,
+            "args_raw_text": '{"p',
+            "args_parse_error": "EOF",
+            "thought_signature": "sig",
+        },
+    }
+    assert session.image_block(data=b"\x89PNG", mime_type="image/png") == {
+        "type": "image",
+        "image": {"data": "iVBORw==", "mime_type": "image/png"},
+    }
+    assert session.image_block(data="iVBORw==", mime_type="image/png") == session.image_block(
+        data=b"\x89PNG", mime_type="image/png"
+    )
+    assert session.image_block(url="https://example.com/a.jpg") == {
+        "type": "image",
+        "image": {"url": "https://example.com/a.jpg"},
+    }
+    assert session.tool_reference_block("web_search") == {"type": "tool_reference", "tool_name": "web_search"}
+    assert session.STOP_REASONS == ("stop", "length", "toolUse", "error", "safety", "aborted")
+
+
+@pytest.mark.parametrize(
+    ("build", "error"),
+    [
+        (lambda: session.text_block(b"hi"), TypeError),  # type: ignore[arg-type]
+        (lambda: session.thinking_block(None), TypeError),  # type: ignore[arg-type]
+        (lambda: session.tool_call_block("c1", "", {}), ValueError),
+        (lambda: session.tool_call_block(1, "ls", {}), TypeError),  # type: ignore[arg-type]
+        (lambda: session.tool_call_block("c1", "ls", "{not json"), ValueError),
+        (lambda: session.tool_call_block("c1", "ls", {"s": {1}}), TypeError),
+        (lambda: session.tool_call_block("c1", "ls", {"a": 1}, args_invalid=True), ValueError),
+        (lambda: session.tool_call_block("c1", "ls", {}, args_raw_text="x"), ValueError),
+        (lambda: session.tool_call_block("c1", "ls", {}, args_invalid=1), TypeError),  # type: ignore[arg-type]
+        (lambda: session.image_block(data=b"x"), ValueError),  # no mime type
+        (lambda: session.image_block(data=b"x", mime_type="image/png", url="u"), ValueError),
+        (lambda: session.image_block(), ValueError),
+        (lambda: session.image_block(data="not base64!", mime_type="image/png"), ValueError),
+        (lambda: session.tool_reference_block(""), ValueError),
+        (lambda: session.tool_result("", "x"), ValueError),
+        (lambda: session.tool_result("c1", "x", is_error="yes"), TypeError),  # type: ignore[arg-type]
+    ],
+)
+def test_builders_refuse_misuse(build: Callable[[], Any], error: type) -> None:
+    with pytest.raises(error):
+        build()
+
+
+def test_tool_result_answers_its_call() -> None:
+    ok = session.tool_result("c1", "120", timestamp=T0)
+    assert ok == Message("tool", [session.text_block("120")], metadata={"tool_call_id": "c1"}, timestamp=T0)
+    failed = session.tool_result("c2", [session.text_block("no such file")], is_error=True)
+    assert failed.metadata == {"tool_call_id": "c2", "is_error": True}
+    assert failed.timestamp is not None and failed.timestamp.utcoffset() == dt.timedelta(0)
+
+
+def test_a_message_carries_the_time_it_was_made() -> None:
+    before = dt.datetime.now(UTC)
+    made = Message("user", [session.text_block("hi")])
+    assert made.timestamp is not None and before <= made.timestamp <= dt.datetime.now(UTC)
+    assert made.timestamp.tzinfo is UTC
+    assert JSONCodec().encode(made)["value"]["timestamp"] != "0001-01-01T00:00:00Z"
+
+
+def test_go_zero_time_and_null_content_come_back_as_none_and_go_out_as_go_wrote_them() -> None:
+    codec = JSONCodec()
+    go = {
+        "$type": "agentgo.message.v1",
+        "value": {"content": None, "role": "user", "timestamp": "0001-01-01T00:00:00Z"},
+    }
+    message = codec.decode(go)
+    assert (message.content, message.timestamp) == (None, None)
+    assert codec.encode(message) == {"$type": "agentgo.message.v1", "value": go["value"]}
+    # an older writer left both out: read as Go reads the same line
+    assert codec.decode({"$type": "agentgo.message.v1", "value": {"role": "user"}}) == message
+
+
+def test_tool_call_args_are_written_as_the_model_sent_them(tmp_path: Path) -> None:
+    tagged_looking = {"$type": "not a codec tag", "value": 1}
+    blocks: List[session.ContentBlock] = [
+        session.tool_call_block("c1", "ls", '{ "path" : "a b",\n "n": 1e2 }'),  # the model's text
+        session.tool_call_block("c2", "ls", RawJSON(b'{"k": [1,  2]}')),
+        session.tool_call_block("c3", "ls", {"opts": tagged_looking}),
+        {"type": "toolCall", "tool_call": {"id": "c4", "name": "echo", "args": "a JSON string"}},
+    ]
+    [obj] = recorded(tmp_path, Event("message_end", message=Message("assistant", blocks, "toolUse")))
+    text = (tmp_path / "events.jsonl").read_text(encoding="utf-8")
+    assert '"args":{"path":"a b","n":1e2}' in text and '"args":{"k":[1,2]}' in text  # compacted only
+    assert '"args":{"opts":{"$type":"not a codec tag","value":1}}' in text  # no codec escape
+    decoded = JSONCodec().decode(obj["data"]["message"])
+    assert [b["tool_call"]["args"] for b in decoded.content] == [
+        {"path": "a b", "n": 100.0},
+        {"k": [1, 2]},
+        {"opts": tagged_looking},  # neither unescaped nor read as a tagged value
+        "a JSON string",
+    ]
+
+
+def test_plain_dicts_in_agentgo_shape_are_accepted() -> None:
+    codec = JSONCodec()
+    by_hand = Message(
+        "assistant",
+        [
+            {"type": "text", "text": "hi"},
+            {"type": "text"},  # type: ignore[list-item]  # Go leaves an empty text out
+            {"type": "toolCall", "tool_call": {"id": "c1", "name": "ls", "args": {}}},
+            {"type": "image", "image": {"url": "u"}},
+        ],
+        "stop",
+        {"output": 3},  # any of agentgo's keys
+        timestamp=T0,
+    )
+    assert codec.decode(json.loads(json.dumps(codec.encode(by_hand)))) == by_hand
+    full: session.Usage = {
+        "provider": "p",
+        "model": "m",
+        "input": -1,
+        "output": (1 << 63) - 1,
+        "cache_read": 0,
+        "cache_write": 0,
+        "total_tokens": 9,
+        "cost": {"input": 0.5, "output": 1, "cache_read": 0.0, "cache_write": 0.0, "total": 1.5},
+    }
+    assert codec.encode(Message("assistant", [], usage=full))["value"]["usage"] == full
+
+
+def message_with(**fields: Any) -> Message:
+    return Message("assistant", **{"content": [session.text_block("ok")], **fields})
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            message_with(content=[{"type": "tool_call", "id": "c1"}]),
+            r"unknown block type 'tool_call' .* at \$\.content\[0\]\.type",
+        ),
+        (message_with(content=[{"text": "x"}]), r"unknown block type None .* at \$\.content\[0\]\.type"),
+        (
+            message_with(content=[{"type": "text", "thinking": "x"}]),
+            r"'thinking' does not belong in a text block at \$\.content\[0\]\.thinking",
+        ),
+        (
+            message_with(content=[session.text_block("a"), {"type": "toolCall", "text": "x"}]),
+            r"at \$\.content\[1\]\.text",
+        ),
+        (message_with(content=[{"type": "toolCall"}]), r"needs its tool_call at \$\.content\[0\]\.tool_call"),
+        (
+            message_with(content=[{"type": "image", "image": {"path": "a.png"}}]),
+            r"'path' is not an image's at \$\.content\[0\]\.image\.path",
+        ),
+        (
+            message_with(content=[{"type": "text", "text": 1}]),
+            r"text must be a string, not int at \$\.content\[0\]\.text",
+        ),
+        (message_with(content=["plain text"]), r"block must be an object, not str at \$\.content\[0\]"),
+        (message_with(content="plain text"), r"content must be a list of blocks, not str at \$\.content"),
+        (
+            message_with(content={"type": "text"}),
+            r"content must be a list of blocks, not dict at \$\.content",
+        ),
+        (
+            message_with(
+                content=[
+                    session.text_block("a"),
+                    {"type": "toolCall", "tool_call": {"id": "c", "name": "n", "args": {1, 2}}},
+                ]
+            ),
+            r"args are not one JSON value: .*set.* at \$\.content\[1\]\.tool_call\.args",
+        ),
+        (
+            message_with(
+                content=[{"type": "toolCall", "tool_call": {"id": "c", "name": "n", "args": RawJSON("{")}}]
+            ),
+            r"args are not one JSON value: .* at \$\.content\[0\]\.tool_call\.args",
+        ),
+        (
+            message_with(
+                content=[{"type": "toolCall", "tool_call": {"id": "c", "name": "n", "arguments": {}}}]
+            ),
+            r"'arguments' is not a tool call's at \$\.content\[0\]\.tool_call\.arguments",
+        ),
+        (message_with(usage={"input": 1.0}), r"input must be an integer, not float at \$\.usage\.input"),
+        (message_with(usage={"output": True}), r"output must be an integer, not bool at \$\.usage\.output"),
+        (
+            message_with(usage={"total_tokens": 1 << 63}),
+            r"does not fit in 64 bits at \$\.usage\.total_tokens",
+        ),
+        (
+            message_with(usage={"input": 1, "requests": 2}),
+            r"'requests' is not agentgo's usage .* at \$\.usage\.requests",
+        ),
+        (
+            message_with(usage={"cost": {"total": "1"}}),
+            r"total must be a number, not str at \$\.usage\.cost\.total",
+        ),
+        (message_with(stop_reason="end_turn"), r"stop reason 'end_turn' is not one of stop, length, toolUse"),
+        (message_with(stop_reason="tool_use"), r"at \$\.stop_reason"),
+        (message_with(timestamp="2026-01-01"), r"timestamp must be a datetime, not str at \$\.timestamp"),
+        (message_with(metadata=[1]), r"metadata must be an object, not list at \$\.metadata"),
+        (
+            AgentState([{"role": "user", "content": []}]),
+            r"a plain dict where agentgo needs a tagged value .* at \$\.messages\[0\]",
+        ),
+        (AgentState([message_with()], artifacts=["a"]), r"plain str where .* at \$\.artifacts\[0\]"),
+        (AgentState([message_with(content="x")]), r"at \$\.messages\[0\]\.content"),
+        (AgentState(total_usage={"input": 0.5}), r"at \$\.total_usage\.input"),
+        (
+            AgentState(progress={"pending_messages": [{"role": "user"}]}),
+            r"at \$\.progress\.pending_messages\[0\]",
+        ),
+        (AgentState(progress={"tool_calls": 1.5}), r"at \$\.progress\.tool_calls"),
+        (
+            AgentState(progress={"consecutive_tool_errors": {"ls": None}}),
+            r"at \$\.progress\.consecutive_tool_errors\.ls",
+        ),
+        (AgentState(progress={"step": 1}), r"'step' is not agentgo's run progress .* at \$\.progress\.step"),
+        (AgentSnapshot(AgentState(), steering_queue=[{"role": "user"}]), r"at \$\.steering_queue\[0\]"),
+        (AgentSnapshot(AgentState(), follow_up_queue=["next"]), r"at \$\.follow_up_queue\[0\]"),
+        (AgentSnapshot(AgentState([message_with(usage={"x": 1})])), r"at \$\.state\.messages\[0\]\.usage\.x"),
+        (AgentSnapshot({"messages": []}), r"state must be an AgentState, not dict at \$\.state"),  # type: ignore[arg-type]
+    ],
+)
+def test_what_go_would_drop_or_refuse_is_a_codec_error_naming_its_path(value: Any, message: str) -> None:
+    with pytest.raises(CodecError, match=message):
+        JSONCodec().encode(value)
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_record_and_save_checkpoint_refuse_what_go_cannot_read(tmp_path: Path, checkpoint: bool) -> None:
+    bad = Message("assistant", [session.text_block("a"), {"type": "tool_call", "name": "ls"}])  # type: ignore[list-item]
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+    save = functools.partial(run.save_checkpoint, AgentSnapshot(AgentState([bad])))
+    with pytest.raises(RecordingError, match=r"unknown block type 'tool_call'") as caught:
+        save() if checkpoint else run.record(Event("message_end", message=bad))
+    assert isinstance(caught.value.__cause__, CodecError)
+    path = "$.state.messages[0].content[1].type" if checkpoint else "$.content[1].type"
+    assert str(caught.value.__cause__).endswith(f" at {path}")
+    with pytest.raises(RecordingError):
+        s.close()
+
+
+def go_time(value: Any) -> Any:
+    """*value* with every timestamp string as the instant it names: Go writes 2026-...01.5Z
+    where Python writes 2026-...01.500000Z."""
+    if type(value) is dict:
+        return {
+            key: session._parse_rfc3339(item)
+            if key == "timestamp" and item != "0001-01-01T00:00:00Z"
+            else go_time(item)
+            for key, item in value.items()
+        }
+    if type(value) is list:
+        return [go_time(item) for item in value]
+    return value
+
+
+def test_values_go_writes_come_back_and_go_out_as_go_wrote_them() -> None:
+    codec = JSONCodec()
+    samples = AGENTGO_SAMPLES.read_text(encoding="utf-8").splitlines()
+    for line in samples:
+        value = codec.decode(json.loads(line))
+        again = json.loads(session._dumps(codec.encode(value)))
+        assert go_time(again) == go_time(json.loads(line)), line
+    values = [codec.decode(json.loads(line)) for line in samples]
+    tool_call = values[1].content[1]["tool_call"]
+    assert tool_call["args"]["opts"] == {"$type": "not a codec tag", "value": [1, 2.5, 12345678901234567890]}
+    assert values[1].timestamp == dt.datetime(2026, 8, 26, 10, 0, 1, 123456, tzinfo=UTC)
+    assert (
+        values[3].content[0]["tool_call"]["args_invalid"] is True
+        and values[3].content[1]["tool_call"]["args"] is None
+    )
+    assert (values[5].content, values[5].timestamp) == (None, None)
+    assert values[7].messages is None and values[7].progress["active"] is False
+    assert values[8].state.progress["pending_messages"][0].content == [session.text_block("and then?")]
+
+
+GO_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)  # Go makes a lone surrogate U+FFFD
+GO_INT = st.integers(-(1 << 63), (1 << 63) - 1)
+GO_JSON = st.recursive(
+    st.none() | st.booleans() | GO_INT | st.floats(allow_nan=False, allow_infinity=False) | GO_TEXT,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["$type", "value", "$object"]) | GO_TEXT, inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+BLOCKS = st.one_of(
+    GO_TEXT.map(session.text_block),
+    GO_TEXT.map(session.thinking_block),
+    st.builds(
+        session.tool_call_block,
+        GO_TEXT,
+        GO_TEXT.filter(bool),
+        st.dictionaries(GO_TEXT, GO_JSON, max_size=3),
+        thought_signature=GO_TEXT,
+    ),
+    st.builds(
+        lambda data, mime: session.image_block(data=data, mime_type=mime),
+        st.binary(max_size=40),
+        GO_TEXT.filter(bool),
+    ),
+    GO_TEXT.filter(bool).map(session.tool_reference_block),
+)
+COUNTS = ("input", "output", "cache_read", "cache_write", "total_tokens")
+COST = st.fixed_dictionaries({}, optional={key: st.floats(-1e9, 1e9) for key in (*COUNTS[:4], "total")})
+USAGE = st.fixed_dictionaries(
+    {}, optional={**dict.fromkeys(COUNTS, GO_INT), "provider": GO_TEXT, "model": GO_TEXT, "cost": COST}
+)
+MESSAGES = st.builds(
+    Message,
+    st.sampled_from(["user", "assistant", "system", "tool"]),
+    st.none() | st.lists(BLOCKS, max_size=4),
+    st.sampled_from(("", *session.STOP_REASONS)),
+    st.none() | USAGE,
+    st.none() | st.dictionaries(GO_TEXT, GO_JSON, max_size=3),
+    st.none() | st.datetimes(min_value=dt.datetime(2, 1, 1), timezones=st.just(UTC)),
+)
+
+
+@hypothesis.settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@hypothesis.given(MESSAGES)
+def test_every_message_the_builders_make_round_trips(message: Message) -> None:
+    codec = JSONCodec()
+    assert codec.decode(json.loads(session._dumps(codec.encode(message)))) == message
+
+
+GO_MIRROR = r"""
+// Reads agentgo codec values, one JSON line each, as agentgo's Go types would, and writes
+// them back as agentgo's codec does (keys sorted); a value Go refuses becomes {"error": "..."}.
+// The types mirror agentgo's message.go, tool.go and state.go: same fields, same tags.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+)
+
+type ContentBlock struct {
+	Type     string     `json:"type"`
+	Text     string     `json:"text,omitempty"`
+	Thinking string     `json:"thinking,omitempty"`
+	ToolCall *ToolCall  `json:"tool_call,omitempty"`
+	Image    *ImageData `json:"image,omitempty"`
+	ToolName string     `json:"tool_name,omitempty"`
+}
+
+type ToolCall struct {
+	ID               string          `json:"id"`
+	Name             string          `json:"name"`
+	Args             json.RawMessage `json:"args"`
+	ArgsInvalid      bool            `json:"args_invalid,omitempty"`
+	ArgsRawText      string          `json:"args_raw_text,omitempty"`
+	ArgsParseError   string          `json:"args_parse_error,omitempty"`
+	ThoughtSignature string          `json:"thought_signature,omitempty"`
+}
+
+type ImageData struct {
+	Data     string `json:"data,omitempty"`
+	URL      string `json:"url,omitempty"`
+	MimeType string `json:"mime_type,omitempty"`
+}
+
+type Cost struct {
+	Input      float64 `json:"input"`
+	Output     float64 `json:"output"`
+	CacheRead  float64 `json:"cache_read"`
+	CacheWrite float64 `json:"cache_write"`
+	Total      float64 `json:"total"`
+}
+
+type Usage struct {
+	Provider    string `json:"provider,omitempty"`
+	Model       string `json:"model,omitempty"`
+	Input       int    `json:"input"`
+	Output      int    `json:"output"`
+	CacheRead   int    `json:"cache_read"`
+	CacheWrite  int    `json:"cache_write"`
+	TotalTokens int    `json:"total_tokens"`
+	Cost        *Cost  `json:"cost,omitempty"`
+}
+
+type Message struct {
+	Role       string         `json:"role"`
+	Content    []ContentBlock `json:"content"`
+	StopReason string         `json:"stop_reason,omitempty"`
+	Usage      *Usage         `json:"usage,omitempty"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
+	Timestamp  time.Time      `json:"timestamp"`
+}
+
+type RunProgress struct {
+	Active                bool           `json:"active"`
+	NextTurn              bool           `json:"next_turn"`
+	CompletedTurns        int            `json:"completed_turns"`
+	LengthRecoveries      int            `json:"length_recoveries"`
+	ToolCalls             int            `json:"tool_calls"`
+	ToolErrors            int            `json:"tool_errors"`
+	ConsecutiveToolErrors map[string]int `json:"consecutive_tool_errors,omitempty"`
+	PendingMessages       []Tagged       `json:"pending_messages,omitempty"`
+}
+
+type AgentState struct {
+	Messages   []Tagged    `json:"messages"`
+	Artifacts  []Tagged    `json:"artifacts,omitempty"`
+	TotalUsage Usage       `json:"total_usage"`
+	Progress   RunProgress `json:"progress"`
+}
+
+type AgentSnapshot struct {
+	State         Tagged   `json:"state"`
+	SteeringQueue []Tagged `json:"steering_queue,omitempty"`
+	FollowUpQueue []Tagged `json:"follow_up_queue,omitempty"`
+}
+
+// Tagged is a field typed as an interface (AgentMessage, Artifact): only a registered,
+// tagged value fits there.
+type Tagged struct {
+	ID    string
+	Value any
+}
+
+func (t *Tagged) UnmarshalJSON(data []byte) error {
+	var wire struct {
+		Type  *string         `json:"$type"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := decode(data, &wire); err != nil {
+		return err
+	}
+	if wire.Type == nil || wire.Value == nil {
+		return fmt.Errorf("interface requires a registered tagged value: %s", data)
+	}
+	t.ID = *wire.Type
+	switch t.ID {
+	case "agentgo.message.v1":
+		t.Value = &Message{}
+	case "agentgo.agent-state.v1":
+		t.Value = &AgentState{}
+	case "agentgo.agent-snapshot.v1":
+		t.Value = &AgentSnapshot{}
+	default:
+		return fmt.Errorf("codec type %q is not registered", t.ID)
+	}
+	return decode(wire.Value, t.Value)
+}
+
+func (t Tagged) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]any{"$type": t.ID, "value": t.Value})
+}
+
+func decode(data []byte, target any) error {
+	decoder := json.NewDecoder(bytes.NewReader(data))
+	decoder.UseNumber()
+	return decoder.Decode(target)
+}
+
+func roundTrip(line []byte) ([]byte, error) {
+	var value Tagged
+	if err := decode(line, &value); err != nil {
+		return nil, err
+	}
+	encoded, err := json.Marshal(value)
+	if err != nil {
+		return nil, err
+	}
+	var sorted any // as agentgo's codec writes: every object a map, its keys sorted
+	if err := decode(encoded, &sorted); err != nil {
+		return nil, err
+	}
+	return json.Marshal(sorted)
+}
+
+func main() {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 64<<20)
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	for in.Scan() {
+		encoded, err := roundTrip(in.Bytes())
+		if err != nil {
+			encoded, _ = json.Marshal(map[string]string{"error": err.Error()})
+		}
+		out.Write(append(encoded, '\n'))
+	}
+}
+"""  # a stand-in for agentgo's types, written from its source; agentgo itself is not needed
+
+
+@pytest.fixture(scope="module")
+def go_mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go program above, built offline: it reads each line as agentgo's types do and
+    writes them back as agentgo's codec does."""
+    need("go", "only Go can tell what agentgo's types read")
+    folder = tmp_path_factory.mktemp("agentgocheck")
+    (folder / "main.go").write_text(GO_MIRROR.lstrip(), encoding="utf-8")
+    (folder / "go.mod").write_text("module agentgocheck\n\ngo 1.18\n", encoding="utf-8")
+    offline = {"GOFLAGS": "-mod=mod", "GOPROXY": "off", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+    env = {**os.environ, **offline, "GOCACHE": str(folder / "cache")}
+    subprocess.run(["go", "build", "-o", "mirror", "."], cwd=folder, env=env, check=True, timeout=600)
+    return folder / "mirror"
+
+
+def through_go(mirror: Path, lines: List[str]) -> List[str]:
+    done = subprocess.run(
+        [str(mirror)],
+        input="".join(f"{line}\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("\n")[:-1]  # only "\n" ends a line: text may hold U+0085 and U+2028
+
+
+def go_zero(value: Any) -> bool:
+    if type(value) is dict:
+        return all(go_zero(item) for item in value.values())
+    return value in (0, "", None, []) and value is not True
+
+
+def go_kept(written: Any, read: Any) -> bool:
+    """Whether Go's *read* holds all of *written*: only zero values may come and go."""
+    if type(written) is dict:
+        return (
+            type(read) is dict
+            and all(
+                go_kept(item, read[key]) if key in read else go_zero(item) for key, item in written.items()
+            )
+            and all(go_zero(read[key]) for key in read.keys() - written.keys())
+        )
+    if type(written) is list:
+        return type(read) is list and len(read) == len(written) and all(map(go_kept, written, read))
+    return written == read and (type(written) is bool) == (type(read) is bool)  # Go writes 1.0 as 1
+
+
+def every_shape() -> List[Any]:
+    """A value of each shape, with every block and every optional key."""
+    blocks: List[session.ContentBlock] = [
+        session.text_block("<b>&</b> ünïcode"),
+        session.thinking_block("hm"),
+        session.tool_call_block(
+            "c1", "ls", '{"path": "a", "tag": {"$type": "x", "value": 1}}', thought_signature="s"
+        ),
+        session.tool_call_block("c2", "ls", {"big": 1 << 62, "f": 0.1, "tag": {"$object": 1}}),
+        session.tool_call_block(
+            "c3", "ls", None, args_invalid=True, args_raw_text="{", args_parse_error="EOF"
+        ),
+        session.image_block(data=bytes(range(256)), mime_type="image/png"),
+        session.image_block(url="https://example.com/a.jpg", mime_type="image/jpeg"),
+        session.tool_reference_block("web_search"),
+    ]
+    usage: session.Usage = {"provider": "p", "model": "m", "input": 7, "total_tokens": -(1 << 63)}
+    usage["cost"] = {"total": 0.25, "input": 1}
+    assistant = Message("assistant", blocks, "toolUse", usage, {"tag": {"$type": "x", "value": [1]}}, T0)
+    result = session.tool_result("c1", "120", is_error=True)
+    empty = Message("user", None, timestamp=None)
+    progress = {
+        "active": True,
+        "next_turn": False,
+        "completed_turns": 2,
+        "tool_errors": 1,
+        "consecutive_tool_errors": {"ls": 1},
+        "pending_messages": [result],
+    }
+    state = AgentState([assistant, result, empty], total_usage={"input": 3}, progress=progress)
+    return [
+        assistant,
+        result,
+        empty,
+        state,
+        AgentSnapshot(state, [empty], [result]),
+        AgentSnapshot(AgentState()),
+    ]
+
+
+def test_go_reads_everything_python_writes(go_mirror: Path) -> None:
+    codec = JSONCodec()
+    lines = [session._dumps(codec.encode(value)) for value in every_shape()]
+    for written, read in zip(lines, through_go(go_mirror, lines)):
+        assert go_kept(go_time(json.loads(written)), go_time(json.loads(read))), (written, read)
+
+
+@hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(MESSAGES, min_size=1, max_size=6))
+def test_go_reads_every_message_the_builders_make(go_mirror: Path, messages: List[Message]) -> None:
+    codec = JSONCodec()
+    lines = [session._dumps(codec.encode(message)) for message in messages]
+    for written, read in zip(lines, through_go(go_mirror, lines)):
+        assert go_kept(go_time(json.loads(written)), go_time(json.loads(read))), (written, read)
+
+
+def test_what_go_writes_comes_back_from_python_unchanged_for_go(go_mirror: Path) -> None:
+    samples = AGENTGO_SAMPLES.read_text(encoding="utf-8").splitlines()
+    assert through_go(go_mirror, samples) == samples  # these are Go's own output
+    codec = JSONCodec()
+    rewritten = [session._dumps(codec.encode(codec.decode(json.loads(line)))) for line in samples]
+    assert through_go(go_mirror, rewritten) == samples  # Go reads back what it wrote, byte for byte
+
+
+def test_the_example_session_holds_only_values_go_reads_whole(go_mirror: Path, tmp_path: Path) -> None:
+    path = tmp_path / "demo.jsonl"
+    done = subprocess.run(
+        [sys.executable, str(HERE / "examples" / "agent_loop.py"), str(path)], capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    values = []
+    for record in records(path):
+        data = record.data
+        request = data.get("request", {})
+        values += [data[key] for key in ("message", "partial_message", "snapshot") if key in data]
+        values += request.get("messages", [])
+    lines = [json.dumps(value, ensure_ascii=False, separators=(",", ":")) for value in values]
+    assert len(lines) > 20 and all(value["$type"].startswith("agentgo.") for value in values)
+    assert sum(line.count('"type":"toolCall"') for line in lines) >= 4
+    for written, read in zip(lines, through_go(go_mirror, lines)):
+        assert go_kept(go_time(json.loads(written)), go_time(json.loads(read))), (written, read)
+
+
+def test_go_refuses_what_the_codec_refuses(go_mirror: Path) -> None:
+    def message(**fields: Any) -> str:
+        value = {"role": "user", "content": [], "timestamp": "2026-01-01T00:00:00Z", **fields}
+        return json.dumps({"$type": "agentgo.message.v1", "value": value})
+
+    unchecked = [
+        message(usage={"input": 1.5}),
+        message(usage={"input": 1 << 64}),
+        message(content="hi"),
+        message(timestamp=None, content=[{"type": "toolCall", "tool_call": []}]),
+        json.dumps({"$type": "agentgo.agent-state.v1", "value": {"messages": [{"role": "user"}]}}),
+    ]
+    assert all("error" in json.loads(line) for line in through_go(go_mirror, unchecked))
 
 
 # ---------------------------------------------------------------------------- writer: the wire format
@@ -647,9 +1661,11 @@ def full_event(kind: str, **changes: Any) -> Event:
         "timestamp": T0,
         "execution": MODEL,
         "turn_index": 2,
-        "message": Message("assistant", [{"type": "text", "text": "ok"}]),
-        "partial_message": Message("assistant", [{"type": "text", "text": "o"}]),
-        "request": ModelRequest([Message("user", ["q"])], [{"name": "ls"}], CallConfig(max_tokens=9)),
+        "message": Message("assistant", [session.text_block("ok")]),
+        "partial_message": Message("assistant", [session.text_block("o")]),
+        "request": ModelRequest(
+            [Message("user", [session.text_block("q")])], [{"name": "ls"}], CallConfig(max_tokens=9)
+        ),
         "tool_id": "call-1",
         "tool": "ls",
         "tool_label": "List",
@@ -745,6 +1761,35 @@ def test_each_event_type_writes_exactly_its_keys(tmp_path: Path, kind: str, keys
     assert "STATE-MARK" not in blob and "DELTA-MARK" not in blob  # state and delta: never
 
 
+def readme_event_table() -> Dict[str, Set[str]]:
+    """The README's table of event types: each type (or "any other type") → its data keys."""
+    table = {}
+    for line in readme_section("### Events and their data").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("event type", "---"):
+            keys = set(re.findall(r"`(\w+)`", cells[1]))
+            for kind in re.findall(r"`(\w+)`", cells[0]) or [cells[0]]:
+                table[kind] = keys
+    return table
+
+
+def keys_written(folder: Path, kind: str) -> Set[str]:
+    """Every data key a *kind* event writes: all fields set, with and without an error, and a
+    request whose config has a credential and a value that cannot be encoded."""
+    folder.mkdir()
+    request = ModelRequest([], config=CallConfig(extra={"password": "x", "odd": {1}}))
+    lines = recorded(folder, full_event(kind, request=request), full_event(kind, request=request, error=None))
+    return set().union(*(obj["data"] for obj in lines))
+
+
+def test_the_readme_lists_every_event_type_and_the_keys_it_writes(tmp_path: Path) -> None:
+    table = readme_event_table()
+    assert set(table) == {*session._PROJECTIONS, "any other type"}
+    for kind, keys in table.items():
+        example = "my_custom_event" if kind == "any other type" else kind
+        assert keys_written(tmp_path / kind, example) == keys, kind
+
+
 @pytest.mark.parametrize("kind", ["message_start", "message_update", "tool_exec_update", "model_stream"])
 def test_transient_events_are_not_written(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "s.jsonl"
@@ -796,6 +1841,25 @@ def test_shapes_of_execution_retry_summary_error(tmp_path: Path) -> None:
     assert bare["data"] == {"retry": {}}
 
 
+def test_an_error_handed_over_as_data_is_written_as_given(tmp_path: Path) -> None:
+    retry = RetryInfo(1, error={"message": "rate limited", "type": "RateLimitError"})
+    written = recorded(
+        tmp_path,
+        Event("error", error={"message": "boom", "type": "ProviderError"}),
+        Event("error", error={"message": "boom", "type": ""}),
+        Event("retry", retry=retry),
+    )
+    assert [obj["data"] for obj in written] == [
+        {"error": {"message": "boom", "type": "ProviderError"}},
+        {"error": {"message": "boom"}},
+        {"retry": {"max_retries": 1, "error": {"message": "rate limited", "type": "RateLimitError"}}},
+    ]
+    read_back = session.EventData.from_record(records(tmp_path / "events.jsonl")[2])
+    (tmp_path / "events.jsonl").unlink()
+    [again] = recorded(tmp_path, Event("error", error=read_back.error))  # what a reader gets records again
+    assert again["data"] == written[0]["data"]
+
+
 def test_empty_values_are_left_out_but_zero_results_are_written(tmp_path: Path) -> None:
     [a, b, c] = recorded(
         tmp_path,
@@ -823,7 +1887,7 @@ def test_the_api_key_is_never_written(tmp_path: Path) -> None:
 
 
 def test_request_messages_are_codec_values(tmp_path: Path) -> None:
-    request = ModelRequest([Message("user", ["hi"]), {"$object": 1}], ({"name": "t"},))
+    request = ModelRequest([Message("user", [session.text_block("hi")]), {"$object": 1}], ({"name": "t"},))
     [obj] = recorded(tmp_path, Event("model_request", execution=MODEL, request=request))
     messages = obj["data"]["request"]["messages"]
     assert messages[0]["$type"] == "agentgo.message.v1" and messages[1] == {"$object": {"$object": 1}}
@@ -872,6 +1936,69 @@ def test_credential_keys_in_extra_are_dropped_and_listed(tmp_path: Path) -> None
     assert data["request"]["config"]["tool_choice"] == {"password": "not extra: kept"}
     for secret in (b"Bearer x", b'"p"', b'"k"', b'"s"', b'"t"', b'"a"'):
         assert secret not in path.read_bytes()
+
+
+CREDENTIAL_NAMES = [
+    "x-api-key",  # Anthropic
+    "api-key",  # Azure OpenAI
+    "Ocp-Apim-Subscription-Key",  # Azure API Management
+    "x-goog-api-key",  # Google
+    "X-Goog-Iam-Authorization-Token",
+    "key",  # Google's ?key=
+    "Proxy-Authorization",
+    "cf-aig-authorization",  # Cloudflare AI Gateway
+    "X-Auth-Key",
+    "x-auth-token",
+    "X-Amz-Security-Token",  # AWS
+    "aws_secret_access_key",
+    "aws_access_key_id",
+    "AWS_SESSION_TOKEN",
+    "Cookie",
+    "Set-Cookie",
+    "refresh_token",
+    "id_token",
+    "idToken",
+    "private_key",
+    "private_key_id",
+    "session_token",
+    "client_secret",
+    "credentials",
+    "token",
+    "REPLICATE_API_TOKEN",
+    "bearer",
+    "passphrase",
+    "DB PASSWD",
+    "X.API.KEY",
+]
+NOT_CREDENTIALS = [
+    "temperature",
+    "max_tokens",
+    "budget_tokens",
+    "top_k",
+    "keep",
+    "monkey",
+    "tokens",
+    "cookbook",
+]
+
+
+def test_credential_names_are_compared_with_case_and_separators_folded(tmp_path: Path) -> None:
+    extra: Dict[str, Any] = {name: f"secret-{n}" for n, name in enumerate(CREDENTIAL_NAMES)}
+    extra.update(dict.fromkeys(NOT_CREDENTIALS, 1))
+    extra["headers"] = {"X-API-KEY": "secret-h", "anthropic-version": "2023-06-01", "OpenAI-Project": "p"}
+    path = tmp_path / "s.jsonl"
+    config = CallConfig(extra=extra)
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([], config=config)))
+    data = data_of(path, 3)
+    assert data["request"]["config"]["extra"] == {
+        **dict.fromkeys(NOT_CREDENTIALS, 1),
+        "headers": {"anthropic-version": "2023-06-01", "OpenAI-Project": "p"},
+    }
+    assert data["redacted"] == [f"config.extra.{name}" for name in CREDENTIAL_NAMES] + [
+        "config.extra.headers.X-API-KEY"
+    ]
+    assert b"secret-" not in path.read_bytes()
 
 
 def test_raw_json_is_checked_and_written_compacted(tmp_path: Path) -> None:
@@ -930,6 +2057,9 @@ def test_a_string_like_the_raw_placeholder_is_refused_not_confused(tmp_path: Pat
         (Event("tool_queued", execution="t1"), TypeError),  # type: ignore[arg-type]
         (Event("turn_start", turn_index=True), TypeError),
         (Event("error", error=42), TypeError),
+        (Event("error", error={"msg": "x"}), ValueError),
+        (Event("error", error={"message": "x", "code": 3}), ValueError),
+        (Event("error", error={"message": "x", "type": 3}), TypeError),
     ],
 )
 def test_encoding_failures_are_sticky_recording_errors(tmp_path: Path, event: Event, cause: type) -> None:
@@ -1011,6 +2141,37 @@ def test_redact_sees_each_events_and_checkpoints_data(tmp_path: Path) -> None:
         s.close()
 
 
+def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
+    sys.path.insert(0, str(HERE / "examples"))
+    try:
+        from redactor import redact
+    finally:
+        sys.path.remove(str(HERE / "examples"))
+    secrets = [
+        "sk-proj-" + "a" * 40,
+        "sk-ant-api03-" + "b" * 40,
+        "AKIA" + "C" * 16,
+        "ghp_" + "d" * 36,
+        "xoxb-1234567890-abcdef",
+        "AIza" + "e" * 35,
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+    ]
+    path = tmp_path / "s.jsonl"
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        for secret in secrets:
+            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
+        run.record(
+            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
+        )
+        run.save_checkpoint({"note": secrets[0]})
+    blob = path.read_bytes()
+    for secret in [*secrets, "f" * 30]:
+        assert json.dumps(secret)[1:-1].encode() not in blob
+    assert blob.count(b"[REDACTED]") == len(secrets) + 2
+    assert b'"out":"x [REDACTED] y"' in blob
+
+
 def test_the_writer_refuses_a_line_its_open_would_refuse(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     s = session.create(path, max_line_bytes=1000)
@@ -1064,6 +2225,13 @@ def test_time_stamps_stay_right_when_seconds_and_offsets_alternate(tmp_path: Pat
         "2026-12-02T01:27:36.123456-08:00",
     ]
     assert [codec.decode(codec.encode(Message("u", [], timestamp=m))).timestamp for m in moments] == moments
+
+
+def test_an_event_time_whose_offset_has_seconds_is_exact(tmp_path: Path) -> None:
+    moments = [ODD_MOMENT.replace(tzinfo=zone) for zone in odd_offsets()]
+    objs = recorded(tmp_path, *(Event("turn_start", timestamp=m) for m in moments))
+    assert [o["time"] for o in objs] == [m.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") for m in moments]
+    assert objs[2]["time"] == "1890-06-01T11:40:28.250000Z"
 
 
 # ---------------------------------------------------------------------------- writer: sessions and runs
@@ -1155,12 +2323,12 @@ def test_checkpoints_latest_wins_across_reopen(tmp_path: Path) -> None:
     with session.create(path) as s:
         assert s.load_checkpoint() is None
         with s.begin_run() as run:
-            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["one"])])))
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", [session.text_block("one")])])))
             run.record(Event("turn_start"))
-            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", ["two"])])))
+            run.save_checkpoint(AgentSnapshot(AgentState([Message("user", [session.text_block("two")])])))
             run.record(Event("tool_exec_end", execution=TOOL, result="later records never advance it"))
             loaded = s.load_checkpoint()
-    assert loaded is not None and loaded.snapshot.state.messages[0].content == ["two"]
+    assert loaded is not None and loaded.snapshot.state.messages[0].content == [session.text_block("two")]
     assert (loaded.seq, loaded.run_id) == (5, run.run_id) and re.fullmatch(TIME, loaded.time)
     with session.open(path) as s:
         again = s.load_checkpoint()
@@ -1334,25 +2502,26 @@ def test_create_takes_over_no_torn_file_behind_a_symlink_or_a_lock(tmp_path: Pat
     assert target.read_bytes() == b'{"session_id":"'
 
 
-@pytest.mark.skipif(os.name != "posix", reason="owners and modes are POSIX")
-def test_create_takes_over_only_a_private_file_of_its_own_user(tmp_path: Path) -> None:
-    """An empty file another user made, or one others may read, is no create's torn file:
-    taking it over would record into a file someone else can have open."""
-    path = tmp_path / "s.jsonl"
-    path.touch(0o644)
-    path.chmod(0o644)
-    with pytest.raises(FileExistsError):
-        session.create(path)
-    assert path.stat().st_mode & 0o777 == 0o644
-    if os.geteuid() == 0:  # only root can give a file away: then to nobody
-        path.chmod(0o600)
-        os.chown(path, 65534, 65534)
+if sys.platform != "win32":  # owners and modes are POSIX
+
+    def test_create_takes_over_only_a_private_file_of_its_own_user(tmp_path: Path) -> None:
+        """An empty file another user made, or one others may read, is no create's torn file:
+        taking it over would record into a file someone else can have open."""
+        path = tmp_path / "s.jsonl"
+        path.touch(0o644)
+        path.chmod(0o644)
         with pytest.raises(FileExistsError):
             session.create(path)
-        os.chown(path, 0, 0)
-    path.chmod(0o600)
-    session.create(path).close()
-    assert path.stat().st_mode & 0o777 == 0o600 and len(records(path)) == 1
+        assert path.stat().st_mode & 0o777 == 0o644
+        if os.geteuid() == 0:  # only root can give a file away: then to nobody
+            path.chmod(0o600)
+            os.chown(path, 65534, 65534)
+            with pytest.raises(FileExistsError):
+                session.create(path)
+            os.chown(path, 0, 0)
+        path.chmod(0o600)
+        session.create(path).close()
+        assert path.stat().st_mode & 0o777 == 0o600 and len(records(path)) == 1
 
 
 def test_create_never_writes_after_another_create_that_took_its_file_over(
@@ -1428,6 +2597,58 @@ def test_a_failed_write_is_sticky_and_close_still_releases(
         loaded = reopened.load_checkpoint()
         assert loaded is not None and loaded.snapshot == {"n": 1}
     assert [r.type for r in records(path)] == ["session_start", "run_start", "checkpoint"]
+
+
+@pytest.fixture
+def unlimited_int_digits() -> Any:
+    """A host that lifted the int-to-text digit limit (where this Python has one)."""
+    if not hasattr(sys, "set_int_max_str_digits"):  # an old Python without the limit
+        yield
+        return
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        yield
+    finally:
+        sys.set_int_max_str_digits(before)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result={"n": [n]})),
+        lambda run, n: run.record(Event("tool_exec_end", execution=TOOL, result=RawJSON(f"[-{n}]"))),
+        lambda run, n: run.save_checkpoint({"state": [{"n": n}]}),
+    ],
+    ids=["json", "raw", "checkpoint"],
+)
+def test_an_integer_the_reader_refuses_is_never_written(
+    tmp_path: Path, unlimited_int_digits: None, write: Any
+) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    write(run, 10**4300 - 1)  # 4300 digits: every reader takes it
+    size = path.stat().st_size
+    with pytest.raises(RecordingError, match="an integer of 4301 digits: readers refuse more than 4300"):
+        write(run, 10**4300)
+    assert path.stat().st_size == size
+    with pytest.raises(RecordingError):  # sticky, like any encoding failure
+        run.record(Event("turn_start"))
+    with pytest.raises(RecordingError):
+        s.close()
+    assert b"0" * 4300 not in path.read_bytes()
+    script = "import session, sys; print(session.read(sys.argv[1], lambda r: None).records)"
+    done = subprocess.run(  # a reader with the default limit
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, cwd=HERE, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "3\n"), done.stderr
+
+
+def test_digits_in_strings_and_long_fractions_are_written(tmp_path: Path, unlimited_int_digits: None) -> None:
+    values = ["9" * 5000, float("0." + "3" * 5000), float("1" * 300 + "e-250"), {"k" * 5000: 1}]
+    objs = recorded(tmp_path, Event("tool_exec_end", execution=TOOL, result=values))
+    assert objs[0]["data"]["result"] == values
 
 
 def test_load_checkpoint_works_after_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1550,6 +2771,27 @@ def test_a_failed_close_is_a_recording_error(tmp_path: Path, monkeypatch: pytest
     monkeypatch.undo()
     with pytest.raises(RecordingError):
         s.close()
+
+
+def test_the_readmes_error_handling_examples_work(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    reopen_code, record_code = re.findall(r"```python\n(.*?)```", readme_section("## Handling errors"), re.S)
+    path = sample_file(tmp_path / "chat.jsonl")
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"seq": \n{}\n')  # a bad complete line, then another
+    scope: Dict[str, Any] = {"session": session, "contextlib": contextlib, "log": logging.getLogger("app")}
+    exec(reopen_code, scope)
+    s = scope["reopen"](path)  # repaired, then opened
+    assert path.read_bytes() == good and list(tmp_path.glob("chat.jsonl.broken-*"))
+    run = s.begin_run()
+    run.record(Event("turn_start", turn_index=1))
+    scope.update(s=s, run=run, path=path, event=Event("tool_exec_end", execution=TOOL, result={1, 2}))
+    exec(record_code, scope)  # a value that cannot be encoded stops s; the example opens the file again
+    assert "recording stopped" in caplog.text and "cause: ValueError('data.result" in caplog.text
+    with scope["s"] as again, scope["run"] as next_run:
+        assert again is not s and next_run.record(Event("turn_start", turn_index=1))
+    summary = session.summarize(path)
+    assert [info.closed for info in summary.runs] == [True, True, False, True]
+    assert [gap.kind for gap in summary.gaps] == ["run_not_closed"]
 
 
 DEEP_STACK_RECORD = """
@@ -1938,9 +3180,10 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         previous = signal.signal(signal.SIGUSR1, interrupt)
         try:
             for n in itertools.count(1):
-                with a_signal_at_step(n, signal.SIGUSR1, opcodes=True) as fired:
-                    with contextlib.suppress(KeyboardInterrupt):
-                        returned += [n] if run.record(Event("turn_start", turn_index=n)) else []
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=True) as fired, contextlib.suppress(
+                    KeyboardInterrupt
+                ):
+                    returned += [n] if run.record(Event("turn_start", turn_index=n)) else []
                 if not fired:
                     break
                 assert run.record(Event("turn_start", turn_index=-n))
@@ -1964,9 +3207,10 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         previous = signal.signal(signal.SIGUSR1, interrupt)
         try:
             for n in itertools.count(1):
-                with a_signal_at_step(n, signal.SIGUSR1, opcodes=False) as fired:
-                    with contextlib.suppress(KeyboardInterrupt):
-                        run.save_checkpoint({"n": n})
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=False) as fired, contextlib.suppress(
+                    KeyboardInterrupt
+                ):
+                    run.save_checkpoint({"n": n})
                 run.record(Event("turn_start"))  # settles a line the interrupt left unaccounted
                 loaded = s.load_checkpoint()
                 latest = [r for r in records(path) if r.type == "checkpoint"]
@@ -1979,9 +3223,9 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
             signal.signal(signal.SIGUSR1, previous)
         s.close()
 
-    @pytest.mark.parametrize("exit", ["KeyboardInterrupt", "close and exit"])
+    @pytest.mark.parametrize("ending", ["KeyboardInterrupt", "close and exit"])
     def test_a_handler_that_raises_at_any_call_of_the_writer_leaves_a_closed_file(
-        tmp_path: Path, exit: str
+        tmp_path: Path, ending: str
     ) -> None:
         """A SIGTERM handler ``s.close(); sys.exit(0)`` (or Ctrl-C) arriving as any of the
         writer's functions starts, a record and a checkpoint under way: close releases the
@@ -1992,19 +3236,20 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
             run = s.begin_run()
             returned: List[int] = []
 
-            def handler(signum: int, frame: Any) -> None:
-                if exit == "close and exit":
+            def handler(signum: int, frame: Any, s: session.Session = s) -> None:
+                if ending == "close and exit":
                     s.close()
                     raise SystemExit(0)
                 raise KeyboardInterrupt
 
             previous = signal.signal(signal.SIGUSR1, handler)
             try:
-                with a_signal_at_step(n, signal.SIGUSR1, opcodes=False) as fired:
-                    with contextlib.suppress(KeyboardInterrupt, SystemExit):
-                        returned += [1] if run.record(Event("turn_start", turn_index=1)) else []
-                        run.save_checkpoint({"n": 1})
-                        returned.append(2)
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=False) as fired, contextlib.suppress(
+                    KeyboardInterrupt, SystemExit
+                ):
+                    returned += [1] if run.record(Event("turn_start", turn_index=1)) else []
+                    run.save_checkpoint({"n": 1})
+                    returned.append(2)
             finally:
                 signal.signal(signal.SIGUSR1, previous)
             s.close()
@@ -2014,9 +3259,8 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
             session.open(path).close()  # released, and valid
             rs = records(path)
             assert rs[-1].type == "run_close", n
-            assert set(returned) <= {r.data.get("turn_index", r.seq) for r in rs if r.type == "turn_start"} | (
-                {2} if rs[-2].type == "checkpoint" else set()
-            ), n
+            found = {r.data["turn_index"] for r in rs if r.type == "turn_start"}
+            assert set(returned) <= found | ({2} if rs[-2].type == "checkpoint" else set()), n
         assert n > 20  # every function the writer calls on the way
 
 
@@ -2483,6 +3727,28 @@ def test_a_line_longer_than_max_line_bytes(tmp_path: Path) -> None:
         session.open(path, max_line_bytes=1000)
 
 
+@pytest.mark.parametrize("limit", [0, -1, -(2**70)])
+def test_max_line_bytes_below_one_is_refused(tmp_path: Path, limit: int) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    blob = path.read_bytes()
+    calls: List[Callable[[], Any]] = [
+        lambda: session.read(path, lambda r: None, max_line_bytes=limit),
+        lambda: list(session.iter_records(path, max_line_bytes=limit)),
+        lambda: session.open(path, max_line_bytes=limit),
+        lambda: session.repair(path, max_line_bytes=limit),
+        lambda: session.summarize(path, max_line_bytes=limit),
+        lambda: session.find(path, CallRef(SID, RID, "m1", 1), max_line_bytes=limit),
+        lambda: session.create(tmp_path / "new.jsonl", max_line_bytes=limit),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"max_line_bytes must be at least 1, not {limit}"):
+            call()
+    assert not (tmp_path / "new.jsonl").exists()
+    assert path.read_bytes() == blob
+    with session.open(path) as s:  # a refused open let go of the lock
+        assert s.session_id == records(path)[0].session_id
+
+
 CORPUS = HERE / "testdata" / "JSONTestSuite" / "test_parsing"
 
 
@@ -2503,6 +3769,117 @@ def test_json_test_suite_lines_are_rejected_cleanly(tmp_path: Path) -> None:
     assert checked > 250
 
 
+def json_accepts(blob: bytes) -> bool:
+    """The reader's verdict on one line parsed whole: strict json.loads, on a fresh stack."""
+    try:
+        session._decode_anywhere(blob.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def scanner_accepts(blob: bytes) -> bool:
+    """The verdict of the byte scanner the reader uses on long lines."""
+    if session._invalid_utf8(blob) >= 0:
+        return False
+    try:
+        session._scan_json(blob, frozenset())
+    except session._NotJSON:
+        return False
+    return True
+
+
+def test_the_long_line_scanner_agrees_with_json_on_the_test_suite() -> None:
+    verdicts = {case.name: json_accepts(case.read_bytes()) for case in sorted(CORPUS.iterdir())}
+    assert sum(verdicts.values()) > 90 and not all(verdicts.values())
+    assert {name: scanner_accepts((CORPUS / name).read_bytes()) for name in verdicts} == verdicts
+
+
+def long_line(data: bytes) -> bytes:
+    return (
+        f'{{"session_id":"{SID}","seq":3,"type":"tool_exec_end","time":"t","run_id":"{RID}",'.encode()
+        + b'"data":'
+        + data
+        + b"}"
+    )
+
+
+LONG = b"[" + b'{},1.5,0,"x\\u00e9\\n",[],true,null,' * 60_000 + b"0]"  # 2 MB
+LONG_LINES = [
+    ("valid", long_line(b'{"execution":{"id":"t1","kind":"tool"},"result":' + LONG + b"}")),
+    ("NaN", long_line(b'{"result":' + LONG.replace(b"1.5,", b"NaN,", 1) + b"}")),
+    ("1e999", long_line(b'{"result":' + LONG[:-2] + b"1e999]}")),
+    ("long int", long_line(b'{"result":' + LONG[:-2] + b"9" * 5000 + b"]}")),
+    ("trailing comma", long_line(b'{"result":' + LONG[:-2] + b"]}")),
+    ("control character", long_line(b'{"result":' + LONG.replace(b"\\n", b"\\n\x01") + b"}")),
+    ("bad escape", long_line(b'{"result":' + LONG.replace(b"\\u00e9", b"\\x", 1) + b"}")),
+    ("invalid UTF-8", long_line(b'{"result":' + LONG.replace(b"x", b"\xed\xa0\x80", 1) + b"}")),
+    ("deep", long_line(b'{"result":' + LONG[:-2] + b"[" * 5000 + b"]" * 5000 + b"]}")),
+    ("data twice", long_line(b'{"result":' + LONG + b'},"data":[]')),
+    ("seq as text", long_line(b'{"result":' + LONG + b"}").replace(b'"seq":3', b'"seq":"3"')),
+    ("no type", long_line(b'{"result":' + LONG + b"}").replace(b'"type":"tool_exec_end",', b"")),
+    ("array", b"[" + long_line(b'{"result":' + LONG + b"}") + b"]"),
+    ("extra data", long_line(b'{"result":' + LONG + b"}") + b" {}"),
+]
+
+
+@pytest.mark.parametrize("line", [case[1] for case in LONG_LINES], ids=[case[0] for case in LONG_LINES])
+def test_a_long_line_gets_the_verdict_json_gives_without_being_built(tmp_path: Path, line: bytes) -> None:
+    assert len(line) > session._BIG_LINE
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line, line_obj(4, "run_close")]))
+
+    def outcome(reader: Any) -> Any:
+        try:
+            return reader()
+        except FormatError as exc:
+            return (exc.line, exc.offset)
+
+    whole: List[session.Record] = []
+    scanned: List[session.Record] = []
+    verdict = outcome(lambda: session.read(path, whole.append))
+    with path.open("rb") as f:
+        assert (
+            outcome(lambda: session._read(f, str(path), 1 << 30, scanned.append, session._NO_DATA)) == verdict
+        )
+    valid = isinstance(verdict, session.ReadResult)
+    assert outcome(lambda: session.open(path).close()) == (None if valid else verdict)
+    assert outcome(lambda: session.summarize(path).records) == (verdict.records if valid else verdict)
+    assert run_cli("validate", str(path)).returncode == (0 if valid else 1)
+    if valid:  # read built the data; the others did not
+        assert whole[2].data["result"][:3] == [{}, 1.5, 0]
+        assert scanned[2].data == {} and scanned[2]._replace(data=whole[2].data) == whole[2]
+        assert session.summarize(path).gaps == []  # the call's execution was read
+
+
+PEAK_OF_VALIDATE = """
+import sys, session
+def peak():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the high-water mark starts again from what is resident now
+before = peak()
+assert session.main(["validate", sys.argv[1]]) == 0
+print((peak() - before) * 1024)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="peak memory is measured through Linux's /proc")
+def test_validating_a_hostile_long_line_takes_a_few_times_its_size(tmp_path: Path) -> None:
+    line = long_line(b'{"result":[' + b"{}," * ((16 << 20) // 3) + b"0]}")  # json would build 5 million dicts
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(blob_of([HEAD, START, line, line_obj(4, "run_close")]))
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_OF_VALIDATE, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) < 3 * len(line)  # 26 times when the line was built
+
+
 def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
@@ -2517,97 +3894,6 @@ def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path
     assert deep_call(300).records == 4
 
 
-# ---------------------------------------------------------------------------- event data
-
-
-def test_event_data_gives_a_typed_view(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    event = full_event(
-        "my_custom_event", execution=TOOL, request=ModelRequest([], config=CallConfig(extra={"password": 1}))
-    )
-    with session.create(path) as s, s.begin_run() as run:
-        run.record(event)
-        run.record(full_event("turn_end"))
-        run.record(Event("turn_start"))
-    rs = records(path)
-    view = EventData.from_record(rs[2])
-    assert view.execution == TOOL and view.turn_index == 2
-    assert JSONCodec().decode(view.message) == event.message
-    assert JSONCodec().decode(view.partial_message) == event.partial_message
-    assert view.request == {"messages": [], "tools": [], "config": {"extra": {}}}
-    assert view.redacted == ("config.extra.password",)
-    assert (view.tool_id, view.tool, view.tool_label, view.preview) == ("call-1", "ls", "List", "pre")
-    assert (view.args, view.result, view.details) == ({"dir": "/"}, {"files": []}, {"ms": 3})
-    assert view.is_error is True and view.disposition == "done" and view.context_operation == "project"
-    assert view.context_items == [{"id": 1}] and view.compaction == {"kept": 2}
-    assert view.retry == RetryInfo(3, 1.5, {"message": "rate limited"})
-    assert view.summary == RunSummary(1, 2, 1, "stop") and view.recovery == "length"
-    assert view.error == {"message": "boom", "type": "ValueError"} and view.committed is False
-    assert EventData.from_record(rs[3]).committed is True
-    assert EventData.from_record(rs[4]) == EventData()
-
-
-@pytest.mark.parametrize(
-    ("data", "reason"),
-    [
-        ({"tool": 1}, "data.tool must be a string, found an integer"),
-        ({"is_error": 1}, "data.is_error must be a boolean"),
-        ({"turn_index": 1.0}, "data.turn_index must be an integer, found a number"),
-        ({"execution": {"id": "x"}}, "data.execution.kind must be a string, found null"),
-        (
-            {"execution": {"id": "x", "kind": "tool", "attempt": "2"}},
-            "data.execution.attempt must be an integer",
-        ),
-        ({"retry": {"delay": "1s"}}, "data.retry.delay must be a number"),
-        ({"retry": {"error": "x"}}, "data.retry.error must be an object"),
-        ({"summary": {"end_reason": 1}}, "data.summary.end_reason must be a string"),
-        ({"redacted": [1]}, "data.redacted must hold strings"),
-        ({"retry": {"delay": 10**400}}, "data.retry.delay is out of range"),
-        ({"error": "text"}, "data.error must be an object, found a string"),
-        ({"request": []}, "data.request must be an object"),
-    ],
-)
-def test_event_data_of_the_wrong_type_is_a_format_error(data: Dict[str, Any], reason: str) -> None:
-    record = session.Record(SID, 7, "x", "t", RID, data, 420)
-    with pytest.raises(FormatError, match=re.escape(reason)) as info:
-        EventData.from_record(record)
-    assert (info.value.line, info.value.offset) == (7, 420)
-    if "execution" in data:
-        with pytest.raises(FormatError):
-            _ = record.ref
-
-
-def test_the_example_redactor_scrubs_common_key_formats(tmp_path: Path) -> None:
-    sys.path.insert(0, str(HERE / "examples"))
-    try:
-        from redactor import redact
-    finally:
-        sys.path.remove(str(HERE / "examples"))
-    secrets = [
-        "sk-proj-" + "a" * 40,
-        "sk-ant-api03-" + "b" * 40,
-        "AKIA" + "C" * 16,
-        "ghp_" + "d" * 36,
-        "xoxb-1234567890-abcdef",
-        "AIza" + "e" * 35,
-        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop",
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
-    ]
-    path = tmp_path / "s.jsonl"
-    with session.create(path, redact=redact) as s, s.begin_run() as run:
-        for secret in secrets:
-            run.record(Event("tool_exec_end", execution=TOOL, result={"out": f"x {secret} y"}))
-        run.record(
-            Event("tool_exec_end", execution=TOOL, result=RawJSON(json.dumps({"h": "Bearer " + "f" * 30})))
-        )
-        run.save_checkpoint({"note": secrets[0]})
-    blob = path.read_bytes()
-    for secret in [*secrets, "f" * 30]:
-        assert json.dumps(secret)[1:-1].encode() not in blob
-    assert blob.count(b"[REDACTED]") == len(secrets) + 2
-    assert b'"out":"x [REDACTED] y"' in blob
-
-
 # ---------------------------------------------------------------------------- analysis
 
 
@@ -2618,7 +3904,7 @@ def crash(s: session.Session) -> None:
 
 
 def usage_message(text: str, **usage: int) -> Message:
-    return Message("assistant", [{"type": "text", "text": text}], "end_turn", usage)
+    return Message("assistant", [session.text_block(text)], "stop", typing.cast(session.Usage, usage))
 
 
 def gappy_file(path: Path) -> Dict[str, Any]:
@@ -2648,9 +3934,7 @@ def gappy_file(path: Path) -> Dict[str, Any]:
     a.record(Event("message_end", execution=m1a2, message=usage_message("hi")))
     a.record(Event("tool_exec_start", execution=t1, tool="ls"))
     a.record(Event("tool_exec_end", execution=t1, tool="ls", result=[]))
-    a.record(
-        Event("model_exec_end", execution=m3, message=usage_message("x", input=3, output=1, cached=True))
-    )
+    a.record(Event("model_exec_end", execution=m3, message=usage_message("x", input=3, output=1)))
     a.record(Event("agent_end", summary=RunSummary(1, 1, 0, "stop"), error=ValueError("boom")))
     a.close()
     b = s.begin_run()
@@ -2704,6 +3988,24 @@ def test_summarize_finds_runs_counts_usage_and_gaps(tmp_path: Path) -> None:
         session.Gap("tool_call_unfinished", ids["b"], 20, ref("t2")),
         session.Gap("model_call_unfinished", ids["b"], 21, ref("m3")),
     ]
+
+
+def test_summarize_adds_up_only_token_counts(tmp_path: Path) -> None:
+    class AsIs:  # a host's codec that writes what it is given, as older writers did
+        def encode(self, value: Any) -> Any:
+            return value
+
+        def decode(self, value: Any) -> Any:
+            return value
+
+    usage = {"input": 3, "output": 1, "cache_read": 5, "requests": 2, "cached": True, "latency_ms": 900}
+    message = {"$type": "agentgo.message.v1", "value": {"role": "assistant", "content": [], "usage": usage}}
+    path = tmp_path / "s.jsonl"
+    with session.create(path, codec=AsIs()) as s, s.begin_run() as run:
+        run.record(Event("model_exec_end", execution=MODEL, message=message))
+        checked = JSONCodec().encode(usage_message("a", input=1, cache_write=2))
+        run.record(Event("model_exec_end", execution=MODEL, message=checked))
+    assert session.summarize(path).usage == {"input": 4, "output": 1, "cache_read": 5, "cache_write": 2}
 
 
 def test_summarize_of_a_complete_session_has_no_gaps(tmp_path: Path) -> None:
@@ -2786,6 +4088,31 @@ def test_summary_json(tmp_path: Path) -> None:
     assert failed.returncode == 1 and json.loads(failed.stdout)["ok"] is False
 
 
+def test_summary_of_several_files_in_one_process(tmp_path: Path) -> None:
+    paths = [busy_file(tmp_path / "a.jsonl", 3, seed=1), tmp_path / "missing.jsonl"]
+    paths.append(busy_file(tmp_path / "b.jsonl", 4, seed=2))
+    done = run_cli("summary", "--json", *map(str, paths))
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 1 and [report["file"] for report in reports] == list(map(str, paths))
+    assert reports[1] == {
+        "file": str(paths[1]),
+        "ok": False,
+        "line": None,
+        "offset": None,
+        "error": "No such file or directory",
+    }
+    for report, path in zip(reports[::2], paths[::2]):
+        summary = session.summarize(path)
+        assert (report["session_id"], report["usage"], report["counts"]) == (
+            summary.session_id,
+            summary.usage,
+            summary.counts,
+        )
+    text = run_cli("summary", str(paths[0]), str(paths[2]))
+    assert text.returncode == 0
+    assert text.stdout == "".join(run_cli("summary", str(path)).stdout for path in paths[::2])
+
+
 def test_show_prints_the_original_lines(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     ids = gappy_file(path)
@@ -2827,9 +4154,9 @@ def test_show_needs_execution_for_attempt_and_reports_bad_files(tmp_path: Path) 
 def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
-        question = Message("user", [{"type": "text", "text": "line one\nline two"}])
-        call = {"type": "tool_call", "id": "c1", "name": "grep", "arguments": {"pattern": "x" * 5000}}
-        answer = Message("assistant", [{"type": "text", "text": "Looking."}, call], "tool_use", {"input": 7})
+        question = Message("user", [session.text_block("line one\nline two")])
+        call = session.tool_call_block("c1", "grep", {"pattern": "x" * 5000})
+        answer = Message("assistant", [session.text_block("Looking."), call], "toolUse", {"input": 7})
         run.record(
             Event("model_request", execution=MODEL, request=ModelRequest([question], [{"name": "grep"}]))
         )
@@ -2861,12 +4188,39 @@ def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
     assert "  user: line one\n    line two\n" in text and '  tools: [{"name": "grep"}]\n' in text
     assert "  assistant: Looking.\n" in text
     assert f'  assistant calls grep({{"pattern": "{"x" * 5000}"}}) id c1\n' in text  # never cut short
-    assert '  stop_reason: "tool_use"\n  usage: {"input": 7}\n' in text
+    assert '  stop_reason: "toolUse"\n  usage: {"input": 7}\n' in text
     assert (
         '  tool: "grep"\n' in text
         and '  result: {"lines": 3}\n' in text
         and "  error: OSError: disk\n" in text
     )
+
+
+def test_show_pretty_renders_every_block(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    blocks: List[session.ContentBlock] = [
+        session.thinking_block("first\nthen"),
+        session.tool_call_block(
+            "c2", "grep", None, args_invalid=True, args_raw_text='{"p', args_parse_error="EOF"
+        ),
+        session.image_block(data=bytes(1000), mime_type="image/png"),
+        session.image_block(url="https://example.com/a.jpg"),
+        session.tool_reference_block("web_search"),
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("message_end", message=Message("assistant", blocks, "toolUse")))
+        run.record(Event("message_end", message=session.tool_result("c2", "no such file", is_error=True)))
+        run.record(Event("message_end", message=session.tool_result("c1", [session.text_block("3")])))
+        run.record(Event("message_end", message=Message("assistant", None)))
+    text = run_cli("show", str(path), "--pretty", "--type", "message_end").stdout
+    assert "  assistant thinks: first\n    then\n" in text
+    assert '  assistant calls grep(unparsed "{\\"p") id c2\n' in text
+    assert "  assistant: [image, 1000 bytes, image/png]\n" in text  # a placeholder, not the data
+    assert "  assistant: [image, at https://example.com/a.jpg, type not given]\n" in text
+    assert "  assistant refers to tool web_search\n" in text
+    assert "  tool error for c2: no such file\n" in text and "  tool result for c1: 3\n" in text
+    assert "  assistant: (no content)\n" in text
+    assert "AAAA" not in text
 
 
 def test_checkpoint_command(tmp_path: Path) -> None:
@@ -2904,34 +4258,6 @@ def test_progress_on_a_terminal_for_big_files(
             assert progress.endswith("\r\033[K")
         else:
             assert progress == ""
-
-
-def test_many_sessions_with_duckdb(tmp_path: Path) -> None:
-    import duckdb
-
-    folder = tmp_path / "sessions"
-    folder.mkdir()
-    summaries = {}
-    for n in range(3):
-        path = folder / f"chat-{n}.jsonl"
-        gappy_file(path) if n == 0 else sample_file(path, runs=n)
-        summaries[session.summarize(path).session_id] = session.summarize(path)
-    readme = (HERE / "README.md").read_text(encoding="utf-8")
-    queries = re.findall(r"```sql\n(.*?)```", readme, re.S)
-    assert len(queries) == 2
-    con = duckdb.connect()
-    tokens = con.execute(queries[0].replace("sessions/", f"{folder}/")).fetchall()
-    assert {sid: (inp, out) for sid, inp, out in tokens} == {
-        sid: (s.usage.get("input", 0), s.usage.get("output", 0)) for sid, s in summaries.items() if s.usage
-    }
-    assert con.execute(queries[1].replace("sessions/", f"{folder}/")).fetchall() == []
-    with session.create(folder / "chat-3.jsonl") as s, s.begin_run() as run:
-        run.record(
-            Event("tool_exec_end", execution=TOOL, tool="rm", is_error=True, error=OSError("disk full"))
-        )
-        run.record(Event("tool_exec_end", execution=Execution("t2", "tool"), tool="ls", result=[]))
-    failed = con.execute(queries[1].replace("sessions/", f"{folder}/")).fetchall()
-    assert failed == [(s.session_id, run.run_id, "t1", "rm", "disk full")]
 
 
 def test_summary_of_values_too_deep_or_long_to_print(tmp_path: Path) -> None:
@@ -3151,6 +4477,919 @@ def test_repair_refuses_a_file_that_changes_while_copied(
     assert path.read_bytes() == bad + b"more\n"
 
 
+# ---------------------------------------------------------------------------- export
+
+
+def busy_file(path: Path, calls: int, seed: int) -> Path:
+    """A valid session of two runs of *calls* model calls, each followed by a tool call; a
+    model call in four fails, about a tool call in three; usage has integer and other values."""
+    rng = random.Random(seed)
+    with session.create(path) as s:
+        for _ in range(2):
+            with s.begin_run() as run:
+                for n in range(calls):
+                    model = Execution(f"m{n}", "model")
+                    run.record(Event("model_exec_start", execution=model))
+                    if n % 4 == 3:
+                        run.record(Event("model_exec_end", execution=model, error=RuntimeError("overloaded")))
+                        continue
+                    usage = session.Usage(input=rng.randrange(5000), output=rng.randrange(500), model="m")
+                    usage["cost"] = {"total": 0.25}  # summarize counts only the integers
+                    text: List[session.ContentBlock] = [session.text_block("é" * rng.randrange(200))]
+                    message = Message("assistant", text, "stop", usage)
+                    run.record(Event("model_exec_end", execution=model, message=message))
+                    tool = Execution(f"t{n}", "tool", parent_id=f"m{n}")
+                    if rng.random() < 0.3:
+                        run.record(
+                            Event(
+                                "tool_exec_end",
+                                execution=tool,
+                                tool="rm",
+                                is_error=True,
+                                error=OSError("disk"),
+                            )
+                        )
+                    else:
+                        run.record(Event("tool_exec_end", execution=tool, tool="ls", result=["a"]))
+    return path
+
+
+def damaged_corpus(folder: Path) -> Dict[str, bool]:
+    """Session files with every kind of damage a crash or a careless copy leaves, built with
+    the library; file name -> whether ``validate`` calls it valid."""
+    (folder / "sub").mkdir(parents=True)
+    valid = dict.fromkeys(("clean-0.jsonl", "clean-1.jsonl", "sub/clean-2.jsonl", "gappy.jsonl"), True)
+    for n, name in enumerate(valid):
+        busy_file(folder / name, 6 + n, seed=n) if n < 3 else gappy_file(folder / name)
+    seeds = iter(range(10, 100))
+
+    def lines() -> List[bytes]:  # a new session's
+        made = busy_file(folder / "new.jsonl", 5, seed=next(seeds))
+        blob = made.read_bytes()
+        made.unlink()
+        return blob.splitlines(keepends=True)
+
+    def cut_after_usage(x: List[bytes]) -> bytes:  # a record with usage, missing its newline
+        last = max(i for i, line in enumerate(x) if b'"usage"' in line and b'"model_exec_end"' in line)
+        return b"".join(x[:last]) + x[last][:-1]
+
+    def damaged(how: Callable[[List[bytes]], bytes]) -> bytes:
+        return how(lines())
+
+    files = {
+        "tail.jsonl": (damaged(lambda x: b"".join(x) + b'{"session_id":"'), True),
+        "no-newline.jsonl": (damaged(cut_after_usage), True),
+        "nul-tail.jsonl": (damaged(lambda x: b"".join(x) + b"\x00" * 1000), True),
+        "cr.jsonl": (
+            damaged(
+                lambda x: b"".join(x).replace(b',"type":"model_exec_end"', b',\r"type":"model_exec_end"', 1)
+            ),
+            True,
+        ),
+        "copy.jsonl": ((folder / "clean-1.jsonl").read_bytes(), True),
+        "nul.jsonl": (damaged(lambda x: b"".join([*x[:5], b"\x00" * 400 + x[5], *x[6:]])), False),
+        "garbage.jsonl": (damaged(lambda x: b"".join([*x[:7], b"<<garbage>>\n", *x[7:]])), False),
+        "duplicated.jsonl": (damaged(lambda x: b"".join([*x[:6], *x[5:]])), False),
+        "glued.jsonl": (damaged(lambda x: b"".join(x + lines())), False),
+        "glued-copy.jsonl": ((folder / "clean-0.jsonl").read_bytes() + b"".join(lines()), False),
+        "empty.jsonl": (b"", False),
+    }
+    for name, (blob, ok) in files.items():
+        (folder / name).write_bytes(blob)
+        valid[name] = ok
+    (folder / "notes.txt").write_text("not a session")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(folder / "sub" / "pipe.jsonl")  # opening it would wait for a writer forever
+    return valid
+
+
+def manifest_of(path: Path) -> Dict[str, Dict[str, Any]]:
+    """The manifest's objects by file name relative to the corpus folder."""
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    return {Path(entry["file"]).relative_to("sessions").as_posix(): entry for entry in entries}
+
+
+def exported_slice(entry: Dict[str, Any], cwd: Path) -> bytes:
+    blob: bytes = (cwd / entry["out"]).read_bytes()
+    return blob[entry["out_start"] : entry["out_end"]]
+
+
+def test_export_copies_exactly_what_read_validated(tmp_path: Path) -> None:
+    valid = damaged_corpus(tmp_path / "sessions")
+    done = run_cli("export", "sessions", "-o", "export.jsonl", cwd=tmp_path)
+    exported = [name for name, ok in valid.items() if ok and name != "copy.jsonl"]
+    total = sum(len(records(tmp_path / "sessions" / name)) for name in exported)
+    assert done.returncode == 1 and done.stdout == f"export.jsonl: {total} records of 8 files (7 left out)\n"
+    assert "sessions/garbage.jsonl:8: invalid JSON" in done.stderr
+    assert (
+        "sessions/copy.jsonl: left out: its session was exported from sessions/clean-1.jsonl" in done.stderr
+    )
+    manifest = manifest_of(tmp_path / "export.jsonl.manifest.jsonl")
+    assert sorted(manifest) == sorted(valid)
+    checked = run_cli("validate", "--json", *(f"sessions/{name}" for name in sorted(valid)), cwd=tmp_path)
+    for fields in map(json.loads, checked.stdout.splitlines()):
+        entry = manifest[Path(fields["file"]).relative_to("sessions").as_posix()]
+        assert {key: entry[key] for key in fields} == fields
+    output = (tmp_path / "export.jsonl").read_bytes()
+    first_line = 1
+    for name, entry in sorted(manifest.items(), key=lambda item: item[1]["out_start"] or -1):
+        path = tmp_path / "sessions" / name
+        if not entry["ok"] or name == "copy.jsonl":
+            assert entry["out"] is None and entry["out_records"] == 0 and entry["longest_line"] == 0
+            assert entry["duplicate_of"] == ("sessions/clean-1.jsonl" if name == "copy.jsonl" else None)
+            continue
+        blob = exported_slice(entry, tmp_path)
+        assert blob == path.read_bytes()[: entry["complete_bytes"]]
+        assert list(session.iter_records(io.BytesIO(blob))) == records(path)
+        assert (entry["out_first_line"], entry["out_last_line"]) == (
+            first_line,
+            first_line + entry["records"] - 1,
+        )
+        assert entry["longest_line"] == max(map(len, blob.splitlines(keepends=True)))
+        first_line += entry["records"]
+    assert output.endswith(b"\n") and output.count(b"\n") == first_line - 1 == total
+    assert manifest["no-newline.jsonl"]["tail_bytes"] > 0 and manifest["tail.jsonl"]["tail_bytes"] > 0
+
+
+def test_export_prefix_keeps_what_repair_would(tmp_path: Path) -> None:
+    valid = damaged_corpus(tmp_path / "sessions")
+    before = {name: (tmp_path / "sessions" / name).read_bytes() for name in valid}
+    done = run_cli("export", "sessions", "-o", "export.jsonl", "--prefix", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "sessions/glued.jsonl: exported the 33 records before line 34" in done.stderr
+    manifest = manifest_of(tmp_path / "export.jsonl.manifest.jsonl")
+    invalid = sorted(name for name, ok in valid.items() if not ok)
+    in_output = sorted((entry for entry in manifest.values() if entry["out"]), key=lambda e: e["out_start"])
+    assert [entry["file"] for entry in in_output][-4:] == [
+        f"sessions/{name}" for name in ("duplicated.jsonl", "garbage.jsonl", "glued.jsonl", "nul.jsonl")
+    ]  # after every valid file, in order
+    for name in invalid:
+        entry = manifest[name]
+        copy = tmp_path / "copy" / name
+        copy.parent.mkdir(exist_ok=True)
+        copy.write_bytes(before[name])
+        if name == "empty.jsonl":
+            assert entry["out"] is None and entry["line"] == 1
+            continue
+        kept = session.repair(copy).kept_records
+        if name == "glued-copy.jsonl":  # its first session is clean-0's, exported already
+            assert entry["out"] is None and entry["duplicate_of"] == "sessions/clean-0.jsonl"
+            continue
+        assert exported_slice(entry, tmp_path) == copy.read_bytes() and entry["out_records"] == kept
+    assert {name: (tmp_path / "sessions" / name).read_bytes() for name in valid} == before
+
+
+def test_export_split_writes_a_part_per_file(tmp_path: Path) -> None:
+    valid = damaged_corpus(tmp_path / "sessions")
+    assert run_cli("export", "--split", "sessions", "-o", "parts", cwd=tmp_path).returncode == 1
+    manifest = manifest_of(tmp_path / "parts" / "manifest.jsonl")
+    names = sorted(f"sessions/{name}" for name in valid)
+    parts = {
+        f"parts/part-{names.index(entry['file']):05d}.jsonl" for entry in manifest.values() if entry["out"]
+    }
+    assert {entry["out"] for entry in manifest.values()} - {None} == parts
+    assert {f"parts/{p.name}" for p in (tmp_path / "parts").iterdir()} == parts | {"parts/manifest.jsonl"}
+    for name, entry in manifest.items():
+        if entry["out"]:
+            blob = (tmp_path / entry["out"]).read_bytes()
+            assert entry["out_start"] == 0 and entry["out_end"] == len(blob) == entry["complete_bytes"]
+            assert blob == (tmp_path / "sessions" / name).read_bytes()[: len(blob)]
+    again = run_cli("export", "--split", "sessions", "-o", "parts", cwd=tmp_path)
+    assert again.returncode == 2 and "parts is not empty" in again.stderr
+    for out in ("sessions/clean-0.jsonl", "sessions/sub/all.jsonl"):
+        before = (tmp_path / "sessions" / "clean-0.jsonl").read_bytes()
+        inside = run_cli("export", "sessions", "-o", out, cwd=tmp_path)
+        assert (
+            inside.returncode == 2
+            and f"sessions holds the export's own output {tmp_path / out}" in inside.stderr
+        )
+        assert (tmp_path / "sessions" / "clean-0.jsonl").read_bytes() == before
+    itself = run_cli("export", "sessions/clean-0.jsonl", "-o", "sessions/clean-0.jsonl", cwd=tmp_path)
+    assert itself.returncode == 2 and "sessions/clean-0.jsonl is the export's own output" in itself.stderr
+
+
+def test_export_of_valid_files_exits_0_and_shows_progress_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [str(busy_file(tmp_path / f"{n}.jsonl", 3, seed=n)) for n in range(2)]
+    out = str(tmp_path / "all.jsonl")
+    for stderr, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stderr)
+        with contextlib.redirect_stdout(io.StringIO()) as stdout:
+            assert session.main(["export", *paths, paths[0], "-o", out]) == 0  # a file named twice: once
+        total = sum(len(records(Path(path))) for path in paths)
+        assert stdout.getvalue() == f"{out}: {total} records of 2 files (0 left out)\n"
+        progress = stderr.getvalue()
+        sizes = [os.path.getsize(path) for path in paths]
+        steps = "".join(f"\rexport: {done * 100 // sum(sizes)}% of 0.0 MB" for done in (0, sizes[0]))
+        assert progress == (steps + "\r\033[K" if shown else "")
+    assert run_cli("export", *paths).returncode == 2  # no -o
+
+
+def test_export_never_leaves_a_half_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "in").mkdir()
+    busy_file(tmp_path / "in" / "s.jsonl", 3, seed=1)
+    out = tmp_path / "out"
+    out.mkdir()
+    session.export([tmp_path / "in"], out / "e.jsonl")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    busy_file(tmp_path / "in" / "t.jsonl", 3, seed=2)
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    for split in (False, True):
+        with pytest.raises(OSError, match="injected"):
+            session.export([tmp_path / "in"], out / ("parts" if split else "e.jsonl"), split=split)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(before) == ["e.jsonl", "e.jsonl.manifest.jsonl"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a file size limit (RLIMIT_FSIZE) stands for a full disk")
+@pytest.mark.parametrize("out", [["e.jsonl"], ["parts", "--split"]])
+def test_export_stops_when_its_output_cannot_be_written(tmp_path: Path, out: List[str]) -> None:
+    (tmp_path / "in").mkdir()
+    for n in range(2):
+        busy_file(tmp_path / "in" / f"{n}.jsonl", 500, seed=n)  # more than the write buffer
+
+    def small_disk() -> None:
+        if sys.platform != "win32":  # (skipped there: this tells mypy)
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+
+    done = subprocess.run(
+        [sys.executable, str(MODULE), "export", "in", "-o", *out],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        preexec_fn=small_disk,
+    )
+    assert (done.returncode, done.stdout) == (74, "")
+    assert done.stderr == f"python -m session export: cannot write the output: {os.strerror(errno.EFBIG)}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_export_never_copies_a_partial_record_of_a_growing_file(tmp_path: Path) -> None:
+    source = busy_file(tmp_path / "source.jsonl", 40, seed=3).read_bytes()
+    ends = set(offsets(source))
+    target = tmp_path / "growing.jsonl"
+    torn, resume = threading.Event(), threading.Event()
+
+    def write() -> None:  # appends the source in pieces that end anywhere, mid-line mostly
+        rng = random.Random(4)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        done = offsets(source)[3] + 20
+        os.write(fd, source[:done])
+        torn.set()
+        resume.wait()
+        while done < len(source):
+            piece = source[done : done + rng.randrange(1, 700)]
+            os.write(fd, piece)
+            done += len(piece)
+            time.sleep(0.0005)
+        os.close(fd)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    torn.wait()
+    exports = [session.export([target], tmp_path / "first.jsonl")[0]]
+    assert exports[0]["records"] == 3 and exports[0]["tail_bytes"] == 20
+    resume.set()
+    while writer.is_alive() or len(exports) < 3:
+        exports.append(session.export([target], tmp_path / "e.jsonl")[0])
+        blob = (tmp_path / "e.jsonl").read_bytes()
+        assert exports[-1]["ok"] and len(blob) == exports[-1]["complete_bytes"] in ends
+        assert blob == source[: len(blob)]
+    writer.join()
+    last = session.export([target], tmp_path / "e.jsonl")[0]
+    assert (tmp_path / "e.jsonl").read_bytes() == source and last["tail_bytes"] == 0
+
+
+def readme_blocks(language: str) -> List[str]:
+    """The code blocks in *language* of the README's "Many sessions at once"."""
+    readme = (HERE / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Many sessions at once\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+
+
+def exported_corpus(folder: Path) -> Tuple[Dict[str, Dict[str, int]], List[Tuple[Any, ...]]]:
+    """Export a damaged corpus in *folder* with the README's command; what ``summarize`` and
+    ``read`` say of each exported session: usage by session, the failed tool calls."""
+    damaged_corpus(folder / "sessions")
+    (command,) = readme_blocks("sh")
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "session"]
+    env = dict(os.environ, PYTHONPATH=str(HERE))
+    done = subprocess.run([sys.executable, *argv[1:]], cwd=folder, env=env, capture_output=True, timeout=120)
+    assert done.returncode == 1  # the corpus has invalid files
+    usage: Dict[str, Dict[str, int]] = {}
+    failed: List[Tuple[Any, ...]] = []
+    for line in (folder / "export.jsonl.manifest.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if entry["out"]:
+            summary = session.summarize(folder / entry["file"])
+            usage[summary.session_id] = summary.usage
+            failed += [
+                (
+                    r.session_id,
+                    r.run_id,
+                    r.data["execution"]["id"],
+                    r.data["tool"],
+                    r.data["error"]["message"],
+                )
+                for r in session.iter_records(folder / entry["file"])
+                if r.type == "tool_exec_end" and r.data.get("is_error") is True
+            ]
+    assert len(usage) == 8 and len(failed) > 5
+    return usage, sorted(failed)
+
+
+def test_readme_duckdb_queries_over_the_export_agree_with_summarize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("duckdb", "the README's queries run on DuckDB")
+    import duckdb
+
+    usage, failed = exported_corpus(tmp_path)
+    view, tokens, failures, parquet = readme_blocks("sql")
+    monkeypatch.chdir(tmp_path)
+    con = duckdb.connect()
+    con.execute(view)
+    found: Dict[str, Dict[str, int]] = {}
+    for session_id, kind, total in con.execute(tokens).fetchall():
+        found.setdefault(session_id, {})[kind] = total
+    assert found == {sid: counts for sid, counts in usage.items() if counts}
+    assert sorted(con.execute(failures).fetchall()) == failed
+    con.execute(parquet)
+    groups = con.execute("SELECT max(row_group_num_rows) FROM parquet_metadata('export.parquet')").fetchone()
+    assert groups is not None and groups[0] <= 4096
+    lines = (tmp_path / "export.jsonl").read_bytes().count(b"\n")
+    assert con.execute("SELECT count(*) FROM 'export.parquet'").fetchone() == (lines,)
+
+
+@pytest.mark.spark
+def test_readme_spark_queries_over_the_export_and_its_parquet_agree_with_summarize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("java", "Spark runs on the JVM (Debian: openjdk-17-jre-headless)")
+    need("pyspark", "the Spark test runs in tox -e spark")
+    import duckdb
+    from pyspark.sql import SparkSession
+
+    usage, failed = exported_corpus(tmp_path)
+    view, _, _, parquet = readme_blocks("sql")
+    monkeypatch.chdir(tmp_path)
+    con = duckdb.connect()
+    con.execute(view)
+    con.execute(parquet)
+    from_json, from_parquet, queries = readme_blocks("python")
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    try:
+        scope: Dict[str, Any] = {}
+        for source in (from_json, from_parquet):  # the second redefines the first's view
+            exec(source + queries, scope)  # the README's code, as written there
+            found: Dict[str, Dict[str, int]] = {}
+            for row in scope["tokens"].collect():
+                found.setdefault(row.session_id, {})[row.kind] = row.tokens
+            assert found == {sid: counts for sid, counts in usage.items() if counts}
+            assert sorted(tuple(row) for row in scope["failed"].collect()) == failed
+    finally:
+        spark.stop()
+
+
+# ---------------------------------------------------------------------------- html page
+
+PWN = "document.documentElement.dataset.pwned"
+PAYLOADS = [
+    f"<script>{PWN}='script'</script>",
+    f'"><img src=x onerror="{PWN}=\'img\'">',
+    f"'><svg onload={PWN}='svg'>",
+    f"</script><script>{PWN}='close'</script>",
+    f"javascript:{PWN}='url'",
+    f"</pre></details></code><iframe srcdoc=\"<script>parent.{PWN}='frame'</script>\"></iframe>",
+    "\u202egnp.exe\u200b \x1b[31mred\x1b[0m \u2028\u2029 <!-- \udc80 \U000e0041",
+]
+HOSTILE_NAME = f"x'\"><svg onload={PWN}='name'>.jsonl"  # a file name cannot hold a slash
+
+
+def hostile_session(directory: Path) -> Path:
+    """A valid session whose every string is an attack: ids, roles, tool names, argument keys,
+    errors, record types, times, usage keys; ANSI, bidi and zero-width characters."""
+    p = PAYLOADS
+    sid, rid = p[3], p[1]
+    objs: List[Dict[str, Any]] = []
+
+    def add(kind: str, data: Dict[str, Any], time: str = "") -> None:
+        moment = time or f"2026-12-02T09:27:{36 + len(objs):02d}.123456Z"
+        run = {} if kind == "session_start" else {"run_id": rid}
+        objs.append(
+            {"session_id": sid, "seq": len(objs) + 1, "type": kind, "time": moment, **run, "data": data}
+        )
+
+    def message(role: str, *blocks: Dict[str, Any], **fields: Any) -> Dict[str, Any]:
+        return {"$type": "agentgo.message.v1", "value": {"role": role, "content": list(blocks), **fields}}
+
+    blocks: List[Dict[str, Any]] = [
+        {"type": "text", "text": p[0]},
+        {"type": "thinking", "thinking": p[2]},
+        {
+            "type": "toolCall",
+            "tool_call": {"id": p[1], "name": p[0], "args": {p[3]: p[5]}, "args_raw_text": p[6]},
+        },
+        {"type": "image", "image": {"url": p[4], "mime_type": p[1]}},
+        {"type": "image", "image": {"data": "aGk=", "mime_type": p[0]}},
+        {"type": "tool_reference", "tool_name": p[5]},
+        {"type": "toolCall", "tool_call": {"id": "c2", "name": "x\ny", "args": {}}},
+        {"type": p[0], p[1]: p[2]},
+    ]
+    model = {"id": p[2], "kind": "model", "turn_index": 1, "attempt": 1}
+    tool = {"id": p[1], "kind": "tool", "parent_id": p[2], "turn_index": 1, "attempt": 1}
+    add("session_start", {"version": 1})
+    add("run_start", {})
+    add("agent_start", {})
+    add("turn_start", {"turn_index": 1})
+    add("model_exec_start", {"execution": model})
+    request = {"messages": [message(p[0], *blocks, metadata={"tool_call_id": p[1], p[4]: p[5]})]}
+    add(
+        "model_request",
+        {"execution": model, "request": dict(request, tools=[{"name": p[5]}], config={p[0]: p[1]})},
+    )
+    add("model_exec_end", {"execution": model, "error": {"message": p[6], "type": p[0]}})
+    model = dict(model, attempt=2)
+    add("model_exec_start", {"execution": model}, time=p[4])
+    add("model_request", {"execution": model, "request": request})
+    reply = message("assistant", *blocks, stop_reason=p[3], usage={"input": 7, p[0]: 3})
+    add("model_exec_end", {"execution": model, "message": reply})
+    add("message_end", {"execution": model, "message": reply})
+    add(
+        "tool_exec_start",
+        {"execution": tool, "tool_id": p[1], "tool": p[0], "tool_label": p[6], "args": {p[2]: p[3]}},
+    )
+    add(
+        "tool_exec_end",
+        {
+            "execution": tool,
+            "tool": p[5],
+            "result": {p[0]: p[6]},
+            "is_error": True,
+            "error": {"message": p[5]},
+        },
+    )
+    add(
+        "message_end",
+        {"execution": tool, "message": message("tool", blocks[0], metadata={"tool_call_id": p[1]})},
+    )
+    add(p[0], {p[1]: p[2], "error": {"message": p[3]}})
+    add("context_compacted", {"execution": {"id": p[6], "kind": p[5]}, "compaction": {p[4]: p[0]}})
+    add("tool_exec_start", {"execution": dict(tool, id=p[6]), "tool": p[2]})
+    add("agent_end", {"summary": {"end_reason": p[0]}, "error": {"message": p[2], "type": p[4]}})
+    path = directory / HOSTILE_NAME
+    path.write_bytes(b"".join(json.dumps(o, separators=(",", ":")).encode() + b"\n" for o in objs))
+    return path
+
+
+def html_page(path: Path, *options: str) -> str:
+    """The page of *path*, made the way a user makes it (a lone module, -I -S)."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(MODULE), "html", str(path), *options],
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode()
+
+
+class PageParts(html.parser.HTMLParser):
+    """Every element of a page, with its attributes and the text of its style and scripts."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: List[Tuple[str, Dict[str, Optional[str]]]] = []
+        self.texts: Dict[str, List[str]] = {"style": [], "script": []}
+        self._open: Optional[str] = None
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+        self._open = tag if tag in self.texts else None
+        if self._open:
+            self.texts[tag].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._open = None
+
+    def handle_data(self, data: str) -> None:
+        if self._open:
+            self.texts[self._open][-1] += data
+
+
+PAGE_IDS = re.compile(r"seq-\d+|only-errors|show-model|show-tool|show-other|search|session-data")
+PAGE_CLASSES = re.compile(
+    "mark|cut|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
+    "|time|how|msg|call|image|ref|chart|bar|compaction|waterfall|end|tie|filters"
+)
+PAGE_TAGS = re.compile(
+    "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script"
+)
+
+
+def csp_hash(text: str) -> str:
+    import base64
+    import hashlib
+
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
+    page = html_page(hostile_session(tmp_path))
+    parts = PageParts()
+    parts.feed(page)
+    tags = [tag for tag, _ in parts.elements]
+    assert tags[:4] == ["html", "head", "meta", "meta"]
+    assert parts.elements[2][1] == {"charset": "utf-8"}
+    assert parts.elements[3][1]["http-equiv"] == "Content-Security-Policy"
+    policy = parts.elements[3][1]["content"] or ""
+    (style,) = parts.texts["style"]
+    data, script = parts.texts["script"]
+    assert policy == (
+        f"default-src 'none'; script-src {csp_hash(script)}; style-src {csp_hash(style)}; "
+        "base-uri 'none'; form-action 'none'"
+    )
+    assert all(PAGE_TAGS.fullmatch(tag) for tag in tags)
+    for tag, attrs in parts.elements:
+        assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
+        assert "src" not in attrs and "style" not in attrs and "action" not in attrs
+        assert re.fullmatch(r"#seq-\d+", attrs.get("href") or "#seq-1"), attrs
+        assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
+        assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
+    assert json.loads(data) == {
+        "file": str(tmp_path / HOSTILE_NAME),
+        "records": 18,
+        "session_id": PAYLOADS[3],
+    }
+    assert 'calls <b>x<span class="mark">[U+000A]</span>y</b>' in page  # a name shows its line break
+    for char in "\u202e\u200b\x1b\u2028\u2029\U000e0041":
+        assert char not in page
+        assert f"[U+{ord(char):04X}]" in page
+    assert "[U+DC80]" in page  # a lone surrogate from the file, shown, not a crash
+
+
+def test_html_page_shows_hostile_values_as_text(tmp_path: Path) -> None:
+    page = html_page(hostile_session(tmp_path))
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    for payload in PAYLOADS[:6]:
+        assert payload in text  # every attack shown as the text it is
+    assert html.escape(PAYLOADS[0]) in page and PAYLOADS[0] not in page
+
+
+def test_html_page_is_reproducible(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    assert html_page(path) == html_page(path)
+
+
+def browser_dom(page: Path, profile: Path, *flags: str) -> str:
+    """The DOM of *page* after headless Chromium loaded it and ran its script."""
+    need("chromium", "the HTML page is checked in a real browser")
+    done = subprocess.run(
+        [
+            "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", "--virtual-time-budget=3000", *flags, "--dump-dom", page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_html_page_in_chromium_runs_its_script_and_no_payload(tmp_path: Path) -> None:
+    page = html_page(hostile_session(tmp_path))
+    path = tmp_path / "page.html"
+    path.write_text(page, encoding="utf-8")
+    unprotected = tmp_path / "no-csp.html"
+    unprotected.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page), encoding="utf-8"
+    )
+    assert "Content-Security-Policy" not in unprotected.read_text(encoding="utf-8")
+    for copy in (path, unprotected):
+        dom = browser_dom(copy, tmp_path / "profile")
+        assert '<html lang="en" data-js="on">' in dom  # the page's own script ran
+        assert "data-pwned" not in dom  # and not one payload: by escaping alone without the CSP
+        assert dom.count('class="card ') == 4
+
+
+def test_html_page_csp_blocks_a_script_that_escaping_let_through(tmp_path: Path) -> None:
+    page = html_page(sample_file(tmp_path / "s.jsonl"))
+    injected = page.replace(
+        "</header>", f"<script>{PWN}='csp'</script><img src=x onerror=\"{PWN}='img'\"></header>"
+    )
+    path = tmp_path / "page.html"
+    path.write_text(injected, encoding="utf-8")
+    dom = browser_dom(path, tmp_path / "profile")
+    assert 'data-js="on"' in dom and "data-pwned" not in dom
+
+
+def test_html_page_reads_with_javascript_off(tmp_path: Path) -> None:
+    path = tmp_path / "page.html"
+    page = html_page(sample_file(tmp_path / "s.jsonl"))
+    path.write_text(re.sub(r"<script>.*?</script>", "", page, flags=re.S), encoding="utf-8")
+    dom = browser_dom(path, tmp_path / "profile")
+    assert 'data-js="on"' not in dom and not re.search(r'class="[^"]*\bmiss\b', dom)
+    assert dom.count('class="card ') == 4 and "héllo 1" in dom
+    assert '<input type="search" id="search" placeholder="search" hidden="">' in dom  # needs the script
+
+
+class WebDriver:
+    """Headless Chromium driven through chromedriver's W3C WebDriver protocol (plain HTTP)."""
+
+    ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
+
+    def __init__(self, profile: Path) -> None:
+        need("chromedriver", "the page's filters and search are tried in a real browser")
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.process = subprocess.Popen(
+            ["chromedriver", f"--port={self.port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                if self.call("GET", "/status")["ready"]:
+                    break
+            time.sleep(0.1)
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+        flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
+        options = {"binary": shutil.which("chromium"), "args": [*flags, f"--user-data-dir={profile}"]}
+        capabilities = {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options}}
+        self.id = self.call("POST", "/session", {"capabilities": capabilities})["sessionId"]
+
+    def call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        import http.client
+
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            connection.request(method, path, json.dumps(body) if body is not None else None)
+            answer = json.loads(connection.getresponse().read())
+        finally:
+            connection.close()
+        return answer["value"]
+
+    def page(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
+        return self.call(method, f"/session/{self.id}{path}", body)
+
+    def element(self, css: str) -> str:
+        return self.page("POST", "/element", {"using": "css selector", "value": css})[self.ELEMENT]  # type: ignore[no-any-return]
+
+    def visible(self, css: str) -> int:
+        script = (
+            f"return [...document.querySelectorAll({json.dumps(css)})].filter(e => e.offsetParent).length"
+        )
+        return self.page("POST", "/execute/sync", {"script": script, "args": []})  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.call("DELETE", f"/session/{self.id}")
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model_call(run, "m1", [say("alpha")])
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_end", execution=tool, tool="grep", result="beta", error="exit 2"))
+    page = tmp_path / "page.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        assert browser.visible(".card") == 2 and browser.visible(".rec") == 3
+        browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
+        assert (
+            browser.visible(".card") == 1
+            and browser.visible(".card.tool") == 1
+            and browser.visible(".rec") == 0
+        )
+        browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
+        browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
+        assert browser.visible(".card") == 1 and browser.visible(".card.model") == 1
+        browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
+        search = browser.element("#search")
+        browser.page("POST", f"/element/{search}/value", {"text": "BETA"})
+        assert browser.visible(".card") == 1 and browser.visible(".card.tool") == 1
+        browser.page("POST", f"/element/{search}/value", {"text": "\ue003" * 4})  # backspace
+        assert browser.visible(".card") == 2
+    finally:
+        browser.close()
+
+
+def model_call(run: session.Run, name: str, messages: List[Message], attempt: int = 1) -> None:
+    execution = Execution(name, "model", attempt=attempt)
+    run.record(Event("model_exec_start", execution=execution, timestamp=T0))
+    run.record(Event("model_request", execution=execution, request=ModelRequest(messages), timestamp=T0))
+    reply = Message("assistant", [session.text_block(f"reply of {name}")], "stop", {"input": len(messages)})
+    run.record(
+        Event("model_exec_end", execution=execution, message=reply, timestamp=T0 + dt.timedelta(seconds=1))
+    )
+
+
+def say(text: str) -> Message:
+    return Message("user", [session.text_block(text)], timestamp=T0)
+
+
+def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    u1, a1, u2, u3 = say("u1"), say("a1"), say("u2"), say("u3")
+    with session.create(path) as s:
+        with s.begin_run() as run:
+            model_call(run, "m1", [u1])
+            model_call(run, "m1", [u1], attempt=2)  # a retry: the same context
+            model_call(run, "m2", [u1, a1, u2])
+            compact = Execution("c1", "compact")
+            run.record(Event("context_compacted", execution=compact, compaction={"dropped": 1}, timestamp=T0))
+            model_call(run, "m3", [u1, u2, u3])
+        with s.begin_run() as run:
+            model_call(run, "m1", [u1, u2, u3, say("u4")])
+            model_call(run, "m2", [u3])
+    facts = session._Facts()
+    session.read(path, facts)
+    changes = [(len(c.new), c.unchanged, c.dropped, c.compacted, c.resumed) for c in facts.changes.values()]
+    assert changes == [
+        (1, 0, 0, False, False),
+        (0, 1, 0, False, False),
+        (2, 1, 0, False, False),
+        (1, 2, 1, True, False),
+        (1, 3, 0, False, True),
+        (0, 1, 3, False, False),
+    ]
+    assert facts.compactions == [3]  # after the third successful call
+    page = html_page(path)
+    assert "context: 3 messages; 1 new, 2 unchanged since request" in page
+    assert "1 dropped by a compaction" in page
+    assert "3 carried over from the previous run since request" in page
+    assert "3 dropped with no compaction recorded" in page
+    assert page.count("tools and config as in") == 5
+
+
+def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model = Execution("m1", "model")
+        reply = Message("assistant", [session.tool_call_block("call-1", "ls", {"d": "/"})], "toolUse")
+        run.record(Event("model_request", execution=model, request=ModelRequest([say("question")])))
+        run.record(Event("model_exec_end", execution=model, message=reply))
+        run.record(Event("message_end", execution=model, message=reply))
+        tool = Execution("call-1", "tool", parent_id="m1")
+        run.record(Event("tool_exec_start", execution=tool, tool_id="call-1", tool="ls", args={"d": "/"}))
+        result = session.tool_result("call-1", "a b")
+        run.record(Event("message_end", execution=tool, message=result))
+        run.record(
+            Event(
+                "model_request",
+                execution=Execution("m2", "model"),
+                request=ModelRequest([say("question"), reply, result]),
+            )
+        )
+    page = html_page(path)
+    assert page.count("question") == 1
+    assert 'the same message as <a href="#seq-4">#4</a>' in page  # message_end = the response
+    assert 'new: <span class="role">assistant</span> message as recorded in <a href="#seq-4">#4</a>' in page
+    assert 'new: <span class="role">tool</span> message as recorded in <a href="#seq-7">#7</a>' in page
+    assert 'id <a href="#seq-6"><code>call-1</code></a>' in page  # the call asked for links to the tool
+    assert 'asked for by <a href="#seq-3">model call <code>m1</code></a>' in page
+
+
+def test_html_page_shortens_long_values_with_a_visible_mark(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    long_text = "".join(f"line {n}\n" for n in range(2000))
+    with session.create(path) as s, s.begin_run() as run:
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_end", execution=tool, tool="cat", result={"text": long_text}))
+        run.record(Event("tool_exec_end", execution=Execution("t2", "tool"), tool="n" * 1000))
+        run.record(Event("message_end", execution=tool, message=say(long_text)))
+    page = html_page(path, "--max-field", "300")
+    assert "line 1999" not in page and "line 10\n" in page
+    run_id = records(path)[1].run_id
+    command = f"python -m session show {path} --run {run_id} --execution t1 --attempt 1"
+    assert f"shortened — {len(long_text) - 300} more characters: see <code>{command}</code>" in page
+    assert "shortened — the rest: see" in page  # the JSON result, not encoded beyond the limit
+    assert "<details><summary>" in page  # long values folded
+    assert "n" * 200 + '<span class="cut">…</span>' in page and "n" * 301 not in page  # names too
+
+
+def test_html_page_keeps_to_its_budget_and_says_what_it_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        context = [say(f"{n} {'z' * 500}") for n in range(300)]
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
+        for n in range(300):
+            run.record(
+                Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", result="y" * 500)
+            )
+    whole = html_page(path)
+    page = html_page(path, "--max-bytes", "40000")
+    assert len(page.encode()) < 50000 < len(whole.encode())
+    shown = len(re.findall(r'id="seq-\d+"', page))
+    assert f"{len(records(path)) - shown} more records are not shown here" in page
+    new = page.count('<span class="role">user</span>')
+    assert 0 < new < 300 and f"{300 - new} more new messages not shown: see" in page
+    assert f"<code>python -m session show {path}</code> prints them all" in page
+
+
+def test_html_page_lists_gaps_with_refs_and_commands_that_work(tmp_path: Path) -> None:
+    path = tmp_path / "it's a session.jsonl"
+    s = session.create(path)
+    run = s.begin_run()
+    run.record(Event("agent_start"))
+    run.record(Event("model_exec_start", execution=Execution("m 1", "model", attempt=2)))
+    run.record(Event("turn_start", turn_index=1))
+    s.sync()
+    page = html_page(path)
+    gap = records(path)[3].ref
+    assert gap is not None
+    assert html.escape(json.dumps(gap.to_json())) in page
+    commands = re.findall(r"<code>(python -m session show [^<]*--attempt 2)</code>", page)
+    assert commands
+    for command in commands:
+        argv = shlex.split(html.unescape(command))
+        shown = subprocess.run([sys.executable, str(MODULE), *argv[3:]], capture_output=True, timeout=60)
+        assert shown.stdout.splitlines() == path.read_bytes().splitlines()[3:4]
+    assert "run_not_closed" in page and "no_agent_end" in page and "model_call_unfinished" in page
+    s.close()
+
+
+def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("turn_start", turn_index=1))
+        model_call(run, "m1", [say("a")])  # 0 s to 1 s
+        tool = Execution("t1", "tool", turn_index=1)
+        for seconds in (1, 3):
+            run.record(
+                Event(
+                    "tool_exec_start", execution=tool, tool="x", timestamp=T0 + dt.timedelta(seconds=seconds)
+                )
+            )
+        run.record(
+            Event(
+                "tool_exec_end",
+                execution=tool,
+                tool="x",
+                error="boom",
+                timestamp=T0 + dt.timedelta(seconds=3),
+            )
+        )
+    page = html_page(path)
+    assert '<rect class="model" x="300.0" y="2" width="230.0" height="14">' in page
+    assert '<rect class="tool fail" x="530.0" y="20" width="460.0" height="14">' in page
+    assert "turn 1: 2 attempts, 3.000 s, 1 failed" in page
+    assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
+    assert "1 failed attempts" in page
+
+
+def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    objs = envelope_lines(3)
+    execution = {"id": "m", "kind": "model"}
+    objs[2] = dict(objs[2], type="model_request", data={"execution": execution, "request": {"messages": [0]}})
+    deep = b"[" * 980 + b"0" + b"]" * 980  # too deep for json.dumps under pytest's stack
+    path.write_bytes(dump(objs).replace(b'"messages":[0]', b'"messages":[' + deep + b"]"))
+    page = html_page(path, "--max-field", str(10**6))  # everything, as far as the stack allows
+    assert "context: 1 messages; 1 new" in page
+    whole = "[" * 980 + "0" + "]" * 980 in re.sub(r"\s", "", page)
+    assert whole or "cannot be shown here: maximum recursion depth exceeded" in page  # never a crash
+
+
+def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(dump(envelope_lines())[:-30] + b"\n")
+    out = tmp_path / "page.html"
+    done = run_cli("html", str(path), "-o", str(out))
+    assert done.returncode == 1 and f"{path}:4: invalid JSON" in done.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == [path]
+    good = str(sample_file(path.with_name("ok.jsonl")))
+    before = Path(good).read_bytes()
+    done = run_cli("html", good, "-o", str(tmp_path / "." / "ok.jsonl"))
+    assert done.returncode == 1 and "will not write the page over the session itself" in done.stderr
+    assert Path(good).read_bytes() == before
+    done = run_cli("html", good, "--max-field", "0", "-o", str(out))
+    assert done.returncode == 2 and "positive" in done.stderr and not out.exists()
+    done = run_cli("html", good, "-o", str(out))
+    assert done.returncode == 0 and out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
 # ---------------------------------------------------------------------------- command line
 
 
@@ -3179,6 +5418,19 @@ def test_validate_reports_every_file_and_fails_if_any_fails(tmp_path: Path) -> N
         f"{missing}: No such file or directory",
     ]
     assert done.stdout.startswith(f"{good}: ok, ")
+
+
+@pytest.mark.parametrize("limit", ["0", "-5", "ten"])
+@pytest.mark.parametrize("command", ["validate", "repair", "summary", "show", "checkpoint"])
+def test_max_line_bytes_below_one_is_a_usage_error(tmp_path: Path, command: str, limit: str) -> None:
+    path = sample_file(tmp_path / "s.jsonl", runs=1)
+    blob = path.read_bytes()
+    done = run_cli(command, "--max-line-bytes", limit, str(path))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("usage: ")
+    assert "argument --max-line-bytes: " in done.stderr
+    assert ("at least 1" if limit != "ten" else "invalid literal") in done.stderr
+    assert path.read_bytes() == blob and not list(tmp_path.glob("*.broken-*"))
 
 
 def test_validate_json_output(tmp_path: Path) -> None:
@@ -3294,7 +5546,7 @@ def hostile_file(path: Path) -> Path:
     run.record(
         Event("agent_end", summary=RunSummary(end_reason=f"stop{HOSTILE}"), error=f"bad{HOSTILE}\nfake")
     )
-    text = {"type": "text", "text": f"hi{HOSTILE}"}
+    text = session.text_block(f"hi{HOSTILE}")
     run.record(Event("message_end", execution=MODEL, message=Message(f"user{HOSTILE}", [text])))
     run.record(Event(f"kind{HOSTILE}", tool=f"ls{HOSTILE}", error=RuntimeError(HOSTILE)))
     run.save_checkpoint({HOSTILE: HOSTILE})
@@ -3343,7 +5595,7 @@ def test_show_pretty_keeps_line_breaks_only_in_texts(tmp_path: Path) -> None:
         "role": "user\n#90 forged",
         "content": [
             {"type": "text", "text": "line 1\nline 2"},
-            {"type": "tool_call", "name": "ls\n#91 forged", "id": "c\n#92 forged", "arguments": {}},
+            {"type": "toolCall", "tool_call": {"name": "ls\n#91 forged", "id": "c\n#92 forged", "args": {}}},
         ],
     }
     objs[2]["data"] = {"message": message}
@@ -3532,21 +5784,22 @@ def test_a_dash_reads_standard_input(tmp_path: Path) -> None:
     assert torn.returncode == 1 and torn.stderr.startswith(b"-:")
 
 
-@pytest.mark.skipif(os.name != "posix", reason="FIFOs are POSIX")
-def test_every_command_reads_a_fifo_once_and_never_waits_for_a_second_writer(tmp_path: Path) -> None:
-    blob = sample_file(tmp_path / "s.jsonl").read_bytes()
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    for command in ("validate", "summary", "show", "checkpoint"):
-        writer = threading.Thread(target=fifo.write_bytes, args=(blob,), daemon=True)
-        writer.start()  # one writer, as a pipe from another program
-        done = run_cli(command, str(fifo))  # before the fix, checkpoint opened it again and waited
-        writer.join(60)
-        assert not writer.is_alive(), command
-        if command == "checkpoint":  # the snapshot is found, and then cannot be read back
-            assert done.returncode == 1 and done.stderr == f"{fifo}: File or stream is not seekable.\n"
-        else:
-            assert done.returncode == 0 and done.stdout, (command, done.stderr)
+if sys.platform != "win32":  # FIFOs are POSIX
+
+    def test_every_command_reads_a_fifo_once_and_never_waits_for_a_second_writer(tmp_path: Path) -> None:
+        blob = sample_file(tmp_path / "s.jsonl").read_bytes()
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        for command in ("validate", "summary", "show", "checkpoint"):
+            writer = threading.Thread(target=fifo.write_bytes, args=(blob,), daemon=True)
+            writer.start()  # one writer, as a pipe from another program
+            done = run_cli(command, str(fifo))  # before the fix, checkpoint opened it again and waited
+            writer.join(60)
+            assert not writer.is_alive(), command
+            if command == "checkpoint":  # the snapshot is found, and then cannot be read back
+                assert done.returncode == 1 and done.stderr == f"{fifo}: File or stream is not seekable.\n"
+            else:
+                assert done.returncode == 0 and done.stdout, (command, done.stderr)
 
 
 def test_the_installed_script_names_itself(tmp_path: Path) -> None:
@@ -3984,3 +6237,55 @@ def test_reliability_fuzz_codec_and_event_data(value: Any) -> None:
     with contextlib.suppress(FormatError):
         EventData.from_record(session.Record(SID, 3, "x", "t", RID, data, 0))
     assert JSONCodec().decode(JSONCodec().encode(value)) == value  # plain JSON round-trips
+
+
+JSON_BYTES = b'{}[],:"\\ \t\n\r0123456789.-+eEtrufalsn\x00\x1f\x7f\xc3\xa9\xff'
+TEXT_EDIT = st.tuples(
+    st.integers(0, 10**6),
+    st.integers(0, 3),
+    st.binary(max_size=3)
+    | st.sampled_from(
+        [
+            b"\\u00e9",
+            b"\\ud800",
+            b"\\x",
+            b"NaN",
+            b"-Infinity",
+            b"1e999",
+            b"1E+2",
+            b"-0.0e-0",
+            b"01",
+            b"9" * 4400,
+        ]
+    ),
+)
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES * 2, deadline=None, derandomize=True, database=None)
+@hypothesis.given(
+    JSON_VALUES,
+    st.sampled_from([(",", ":"), (", ", ": "), (" ,\t", "\r\n:\n")]),
+    st.booleans(),
+    st.lists(
+        TEXT_EDIT | st.tuples(st.integers(0, 10**6), st.just(1), st.sampled_from(list(JSON_BYTES))),
+        max_size=3,
+    ),
+)
+def test_reliability_fuzz_the_long_line_scanner_agrees_with_json(
+    value: Any, separators: Tuple[str, str], only_ascii: bool, edits: List[Tuple[int, int, Any]]
+) -> None:
+    blob = json.dumps(value, separators=separators, ensure_ascii=only_ascii).encode()
+    for at, cut, insert in edits:
+        at %= len(blob) + 1
+        blob = blob[:at] + (bytes([insert]) if isinstance(insert, int) else insert) + blob[at + cut :]
+    assert scanner_accepts(blob) == json_accepts(blob), blob
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(MUTATION, min_size=1, max_size=4))
+def test_reliability_fuzz_the_long_line_scanner_on_mutated_lines(mutations: List[Any]) -> None:
+    blob = fuzz_base()
+    for mutation in mutations:
+        blob = mutate(blob, mutation)
+    for line in blob.split(b"\n"):
+        assert scanner_accepts(line) == json_accepts(line), line[:200]

@@ -2,6 +2,7 @@
 
     python3 bench/run.py            # about 5 minutes; writes ~1.3 GB under a temporary folder
     python3 bench/run.py --quick    # smaller files, fewer repetitions: a smoke test
+    python3 bench/run.py --import-only  # only the import time, a minute
 
 Every figure is a ratio against a baseline measured in the same run: the median of
 interleaved repetitions, because these machines are noisy.  Needs `pip install jsonlines`.
@@ -41,10 +42,10 @@ def events() -> Dict[str, session.Event]:
     message = session.Message(
         "assistant",
         [
-            {"type": "text", "text": (TEXT * 22)[:1800]},
-            {"type": "tool_call", "id": "call-7", "name": "read_file", "arguments": {"path": "src/app.py"}},
+            session.text_block((TEXT * 22)[:1800]),
+            session.tool_call_block("call-7", "read_file", {"path": "src/app.py"}),
         ],
-        "tool_use",
+        "toolUse",
         {"input": 1834, "output": 96, "total_tokens": 1930},
         timestamp=T0,
     )
@@ -301,11 +302,7 @@ def bench_import(runs: int) -> str:
     return f"import session: {extra:.1f} ms more than import json (whole process, median of {runs})"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small files, few repetitions")
-    args = parser.parse_args(argv)
-    quick = args.quick
+def bench_files(quick: bool) -> None:
     runs = 5 if quick else 15
     print(
         f"Python {sys.version.split()[0]} on {os.cpu_count()} cores; "
@@ -334,7 +331,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(bench_checkpoint(big, small, runs), flush=True)
         for row in bench_memory(big):
             print(row, flush=True)
-    print(bench_import(10 if quick else 40), flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small files, few repetitions")
+    parser.add_argument("--import-only", action="store_true", help="only the import time")
+    args = parser.parse_args(argv)
+    if not args.import_only:
+        bench_files(args.quick)
+    print(bench_import(10 if args.quick else 40), flush=True)
     return 0
 
 

@@ -48,11 +48,11 @@ Timeline = List[Tuple[session.CallRef, str, str]]  # what an application's own t
 
 
 def text(message: Message) -> str:
-    return " ".join(block.get("text", "") for block in message.content if isinstance(block, dict))
+    return " ".join(block.get("text", "") for block in message.content or () if block["type"] == "text")
 
 
-def tool_call(call_id: str, name: str, **args: Any) -> Dict[str, Any]:
-    return {"type": "tool_call", "id": call_id, "name": name, "arguments": args}
+def tool_call(call_id: str, name: str, **args: Any) -> session.ToolCallBlock:
+    return session.tool_call_block(call_id, name, args)
 
 
 class ScriptedModel:
@@ -67,22 +67,24 @@ class ScriptedModel:
             raise RateLimited("429 Too Many Requests: retry after 10 ms")
         question = next(text(m) for m in reversed(messages) if m.role == "user")
         results = [text(m) for m in messages if m.role == "tool"]
+        content: List[session.ContentBlock]
         if "tests" in question and not any("test_session.py" in r for r in results):
             content = [tool_call("call-4", "count_lines", path="test_session.py")]
         elif "tests" in question:
-            content = [{"type": "text", "text": f"The tests: {results[-1]}."}]
+            content = [session.text_block(f"The tests: {results[-1]}.")]
         elif not results:
             content = [
-                {"type": "text", "text": "Let me look around."},
+                session.text_block("Let me look around."),
                 tool_call("call-1", "list_files", folder="."),
                 tool_call("call-2", "count_lines", path="sessions.py"),
             ]
         elif not any(r.startswith("session.py:") for r in results):
             content = [tool_call("call-3", "count_lines", path="session.py")]
         else:
-            content = [{"type": "text", "text": f"{results[-1]}; the project holds {results[0]}."}]
-        stop = "tool_use" if any(b["type"] == "tool_call" for b in content) else "end_turn"
-        usage = {"input": 40 * len(messages), "output": 12, "total_tokens": 40 * len(messages) + 12}
+            content = [session.text_block(f"{results[-1]}; the project holds {results[0]}.")]
+        stop = "toolUse" if any(b["type"] == "toolCall" for b in content) else "stop"
+        tokens = 40 * len(messages)
+        usage: session.Usage = {"input": tokens, "output": 12, "total_tokens": tokens + 12}
         return Message("assistant", content, stop, usage)
 
 
@@ -114,12 +116,13 @@ def call_model(
 def run_tools(run: session.Run, response: Message, turn: int, timeline: Timeline) -> List[Message]:
     """Run each tool call of *response*; a failure becomes an error result, not a crash."""
     results = []
-    for block in response.content:
-        if block.get("type") != "tool_call":
+    for block in response.content or ():
+        if block["type"] != "toolCall":
             continue
-        execution = Execution(block["id"], "tool", parent_id=f"model-{turn}", turn_index=turn)
-        name, args = block["name"], block["arguments"]
-        run.record(Event("tool_exec_start", execution=execution, tool_id=block["id"], tool=name, args=args))
+        call = block["tool_call"]
+        execution = Execution(call["id"], "tool", parent_id=f"model-{turn}", turn_index=turn)
+        name, args = call["name"], call["args"]
+        run.record(Event("tool_exec_start", execution=execution, tool_id=call["id"], tool=name, args=args))
         try:
             value = TOOL_FUNCTIONS[name](**args)
             output, error = f"{args.get('path', args.get('folder'))}: {value}", None
@@ -129,7 +132,7 @@ def run_tools(run: session.Run, response: Message, turn: int, timeline: Timeline
             Event(
                 "tool_exec_end",
                 execution=execution,
-                tool_id=block["id"],
+                tool_id=call["id"],
                 tool=name,
                 result={"output": output},
                 is_error=error is not None,
@@ -138,7 +141,7 @@ def run_tools(run: session.Run, response: Message, turn: int, timeline: Timeline
             )
         )
         timeline.append((run.ref(execution), "tool", "error" if error else "ok"))
-        message = Message("tool", [{"type": "text", "text": output}], metadata={"tool_call_id": block["id"]})
+        message = session.tool_result(call["id"], output, is_error=error is not None)
         run.record(Event("message_end", execution=execution, message=message))
         results.append(message)
     return results
@@ -159,7 +162,7 @@ def agent_loop(
     run: session.Run, model: ScriptedModel, state: AgentState, question: str, timeline: Timeline
 ) -> None:
     run.record(Event("agent_start"))
-    state.messages.append(Message("user", [{"type": "text", "text": question}]))
+    state.messages.append(Message("user", [session.text_block(question)]))
     turns = tool_calls = tool_errors = 0
     while True:
         turns += 1
@@ -176,7 +179,7 @@ def agent_loop(
         run.save_checkpoint(AgentSnapshot(state))  # a committed boundary: resume from here
         if not results:
             break
-    summary = session.RunSummary(turns, tool_calls, tool_errors, "end_turn")
+    summary = session.RunSummary(turns, tool_calls, tool_errors, "stop")
     run.record(Event("agent_end", summary=summary))
 
 

@@ -1,0 +1,115 @@
+"""How long ``python -m session html`` takes on a large session, against ``validate``.
+
+    python3 bench/html_page.py          # a ~230 MB session: every model request holds the whole context
+    python3 bench/html_page.py 0.1      # a tenth of that: a smoke test
+
+The session is made at run time under a temporary folder and removed afterwards.  Both
+commands run as a user runs them (a new interpreter each time); the figure that counts is the
+ratio of their median times (wall clock and CPU), measured in the same run, with the page's
+size.  Unix only (CPU time of child processes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Tuple
+
+assert sys.platform != "win32", "the CPU time of child processes is measured on Unix only"
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import session  # noqa: E402
+
+T0 = dt.datetime(2026, 12, 2, 9, 27, 36, 123456, tzinfo=dt.timezone.utc)
+TEXT = "The quick brown fox jumps over the lazy dog; sphinx of black quartz, judge my vow. "
+TOOLS = [{"name": "read_file", "description": "Read a file", "parameters": {"path": "string"}}]
+
+
+def build(path: Path, target: int) -> int:
+    """Turns of question, tool call and result until the file holds *target* bytes; each
+    model request carries every message so far, as an agent without compaction sends it."""
+    messages: List[session.Message] = []
+    turn = 0
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(session.Event("agent_start", timestamp=T0))
+        while path.stat().st_size < target:
+            turn += 1
+            moment = T0 + dt.timedelta(seconds=turn * 10)
+            run.record(session.Event("turn_start", turn_index=turn, timestamp=moment))
+            messages.append(
+                session.Message("user", [session.text_block(f"{turn}: {TEXT * 4}")], timestamp=moment)
+            )
+            model = session.Execution(f"model-{turn}", "model", turn_index=turn)
+            run.record(session.Event("model_exec_start", execution=model, timestamp=moment))
+            request = session.ModelRequest(list(messages), TOOLS)
+            run.record(session.Event("model_request", execution=model, request=request, timestamp=moment))
+            call = session.tool_call_block(f"call-{turn}", "read_file", {"path": "a.py"})
+            usage: session.Usage = {
+                "input": 40 * len(messages),
+                "output": 30,
+                "total_tokens": 40 * len(messages) + 30,
+            }
+            reply = session.Message(
+                "assistant", [session.text_block(TEXT), call], "toolUse", usage, timestamp=moment
+            )
+            end = moment + dt.timedelta(seconds=2)
+            run.record(session.Event("model_exec_end", execution=model, message=reply, timestamp=end))
+            run.record(session.Event("message_end", execution=model, message=reply, timestamp=end))
+            tool = session.Execution(f"call-{turn}", "tool", parent_id=model.id, turn_index=turn)
+            run.record(
+                session.Event(
+                    "tool_exec_start", execution=tool, tool="read_file", args={"path": "a.py"}, timestamp=end
+                )
+            )
+            output = TEXT * 12
+            done = end + dt.timedelta(seconds=1)
+            run.record(
+                session.Event(
+                    "tool_exec_end", execution=tool, tool="read_file", result=output, timestamp=done
+                )
+            )
+            result = session.tool_result(f"call-{turn}", output, timestamp=done)
+            run.record(session.Event("message_end", execution=tool, message=result, timestamp=done))
+            messages += [reply, result]
+        run.record(session.Event("agent_end", summary=session.RunSummary(turn, turn, 0, "stop")))
+    return turn
+
+
+def seconds(*args: str) -> Tuple[float, float]:
+    """Wall-clock and CPU seconds of one command (CPU time is steadier on a shared machine)."""
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    subprocess.run([sys.executable, "-m", "session", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def main() -> int:
+    scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    with tempfile.TemporaryDirectory() as folder:
+        path, page = Path(folder) / "big.jsonl", Path(folder) / "big.html"
+        turns = build(path, int(230e6 * scale))
+        size = path.stat().st_size
+        validate: List[Tuple[float, float]] = []
+        html: List[Tuple[float, float]] = []
+        for _ in range(3):  # interleaved: both see the same machine load
+            validate.append(seconds("validate", str(path)))
+            html.append(seconds("html", str(path), "-o", str(page)))
+        print(f"session: {size / 1e6:.1f} MB, {turns} turns, full context in each of {turns} requests")
+        for n, what in enumerate(("wall clock", "CPU")):
+            v = statistics.median(times[n] for times in validate)
+            h = statistics.median(times[n] for times in html)
+            print(f"{what:10}  validate: {v:.2f} s   html: {h:.2f} s   html/validate: {h / v:.2f}")
+        shown = page.stat().st_size
+        print(f"page: {shown / 1e6:.2f} MB ({shown / size * 100:.2f}% of the session)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

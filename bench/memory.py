@@ -1,0 +1,111 @@
+"""Peak memory of the readers on a file whose one long line is hostile.
+
+    python3 bench/memory.py               # 64 MB lines; about 10 minutes
+    python3 bench/memory.py --mb 250      # the size of the review's report (needs ~8 GB free)
+
+Each shape fills the data of one record of a valid session with a long array: ``{},`` (a
+dict per 3 bytes), ``1.5,`` (a float per 4), ``0,`` (a list slot per 2), and, for a
+baseline, one long string.  Each reader runs in a fresh interpreter; its peak is the
+growth of VmHWM (the resident high-water mark, reset through /proc/self/clear_refs) over
+what ``import session`` took, reported as a multiple of the line's size.  Linux only; the
+files go to a temporary folder, removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHAPES = {"{},": b"{},", "1.5,": b"1.5,", "0,": b"0,", "string": b"x"}
+READERS = ["read", "open", "validate", "repair", "summary"]
+
+MEASURE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import session
+
+def peak_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # VmHWM := VmRSS
+before = peak_kb()
+reader, path = sys.argv[2], sys.argv[3]
+if reader == "read":
+    session.read(path, lambda record: None)
+elif reader == "open":
+    session.open(path).close()
+elif reader == "validate":
+    assert session.main(["validate", path]) == 0
+elif reader == "repair":
+    assert session.repair(path).error is None
+else:
+    session.summarize(path)
+print(peak_kb() - before)
+"""
+
+
+def hostile_file(folder: Path, shape: str, size: int) -> Path:
+    """A valid session whose third line holds about *size* bytes of *shape*."""
+    path = folder / f"{shape.strip(',').replace('{}', 'dicts')}.jsonl"
+    sid, rid = "a" * 32, "b" * 32
+    head = {"session_id": sid, "seq": 1, "type": "session_start", "time": "t", "data": {"version": 1}}
+    start = {"session_id": sid, "seq": 2, "type": "run_start", "time": "t", "run_id": rid, "data": {}}
+    close = {"session_id": sid, "seq": 4, "type": "run_close", "time": "t", "run_id": rid, "data": {}}
+    piece = SHAPES[shape]
+    with path.open("wb") as f:
+        for obj in (head, start):
+            f.write(json.dumps(obj).encode() + b"\n")
+        prefix = f'{{"session_id":"{sid}","seq":3,"type":"tool_exec_end","time":"t","run_id":"{rid}",'
+        if shape == "string":
+            f.write(prefix.encode() + b'"data":{"result":"')
+            f.write(piece * size)
+            f.write(b'"}}\n')
+        else:
+            f.write(prefix.encode() + b'"data":{"result":[')
+            f.write(piece * (size // len(piece)))
+            f.write(b"0]}}\n")
+        f.write(json.dumps(close).encode() + b"\n")
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--mb", type=int, default=64, help="size of the long line, in MB")
+    parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="only these shapes")
+    args = parser.parse_args()
+    size = args.mb << 20
+    print(f"peak memory over `import session`, as a multiple of a {args.mb} MB line")
+    print(f"{'shape':8}" + "".join(f"{reader:>10}" for reader in READERS) + "   seconds")
+    with tempfile.TemporaryDirectory() as folder:
+        for shape in args.shape or SHAPES:
+            path = hostile_file(Path(folder), shape, size)
+            line = max(len(line) for line in path.read_bytes().split(b"\n"))
+            ratios, seconds = [], []
+            for reader in READERS:
+                began = time.monotonic()
+                done = subprocess.run(
+                    [sys.executable, "-c", MEASURE, str(ROOT), reader, str(path)],
+                    capture_output=True,
+                    text=True,
+                )
+                if done.returncode:
+                    raise SystemExit(f"{reader} failed on {shape}:\n{done.stderr}")
+                seconds.append(time.monotonic() - began)
+                ratios.append(int(done.stdout.split()[-1]) * 1024 / line)
+            path.unlink()
+            cells = "".join(f"{ratio:>9.2f}x" for ratio in ratios)
+            print(f"{shape:8}{cells}   {' '.join(f'{s:.0f}' for s in seconds)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

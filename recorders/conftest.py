@@ -1,0 +1,77 @@
+"""Checks every recorder test makes of the file it recorded."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import session
+
+
+def need(module: str) -> None:
+    """Skip this test file when the framework *module* is missing (each framework has its own
+    tox environment); under CI=true, fail: CI installs every framework."""
+    if importlib.util.find_spec(module) is not None:
+        return
+    message = f"{module} is not installed: run this file in its tox environment"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message, allow_module_level=True)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "session", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        encoding="utf-8",
+    )
+
+
+def check_file(path: Path) -> session.Summary:
+    """The file validates, its summary shows no gaps, every successful model attempt carries
+    its usage, and every tool call is found whole; its summary for further checks."""
+    validated = _cli("validate", str(path))
+    assert validated.returncode == 0, validated.stderr
+    assert ": ok," in validated.stdout
+    summary = session.summarize(path)
+    assert summary.gaps == [], summary.gaps
+    assert all(run.closed for run in summary.runs)
+    for record in session.iter_records(path):
+        if record.type == "model_exec_end" and "error" not in record.data:
+            assert record.data["message"]["value"]["usage"]["total_tokens"] > 0, record
+        if record.type == "tool_exec_start":
+            assert record.ref is not None
+            found = [r.type for r in session.find(path, record.ref)]
+            assert found[0] == "tool_exec_start" and "tool_exec_end" in found, found
+    return summary
+
+
+def transcript(path: Path) -> str:
+    """``show --pretty`` of the whole file."""
+    shown = _cli("show", "--pretty", str(path))
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def events(path: Path, kind: str) -> list[session.EventData]:
+    return [session.EventData.from_record(r) for r in session.iter_records(path) if r.type == kind]
+
+
+def messages(path: Path) -> list[Any]:
+    """The committed messages, decoded."""
+    codec = session.JSONCodec()
+    return [codec.decode(data.message) for data in events(path, "message_end")]
+
+
+@pytest.fixture
+def recorded() -> Callable[[Path], session.Summary]:
+    return check_file

@@ -1,0 +1,547 @@
+# SPDX-License-Identifier: MIT
+"""Record an OpenAI Agents SDK run into a ``session.py`` file.
+
+    from session_openai_agents import recording
+
+    async with recording("chat.jsonl", checkpoint=True) as recorder:
+        result = await recorder.run(agent, recorder.history() + [{"role": "user", "content": "Hi"}])
+
+``recording`` creates the file (or opens it to continue the conversation), begins a run and
+yields a ``SessionRecorder``.  ``recorder.run`` is ``Runner.run`` with the recorder wired in:
+its ``RunHooks`` for turns, tools and committed messages, a model wrapper for every attempt the
+runner's retry machinery makes, and a ``tool_error_formatter`` that marks failed tool calls.
+With *checkpoint*, the conversation's input list (``RunResult.to_input_list()``, the SDK's own
+way to continue a conversation) is saved at every turn's end; ``recorder.history()`` returns it.
+Copy this file next to ``session.py``; it needs only the ``openai-agents`` package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import pydantic
+import pydantic_core
+from agents import Agent, Model, ModelProvider, ModelResponse, ModelSettings, RunConfig, RunHooks, Runner
+from agents.agent_output import AgentOutputSchemaBase
+from agents.handoffs import Handoff
+from agents.items import TResponseInputItem, TResponseStreamEvent
+from agents.models.interface import ModelTracing
+from agents.result import RunResult
+from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
+from agents.run_config import ToolErrorFormatterArgs
+from agents.run_context import AgentHookContext, RunContextWrapper
+from agents.tool import FunctionTool, Tool
+from agents.tool_context import ToolContext
+from openai.types.responses.response_prompt_param import ResponsePromptParam
+
+import session
+
+__all__ = ["SessionRecorder", "recording", "to_json", "to_messages"]
+
+
+@contextlib.asynccontextmanager
+async def recording(
+    path: str | os.PathLike[str], *, checkpoint: bool = False
+) -> AsyncIterator[SessionRecorder]:
+    """Open the session at *path* (create it if missing), begin a run and yield its recorder.
+
+    The file is created, opened and closed in a worker thread: its fsyncs never block the
+    event loop.  One recording records one conversation: run concurrent conversations each in
+    its own ``recording`` of its own file.
+    """
+    target = os.fspath(path)
+    opened = await asyncio.to_thread(session.open if os.path.exists(target) else session.create, target)
+    try:
+        run = await asyncio.to_thread(opened.begin_run)
+        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+    finally:
+        await asyncio.to_thread(opened.close)
+
+
+def to_json(value: Any) -> Any:
+    """*value* as plain JSON, through pydantic's own JSON form: models, dataclasses, enums and
+    datetimes as pydantic writes them, bytes as base64, NaN and infinities as strings; a value
+    pydantic cannot serialize (nor the python dump of a model) becomes ``{"type": ...,
+    "repr": ...}`` rather than fail."""
+    try:
+        return _loads(value)
+    except pydantic_core.PydanticSerializationError:  # a model's own config says bytes are text
+        pass
+    try:
+        return _loads(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
+    except pydantic_core.PydanticSerializationError:
+        return _unknown(value)
+
+
+def _loads(value: Any) -> Any:
+    text = pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
+    return json.loads(text)
+
+
+def _unknown(value: Any) -> Any:
+    return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+# ---------------------------------------------------------------------------- messages
+
+_MODEL_ITEMS = {"function_call", "reasoning", "computer_call", "web_search_call", "file_search_call"}
+
+
+def _is_model_item(item: dict[str, Any]) -> bool:
+    """Whether *item* (an input item as JSON) is something a model produced."""
+    return item.get("type") in _MODEL_ITEMS or item.get("role") == "assistant"
+
+
+def to_messages(items: Sequence[Any], usage: session.Usage | None = None) -> list[session.Message]:
+    """Input or output items (Responses API form) as agentgo-shaped messages: each run of
+    model-produced items is one assistant message (with *usage*, if given); user, system and
+    developer messages and tool outputs are one message each."""
+    now = datetime.now(timezone.utc)
+    out: list[session.Message] = []
+    assistant: list[session.ContentBlock] = []
+    for item in (to_json(item) for item in items):
+        if isinstance(item, dict) and _is_model_item(item):
+            assistant += _assistant_blocks(item)
+            continue
+        if assistant:
+            out.append(_assistant(assistant, usage, now))
+            assistant = []
+        out.append(_input_message(item, now))
+    if assistant:
+        out.append(_assistant(assistant, usage, now))
+    return out
+
+
+def _response_message(response: ModelResponse) -> session.Message:
+    """A model's response as one assistant message, with the response's usage."""
+    blocks = [block for item in response.output for block in _assistant_blocks(to_json(item))]
+    return _assistant(blocks, _usage(response), datetime.now(timezone.utc))
+
+
+def _assistant(
+    blocks: list[session.ContentBlock], usage: session.Usage | None, now: datetime
+) -> session.Message:
+    calls = any(block["type"] == "toolCall" for block in blocks)
+    return session.Message("assistant", blocks, "toolUse" if calls else "stop", usage, timestamp=now)
+
+
+def _assistant_blocks(item: dict[str, Any]) -> list[session.ContentBlock]:
+    kind = item.get("type")
+    if kind == "function_call":
+        return [_tool_call_block(str(item.get("call_id")), str(item.get("name")), item.get("arguments"))]
+    if kind == "reasoning":
+        return [session.thinking_block(str(part.get("text", ""))) for part in item.get("summary") or []]
+    if isinstance(item.get("content"), str):
+        return [session.text_block(item["content"])]
+    if kind == "message" or item.get("role") == "assistant":
+        return [_content_block(part) for part in item.get("content") or []]
+    return [session.text_block(json.dumps(item))]
+
+
+def _tool_call_block(call_id: str, name: str, arguments: Any) -> session.ToolCallBlock:
+    if isinstance(arguments, str):
+        return _call_from_text(call_id, name, arguments)
+    return session.tool_call_block(call_id, name, to_json(arguments or {}))
+
+
+def _call_from_text(call_id: str, name: str, text: str) -> session.ToolCallBlock:
+    """A tool call with the model's argument text kept exactly as sent; text that is not
+    strict JSON is kept as ``args_raw_text``, marked invalid."""
+    try:
+        json.loads(text or "{}", parse_constant=_not_json)
+    except ValueError as exc:
+        return session.tool_call_block(
+            call_id, name, {}, args_invalid=True, args_raw_text=text, args_parse_error=str(exc)
+        )
+    return session.tool_call_block(call_id, name, text or "{}")
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _content_block(part: Any) -> session.ContentBlock:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind in ("input_text", "output_text", "text"):
+        return session.text_block(str(part.get("text", "")))
+    if kind == "refusal":
+        return session.text_block(str(part.get("refusal", "")))
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        return session.image_block(url=part["image_url"])
+    return session.text_block(json.dumps(part))  # files, audio: kept as their JSON
+
+
+def _input_message(item: Any, now: datetime) -> session.Message:
+    if not isinstance(item, dict):
+        return session.Message("user", [session.text_block(json.dumps(item))], timestamp=now)
+    if item.get("type") == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else json.dumps(output)
+        return session.tool_result(str(item.get("call_id")), text, timestamp=now)
+    role = {"developer": "system", "system": "system"}.get(str(item.get("role")), "user")
+    content = item.get("content")
+    if isinstance(content, str):
+        return session.Message(role, [session.text_block(content)], timestamp=now)
+    if isinstance(content, list):
+        return session.Message(role, [_content_block(part) for part in content], timestamp=now)
+    return session.Message(role, [session.text_block(json.dumps(item))], timestamp=now)
+
+
+def _usage(response: ModelResponse) -> session.Usage:
+    used = response.usage
+    return {
+        "input": used.input_tokens,
+        "output": used.output_tokens,
+        "cache_read": used.input_tokens_details.cached_tokens,
+        "cache_write": getattr(used.input_tokens_details, "cache_write_tokens", 0) or 0,
+        "total_tokens": used.total_tokens,
+    }
+
+
+def _tool_json(tool: Tool) -> dict[str, Any]:
+    if isinstance(tool, FunctionTool):
+        return {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": to_json(tool.params_json_schema),
+        }
+    return {"name": tool.name, "type": type(tool).__name__}
+
+
+def _request(
+    system: str | None,
+    items: str | list[TResponseInputItem],
+    settings: ModelSettings,
+    tools: list[Tool],
+    output: AgentOutputSchemaBase | None,
+    model: str,
+) -> session.ModelRequest:
+    listed: list[Any] = [{"role": "user", "content": items}] if isinstance(items, str) else items
+    messages = ([session.Message("system", [session.text_block(system)])] if system else []) + to_messages(
+        listed
+    )
+    config = session.CallConfig(
+        max_tokens=settings.max_tokens or 0,
+        tool_choice=to_json(settings.tool_choice),
+        response_format=None if output is None or output.is_plain_text() else to_json(output.json_schema()),
+        extra={"model": model, "settings": to_json(settings.to_json_dict())},
+    )
+    return session.ModelRequest(messages, [_tool_json(tool) for tool in tools], config)
+
+
+# ---------------------------------------------------------------------------- the recorder
+
+
+class SessionRecorder(RunHooks[Any]):
+    """Run hooks that record one ``Runner.run`` into *run* (a ``session.Run``).
+
+    Use ``await recorder.run(agent, input)``; it wires the hooks, wraps the agent's model and
+    every model the run's provider gives by name (a handoff agent's ``Model`` object is not
+    wrapped: its attempts go unrecorded), and ends the run's record, also when it raises.  With *checkpoint*,
+    the input list is saved at each turn's end.  *source* is the session that ``history``
+    reads the latest checkpoint from.
+    """
+
+    def __init__(
+        self, run: session.Run, *, checkpoint: bool = False, source: session.Session | None = None
+    ) -> None:
+        self.run_record = run
+        self.checkpoint = checkpoint
+        self._source = source
+        self._started = False
+        self._history = 0  # items of the input that came from the checkpoint
+        self._seen = -1  # input items already written as message_end
+        self._turn = 0
+        self._in_turn = False
+        self._attempt = 0
+        self._model: session.Execution | None = None
+        self._last_error: BaseException | None = None
+        self._tools: dict[str, tuple[session.Execution, str]] = {}  # tool calls running, by call id
+        self._finished: dict[str, session.Execution] = {}  # and those that ended
+        self._failures: dict[str, Exception] = {}
+        self._tool_calls = 0
+        self._tool_errors = 0
+
+    def history(self) -> list[TResponseInputItem]:
+        """The input list of the session's latest checkpoint; empty when it has none."""
+        saved = self._source.load_checkpoint() if self._source is not None else None
+        items: list[TResponseInputItem] = [] if saved is None else list(saved.snapshot)
+        self._history = len(items)
+        return items
+
+    def ref(self, execution: session.Execution) -> session.CallRef:
+        """The ``CallRef`` of *execution* in this run, for the host's timeline."""
+        return self.run_record.ref(execution)
+
+    async def run(
+        self,
+        agent: Agent[Any],
+        input: str | list[TResponseInputItem],  # noqa: A002 - Runner.run's name
+        *,
+        run_config: RunConfig | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """``Runner.run(agent, input, ...)``, recorded; *options* go to ``Runner.run``."""
+        if self._started:
+            raise RuntimeError("a SessionRecorder records one run: give each run its own recording()")
+        self._started = True
+        config = run_config or RunConfig()
+        config = dataclasses.replace(
+            config,
+            model_provider=_RecordingProvider(config.model_provider, self),
+            tool_error_formatter=_ErrorMarker(config.tool_error_formatter, self._failures),
+        )
+        if isinstance(agent.model, Model):
+            agent = agent.clone(model=_RecordingModel(agent.model, self))
+        try:
+            result = await Runner.run(agent, input, hooks=self, run_config=config, **options)
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        history = result.to_input_list()
+        self._commit(history)
+        self._end_turn()
+        if self.checkpoint:
+            await asyncio.to_thread(self.run_record.save_checkpoint, to_json(history))
+        self._record("agent_end", summary=self._summary("stop"))
+        return result
+
+    # -- hooks
+
+    async def on_agent_start(self, context: AgentHookContext[Any], agent: Agent[Any]) -> None:
+        if self._seen < 0:
+            self._seen = 0
+            self._record("agent_start")
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        if self._turn == 0:  # the first call: what came from the checkpoint is history
+            self._seen = self._history
+            earlier = to_messages(input_items[: self._history])
+            self._turn = sum(message.role == "assistant" for message in earlier)
+        self._commit(input_items)
+        if self._in_turn:
+            self._end_turn()
+            if self.checkpoint:
+                await asyncio.to_thread(self.run_record.save_checkpoint, to_json(input_items))
+        self._turn += 1
+        self._in_turn = True
+        self._attempt = 0
+        self._record("turn_start", turn_index=self._turn)
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        self._record("message_end", execution=self._model, message=_response_message(response))
+
+    async def on_tool_start(self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool) -> None:
+        if not isinstance(context, ToolContext):
+            return  # hosted and computer tools: no call id to pair start and end
+        execution = session.Execution(
+            f"tool-{self._turn}-{context.tool_call_id}",
+            "tool",
+            parent_id=self._model.id if self._model else "",
+            turn_index=self._turn,
+        )
+        self._tools[context.tool_call_id] = (execution, tool.name)
+        self._tool_calls += 1
+        args = _tool_call_block(context.tool_call_id, context.tool_name, context.tool_arguments)["tool_call"]
+        self._record(
+            "tool_exec_start",
+            execution=execution,
+            tool_id=context.tool_call_id,
+            tool=tool.name,
+            args=args["args"],
+        )
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
+    ) -> None:
+        if not isinstance(context, ToolContext) or context.tool_call_id not in self._tools:
+            return
+        error = self._failures.pop(context.tool_call_id, None)
+        self._tool_end(context.tool_call_id, result, error)
+
+    # -- writing
+
+    def _record(self, kind: str, **fields: Any) -> None:
+        self.run_record.record(session.Event(kind, **fields))
+
+    def _tool_end(self, call_id: str, result: Any, error: BaseException | None) -> None:
+        execution, name = self._tools.pop(call_id)
+        self._finished[call_id] = execution
+        self._tool_errors += error is not None
+        self._record(
+            "tool_exec_end",
+            execution=execution,
+            tool_id=call_id,
+            tool=name,
+            result=to_json(result),
+            is_error=error is not None,
+            error=error,
+        )
+
+    def _commit(self, items: Sequence[Any]) -> None:
+        """``message_end`` for the input items not yet written; a model's own items were
+        written when its response came (``on_llm_end``)."""
+        fresh = [item for item in items[max(self._seen, 0) :] if not _is_model_item(to_json(item))]
+        for message in to_messages(fresh):
+            call_id = (message.metadata or {}).get("tool_call_id")
+            self._record("message_end", execution=self._finished.get(str(call_id)), message=message)
+        self._seen = len(items)
+
+    def _end_turn(self) -> None:
+        if self._in_turn:
+            self._record("turn_end", turn_index=self._turn)
+        self._in_turn, self._model = False, None
+
+    def _end(self, error: BaseException) -> None:
+        """The run raised: close what it left open, then ``agent_end`` with the error."""
+        for call_id in list(self._tools):
+            self._tool_end(call_id, None, error)
+        if self._seen < 0:
+            self._record("agent_start")
+        self._end_turn()
+        reason = "aborted" if isinstance(error, asyncio.CancelledError | KeyboardInterrupt) else "error"
+        self._record("agent_end", summary=self._summary(reason), error=error)
+
+    def _summary(self, reason: str) -> session.RunSummary:
+        return session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)
+
+    # -- model attempts (called by _RecordingModel)
+
+    def _attempt_start(self, request: session.ModelRequest) -> session.Execution:
+        self._attempt += 1
+        execution = session.Execution(
+            f"model-{self._turn}", "model", turn_index=self._turn, attempt=self._attempt
+        )
+        if self._attempt > 1:
+            info = session.RetryInfo(error=self._last_error)
+            self._record("retry", execution=execution, retry=info, error=self._last_error)
+        self._model = execution
+        self._record("model_exec_start", execution=execution)
+        self._record("model_request", execution=execution, request=request)
+        return execution
+
+    def _attempt_end(
+        self, execution: session.Execution, response: ModelResponse | None, error: BaseException | None
+    ) -> None:
+        self._last_error = error
+        if response is None:
+            self._record("model_exec_end", execution=execution, error=error)
+            return
+        self._record("model_exec_end", execution=execution, message=_response_message(response))
+
+
+class _RecordingModel(Model):
+    """The agent's model, recording every call the runner makes: one call per attempt."""
+
+    def __init__(self, wrapped: Model, recorder: SessionRecorder) -> None:
+        self._wrapped = wrapped
+        self._recorder = recorder
+        self._name = str(getattr(wrapped, "model", "") or type(wrapped).__name__)
+
+    def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
+        return self._wrapped.get_retry_advice(request)
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],  # noqa: A002 - the interface's name
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> ModelResponse:
+        recorder = self._recorder
+        request = _request(system_instructions, input, model_settings, tools, output_schema, self._name)
+        execution = recorder._attempt_start(request)
+        try:
+            response = await self._wrapped.get_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
+        except BaseException as exc:
+            recorder._attempt_end(execution, None, exc)
+            raise
+        recorder._attempt_end(execution, response, None)
+        return response
+
+    def stream_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],  # noqa: A002 - the interface's name
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        # Streamed runs are not recorded: SessionRecorder.run uses Runner.run.
+        return self._wrapped.stream_response(
+            system_instructions,
+            input,
+            model_settings,
+            tools,
+            output_schema,
+            handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+
+
+class _RecordingProvider(ModelProvider):
+    """The run's model provider, its models wrapped: agents that name their model are recorded."""
+
+    def __init__(self, wrapped: ModelProvider, recorder: SessionRecorder) -> None:
+        self._wrapped = wrapped
+        self._recorder = recorder
+
+    def get_model(self, model_name: str | None) -> Model:
+        return _RecordingModel(self._wrapped.get_model(model_name), self._recorder)
+
+
+@dataclasses.dataclass
+class _ErrorMarker:
+    """A ``tool_error_formatter`` that notes which tool calls failed, then lets the host's
+    formatter (or the SDK's default message) speak to the model."""
+
+    host: Any
+    failures: dict[str, Exception]
+
+    async def __call__(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
+        if args.kind == "tool_exception" and isinstance(args.error, Exception):
+            self.failures[args.call_id] = args.error
+        message = self.host(args) if self.host is not None else None
+        return await message if asyncio.iscoroutine(message) else message

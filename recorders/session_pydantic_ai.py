@@ -1,0 +1,484 @@
+# SPDX-License-Identifier: MIT
+"""Record a pydantic-ai agent's runs into a ``session.py`` file.
+
+    from session_pydantic_ai import recording
+
+    async with recording("chat.jsonl", checkpoint=True) as recorder:
+        result = await agent.run("Hi", message_history=recorder.history(), capabilities=[recorder])
+
+``recording`` creates the file (or opens it to continue the conversation), begins a run and
+yields a ``SessionRecorder``: a pydantic-ai capability that writes the run's events, from
+``agent_start`` to ``agent_end``, every model attempt and tool call, and, with *checkpoint*,
+the message history at each turn's end.  ``recorder.history()`` is that history as pydantic-ai
+messages, ready for ``message_history=`` (empty for a new file).  Copy this file next to
+``session.py``; it needs only pydantic-ai.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pydantic
+import pydantic_core
+from pydantic_ai import messages as pm
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities.abstract import (
+    RawToolArgs,
+    ValidatedToolArgs,
+    WrapRunHandler,
+    WrapToolExecuteHandler,
+    WrapToolValidateHandler,
+)
+from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import RunContext, ToolDefinition
+
+import session
+
+__all__ = ["SessionRecorder", "recording", "to_json", "to_messages"]
+
+
+@contextlib.asynccontextmanager
+async def recording(
+    path: str | os.PathLike[str], *, checkpoint: bool = False
+) -> AsyncIterator[SessionRecorder]:
+    """Open the session at *path* (create it if missing), begin a run and yield its recorder.
+
+    The file is created, opened and closed in a worker thread: its fsyncs never block the
+    event loop.  One recording records one conversation: run concurrent conversations each in
+    its own ``recording`` of its own file.
+    """
+    target = os.fspath(path)
+    opened = await asyncio.to_thread(session.open if os.path.exists(target) else session.create, target)
+    try:
+        run = await asyncio.to_thread(opened.begin_run)
+        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+    finally:
+        await asyncio.to_thread(opened.close)
+
+
+def to_json(value: Any) -> Any:
+    """*value* as plain JSON, through pydantic's own JSON form: models, dataclasses, enums and
+    datetimes as pydantic writes them, bytes as base64, NaN and infinities as strings; a value
+    pydantic cannot serialize (nor the python dump of a model) becomes ``{"type": ...,
+    "repr": ...}`` rather than fail."""
+    try:
+        return _loads(value)
+    except pydantic_core.PydanticSerializationError:  # a model's own config says bytes are text
+        pass
+    try:
+        return _loads(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
+    except pydantic_core.PydanticSerializationError:
+        return _unknown(value)
+
+
+def _loads(value: Any) -> Any:
+    text = pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
+    return json.loads(text)
+
+
+def _unknown(value: Any) -> Any:
+    return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+def _aware(moment: datetime) -> datetime:
+    """A naive time read as local time, as ``datetime.astimezone`` does; aware ones unchanged."""
+    return moment if moment.tzinfo is not None else moment.astimezone()
+
+
+# ---------------------------------------------------------------------------- messages
+
+
+def to_messages(message: pm.ModelMessage) -> list[session.Message]:
+    """One pydantic-ai message as agentgo-shaped messages: a response is one assistant
+    message; a request is one message per part (system, user, tool results)."""
+    if isinstance(message, pm.ModelResponse):
+        return [_response_message(message)]
+    return [_request_part_message(part) for part in message.parts]
+
+
+def _request_part_message(part: Any) -> session.Message:
+    when = _aware(getattr(part, "timestamp", None) or datetime.now().astimezone())
+    if isinstance(part, pm.SystemPromptPart):
+        return session.Message("system", [session.text_block(part.content)], timestamp=when)
+    if isinstance(part, pm.UserPromptPart):
+        items = [part.content] if isinstance(part.content, str) else list(part.content)
+        return session.Message("user", [_user_block(item) for item in items], timestamp=when)
+    if isinstance(part, pm.BaseToolReturnPart):
+        is_error = part.outcome in pm.ERROR_OUTCOMES
+        text = part.content if isinstance(part.content, str) else json.dumps(to_json(part.content))
+        return session.tool_result(part.tool_call_id, text, is_error=is_error, timestamp=when)
+    if isinstance(part, pm.RetryPromptPart):
+        if part.tool_name is None:
+            return session.Message("user", [session.text_block(part.model_response())], timestamp=when)
+        return session.tool_result(part.tool_call_id, part.model_response(), is_error=True, timestamp=when)
+    return session.Message("user", [session.text_block(json.dumps(to_json(part)))], timestamp=when)
+
+
+def _user_block(item: Any) -> session.ContentBlock:
+    if isinstance(item, str):
+        return session.text_block(item)
+    if isinstance(item, pm.BinaryContent) and item.is_image:
+        return session.image_block(data=item.data, mime_type=item.media_type)
+    if isinstance(item, pm.ImageUrl):
+        return session.image_block(url=item.url)
+    return session.text_block(json.dumps(to_json(item)))  # audio, documents: kept as their JSON
+
+
+_STOP_REASONS = {"stop": "stop", "length": "length", "content_filter": "safety", "tool_call": "toolUse"}
+
+
+def _response_message(response: pm.ModelResponse) -> session.Message:
+    blocks: list[session.ContentBlock] = []
+    for part in response.parts:
+        if isinstance(part, pm.TextPart):
+            blocks.append(session.text_block(part.content))
+        elif isinstance(part, pm.ThinkingPart):
+            blocks.append(session.thinking_block(part.content))
+        elif isinstance(part, pm.ToolCallPart):
+            blocks.append(_tool_call_block(part))
+        elif isinstance(part, pm.FilePart) and part.content.is_image:
+            blocks.append(session.image_block(data=part.content.data, mime_type=part.content.media_type))
+        else:
+            blocks.append(session.text_block(json.dumps(to_json(part))))
+    calls = any(isinstance(part, pm.ToolCallPart) for part in response.parts)
+    stop = _STOP_REASONS.get(response.finish_reason or "", "toolUse" if calls else "stop")
+    return session.Message(
+        "assistant",
+        blocks,
+        stop_reason="error" if response.finish_reason == "error" else stop,
+        usage=_usage(response),
+        timestamp=_aware(response.timestamp),
+    )
+
+
+def _tool_call_block(part: pm.ToolCallPart) -> session.ToolCallBlock:
+    if isinstance(part.args, str):
+        return _call_from_text(part.tool_call_id, part.tool_name, part.args)
+    return session.tool_call_block(part.tool_call_id, part.tool_name, to_json(part.args or {}))
+
+
+def _call_from_text(call_id: str, name: str, text: str) -> session.ToolCallBlock:
+    """A tool call with the model's argument text kept exactly as sent; text that is not
+    strict JSON is kept as ``args_raw_text``, marked invalid."""
+    try:
+        json.loads(text or "{}", parse_constant=_not_json)
+    except ValueError as exc:
+        return session.tool_call_block(
+            call_id, name, {}, args_invalid=True, args_raw_text=text, args_parse_error=str(exc)
+        )
+    return session.tool_call_block(call_id, name, text or "{}")
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _usage(response: pm.ModelResponse) -> session.Usage:
+    used = response.usage
+    usage: session.Usage = {
+        "input": used.input_tokens,
+        "output": used.output_tokens,
+        "cache_read": used.cache_read_tokens,
+        "cache_write": used.cache_write_tokens,
+        "total_tokens": used.input_tokens + used.output_tokens,
+    }
+    if response.provider_name:
+        usage["provider"] = response.provider_name
+    if response.model_name:
+        usage["model"] = response.model_name
+    return usage
+
+
+def _request(
+    messages: Sequence[pm.ModelMessage],
+    settings: ModelSettings | None,
+    params: ModelRequestParameters,
+    model: str,
+) -> session.ModelRequest:
+    tools = [
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": to_json(tool.parameters_json_schema),
+        }
+        for tool in [*params.function_tools, *params.output_tools]
+    ]
+    extra = to_json({key: value for key, value in (settings or {}).items() if key != "max_tokens"})
+    config = session.CallConfig(
+        max_tokens=int((settings or {}).get("max_tokens") or 0), extra={"model": model, **extra}
+    )
+    return session.ModelRequest([m for message in messages for m in to_messages(message)], tools, config)
+
+
+# ---------------------------------------------------------------------------- the capability
+
+
+@dataclass
+class SessionRecorder(AbstractCapability[Any]):
+    """A capability that records one agent run into *run* (a ``session.Run``).
+
+    Pass it to one run: ``agent.run(..., capabilities=[recorder])``.  With *checkpoint*, the
+    message history (pydantic-ai's own JSON form) is saved at the end of every turn; resume by
+    passing ``recorder.history()`` (or ``ModelMessagesTypeAdapter.validate_python`` of the
+    checkpoint) as ``message_history``.  *source* is the session the history is read from.
+    """
+
+    run: session.Run
+    checkpoint: bool = False
+    source: session.Session | None = None
+    _turn: int = field(default=0, init=False)
+    _in_turn: bool = field(default=False, init=False)
+    _started: bool = field(default=False, init=False)
+    _seen: int = field(default=-1, init=False)  # history messages already written as message_end
+    _attempt: int = field(default=1, init=False)
+    _model: session.Execution | None = field(default=None, init=False)
+    _last_error: BaseException | None = field(default=None, init=False)
+    _tools: dict[str, session.Execution] = field(default_factory=dict, init=False)
+    _tool_calls: int = field(default=0, init=False)
+    _tool_errors: int = field(default=0, init=False)
+
+    def history(self) -> list[pm.ModelMessage]:
+        """The message history of the session's latest checkpoint; empty when it has none."""
+        saved = self.source.load_checkpoint() if self.source is not None else None
+        return [] if saved is None else pm.ModelMessagesTypeAdapter.validate_python(saved.snapshot)
+
+    def ref(self, execution: session.Execution) -> session.CallRef:
+        """The ``CallRef`` of *execution* in this run, for the host's timeline."""
+        return self.run.ref(execution)
+
+    async def for_run(self, ctx: RunContext[Any]) -> SessionRecorder:
+        if self._started:
+            raise RuntimeError("a SessionRecorder records one run: give each run its own recording()")
+        self._started = True
+        return self
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        self._record("agent_start")
+        try:
+            result = await handler()
+        except BaseException as exc:
+            reason = "aborted" if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt) else "error"
+            self._end_turn()
+            self._record("agent_end", summary=self._summary(reason), error=exc)
+            raise
+        history = result.all_messages()
+        self._commit(history)
+        self._end_turn()
+        if self.checkpoint:
+            await asyncio.to_thread(self.run.save_checkpoint, to_json(history))
+        self._record("agent_end", summary=self._summary("stop"))
+        return result
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if self._seen < 0:  # the first request: what came before this run is history
+            earlier = [m for m in ctx.messages if m.run_id != ctx.run_id]
+            self._seen = len(earlier)
+            self._turn = sum(isinstance(m, pm.ModelResponse) for m in earlier)
+        self._commit(ctx.messages)
+        if self._in_turn:
+            self._end_turn()
+            if self.checkpoint:
+                await asyncio.to_thread(self.run.save_checkpoint, to_json(list(ctx.messages)))
+        self._turn += 1
+        self._in_turn = True
+        self._record("turn_start", turn_index=self._turn)
+        return request_context
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        self._attempt = request_context.attempt
+        return request_context
+
+    def get_wrapper_model(self, model: Model) -> Model | None:
+        return _RecordingModel(model, self)
+
+    async def wrap_tool_validate(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: RawToolArgs,
+        handler: WrapToolValidateHandler,
+    ) -> ValidatedToolArgs:
+        execution = session.Execution(
+            f"tool-{self._turn}-{call.tool_call_id}",
+            "tool",
+            parent_id=self._model.id if self._model else "",
+            turn_index=self._turn,
+        )
+        self._tools[call.tool_call_id] = execution
+        self._tool_calls += 1
+        model_args = _tool_call_block(call)["tool_call"]["args"]
+        self._record(
+            "tool_exec_start",
+            execution=execution,
+            tool_id=call.tool_call_id,
+            tool=call.tool_name,
+            args=model_args,
+        )
+        try:
+            validated = await handler(args)
+        except BaseException as exc:
+            self._tool_end(execution, call, None, exc)
+            raise
+        self._record(
+            "tool_invoke_start",
+            execution=execution,
+            tool_id=call.tool_call_id,
+            tool=call.tool_name,
+            args=to_json(validated),
+        )
+        return validated
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        execution = self._tools[call.tool_call_id]
+        try:
+            result = await handler(args)
+        except BaseException as exc:
+            self._tool_end(execution, call, None, exc)
+            raise
+        self._tool_end(execution, call, result, None)
+        return result
+
+    # -- writing
+
+    def _record(self, kind: str, **fields: Any) -> None:
+        self.run.record(session.Event(kind, **fields))
+
+    def _tool_end(
+        self, execution: session.Execution, call: pm.ToolCallPart, result: Any, error: BaseException | None
+    ) -> None:
+        self._tool_errors += error is not None
+        self._record(
+            "tool_exec_end",
+            execution=execution,
+            tool_id=call.tool_call_id,
+            tool=call.tool_name,
+            result=None if error is not None else to_json(result),
+            is_error=error is not None,
+            error=error,
+        )
+
+    def _commit(self, history: Sequence[pm.ModelMessage]) -> None:
+        """``message_end`` for every history message not yet written."""
+        for message in history[max(self._seen, 0) :]:
+            for converted in to_messages(message):
+                self._record(
+                    "message_end", execution=self._execution_of(message, converted), message=converted
+                )
+        self._seen = len(history)
+
+    def _execution_of(self, message: pm.ModelMessage, converted: session.Message) -> session.Execution | None:
+        if isinstance(message, pm.ModelResponse):
+            return self._model
+        call_id = (converted.metadata or {}).get("tool_call_id")
+        return self._tools.get(call_id) if isinstance(call_id, str) else None
+
+    def _end_turn(self) -> None:
+        if self._in_turn:
+            self._record("turn_end", turn_index=self._turn)
+        self._in_turn, self._model, self._tools = False, None, {}
+
+    def _summary(self, reason: str) -> session.RunSummary:
+        return session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)
+
+    # -- model attempts (called by _RecordingModel)
+
+    def _attempt_start(
+        self,
+        messages: list[pm.ModelMessage],
+        settings: ModelSettings | None,
+        params: ModelRequestParameters,
+        model: str,
+    ) -> session.Execution:
+        execution = session.Execution(
+            f"model-{self._turn}", "model", turn_index=self._turn, attempt=self._attempt
+        )
+        if self._attempt > 1:
+            info = session.RetryInfo(error=self._last_error)
+            self._record("retry", execution=execution, retry=info, error=self._last_error)
+        self._model = execution
+        self._record("model_exec_start", execution=execution)
+        self._record(
+            "model_request", execution=execution, request=_request(messages, settings, params, model)
+        )
+        return execution
+
+    def _attempt_end(
+        self, execution: session.Execution, response: pm.ModelResponse | None, error: BaseException | None
+    ) -> None:
+        self._last_error = error
+        if response is not None:
+            self._record("model_exec_end", execution=execution, message=_response_message(response))
+        else:
+            self._record("model_exec_end", execution=execution, error=error)
+
+
+class _RecordingModel(WrapperModel):
+    """The model of one attempt: records what is sent and what comes back or fails."""
+
+    def __init__(self, wrapped: Model, recorder: SessionRecorder) -> None:
+        super().__init__(wrapped)
+        self._recorder = recorder
+
+    async def request(
+        self,
+        messages: list[pm.ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> pm.ModelResponse:
+        recorder = self._recorder
+        execution = recorder._attempt_start(
+            messages, model_settings, model_request_parameters, self.model_name
+        )
+        try:
+            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        except BaseException as exc:
+            recorder._attempt_end(execution, None, exc)
+            raise
+        recorder._attempt_end(execution, response, None)
+        return response
+
+    @contextlib.asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[pm.ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncGenerator[Any]:
+        recorder = self._recorder
+        execution = recorder._attempt_start(
+            messages, model_settings, model_request_parameters, self.model_name
+        )
+        try:
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                yield stream
+        except BaseException as exc:
+            recorder._attempt_end(execution, None, exc)
+            raise
+        recorder._attempt_end(execution, stream.get(), None)

@@ -1,0 +1,272 @@
+"""The LangChain recorder against real LangChain and LangGraph, offline, with LangChain's
+fake chat model driving a small LangGraph agent."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import check_file, events, messages, need, transcript
+
+need("langgraph")
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.tools import BaseTool, tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from session_langchain import SessionRecorder, recording
+
+import session
+
+
+class RateLimitError(Exception):
+    """What a provider's client raises on HTTP 429."""
+
+
+class Script(Iterator[AIMessage]):
+    """The fake model's replies in order; an exception in the script is raised instead."""
+
+    def __init__(self, *steps: AIMessage | Exception) -> None:
+        self._steps = list(steps)
+
+    def __next__(self) -> AIMessage:
+        step = self._steps.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+
+def reply(text: str = "", tokens: int = 3, calls: list[dict[str, Any]] | None = None) -> AIMessage:
+    usage = {"input_tokens": tokens, "output_tokens": 2, "total_tokens": tokens + 2}
+    return AIMessage(text, tool_calls=calls or [], usage_metadata=usage)
+
+
+def agent(
+    model: Runnable[Any, Any], tools: list[BaseTool], *, handle_tool_errors: bool = True
+) -> CompiledStateGraph[Any]:
+    """A tool-calling agent: the model, then its tools in parallel, until it answers; it runs
+    with ``invoke`` as with ``ainvoke``."""
+
+    async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    def call_model_sync(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", RunnableLambda(call_model_sync, afunc=call_model))
+    graph.add_node("tools", ToolNode(tools, handle_tool_errors=handle_tool_errors))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    return graph.compile()
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    raise KeyError(key)
+
+
+def with_retry(script: Script) -> Runnable[Any, Any]:
+    model = GenericFakeChatModel(messages=script)
+    return model.with_retry(retry_if_exception_type=(RateLimitError,), wait_exponential_jitter=False)
+
+
+def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [
+        {"name": "add", "args": {"a": 2, "b": 3}, "id": "call-add", "type": "tool_call"},
+        {"name": "lookup", "args": {"key": "x"}, "id": "call-lookup", "type": "tool_call"},
+    ]
+    script = Script(
+        RateLimitError("429: rate limit reached"), reply(tokens=11, calls=calls), reply("done", 23)
+    )
+    graph = agent(with_retry(script), [add, lookup])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            state = await graph.ainvoke(
+                {"messages": [HumanMessage("add 2 and 3, and look up x")]}, {"callbacks": [recorder]}
+            )
+        return state["messages"][-1].content
+
+    assert asyncio.run(main()) == "done"
+
+    summary = check_file(path)
+    assert summary.usage == {"input": 34, "output": 4, "cache_read": 0, "cache_write": 0, "total_tokens": 38}
+    assert summary.runs[0].end_reason == "stop"
+    ends = events(path, "model_exec_end")
+    assert [(e.execution.id, e.execution.attempt, bool(e.error)) for e in ends if e.execution] == [
+        ("model-1", 1, True),
+        ("model-1", 2, False),
+        ("model-2", 1, False),
+    ]
+    assert ends[0].error == {"message": "429: rate limit reached", "type": "RateLimitError"}
+    assert [e.retry.error for e in events(path, "retry") if e.retry] == [ends[0].error]
+
+    tool_ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert tool_ends["call-add"].result == "5"
+    assert not tool_ends["call-add"].is_error
+    assert tool_ends["call-lookup"].is_error
+    assert tool_ends["call-lookup"].error == {"message": "'x'", "type": "KeyError"}
+    assert {e.tool_id: e.args for e in events(path, "tool_exec_start")} == {
+        "call-add": {"a": 2, "b": 3},
+        "call-lookup": {"key": "x"},
+    }
+
+    assert [(m.role, (m.metadata or {}).get("tool_call_id")) for m in messages(path)] == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "call-add"),
+        ("tool", "call-lookup"),
+        ("assistant", None),
+    ]
+    text = transcript(path)
+    assert "user: add 2 and 3, and look up x" in text
+    assert "assistant: done" in text
+
+
+def test_a_fallback_is_another_attempt(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    primary = GenericFakeChatModel(messages=Script(RateLimitError("429: rate limit reached")))
+    backup = GenericFakeChatModel(messages=Script(reply("from the backup", 5)))
+    graph = agent(primary.with_fallbacks([backup]), [add])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            state = await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [recorder]})
+        return state["messages"][-1].content
+
+    assert asyncio.run(main()) == "from the backup"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 7
+    ends = events(path, "model_exec_end")
+    assert [(e.execution.id, e.execution.attempt, bool(e.error)) for e in ends if e.execution] == [
+        ("model-1", 1, True),
+        ("model-1", 2, False),
+    ]
+
+
+def test_a_synchronous_graph_with_its_tools_in_threads(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [
+        {"name": "add", "args": {"a": 1, "b": 1}, "id": f"call-{n}", "type": "tool_call"} for n in range(4)
+    ]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("four twos"))), [add])
+    with session.create(path) as s, s.begin_run() as run:
+        state = graph.invoke({"messages": [HumanMessage("add")]}, {"callbacks": [SessionRecorder(run)]})
+    assert state["messages"][-1].content == "four twos"
+    summary = check_file(path)
+    assert summary.counts["tool_exec_end"] == 4
+    assert summary.runs[0].end_reason == "stop"
+    assert [e.result for e in events(path, "tool_exec_end")] == ["2"] * 4
+
+
+def test_agent_ending_in_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "lookup", "args": {"key": "x"}, "id": "call-1", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(calls=calls))), [lookup], handle_tool_errors=False)
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await graph.ainvoke({"messages": [HumanMessage("look up x")]}, {"callbacks": [recorder]})
+
+    with pytest.raises(KeyError):
+        asyncio.run(main())
+    summary = check_file(path)
+    run = summary.runs[0]
+    assert run.end_reason == "error"
+    assert run.error == {"message": "'x'", "type": "KeyError"}
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Report:
+    color: Color
+    data: bytes
+    when: datetime  # naive, as some libraries hand them over
+    ratio: float
+
+
+@tool(response_format="content_and_artifact")
+def report() -> tuple[str, Report]:
+    """A report, with the data behind it as its artifact."""
+    return "a report", Report(Color.RED, b"\x00\xff", datetime(2026, 1, 2, 3, 4, 5), float("nan"))
+
+
+def test_stray_values_are_kept_and_the_session_lives_on(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "report", "args": {}, "id": "call-1", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("ok"))), [report])
+
+    async def main() -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await graph.ainvoke({"messages": [HumanMessage("report")]}, {"callbacks": [recorder]})
+
+    asyncio.run(main())
+    check_file(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.result == "a report"
+    assert end.details == {"color": "red", "data": "AP8=", "when": "2026-01-02T03:04:05", "ratio": "NaN"}
+    [tool_message] = [m for m in messages(path) if m.role == "tool"]
+    assert tool_message.content[0]["text"] == "a report"
+
+
+def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    model = GenericFakeChatModel(messages=Script(reply("answer 1"), reply("answer 2")))
+    graph = agent(model, [add])
+
+    async def turn(prompt: str) -> Any:
+        async with recording(path, checkpoint=True) as recorder:
+            messages = [*recorder.history(), HumanMessage(prompt)]
+            state = await graph.ainvoke({"messages": messages}, {"callbacks": [recorder]})
+        return [m.content for m in state["messages"]]
+
+    assert asyncio.run(turn("first")) == ["first", "answer 1"]
+    assert asyncio.run(turn("second")) == ["first", "answer 1", "second", "answer 2"]
+
+    summary = check_file(path)
+    assert len(summary.runs) == 2
+    assert summary.checkpoints == 2
+    assert summary.usage["total_tokens"] == 10
+    ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert ids == ["model-1", "model-2"]  # the resumed run goes on counting turns
+    assert [m.role for m in messages(path)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_one_recorder_records_one_run(tmp_path: Path) -> None:
+    graph = agent(GenericFakeChatModel(messages=Script(reply("hi"), reply("hi"), reply("hi"))), [add])
+
+    async def main() -> list[Any]:
+        async with recording(tmp_path / "a.jsonl") as a, recording(tmp_path / "b.jsonl") as b:
+            results = await asyncio.gather(
+                graph.ainvoke({"messages": [HumanMessage("1")]}, {"callbacks": [a]}),
+                graph.ainvoke({"messages": [HumanMessage("2")]}, {"callbacks": [b]}),
+            )
+            with pytest.raises(RuntimeError, match="records one run"):
+                await graph.ainvoke({"messages": [HumanMessage("3")]}, {"callbacks": [a]})
+        return [r["messages"][-1].content for r in results]
+
+    assert asyncio.run(main()) == ["hi", "hi"]
+    for name in ("a.jsonl", "b.jsonl"):
+        assert check_file(tmp_path / name).counts["agent_end"] == 1

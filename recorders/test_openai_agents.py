@@ -1,0 +1,243 @@
+"""The OpenAI Agents SDK recorder against the real SDK, offline, with its ScriptedModel."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import check_file, events, messages, need, transcript
+
+need("agents")
+
+import httpx2
+import openai
+from agents import Agent, ModelSettings, RunConfig, Usage, function_tool, retry_policies, set_tracing_disabled
+from agents.retry import ModelRetryAdvice, ModelRetrySettings
+from agents.testing.model import ModelCall, ModelStep, ScriptedModel
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputRefusal,
+    ResponseOutputText,
+)
+from session_openai_agents import recording
+
+set_tracing_disabled(True)  # offline: nothing to export traces to
+
+
+def rate_limited() -> ModelStep:
+    response = httpx2.Response(429, request=httpx2.Request("POST", "https://api.invalid/v1/responses"))
+    error = openai.RateLimitError("429: rate limit reached", response=response, body=None)
+    return ModelStep.raise_error(error, retry_advice=ModelRetryAdvice(suggested=True, retry_after=0.0))
+
+
+def call(call_id: str, name: str, arguments: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(
+        type="function_call",
+        call_id=call_id,
+        name=name,
+        arguments=arguments,
+        id=f"fc-{call_id}",
+        status="completed",
+    )
+
+
+def answer(text: str, tokens: int = 3) -> ModelStep:
+    content: list[ResponseOutputText | ResponseOutputRefusal] = [
+        ResponseOutputText(type="output_text", text=text, annotations=[])
+    ]
+    message = ResponseOutputMessage(
+        id="msg", type="message", role="assistant", status="completed", content=content
+    )
+    return ModelStep(
+        output=[message],
+        usage=Usage(requests=1, input_tokens=tokens, output_tokens=2, total_tokens=tokens + 2),
+    )
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@function_tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    raise KeyError(key)
+
+
+USAGE = Usage(requests=1, input_tokens=5, output_tokens=1, total_tokens=6)
+RETRY = ModelSettings(retry=ModelRetrySettings(max_retries=2, policy=retry_policies.provider_suggested()))
+
+
+def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    model = ScriptedModel(
+        [
+            rate_limited(),
+            ModelStep(
+                output=[
+                    call("call-add", "add", '{"a": 2, "b": 3}'),
+                    call("call-lookup", "lookup", '{"key": "x"}'),
+                ],
+                usage=Usage(requests=1, input_tokens=11, output_tokens=7, total_tokens=18),
+            ),
+            answer("done", tokens=23),
+        ]
+    )
+    agent = Agent(
+        name="calc", instructions="Be brief.", model=model, tools=[add, lookup], model_settings=RETRY
+    )
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            result = await recorder.run(agent, "add 2 and 3, and look up x")
+        return result.final_output
+
+    assert asyncio.run(main()) == "done"
+    model.assert_complete()
+
+    summary = check_file(path)
+    assert summary.usage == {"input": 34, "output": 9, "cache_read": 0, "cache_write": 0, "total_tokens": 43}
+    assert summary.runs[0].end_reason == "stop"
+    ends = events(path, "model_exec_end")
+    assert [(e.execution.id, e.execution.attempt, bool(e.error)) for e in ends if e.execution] == [
+        ("model-1", 1, True),
+        ("model-1", 2, False),
+        ("model-2", 1, False),
+    ]
+    assert ends[0].error == {"message": "429: rate limit reached", "type": "RateLimitError"}
+    assert [e.retry.error for e in events(path, "retry") if e.retry] == [ends[0].error]
+    request = events(path, "model_request")[0].request
+    assert request is not None
+    assert {tool["name"] for tool in request["tools"]} == {"add", "lookup"}
+    assert request["config"]["extra"]["settings"]["retry"]["max_retries"] == 2
+
+    tool_ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert tool_ends["call-add"].result == 5
+    assert not tool_ends["call-add"].is_error
+    assert tool_ends["call-lookup"].is_error
+    assert tool_ends["call-lookup"].error == {"message": "'x'", "type": "KeyError"}
+    assert [e.args for e in events(path, "tool_exec_start")] == [{"a": 2, "b": 3}, {"key": "x"}]
+
+    assert [(m.role, (m.metadata or {}).get("tool_call_id")) for m in messages(path)] == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "call-add"),
+        ("tool", "call-lookup"),
+        ("assistant", None),
+    ]
+    text = transcript(path)
+    assert "user: add 2 and 3, and look up x" in text
+    assert "assistant: done" in text
+
+
+def test_agent_ending_in_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    @function_tool(failure_error_function=None)
+    def fetch(key: str) -> str:
+        """Fetch a key; errors end the run."""
+        raise KeyError(key)
+
+    model = ScriptedModel([ModelStep(output=[call("call-1", "fetch", '{"key": "x"}')], usage=USAGE)])
+    agent = Agent(name="fetcher", model=model, tools=[fetch])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await recorder.run(agent, "fetch x")
+
+    with pytest.raises(Exception, match="x"):
+        asyncio.run(main())
+    summary = check_file(path)
+    run = summary.runs[0]
+    assert run.end_reason == "error"
+    assert run.error is not None
+    [end] = events(path, "tool_exec_end")
+    assert end.is_error
+    assert end.tool == "fetch"
+    assert end.error == run.error
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Report:
+    color: Color
+    data: bytes
+    when: datetime  # naive, as some libraries hand them over
+    ratio: float
+
+
+def test_stray_values_are_kept_and_the_session_lives_on(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    @function_tool
+    def report() -> Any:
+        """A report."""
+        return Report(Color.RED, b"\x00\xff", datetime(2026, 1, 2, 3, 4, 5), float("nan"))
+
+    model = ScriptedModel([ModelStep(output=[call("call-1", "report", "{}")], usage=USAGE), answer("ok")])
+    agent = Agent(name="reporter", model=model, tools=[report])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await recorder.run(agent, "report")
+
+    asyncio.run(main())
+    check_file(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.result == {"color": "red", "data": "AP8=", "when": "2026-01-02T03:04:05", "ratio": "NaN"}
+
+
+def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    seen: list[Any] = []
+
+    def respond(call: ModelCall) -> ModelStep:
+        seen.append(call.input)
+        return answer(f"answer {len(seen)}")
+
+    model = ScriptedModel([ModelStep.respond(respond), ModelStep.respond(respond)])
+    agent = Agent(name="chat", model=model)
+
+    async def turn(prompt: str) -> Any:
+        async with recording(path, checkpoint=True) as recorder:
+            result = await recorder.run(agent, [*recorder.history(), {"role": "user", "content": prompt}])
+        return result.final_output
+
+    assert asyncio.run(turn("first")) == "answer 1"
+    assert asyncio.run(turn("second")) == "answer 2"
+
+    assert [item.get("role") for item in seen[1]] == ["user", "assistant", "user"]
+    summary = check_file(path)
+    assert len(summary.runs) == 2
+    assert summary.checkpoints == 2
+    assert summary.usage["total_tokens"] == 10
+    ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert ids == ["model-1", "model-2"]  # the resumed run goes on counting turns
+    assert [m.role for m in messages(path)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_one_recorder_records_one_run(tmp_path: Path) -> None:
+    model = ScriptedModel([answer("hi"), answer("hi")])
+    agent = Agent(name="chat", model=model)
+
+    async def main() -> list[Any]:
+        async with recording(tmp_path / "a.jsonl") as a, recording(tmp_path / "b.jsonl") as b:
+            results = await asyncio.gather(a.run(agent, "1"), b.run(agent, "2"))
+            with pytest.raises(RuntimeError, match="records one run"):
+                await a.run(agent, "3", run_config=RunConfig())
+        return [r.final_output for r in results]
+
+    assert asyncio.run(main()) == ["hi", "hi"]
+    for name in ("a.jsonl", "b.jsonl"):
+        assert check_file(tmp_path / name).counts["agent_end"] == 1

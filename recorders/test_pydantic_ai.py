@@ -1,0 +1,275 @@
+"""The pydantic-ai recorder against the real framework, offline, with its FunctionModel."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import check_file, events, messages, need, transcript
+
+need("pydantic_ai")
+
+from pydantic_ai import Agent, ToolFailed
+from pydantic_ai.capabilities import ModelFallback
+from pydantic_ai.exceptions import ModelRateLimitError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.usage import RequestUsage
+from session_pydantic_ai import recording, to_messages
+
+import session
+
+
+def rate_limited(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    raise ModelRateLimitError("primary", "429: rate limit reached", retry_after=0.0)
+
+
+def two_tools_then_answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """First call: two tool calls at once; then an answer naming what the tools returned."""
+    returns = [
+        p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)
+    ]
+    if not returns:
+        calls = [
+            ToolCallPart("add", {"a": 2, "b": 3}, "call-add"),
+            ToolCallPart("lookup", '{"key": "x"}', "call-lookup"),
+        ]
+        return ModelResponse(calls, usage=RequestUsage(input_tokens=11, output_tokens=7))
+    text = "; ".join(f"{p.tool_name}={p.model_response_str()}" for p in returns)
+    return ModelResponse([TextPart(f"done: {text}")], usage=RequestUsage(input_tokens=23, output_tokens=5))
+
+
+def make_agent(failure: Exception) -> Agent[None, str]:
+    """An agent whose ``lookup`` tool raises *failure*."""
+    agent = Agent(
+        FunctionModel(rate_limited, model_name="primary"),
+        capabilities=[ModelFallback(FunctionModel(two_tools_then_answer, model_name="backup"))],
+    )
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @agent.tool_plain
+    def lookup(key: str) -> str:
+        raise failure
+
+    return agent
+
+
+def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> str:
+        async with recording(path) as recorder:
+            result = await make_agent(ToolFailed("no entry 'x'")).run(
+                "add 2 and 3, and look up x", capabilities=[recorder]
+            )
+        return result.output
+
+    output = asyncio.run(main())
+    assert output.startswith("done: add=5; lookup=")
+
+    summary = check_file(path)
+    # two successful attempts (the tool calls, the answer); the rate-limited one has no usage
+    assert summary.usage == {"input": 34, "output": 12, "cache_read": 0, "cache_write": 0, "total_tokens": 46}
+    assert summary.runs[0].end_reason == "stop"
+    ends = events(path, "model_exec_end")
+    assert [(e.execution.id, e.execution.attempt, bool(e.error)) for e in ends if e.execution] == [
+        ("model-1", 1, True),
+        ("model-1", 2, False),
+        ("model-2", 1, True),  # every step starts at the primary again
+        ("model-2", 2, False),
+    ]
+    assert ends[0].error is not None and ends[0].error["type"] == "ModelRateLimitError"
+    assert [e.retry.error for e in events(path, "retry") if e.retry] == [ends[0].error, ends[2].error]
+    requests = events(path, "model_request")
+    assert requests[1].request is not None and requests[1].request["config"]["extra"]["model"] == "backup"
+    assert requests[0].request is not None
+    assert {tool["name"] for tool in requests[0].request["tools"]} == {"add", "lookup"}
+
+    tool_ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert tool_ends["call-add"].result == 5 and not tool_ends["call-add"].is_error
+    assert tool_ends["call-lookup"].is_error
+    assert tool_ends["call-lookup"].error == {"message": "no entry 'x'", "type": "ToolFailedError"}
+    assert [e.args for e in events(path, "tool_invoke_start")] == [{"a": 2, "b": 3}, {"key": "x"}]
+
+    roles = [(m.role, m.metadata) for m in messages(path)]
+    assert roles == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", {"tool_call_id": "call-add"}),
+        ("tool", {"tool_call_id": "call-lookup", "is_error": True}),
+        ("assistant", None),
+    ]
+    text = transcript(path)
+    assert "user: add 2 and 3, and look up x" in text
+    assert "assistant: done: add=5" in text
+
+
+def test_a_streamed_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        if len(messages) == 1:
+            yield {0: DeltaToolCall(name="add", json_args='{"a": 1, "b": 2}', tool_call_id="call-1")}
+        else:
+            yield "the answer "
+            yield "is 3"
+
+    agent = Agent(FunctionModel(stream_function=stream))
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    async def main() -> str:
+        async with recording(path) as recorder, agent.run_stream(
+            "add 1 and 2", capabilities=[recorder]
+        ) as result:
+            return await result.get_output()
+
+    assert asyncio.run(main()) == "the answer is 3"
+    summary = check_file(path)
+    assert summary.counts["model_exec_end"] == 2
+    assert summary.runs[0].end_reason == "stop"
+    assert [m.content for m in messages(path) if m.role == "assistant"][-1] == [
+        {"type": "text", "text": "the answer is 3"}
+    ]
+
+
+def test_agent_ending_in_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    agent = make_agent(KeyError("x"))
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await agent.run("look it up", capabilities=[recorder])
+
+    with pytest.raises(KeyError):
+        asyncio.run(main())
+    summary = check_file(path)
+    run = summary.runs[0]
+    assert run.end_reason == "error" and run.error == {"message": "'x'", "type": "KeyError"}
+    assert summary.counts["turn_end"] == 1
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Blob:
+    data: bytes
+    when: datetime  # naive, as some libraries hand them over
+
+
+@dataclasses.dataclass
+class Report:
+    color: Color
+    blob: Blob
+    ratio: float
+
+
+def test_stray_values_are_kept_and_the_session_lives_on(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def call_report(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse([ToolCallPart("report", {}, "call-1")])
+        return ModelResponse([TextPart("ok")])
+
+    agent = Agent(FunctionModel(call_report))
+
+    @agent.tool_plain
+    def report() -> Report:
+        return Report(
+            color=Color.RED, blob=Blob(b"\x00\xff", datetime(2026, 1, 2, 3, 4, 5)), ratio=float("nan")
+        )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await agent.run("report", capabilities=[recorder])
+
+    asyncio.run(main())
+    check_file(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.result == {
+        "color": "red",
+        "blob": {"data": "AP8=", "when": "2026-01-02T03:04:05"},
+        "ratio": "NaN",
+    }
+
+
+def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    seen: list[list[ModelMessage]] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(messages)
+        return ModelResponse(
+            [TextPart(f"answer {len(seen)}")], usage=RequestUsage(input_tokens=3, output_tokens=2)
+        )
+
+    agent = Agent(FunctionModel(answer))
+
+    async def turn(prompt: str) -> str:
+        async with recording(path, checkpoint=True) as recorder:
+            result = await agent.run(prompt, message_history=recorder.history(), capabilities=[recorder])
+        return result.output
+
+    assert asyncio.run(turn("first")) == "answer 1"
+    assert asyncio.run(turn("second")) == "answer 2"
+
+    assert [type(m).__name__ for m in seen[1]] == ["ModelRequest", "ModelResponse", "ModelRequest"]
+    summary = check_file(path)
+    assert len(summary.runs) == 2 and summary.checkpoints == 2
+    assert summary.usage["total_tokens"] == 10
+    ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert ids == ["model-1", "model-2"]  # the resumed run goes on counting turns
+    assert [m.role for m in messages(path)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_one_recorder_records_one_run(tmp_path: Path) -> None:
+    agent = Agent(FunctionModel(lambda messages, info: ModelResponse([TextPart("hi")])))
+
+    async def main() -> list[Any]:
+        async with recording(tmp_path / "a.jsonl") as a, recording(tmp_path / "b.jsonl") as b:
+            results = await asyncio.gather(agent.run("1", capabilities=[a]), agent.run("2", capabilities=[b]))
+            with pytest.raises(RuntimeError, match="records one run"):
+                await agent.run("3", capabilities=[a])
+        return [r.output for r in results]
+
+    assert asyncio.run(main()) == ["hi", "hi"]
+    for name in ("a.jsonl", "b.jsonl"):
+        assert check_file(tmp_path / name).counts["agent_end"] == 1
+
+
+def test_the_model_argument_text_is_kept_or_marked_invalid(tmp_path: Path) -> None:
+    parts = [
+        ToolCallPart("add", '{"a": 1.50, "b": 2}', "call-1"),
+        ToolCallPart("add", '{"a": NaN}', "call-2"),
+        ToolCallPart("add", '{"a": ', "call-3"),
+    ]
+    [message] = to_messages(ModelResponse(parts))
+    path = tmp_path / "chat.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(session.Event("message_end", message=message))
+    assert '"args":{"a":1.50,"b":2}' in path.read_text()  # the number as the model wrote it
+    [recorded] = messages(path)
+    calls = [block["tool_call"] for block in recorded.content]
+    assert [call.get("args_invalid", False) for call in calls] == [False, True, True]
+    assert [call.get("args_raw_text") for call in calls[1:]] == ['{"a": NaN}', '{"a": ']
