@@ -5725,13 +5725,21 @@ def test_an_interrupt_ends_in_one_line_and_status_130(tmp_path: Path) -> None:
     fifo = tmp_path / "big.jsonl"
     os.mkfifo(fifo)
     child = subprocess.Popen(
-        [sys.executable, str(MODULE), "validate", str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, str(MODULE), "validate", str(fifo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        # as a terminal would start it: a test run launched in the background ignores SIGINT,
+        # and the child would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    with fifo.open("wb") as f:  # returns once validate has opened the file: it is reading it
+    with child, fifo.open("wb") as f:  # open returns once validate has opened the file: it is reading it
         f.write(blob_of([HEAD, START]))
         f.flush()
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
+        try:
+            out, err = child.communicate(timeout=60)
+        finally:
+            child.kill()
     assert (child.returncode, out, err) == (130, b"", b"python -m session validate: interrupted\n")
 
 
