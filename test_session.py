@@ -3106,9 +3106,12 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         run = s.begin_run()
         beats: List[int] = []
 
+        numbers = itertools.count(1)
+
         def beat(signum: int, frame: Any) -> None:
-            beats.append(len(beats))
-            run.record(Event("turn_start", turn_index=-len(beats)))
+            n = next(numbers)  # one call: a beat that interrupts this one gets the next number
+            beats.append(n)
+            run.record(Event("turn_start", turn_index=-n))
 
         previous = signal.signal(signal.SIGALRM, beat)
         signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)
@@ -3126,8 +3129,10 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         rs = records(path)  # validates every line and that seqs are consecutive
         assert [r.seq for r in rs] == list(range(1, len(rs) + 1))
         assert [r.data["result"]["i"] for r in rs if r.type == "tool_exec_end"] == list(range(3000))
-        assert sorted(-r.data["turn_index"] for r in rs if r.type == "turn_start") == list(
-            range(1, len(beats) + 1)
+        assert (
+            sorted(-r.data["turn_index"] for r in rs if r.type == "turn_start")
+            == list(range(1, len(beats) + 1))
+            == sorted(beats)
         )
         assert beats  # 3000 records take far longer than half a millisecond
 
