@@ -2029,8 +2029,9 @@ def create(
     The file is made with mode 0600 and must not exist (``FileExistsError``); its first line,
     ``session_start``, is synced with the directory entry before this returns.  One file
     that exists is started afresh: what a ``create`` cut short by a crash leaves, a regular
-    file holding only the start of a header or zeros (``open`` and ``repair`` refuse it:
-    "no complete line"); ``LockedError`` while another ``create`` writes it.  *codec*
+    file of this user's, private (0600), holding only the start of a header or zeros
+    (``open`` and ``repair`` refuse it: "no complete line"); ``LockedError`` while another
+    ``create`` writes it.  *codec*
     encodes messages and checkpoints (default: ``JSONCodec()``).  *redact*, if given, takes
     each event's and checkpoint's JSON-ready ``data`` just before it is encoded and returns
     what to write instead.  A line longer than *max_line_bytes* is refused
@@ -2057,6 +2058,9 @@ def create(
             os.close(fd)
             os.unlink(name)  # it is ours (O_EXCL) and holds nothing
             raise
+        if os.fstat(fd).st_size:  # one took it over, wrote and closed it before this lock
+            os.close(fd)
+            raise FileExistsError(errno.EEXIST, "another create has written it", name)
     session_id = _new_id()
     header = _header(session_id, _utc_text(None))
     try:
@@ -2086,9 +2090,10 @@ def _take_over_torn(name: str) -> Optional[int]:
     short, else ``None``.
 
     Such a file holds no complete line, so no record: nothing is lost by starting it again.
-    Only what a ``create`` writes qualifies (a regular file, no symlink, shorter than a
-    header, starting as one does or zeros, as some file systems leave after a power loss), so
-    that a mistyped path never empties a file that is not a session's.
+    Only what a ``create`` writes qualifies (a regular file, no symlink, private to this user
+    as ``create`` makes it, shorter than a header, starting as one does or zeros, as some file
+    systems leave after a power loss), so that a mistyped path never empties a file that is
+    not a session's, and no one else can have the file open to read what is recorded next.
     """
     try:
         fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY | getattr(os, "O_NOFOLLOW", 0))
@@ -2108,8 +2113,11 @@ def _take_over_torn(name: str) -> Optional[int]:
 
 
 def _is_torn_header(fd: int) -> bool:
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         return False
+    if sys.platform != "win32" and (info.st_uid != os.geteuid() or info.st_mode & 0o077):
+        return False  # not as this user's create makes it (0600): another may have it open
     raw = _read_at(fd, 0, _HEADER_BYTES)
     start = b'{"session_id":"'
     torn = raw.startswith(start) or start.startswith(raw) or not raw.strip(b"\0")
@@ -2162,12 +2170,13 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
 
 
 class _Pending(NamedTuple):
-    """A line on its way into the file, and the open run once it is there."""
+    """A line on its way into the file, and the open run and latest checkpoint once it is there."""
 
     line: bytes
     start: int
     seq: int
     run: Optional[Run]
+    checkpoint: Optional[_CheckpointAt]
 
 
 class Session:
@@ -2198,7 +2207,7 @@ class Session:
         self._redact = redact
         self._max_line_bytes = max_line_bytes
         self._lock = RLock()  # re-entrant: a signal handler in a locked thread gets in (see _write)
-        self._writing = False  # a thread holding the lock is inside _write
+        self._writing = False  # a write is under way (see _interrupting)
         self._later: Deque[Callable[[], object]] = deque()  # writes that interrupted _write wait here
         self._pending: Optional[_Pending] = None  # a write an exception may have cut short
         self._head = _line_head(session_id)
@@ -2242,7 +2251,7 @@ class Session:
         """
         with self._lock:
             self._check_no_run()
-            if self._writing:  # the new run would start only after the write under way
+            if self._interrupting():  # the new run would start only after the write under way
                 raise RuntimeError(f"{self.path}: begin_run cannot interrupt a write to its session")
             run = Run(self, _new_id())
             self._write(
@@ -2284,7 +2293,7 @@ class Session:
         with self._lock:
             if self._fd >= 0:
                 try:
-                    if self._writing and self._failure is None:
+                    if self._failure is None and self._interrupting():
                         self._sync()  # what is written is safe, even if the handler ends the process
                 finally:
                     self._write(self._decide_close, self._close_now)
@@ -2323,10 +2332,10 @@ class Session:
         The lock is re-entrant, so a signal handler that interrupts this thread's own write
         gets in, at any point of it: even after ``os.write`` returned and before the seq moved
         on.  Writing then would repeat that seq, so its *write* waits in ``_later``, checked
-        now (it raises now) and done in order as soon as the write under way is: by the
-        ``finally`` below, which also runs when the handler raised (``sys.exit``).
+        now (it raises now) and done in order as soon as the write under way is, by
+        ``_finish``: also when the handler raised (``sys.exit``).
         """
-        if self._writing:
+        if self._interrupting():
             check()
             self._later.append(write)
             return
@@ -2335,31 +2344,48 @@ class Session:
             if self._pending is not None:
                 self._settle()
             check()
-            write()
+            self._later.append(write)  # after what a _finish cut short left there: in order
         finally:
+            self._writing = False
             self._finish()
 
     def _finish(self) -> None:
-        """End a ``_write``: do, in order, what calls that interrupted it queued; from then on
-        such calls write at once."""
+        """Do the queued writes in order, each marked as under way while it runs: a call that
+        interrupts one waits for it, and one that comes between two writes is done at once.
+
+        An exception that cuts this loop short (a second handler's ``sys.exit`` between two
+        writes) leaves the rest queued, and the session's next call does them first.
+        """
         first: Optional[BaseException] = None
-        try:
-            while True:
-                while self._later:
-                    try:
-                        if self._pending is not None:
-                            self._settle()
-                        self._later.popleft()()
-                    except BaseException as exc:  # noqa: BLE001 - a second handler's sys.exit too: do the rest first
-                        first = first or exc
-                self._writing = False
-                if not self._later:  # nothing queued in the instant before
+        while True:
+            self._writing = True
+            try:
+                if not self._later:
                     break
-                self._writing = True
-        finally:
-            self._writing = False
+                if self._pending is not None:
+                    self._settle()
+                self._later.popleft()()
+            except BaseException as exc:  # noqa: BLE001 - a handler's sys.exit too: do the rest first
+                first = first or exc
+            finally:
+                self._writing = False
         if first is not None:
             raise first
+
+    def _interrupting(self) -> bool:
+        """Whether this call interrupted a write of this session in this thread: a signal
+        handler's, or the codec's.  The mark alone could be stale, where an exception cut a
+        write's ``finally`` short (Python 3.8-3.10 check for signals there too): the stack
+        has the last word, and a stale mark is cleared, never left to queue calls for ever."""
+        if not self._writing:
+            return False
+        frame: Optional[types.FrameType] = sys._getframe(2)  # above this and its caller
+        while frame is not None:
+            if frame.f_code is _WRITE_CODE and frame.f_locals.get("self") is self:
+                return True
+            frame = frame.f_back
+        self._writing = False
+        return False
 
     def _settle(self) -> None:
         """Bring the state up to the file after a write that an exception (a signal handler's,
@@ -2375,12 +2401,13 @@ class Session:
             raise self._fail(exc, "cannot write") from exc
         if size > pending.start:
             self._seq, self._size, self._run = pending.seq, end, pending.run
+            self._checkpoint = pending.checkpoint
         self._pending = None
 
     def _append(
         self, run_id: str, kind: str, time: str, data: str, run: Optional[Run], sync: bool = False
-    ) -> int:
-        """Write one record with the next seq, after which *run* is open; its offset."""
+    ) -> None:
+        """Write one record with the next seq, after which *run* is open."""
         self._check_failure()  # an interrupting call may have failed the session
         seq = self._seq + 1
         text = (
@@ -2394,22 +2421,22 @@ class Session:
             too_long = ValueError(f"a line of {len(line) - 1} bytes is longer than max_line_bytes")
             raise self._fail(too_long, "cannot write") from too_long
         offset = self._size
-        self._pending = tuple.__new__(_Pending, (line, offset, seq, run))  # _Pending(...), a third the cost
+        end = offset + len(line)
+        at = _CheckpointAt(offset, end, seq, run_id, time) if kind == "checkpoint" else self._checkpoint
+        # _Pending(...) without NamedTuple's Python-level __new__: a third the cost
+        self._pending = tuple.__new__(_Pending, (line, offset, seq, run, at))
         try:
             done = os.write(self._fd, line)
             if done != len(line):  # a short write: continue it, never repeat it
                 _write_all(self._fd, memoryview(line)[done:])
         except Exception as exc:  # not KeyboardInterrupt or SystemExit: _settle sees to those
             raise self._fail(exc, "cannot write") from exc
-        self._seq, self._size, self._run = seq, offset + len(line), run
-        self._pending = None
+        self._seq, self._size, self._run = seq, end, run
         if sync:
             self._sync()
-        return offset
-
-    def _save(self, run: Run, time: str, data: str) -> None:
-        offset = self._append(run.run_id, "checkpoint", time, data, run, sync=True)
-        self._checkpoint = _CheckpointAt(offset, self._size, self._seq, run.run_id, time)
+        # A checkpoint is the latest once synced (a failed sync clears _pending); if an
+        # exception cuts this short, _settle makes it so as it finds the line in the file.
+        self._checkpoint, self._pending = at, None
 
     def _decide_close(self) -> None:
         self._closing = True
@@ -2465,6 +2492,9 @@ class Session:
             self._failure = self._failure or RecordingError(
                 f"{self.path}: this handle belongs to process {os.getppid()}"
             )
+
+
+_WRITE_CODE = Session._write.__code__
 
 
 def _snapshot_of(raw: bytes, name: str, at: _CheckpointAt) -> Any:
@@ -2566,7 +2596,10 @@ class Run:
                 text = session._data_text({"snapshot": session._codec.encode(snapshot)})
             except Exception as exc:
                 raise session._fail(exc, "cannot encode the checkpoint") from exc
-            session._write(lambda: session._check(self), lambda: session._save(self, time, text))
+            session._write(
+                lambda: session._check(self),
+                lambda: session._append(self.run_id, "checkpoint", time, text, self, sync=True),
+            )
 
     def close(self) -> None:
         """Write ``run_close`` and sync.  Idempotent; ``RecordingError`` if recording failed."""
@@ -4709,7 +4742,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     prog = (
         "python -m session" if argv is not None or __name__ == "__main__" else os.path.basename(sys.argv[0])
     )
-    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n", 1)[0])
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> typing.NoReturn:  # it quotes arguments: "-\x1b[2J.jsonl"
+            super().error(_for_terminal(message))
+
+    parser = Parser(prog=prog, description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--version", action="version", version=f"session.py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
@@ -4946,8 +4984,14 @@ def _duration(start: str, end: str) -> str:
 def _error_text(error: Any) -> str:
     if type(error) is dict and type(error.get("message")) is str:
         kind = error.get("type")
-        return f"{kind}: {error['message']}" if type(kind) is str else error["message"]
+        return f"{_in_line(kind)}: {error['message']}" if type(kind) is str else error["message"]
     return _json_text(error)
+
+
+def _in_line(value: Any) -> str:
+    """*value* for a place in a line of text: a string with its line breaks and controls
+    escaped (a name cannot start a line that looks like a record), anything else as JSON."""
+    return _for_terminal(value) if type(value) is str else _json_text(value)
 
 
 def _show_command(args: Any) -> int:
@@ -5037,7 +5081,7 @@ def _transcript(record: Record) -> str:
             out.append(f"  tools: {_json_text(value.get('tools'))}")
             out.append(f"  config: {_json_text(value.get('config'))}")
         else:
-            out.append(f"  {key}: {_json_text(value)}")
+            out.append(f"  {_in_line(key)}: {_json_text(value)}")
     return "\n".join(out) + "\n"
 
 
@@ -5048,12 +5092,11 @@ def _message_text(message: Any, label: str) -> List[str]:
     content = value.get("content", False) if type(value) is dict else False  # null: Go's empty list
     if type(value) is not dict or (type(content) is not list and content is not None):
         return [f"  {label}: {_json_text(message)}"]
-    role = str(value.get("role", "?"))
+    role = _in_line(value.get("role", "?"))
     metadata = value.get("metadata")
     if role == "tool" and type(metadata) is dict and "tool_call_id" in metadata:
         outcome = "error" if metadata.get("is_error") is True else "result"
-        call_id = metadata["tool_call_id"]
-        role = f"tool {outcome} for {call_id if type(call_id) is str else _json_text(call_id)}"
+        role = f"tool {outcome} for {_in_line(metadata['tool_call_id'])}"
     out = [f"  {role}{_block_text(block)}" for block in content or ()]
     for key in ("stop_reason", "usage"):
         if value.get(key):
@@ -5074,18 +5117,18 @@ def _block_text(block: Any) -> str:
             if call.get("args_invalid")
             else _json_text(call.get("args"))
         )
-        return f" calls {call.get('name')}({args}) id {call.get('id')}"
+        return f" calls {_in_line(call.get('name'))}({args}) id {_in_line(call.get('id'))}"
     if kind == "image" and type(block.get("image")) is dict:
         image = block["image"]
         data = image.get("data")
         where = (
             f"{len(data) * 3 // 4 - (len(data) - len(data.rstrip('=')))} bytes"
             if type(data) is str
-            else f"at {image.get('url')}"
+            else f"at {_in_line(image.get('url'))}"
         )
-        return f": [image, {where}, {image.get('mime_type') or 'type not given'}]"
+        return f": [image, {where}, {_in_line(image.get('mime_type') or 'type not given')}]"
     if kind == "tool_reference":
-        return f" refers to tool {block.get('tool_name')}"
+        return f" refers to tool {_in_line(block.get('tool_name'))}"
     return f": {_json_text(block)}"
 
 
@@ -5099,13 +5142,13 @@ def _json_text(value: Any, indent: Optional[int] = None) -> str:
 def _checkpoint_command(args: Any) -> int:
     tally = _Tally()
     try:
-        result = _read_file(args.file, args.max_line_bytes, tally, keys=_NO_DATA)
-        at = tally.latest_checkpoint(result)
-        if at is None:
-            _print_error(f"{args.file}: no checkpoint in {result.records} records")
-            return 1
-        with builtins.open(args.file, "rb") as f:
-            f.seek(at.offset)
+        with builtins.open(args.file, "rb", _READ_BUFFER) as f:  # opened once: a FIFO too
+            result = _read_file(args.file, args.max_line_bytes, tally, f, keys=_NO_DATA)
+            at = tally.latest_checkpoint(result)
+            if at is None:
+                _print_error(f"{args.file}: no checkpoint in {result.records} records")
+                return 1
+            f.seek(at.offset)  # a pipe: "not seekable", where a second open would wait for a writer
             snapshot = _snapshot_of(f.read(at.end - at.offset), args.file, at)
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, False)

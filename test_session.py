@@ -18,6 +18,7 @@ import gc
 import html
 import html.parser
 import io
+import itertools
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ import time
 import typing
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import hypothesis
 import pytest
@@ -212,41 +213,37 @@ def test_all_lists_exactly_the_public_names() -> None:
     assert defined_here - {"Source"} == set(SPEC_NAMES) - {"ContentBlock", "STOP_REASONS"}
 
 
+def is_stdlib(name: str) -> bool:
+    """Whether *name* is a standard-library module: by the interpreter's own list where it has
+    one (3.10+), else by where the module lives (built in, or in the standard library's folder,
+    not in site-packages)."""
+    import importlib.util
+    import sysconfig
+
+    if hasattr(sys, "stdlib_module_names"):
+        return name in sys.stdlib_module_names
+    if name in sys.builtin_module_names or name in {"msvcrt", "winreg", "_winapi"}:
+        return True
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        return False
+    folders = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+    origin = os.path.realpath(spec.origin)
+    return "site-packages" not in origin and any(
+        origin.startswith(os.path.realpath(folder) + os.sep) for folder in folders
+    )
+
+
 def test_module_imports_only_the_standard_library() -> None:
     tree = ast.parse(MODULE.read_text(encoding="utf-8"))
-    stdlib = set(getattr(sys, "stdlib_module_names", ())) or {
-        "_thread",
-        "builtins",
-        "contextlib",
-        "dataclasses",
-        "errno",
-        "io",
-        "json",
-        "math",
-        "os",
-        "re",
-        "sys",
-        "threading",
-        "types",
-        "typing",
-        "uuid",
-        "weakref",
-        "datetime",
-        "fcntl",
-        "msvcrt",
-        "argparse",
-        "collections",
-        "shlex",
-        "stat",
-        "warnings",
-    }
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module.split(".")[0])
-    assert found - {"__future__"} <= stdlib
+    assert {name for name in found - {"__future__"} if not is_stdlib(name)} == set()
+    assert not is_stdlib("pytest")  # the check can fail
 
 
 def test_version_is_a_string() -> None:
@@ -2486,6 +2483,7 @@ def test_create_refuses_every_other_file_that_exists(tmp_path: Path, content: by
 def test_create_takes_over_no_torn_file_behind_a_symlink_or_a_lock(tmp_path: Path) -> None:
     target = tmp_path / "target"
     target.write_bytes(b'{"session_id":"')
+    target.chmod(0o600)  # as create makes it
     (tmp_path / "link.jsonl").symlink_to(target)
     with pytest.raises(FileExistsError):
         session.create(tmp_path / "link.jsonl")
@@ -2498,6 +2496,48 @@ def test_create_takes_over_no_torn_file_behind_a_symlink_or_a_lock(tmp_path: Pat
     finally:
         os.close(fd)
     assert target.read_bytes() == b'{"session_id":"'
+
+
+if sys.platform != "win32":  # owners and modes are POSIX
+
+    def test_create_takes_over_only_a_private_file_of_its_own_user(tmp_path: Path) -> None:
+        """An empty file another user made, or one others may read, is no create's torn file:
+        taking it over would record into a file someone else can have open."""
+        path = tmp_path / "s.jsonl"
+        path.touch(0o644)
+        path.chmod(0o644)
+        with pytest.raises(FileExistsError):
+            session.create(path)
+        assert path.stat().st_mode & 0o777 == 0o644
+        if os.geteuid() == 0:  # only root can give a file away: then to nobody
+            path.chmod(0o600)
+            os.chown(path, 65534, 65534)
+            with pytest.raises(FileExistsError):
+                session.create(path)
+            os.chown(path, 0, 0)
+        path.chmod(0o600)
+        session.create(path).close()
+        assert path.stat().st_mode & 0o777 == 0o600 and len(records(path)) == 1
+
+
+def test_create_never_writes_after_another_create_that_took_its_file_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between this create's O_EXCL open and its lock, another create takes the empty file
+    over, writes its session and closes it: this one must not append a second header."""
+    path = tmp_path / "s.jsonl"
+    lock = session._lock
+
+    def take_over_first(fd: int, name: str) -> None:
+        monkeypatch.setattr(session, "_lock", lock)
+        with session.create(path) as other, other.begin_run() as run:  # a second process's
+            run.record(Event("turn_start"))
+        lock(fd, name)
+
+    monkeypatch.setattr(session, "_lock", take_over_first)
+    with pytest.raises(FileExistsError):
+        session.create(path)
+    assert [r.type for r in records(path)] == ["session_start", "run_start", "turn_start", "run_close"]
 
 
 # ---------------------------------------------------------------------------- faults
@@ -3066,9 +3106,12 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         run = s.begin_run()
         beats: List[int] = []
 
+        numbers = itertools.count(1)
+
         def beat(signum: int, frame: Any) -> None:
-            beats.append(len(beats))
-            run.record(Event("turn_start", turn_index=-len(beats)))
+            n = next(numbers)  # one call: a beat that interrupts this one gets the next number
+            beats.append(n)
+            run.record(Event("turn_start", turn_index=-n))
 
         previous = signal.signal(signal.SIGALRM, beat)
         signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)
@@ -3086,10 +3129,140 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         rs = records(path)  # validates every line and that seqs are consecutive
         assert [r.seq for r in rs] == list(range(1, len(rs) + 1))
         assert [r.data["result"]["i"] for r in rs if r.type == "tool_exec_end"] == list(range(3000))
-        assert sorted(-r.data["turn_index"] for r in rs if r.type == "turn_start") == list(
-            range(1, len(beats) + 1)
+        assert (
+            sorted(-r.data["turn_index"] for r in rs if r.type == "turn_start")
+            == list(range(1, len(beats) + 1))
+            == sorted(beats)
         )
         assert beats  # 3000 records take far longer than half a millisecond
+
+    @contextlib.contextmanager
+    def a_signal_at_step(n: int, signum: int, opcodes: bool) -> Iterator[List[int]]:
+        """Trace session.py and raise a real signal at its n-th step: a function's start (where
+        every Python checks for signals) or, with *opcodes*, any bytecode (Python 3.8 checks
+        almost everywhere).  Its handler runs right there, as when a signal arrives at that
+        moment.  Yields a list that holds n once the signal was raised."""
+        code = session.create.__code__.co_filename
+        fired: List[int] = []
+        steps = [0]
+
+        def step(frame: Any, event: str, arg: Any) -> Any:
+            frame.f_trace_opcodes = opcodes  # Python 3.12+ heed it only once the frame runs
+            if event == ("opcode" if opcodes else "call") and not fired:
+                steps[0] += 1
+                if steps[0] == n:
+                    fired.append(n)
+                    signal.raise_signal(signum)  # the handler runs now; what it raises, raises here
+            return step if opcodes and not fired else None
+
+        def enter(frame: Any, event: str, arg: Any) -> Any:
+            if fired or frame.f_code.co_filename != code:
+                return None
+            return step(frame, event, arg)
+
+        previous = sys.gettrace()
+        sys.settrace(enter)
+        try:
+            yield fired
+        finally:
+            sys.settrace(previous)
+
+    def test_an_interrupt_at_any_bytecode_of_a_write_leaves_the_session_recording(tmp_path: Path) -> None:
+        """Ctrl-C at each point of a record: that record is in the file or not, and the next
+        one is written (never queued for ever behind a write that ended long ago)."""
+        path = tmp_path / "s.jsonl"
+        s = session.create(path)
+        run = s.begin_run()
+        returned: List[int] = []
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGUSR1, interrupt)
+        try:
+            for n in itertools.count(1):
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=True) as fired, contextlib.suppress(
+                    KeyboardInterrupt
+                ):
+                    returned += [n] if run.record(Event("turn_start", turn_index=n)) else []
+                if not fired:
+                    break
+                assert run.record(Event("turn_start", turn_index=-n))
+                returned.append(-n)
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
+        s.close()
+        session.open(path).close()  # close released the file
+        indices = [r.data["turn_index"] for r in records(path) if r.type == "turn_start"]
+        assert n > 500 and len(indices) == len(set(indices))  # a point for each bytecode, none twice
+        assert set(returned) <= set(indices) and [i for i in indices if i < 0] == list(range(-1, -n, -1))
+
+    def test_load_checkpoint_agrees_with_the_file_after_an_interrupted_save(tmp_path: Path) -> None:
+        path = tmp_path / "s.jsonl"
+        s = session.create(path)
+        run = s.begin_run()
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGUSR1, interrupt)
+        try:
+            for n in itertools.count(1):
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=False) as fired, contextlib.suppress(
+                    KeyboardInterrupt
+                ):
+                    run.save_checkpoint({"n": n})
+                run.record(Event("turn_start"))  # settles a line the interrupt left unaccounted
+                loaded = s.load_checkpoint()
+                latest = [r for r in records(path) if r.type == "checkpoint"]
+                if latest:
+                    assert loaded is not None, n
+                    assert (loaded.seq, loaded.snapshot) == (latest[-1].seq, latest[-1].data["snapshot"]), n
+                if not fired:
+                    break
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
+        s.close()
+
+    @pytest.mark.parametrize("ending", ["KeyboardInterrupt", "close and exit"])
+    def test_a_handler_that_raises_at_any_call_of_the_writer_leaves_a_closed_file(
+        tmp_path: Path, ending: str
+    ) -> None:
+        """A SIGTERM handler ``s.close(); sys.exit(0)`` (or Ctrl-C) arriving as any of the
+        writer's functions starts, a record and a checkpoint under way: close releases the
+        file, which ends closed, with every record that was confirmed."""
+        for n in itertools.count(1):
+            path = tmp_path / f"s{n}.jsonl"
+            s = session.create(path)
+            run = s.begin_run()
+            returned: List[int] = []
+
+            def handler(signum: int, frame: Any, s: session.Session = s) -> None:
+                if ending == "close and exit":
+                    s.close()
+                    raise SystemExit(0)
+                raise KeyboardInterrupt
+
+            previous = signal.signal(signal.SIGUSR1, handler)
+            try:
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=False) as fired, contextlib.suppress(
+                    KeyboardInterrupt, SystemExit
+                ):
+                    returned += [1] if run.record(Event("turn_start", turn_index=1)) else []
+                    run.save_checkpoint({"n": 1})
+                    returned.append(2)
+            finally:
+                signal.signal(signal.SIGUSR1, previous)
+            s.close()
+            if not fired:
+                break
+            assert repr(s).endswith("closed>"), n
+            session.open(path).close()  # released, and valid
+            rs = records(path)
+            assert rs[-1].type == "run_close", n
+            found = {r.data["turn_index"] for r in rs if r.type == "turn_start"}
+            assert set(returned) <= found | ({2} if rs[-2].type == "checkpoint" else set()), n
+        assert n > 20  # every function the writer calls on the way
 
 
 SIGTERM_WRITER = """
@@ -5440,6 +5613,38 @@ def test_human_output_shows_terminal_controls_as_escapes(tmp_path: Path) -> None
     )
 
 
+def test_show_pretty_keeps_line_breaks_only_in_texts(tmp_path: Path) -> None:
+    """A line break in a role, a tool name, a call id, a key or an error type is shown as an
+    escape: only a record starts a line with '#'.  A text keeps its lines, indented."""
+    objs = envelope_lines(5)
+    message = {
+        "role": "user\n#90 forged",
+        "content": [
+            {"type": "text", "text": "line 1\nline 2"},
+            {"type": "toolCall", "tool_call": {"name": "ls\n#91 forged", "id": "c\n#92 forged", "args": {}}},
+        ],
+    }
+    objs[2]["data"] = {"message": message}
+    objs[3]["data"] = {"odd\n#93 key": 1, "error": {"type": "Boom\n#94 forged", "message": "a\nb"}}
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(dump(objs))
+    done = run_cli("show", "--pretty", str(path))
+    assert done.returncode == 0, done.stderr
+    heads = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
+    assert [line.split()[0] for line in heads] == ["#1", "#2", "#3", "#4", "#5"], done.stdout
+    assert "  user\\x0a#90 forged: line 1\n    line 2\n" in done.stdout
+    assert "  user\\x0a#90 forged calls ls\\x0a#91 forged({}) id c\\x0a#92 forged\n" in done.stdout
+    assert "  odd\\x0a#93 key: 1\n  error: Boom\\x0a#94 forged: a\n    b\n" in done.stdout
+
+
+def test_usage_errors_show_the_arguments_they_quote_escaped(tmp_path: Path) -> None:
+    """validate *.jsonl where a file is named like an option: argparse quotes it raw."""
+    for args in (["validate", "a.jsonl", f"-{HOSTILE}.jsonl"], ["show", "a.jsonl", f"--{HOSTILE}"]):
+        done = run_cli(*args)
+        assert done.returncode == 2 and not UNSAFE.search(done.stderr.rstrip("\n")), done.stderr
+        assert done.stderr.endswith(f"unrecognized arguments: {args[-1].replace(HOSTILE, SHOWN)}\n")
+
+
 def test_summary_quotes_the_show_commands_for_the_shell(tmp_path: Path) -> None:
     path = tmp_path / "my sessions" / "s.jsonl"
     path.parent.mkdir()
@@ -5550,13 +5755,21 @@ def test_an_interrupt_ends_in_one_line_and_status_130(tmp_path: Path) -> None:
     fifo = tmp_path / "big.jsonl"
     os.mkfifo(fifo)
     child = subprocess.Popen(
-        [sys.executable, str(MODULE), "validate", str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, str(MODULE), "validate", str(fifo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        # as a terminal would start it: a test run launched in the background ignores SIGINT,
+        # and the child would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    with fifo.open("wb") as f:  # returns once validate has opened the file: it is reading it
+    with child, fifo.open("wb") as f:  # open returns once validate has opened the file: it is reading it
         f.write(blob_of([HEAD, START]))
         f.flush()
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
+        try:
+            out, err = child.communicate(timeout=60)
+        finally:
+            child.kill()
     assert (child.returncode, out, err) == (130, b"", b"python -m session validate: interrupted\n")
 
 
@@ -5603,6 +5816,24 @@ def test_a_dash_reads_standard_input(tmp_path: Path) -> None:
         [sys.executable, str(MODULE), "validate", "-"], input=blob[:50], capture_output=True, timeout=60
     )
     assert torn.returncode == 1 and torn.stderr.startswith(b"-:")
+
+
+if sys.platform != "win32":  # FIFOs are POSIX
+
+    def test_every_command_reads_a_fifo_once_and_never_waits_for_a_second_writer(tmp_path: Path) -> None:
+        blob = sample_file(tmp_path / "s.jsonl").read_bytes()
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        for command in ("validate", "summary", "show", "checkpoint"):
+            writer = threading.Thread(target=fifo.write_bytes, args=(blob,), daemon=True)
+            writer.start()  # one writer, as a pipe from another program
+            done = run_cli(command, str(fifo))  # before the fix, checkpoint opened it again and waited
+            writer.join(60)
+            assert not writer.is_alive(), command
+            if command == "checkpoint":  # the snapshot is found, and then cannot be read back
+                assert done.returncode == 1 and done.stderr == f"{fifo}: File or stream is not seekable.\n"
+            else:
+                assert done.returncode == 0 and done.stdout, (command, done.stderr)
 
 
 def test_the_installed_script_names_itself(tmp_path: Path) -> None:
