@@ -1478,8 +1478,8 @@ def _write_messages(codec: JSONCodec, items: Any, step: str) -> Any:
 
 def _write_state(codec: JSONCodec, state: AgentState) -> Dict[str, Any]:
     out = {"messages": _write_messages(codec, state.messages, ".messages")}
-    if state.artifacts:
-        out["artifacts"] = _write_messages(codec, state.artifacts, ".artifacts")
+    if state.artifacts:  # agentgo's AgentState has no such field: Go would drop them unread
+        raise _fault("agentgo's AgentState has no artifacts: Go would drop them unread", ".artifacts")
     if state.total_usage is not None:
         out["total_usage"] = _checked_usage(state.total_usage, ".total_usage")
     if state.progress is not None:

@@ -540,7 +540,7 @@ def test_builtin_types_round_trip_with_agentgo_ids() -> None:
     when = dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     message = Message("user", [session.text_block("hi")], "stop", {"input": 1}, {"k": [1]}, when)
     snapshot = AgentSnapshot(
-        AgentState([message], [Note("a")], {"total_tokens": 3}, {"completed_turns": 1}),
+        AgentState([message, Note("a")], [], {"total_tokens": 3}, {"completed_turns": 1}),
         steering_queue=[message],
         follow_up_queue=[],
     )
@@ -1134,7 +1134,7 @@ def message_with(**fields: Any) -> Message:
             AgentState([{"role": "user", "content": []}]),
             r"a plain dict where agentgo needs a tagged value .* at \$\.messages\[0\]",
         ),
-        (AgentState([message_with()], artifacts=["a"]), r"plain str where .* at \$\.artifacts\[0\]"),
+        (AgentState([message_with()], artifacts=[message_with()]), r"has no artifacts.* at \$\.artifacts"),
         (AgentState([message_with(content="x")]), r"at \$\.messages\[0\]\.content"),
         (AgentState(total_usage={"input": 0.5}), r"at \$\.total_usage\.input"),
         (
@@ -1339,7 +1339,6 @@ type RunProgress struct {
 
 type AgentState struct {
 	Messages   []Tagged    `json:"messages"`
-	Artifacts  []Tagged    `json:"artifacts,omitempty"`
 	TotalUsage Usage       `json:"total_usage"`
 	Progress   RunProgress `json:"progress"`
 }
