@@ -3164,8 +3164,8 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
                 signal.signal(signal.SIGUSR1, previous)
             if len(entered) <= number:  # the write was over before as many entries: all tried
                 break
-            assert exited and repr(s).endswith("closed>"), entered
-            assert [r.type for r in records(path)][-1] == "run_close", entered
+            assert exited and repr(s).endswith("closed>"), entered[-1]
+            assert [r.type for r in records(path)][-1] == "run_close", entered[-1]
             session.open(path).close()  # nothing to cut, the lock released
             number += 1
         s.close()
