@@ -4138,8 +4138,6 @@ class _Page:
 
     def command(self, run_id: Optional[str], execution: str = "", attempt: int = 0, kind: str = "") -> str:
         """The ``python -m session show`` command for these records, shell-quoted, as HTML."""
-        import shlex
-
         words = ["python", "-m", "session", "show", self.name]
         if run_id is not None:
             words += ["--run", run_id]
@@ -4147,7 +4145,7 @@ class _Page:
             words += ["--execution", execution, "--attempt", str(attempt)]
         if kind:
             words += ["--type", kind]
-        return f"<code>{_h(' '.join(shlex.quote(word) for word in words), inline=True)}</code>"
+        return f"<code>{_h(' '.join(map(_shell_word, words)), inline=True)}</code>"
 
     def ref(self, run_id: str, execution: str, attempt: int) -> str:
         ref = CallRef(self.summary.session_id, run_id, execution, attempt)
@@ -4394,9 +4392,7 @@ class _Page:
         write("</ul></header>\n")
 
     def summary_command(self) -> str:
-        import shlex
-
-        return f"<code>python -m session summary {_h(shlex.quote(self.name))}</code>"
+        return f"<code>python -m session summary {_h(_shell_word(self.name))}</code>"
 
     def more(self, count: int, where: str) -> None:
         if count > _PAGE_LIST:
@@ -4916,8 +4912,6 @@ def _summarize_file(args: Any, name: str) -> int:
 
 
 def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
-    import shlex
-
     out = [
         f"{name}: session {summary.session_id}, {summary.records} records, {len(summary.runs)} runs, "
         f"{summary.checkpoints} checkpoints{_tail_text(summary.tail_bytes)}"
@@ -4944,7 +4938,7 @@ def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
         if gap.ref is not None:
             out.append(f"    ref {json.dumps(gap.ref.to_json())}")
             show = ["show", name, "--run", gap.run_id, "--execution", gap.ref.execution_id]
-            out.append(f"    {prog} {' '.join(map(shlex.quote, show))} --attempt {gap.ref.attempt} --pretty")
+            out.append(f"    {prog} {' '.join(map(_shell_word, show))} --attempt {gap.ref.attempt} --pretty")
     return out
 
 
@@ -5262,6 +5256,27 @@ def _json_for_terminal(text: str) -> str:
 def _escape(match: typing.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _shell_word(word: str) -> str:
+    """*word* quoted for a POSIX shell, and safe to show: a word holding a character that is not
+    printable (a control, a bidirectional mark, a zero-width space) is written in the ``$'…'``
+    form of bash and zsh, whose escapes stand for those characters, so that what is pasted is
+    the word itself and not the escaped text a terminal or a page shows."""
+    import shlex
+
+    if word.isprintable():
+        return shlex.quote(word)
+    return "$'" + "".join(_shell_char(char) for char in word) + "'"
+
+
+def _shell_char(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 if __name__ == "__main__":

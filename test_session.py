@@ -5711,7 +5711,16 @@ def test_summary_quotes_the_show_commands_for_the_shell(tmp_path: Path) -> None:
     pasted = next(
         line for line in run_cli("summary", str(hostile)).stdout.splitlines() if " -m session " in line
     )
-    assert f"--execution 'x; rm -rf ~ {SHOWN}'" in pasted
+    assert SHOWN not in pasted and not re.search(r"[\x00-\x1f\x7f-\x9f\u202e]", pasted)
+    need("bash", "the test pastes the command into bash, which reads $'...' words")
+    words = (
+        subprocess.run(  # what bash makes of the pasted words: the execution id itself
+            ["bash", "-c", "printf '%s\\0' " + pasted.split(" show ", 1)[1]], capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    assert words[words.index("--execution") + 1] == f"x; rm -rf ~ {HOSTILE}"
 
 
 DEEPEST_WRITTEN = """
