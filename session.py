@@ -2345,6 +2345,7 @@ class Session:
                 self._settle()
             check()
             self._later.append(write)  # after what a _finish cut short left there: in order
+            self._writing = False  # before the try ends: see _finish
         finally:
             self._writing = False
             self._finish()
@@ -2360,15 +2361,20 @@ class Session:
         while True:
             self._writing = True
             try:
-                if not self._later:
-                    break
-                if self._pending is not None:
-                    self._settle()
-                self._later.popleft()()
+                if self._later:
+                    if self._pending is not None:
+                        self._settle()
+                    self._later.popleft()()
+                # Unmarked inside the try: Python 3.8 and 3.9 run signal handlers as a try is
+                # left, outside it.  A handler's close() there, marked, would only queue its
+                # run_close, and its sys.exit unwind past the loop that writes it.
+                self._writing = False
             except BaseException as exc:  # noqa: BLE001 - a handler's sys.exit too: do the rest first
                 first = first or exc
             finally:
                 self._writing = False
+            if not self._later:
+                break
         if first is not None:
             raise first
 
