@@ -3112,7 +3112,8 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         def trace(frame: Any, event: str, arg: Any) -> Any:
             code = frame.f_code
             if event == "call":
-                if code.co_filename != session.__file__:
+                # __del__: the finalizer of another test's session, when the collector runs here
+                if code.co_filename != session.__file__ or code.co_name == "__del__":
                     return None
                 frame.f_trace_opcodes = code in marked
             elif event != "opcode" or names[code][frame.f_lasti] in ("SETUP_FINALLY", "NOP"):
@@ -3151,6 +3152,7 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
                 raise SystemExit(0)
 
             previous, tracing, exited = signal.signal(signal.SIGUSR1, handler), sys.gettrace(), False
+            gc.collect()  # no finalizer of an earlier test's session runs during the steps
             try:
                 entered = signal_at_step(number, signal.SIGUSR1)
                 write(run)
