@@ -75,3 +75,18 @@ def messages(path: Path) -> list[Any]:
 @pytest.fixture
 def recorded() -> Callable[[Path], session.Summary]:
     return check_file
+
+
+def check_conversation(path: Path, answer: str) -> None:
+    """The committed messages of the scenario every framework's test runs: the prompt, the
+    model's two tool calls, their results (``lookup``'s an error), and the *answer*."""
+    assert [(m.role, m.metadata) for m in messages(path)] == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", {"tool_call_id": "call-add"}),
+        ("tool", {"tool_call_id": "call-lookup", "is_error": True}),
+        ("assistant", None),
+    ]
+    text = transcript(path)
+    assert "user: add 2 and 3, and look up x" in text
+    assert f"assistant: {answer}" in text

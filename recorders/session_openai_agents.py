@@ -265,6 +265,7 @@ class SessionRecorder(RunHooks[Any]):
         self._last_error: BaseException | None = None
         self._tools: dict[str, tuple[session.Execution, str]] = {}  # tool calls running, by call id
         self._finished: dict[str, session.Execution] = {}  # and those that ended
+        self._failed: set[str] = set()  # the ids of those that failed
         self._failures: dict[str, Exception] = {}
         self._tool_calls = 0
         self._tool_errors = 0
@@ -383,6 +384,8 @@ class SessionRecorder(RunHooks[Any]):
         execution, name = self._tools.pop(call_id)
         self._finished[call_id] = execution
         self._tool_errors += error is not None
+        if error is not None:
+            self._failed.add(call_id)
         self._record(
             "tool_exec_end",
             execution=execution,
@@ -398,8 +401,10 @@ class SessionRecorder(RunHooks[Any]):
         written when its response came (``on_llm_end``)."""
         fresh = [item for item in items[max(self._seen, 0) :] if not _is_model_item(to_json(item))]
         for message in to_messages(fresh):
-            call_id = (message.metadata or {}).get("tool_call_id")
-            self._record("message_end", execution=self._finished.get(str(call_id)), message=message)
+            call_id = str((message.metadata or {}).get("tool_call_id"))
+            if call_id in self._failed:  # the SDK's output item does not say the call failed
+                message.metadata = {**(message.metadata or {}), "is_error": True}
+            self._record("message_end", execution=self._finished.get(call_id), message=message)
         self._seen = len(items)
 
     def _end_turn(self) -> None:
