@@ -15,12 +15,11 @@ validate FILE`` checks a file against the format.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import codecs
 import contextlib
-import dataclasses
 import errno
+import functools
 import io
 import json
 import json.scanner
@@ -37,6 +36,7 @@ from _thread import RLock, allocate_lock, start_new_thread  # threading's, witho
 from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import (
+    TYPE_CHECKING,
     Any,
     BinaryIO,
     Callable,
@@ -202,10 +202,88 @@ class LockedError(SessionError):
 
 
 # ---------------------------------------------------------------------------- value types
+# The public value types are dataclasses made on their first use, not at import: importing
+# ``dataclasses`` (and with it ``inspect``) and generating the methods of seventeen classes
+# would otherwise be most of what ``import session`` costs, and a command that only reads a
+# file needs none of them.  Until then their methods, their ``__dataclass_fields__`` and the
+# class attributes of their fields are stand-ins; the first use of any (creating an instance,
+# comparing an unpickled one, ``dataclasses.fields``, ``is_dataclass``, a subclass's
+# ``@dataclass``) makes them all, once, and from then on each is what ``@dataclass`` makes,
+# below an empty base.
+
+if TYPE_CHECKING:  # type checkers see what the classes become
+    from dataclasses import dataclass as _dataclass
+    from dataclasses import field as _field
+
+    _Dataclass = object
+else:
+    _UNMADE: List[Tuple[type, Dict[str, Any]]] = []  # each class and its dataclass() options
+    _MAKING = RLock()
+
+    class _Unmade:
+        """Stands for an attribute until the dataclasses are made: a method of theirs, their
+        ``__dataclass_fields__``, or the default of a field (``dataclasses.field(**options)``).
+        Looking it up makes them, then gives what it has become."""
+
+        def __init__(self, **options: Any) -> None:
+            self.options = options
+
+        def __set_name__(self, owner: type, name: str) -> None:
+            self.name = name
+
+        def __get__(self, instance: Any, owner: type) -> Any:
+            if owner is _Dataclass:
+                raise AttributeError(self.name)  # the base itself is no dataclass
+            _make_dataclasses()
+            if next((vars(k)[self.name] for k in owner.__mro__ if self.name in vars(k)), None) is self:
+                # only while this thread is making them: a signal handler's call
+                raise AttributeError(f"{owner.__qualname__}.{self.name} is being made")
+            return getattr(owner if instance is None else instance, self.name)
+
+    class _Dataclass:
+        """The base of the public dataclasses: its attributes stand in for theirs until they
+        are made, then it is empty."""
+
+        __init__ = _Unmade()
+        __repr__ = _Unmade()
+        __eq__ = _Unmade()
+        __hash__ = _Unmade()
+        __setattr__ = _Unmade()
+        __delattr__ = _Unmade()
+        __dataclass_fields__ = _Unmade()
+        __match_args__ = _Unmade()
+        __signature__ = _Unmade()  # not a dataclass's: asking for it makes them, for inspect
+
+    def _field(**options: Any) -> Any:
+        return _Unmade(**options)
+
+    def _dataclass(**options: Any) -> Callable[[type], type]:
+        def later(cls: type) -> type:
+            _UNMADE.append((cls, options))
+            return cls
+
+        return later
+
+    def _make_dataclasses() -> None:
+        with _MAKING:  # another thread waits here, and finds them made
+            unmade = _UNMADE[:]
+            del _UNMADE[:]  # a signal handler's call, in this thread, finds nothing to make
+            if not unmade:
+                return
+            import dataclasses
+
+            for cls, options in unmade:
+                for name, value in list(vars(cls).items()):
+                    if isinstance(value, _Unmade):
+                        setattr(cls, name, dataclasses.field(**value.options))
+                dataclasses.dataclass(cls, **options)
+            for name, value in list(vars(_Dataclass).items()):
+                if isinstance(value, _Unmade):
+                    delattr(_Dataclass, name)  # object's slots again, as any dataclass has
 
 
-@dataclasses.dataclass(frozen=True)
-class Execution:
+@_dataclass(frozen=True)
+class Execution(_Dataclass):
     """One logical call: run-local *id*, *kind* (``model``, ``tool`` or ``compact``), and
     *attempt*, counting retries from 1."""
 
@@ -226,8 +304,8 @@ class Execution:
             _require(getattr(self, name), kind, f"Execution.{name}")
 
 
-@dataclasses.dataclass
-class CallConfig:
+@_dataclass()
+class CallConfig(_Dataclass):
     """The resolved per-call configuration of a model request.  *api_key* is never written
     and never shown by ``repr``."""
 
@@ -239,11 +317,11 @@ class CallConfig:
     tool_choice: Any = None
     response_format: Any = None
     extra: Any = None
-    api_key: str = dataclasses.field(default="", repr=False)
+    api_key: str = _field(default="", repr=False)
 
 
-@dataclasses.dataclass
-class ModelRequest:
+@_dataclass()
+class ModelRequest(_Dataclass):
     """What the executor sent to the model: *messages* (codec values), *tools* (JSON values)
     and *config*."""
 
@@ -252,8 +330,8 @@ class ModelRequest:
     config: Optional[CallConfig] = None
 
 
-@dataclasses.dataclass
-class RetryInfo:
+@_dataclass()
+class RetryInfo(_Dataclass):
     """A retry decision: *max_retries*, *delay* in seconds, and the *error* that caused it."""
 
     max_retries: int = 0
@@ -261,8 +339,8 @@ class RetryInfo:
     error: Any = None
 
 
-@dataclasses.dataclass
-class RunSummary:
+@_dataclass()
+class RunSummary(_Dataclass):
     """The totals an ``agent_end`` event reports."""
 
     turn_count: int = 0
@@ -271,16 +349,16 @@ class RunSummary:
     end_reason: str = ""
 
 
-@dataclasses.dataclass(frozen=True)
-class RawJSON:
+@_dataclass(frozen=True)
+class RawJSON(_Dataclass):
     """Exactly one JSON value given as *text*; checked when recorded, then written compacted
     (insignificant whitespace removed, every token kept), like Go's ``json.RawMessage``."""
 
     text: Union[str, bytes]
 
 
-@dataclasses.dataclass(init=False)
-class Event:
+@_dataclass(init=False)
+class Event(_Dataclass):
     """One kernel event, as the host hands it to ``Run.record``.
 
     *timestamp* is an aware ``datetime`` (``None``: now, at ``record``).  *message* and
@@ -372,8 +450,8 @@ class Event:
         self.delta = delta
 
 
-@dataclasses.dataclass(frozen=True)
-class CallRef:
+@_dataclass(frozen=True)
+class CallRef(_Dataclass):
     """The four coordinates of one model or tool call, for an application's timeline."""
 
     session_id: str
@@ -383,7 +461,12 @@ class CallRef:
 
     def to_json(self) -> Dict[str, Any]:
         """The reference as a JSON object (a ``dict``)."""
-        return dataclasses.asdict(self)
+        return {
+            "session_id": self.session_id,
+            "run_id": self.run_id,
+            "execution_id": self.execution_id,
+            "attempt": self.attempt,
+        }
 
     @classmethod
     def from_json(cls, value: Union[str, bytes, Dict[str, Any]]) -> CallRef:
@@ -433,8 +516,8 @@ class ReadResult(NamedTuple):
     tail_bytes: int
 
 
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
+@_dataclass(frozen=True)
+class Checkpoint(_Dataclass):
     """The latest explicit checkpoint: the decoded *snapshot*, and the *seq*, *run_id* and
     *time* (as written) of its record."""
 
@@ -444,8 +527,8 @@ class Checkpoint:
     time: str
 
 
-@dataclasses.dataclass(frozen=True)
-class EventData:
+@_dataclass(frozen=True)
+class EventData(_Dataclass):
     """A typed view of an event record's ``data``; absent keys take the empty default.
 
     *execution*, *retry* and *summary* are rebuilt as their classes; *error* stays a dict;
@@ -620,8 +703,8 @@ class Codec(Protocol):
     def decode(self, value: Any) -> Any: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class TypeSpec:
+@_dataclass(frozen=True)
+class TypeSpec(_Dataclass):
     """Registers *cls* under *type_id* with a ``JSONCodec``.
 
     Without functions, *cls* must be a dataclass: its fields become an object.  With them,
@@ -642,6 +725,8 @@ class TypeSpec:
             raise TypeError(f"TypeSpec.cls must be a class, not {self.cls!r}")
         if (self.encode is None) != (self.decode is None):
             raise ValueError(f"{self.type_id}: give both encode and decode, or neither")
+        import dataclasses  # made by now: this is an instance of one
+
         if self.encode is None and not dataclasses.is_dataclass(self.cls):
             raise TypeError(
                 f"{self.type_id}: {self.cls.__qualname__} is not a dataclass; give encode and decode"
@@ -816,6 +901,8 @@ def image_block(*, data: Union[bytes, str, None] = None, mime_type: str = "", ur
 
 
 def _base64_text(data: Union[bytes, str]) -> str:
+    import base64
+
     if isinstance(data, (bytes, bytearray, memoryview)):
         return base64.b64encode(data).decode("ascii")
     _require(data, str, "data")
@@ -870,8 +957,8 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-@dataclasses.dataclass
-class Message:
+@_dataclass()
+class Message(_Dataclass):
     """A conversation message (``agentgo.message.v1``).
 
     *role* is ``user``, ``assistant``, ``system`` or ``tool``; *content* a list of blocks
@@ -886,32 +973,32 @@ class Message:
     stop_reason: str = ""
     usage: Optional[Usage] = None
     metadata: Optional[Dict[str, Any]] = None
-    timestamp: Optional[datetime] = dataclasses.field(default_factory=_now)
+    timestamp: Optional[datetime] = _field(default_factory=_now)
 
 
-@dataclasses.dataclass
-class AgentState:
+@_dataclass()
+class AgentState(_Dataclass):
     """An agent's conversation state (``agentgo.agent-state.v1``)."""
 
-    messages: List[Any] = dataclasses.field(default_factory=list)
-    artifacts: List[Any] = dataclasses.field(default_factory=list)
+    messages: List[Any] = _field(default_factory=list)
+    artifacts: List[Any] = _field(default_factory=list)
     total_usage: Optional[Dict[str, Any]] = None
     progress: Any = None
 
 
-@dataclasses.dataclass
-class AgentSnapshot:
+@_dataclass()
+class AgentSnapshot(_Dataclass):
     """A state plus the input queues an agent had accepted (``agentgo.agent-snapshot.v1``)."""
 
     state: AgentState
-    steering_queue: List[Any] = dataclasses.field(default_factory=list)
-    follow_up_queue: List[Any] = dataclasses.field(default_factory=list)
+    steering_queue: List[Any] = _field(default_factory=list)
+    follow_up_queue: List[Any] = _field(default_factory=list)
 
 
 _BUILTIN_TYPES = (
-    TypeSpec("agentgo.message.v1", Message),
-    TypeSpec("agentgo.agent-state.v1", AgentState),
-    TypeSpec("agentgo.agent-snapshot.v1", AgentSnapshot),
+    ("agentgo.message.v1", Message),
+    ("agentgo.agent-state.v1", AgentState),
+    ("agentgo.agent-snapshot.v1", AgentSnapshot),
 )
 
 
@@ -940,7 +1027,7 @@ class _Kind(NamedTuple):
     read: Optional[Callable[[JSONCodec, Dict[str, Any]], Any]] = None
 
 
-_DATETIME_ANNOTATION = re.compile(
+_DATETIME_ANNOTATION = (  # a pattern: compiled (and cached) by re when first used
     r"(?:\w+\.)?(?:Optional\[D\]|Union\[D,None\]|Union\[None,D\])|D(?:\|None)?|None\|D".replace(
         "D", r"(?:\w+\.)?datetime"
     )
@@ -949,7 +1036,7 @@ _DATETIME_ANNOTATION = re.compile(
 
 def _is_datetime(annotation: Any) -> bool:
     if isinstance(annotation, str):  # an annotation this Python could not evaluate
-        return _DATETIME_ANNOTATION.fullmatch(re.sub(r"[\s'\"]", "", annotation)) is not None
+        return re.fullmatch(_DATETIME_ANNOTATION, re.sub(r"[\s'\"]", "", annotation)) is not None
     if annotation is datetime:
         return True
     args = set(typing.get_args(annotation))
@@ -962,6 +1049,8 @@ _UNIONS = (Union, getattr(types, "UnionType", Union))
 def _kind_of(spec: TypeSpec) -> _Kind:
     if spec.encode is not None:
         return _Kind(spec.type_id, spec.cls, (), frozenset(), spec.encode, spec.decode)
+    import dataclasses  # made by now: spec is an instance of one
+
     fields = [f for f in dataclasses.fields(spec.cls) if f.init]
     try:
         hints = typing.get_type_hints(spec.cls)
@@ -1011,7 +1100,7 @@ class JSONCodec:
     def __init__(self, *types: TypeSpec) -> None:
         by_id: Dict[str, _Kind] = {}
         by_class: Dict[type, _Kind] = {}
-        for spec in _BUILTIN_TYPES + types:
+        for spec in (*(TypeSpec(type_id, cls) for type_id, cls in _BUILTIN_TYPES), *types):
             if not isinstance(spec, TypeSpec):
                 raise TypeError(f"JSONCodec takes TypeSpec values, not {spec!r}")
             if spec.type_id in by_id:
@@ -1529,7 +1618,10 @@ _AGENTGO_SHAPES: Dict[type, Tuple[Any, Any]] = {
 }
 
 
-_DEFAULT_CODEC = JSONCodec()
+@functools.lru_cache(maxsize=None)
+def _default_codec() -> JSONCodec:
+    """``JSONCodec()``, built when first needed: building it makes the dataclasses."""
+    return JSONCodec()
 
 
 # ---------------------------------------------------------------------------- JSON text
@@ -1734,10 +1826,11 @@ def _put_summary(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> No
     if value is not None:
         if type(value) is not RunSummary:
             raise TypeError(f"summary must be a RunSummary, not {type(value).__name__}")
-        for name in ("turn_count", "tool_calls", "tool_errors"):
-            _require(getattr(value, name), int, f"summary.{name}")
+        counts = {name: getattr(value, name) for name in ("turn_count", "tool_calls", "tool_errors")}
+        for name, count in counts.items():
+            _require(count, int, f"summary.{name}")
         _require(value.end_reason, str, "summary.end_reason")
-        data[key] = dataclasses.asdict(value)
+        data[key] = {**counts, "end_reason": value.end_reason}
 
 
 def _put_request(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
@@ -2203,7 +2296,7 @@ class Session:
         self.path = path
         self.session_id = session_id
         self._fd = fd  # -1 once closed
-        self._codec: Codec = _DEFAULT_CODEC if codec is None else codec
+        self._codec: Codec = _default_codec() if codec is None else codec
         self._redact = redact
         self._max_line_bytes = max_line_bytes
         self._lock = RLock()  # re-entrant: a signal handler in a locked thread gets in (see _write)
@@ -3180,8 +3273,8 @@ class _Tally:
 # ---------------------------------------------------------------------------- analysis
 
 
-@dataclasses.dataclass(frozen=True)
-class RunInfo:
+@_dataclass(frozen=True)
+class RunInfo(_Dataclass):
     """One run of a session: its records' seq span and times (the ``run_start``'s and the
     last record's), whether it was closed, and its ``agent_end``'s end reason and error."""
 
@@ -3196,8 +3289,8 @@ class RunInfo:
     error: Optional[Dict[str, Any]]
 
 
-@dataclasses.dataclass(frozen=True)
-class Gap:
+@_dataclass(frozen=True)
+class Gap(_Dataclass):
     """Missing evidence: *kind* is ``run_not_closed``, ``no_agent_end``,
     ``model_call_unfinished`` or ``tool_call_unfinished``; *seq* is the record that opened
     it; *ref* the call to look up (``None`` for the first two)."""
@@ -3208,8 +3301,8 @@ class Gap:
     ref: Optional[CallRef]
 
 
-@dataclasses.dataclass(frozen=True)
-class Summary:
+@_dataclass(frozen=True)
+class Summary(_Dataclass):
     """What ``summarize`` found in one session file; *uninterpreted* counts the records it
     needed to read whose data is not of the shape the format writes (left out of the rest)."""
 
@@ -3280,7 +3373,7 @@ _SUMMARY_DATA: _DataKeys = {
     **dict.fromkeys(_OPENS, frozenset({"execution"})),
     "tool_exec_end": frozenset({"execution"}),
     "model_exec_end": frozenset({"execution", "error", "message"}),
-    "agent_end": frozenset(field.name for field in dataclasses.fields(EventData)),  # all it checks
+    "agent_end": frozenset(EventData.__annotations__),  # its fields: all it checks
 }
 
 
@@ -3878,13 +3971,13 @@ _PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
 
 # Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
 # isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
-_HIDDEN = re.compile(
+_HIDDEN = (  # patterns: compiled (and cached) by re when a page is first made
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e"
     "\u2028\u2029\u2060-\u206f\u3164\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
 )
 
 
-_INLINE_HIDDEN = re.compile(f"[\t\n]|{_HIDDEN.pattern}")
+_INLINE_HIDDEN = f"[\t\n]|{_HIDDEN}"
 
 
 def _mark(match: re.Match[str]) -> str:
@@ -3897,7 +3990,7 @@ def _h(text: str, inline: bool = False) -> str:
     import html
 
     escaped = html.escape(text, quote=True)
-    hidden = _INLINE_HIDDEN if inline else _HIDDEN
+    hidden = re.compile(_INLINE_HIDDEN if inline else _HIDDEN)
     return hidden.sub(_mark, escaped) if hidden.search(escaped) else escaped
 
 

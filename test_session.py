@@ -247,6 +247,122 @@ def test_module_imports_only_the_standard_library() -> None:
     assert not is_stdlib("pytest")  # the check can fail
 
 
+PUBLIC_DATACLASSES = [
+    *("Execution", "CallConfig", "ModelRequest", "RetryInfo", "RunSummary", "RawJSON", "Event"),
+    *("CallRef", "Checkpoint", "EventData", "TypeSpec", "Message", "AgentState", "AgentSnapshot"),
+    *("RunInfo", "Gap", "Summary"),
+]
+
+# Run in a fresh interpreter: the first use of any public dataclass, then what every one is.
+FIRST_USE = """
+import dataclasses, pickle, sys
+sys.path.insert(0, sys.argv[1])
+import session
+assert "__init__" in vars(session._Dataclass), "made at import"
+{first_use}
+assert [name for name, value in vars(session._Dataclass).items() if not name.startswith("__")] == []
+for name in {names!r}:
+    cls = getattr(session, name)
+    assert dataclasses.is_dataclass(cls) and cls.__mro__[1:] == (session._Dataclass, object), name
+    assert "__repr__" in vars(cls) and "__eq__" in vars(cls) and "__hash__" in vars(cls), name
+    assert ("__setattr__" in vars(cls)) == cls.__dataclass_params__.frozen, name
+one, same = session.Execution("a", "model"), session.Execution("a", "model")
+assert one == same and hash(one) == hash(same) and repr(one) == (
+    "Execution(id='a', kind='model', parent_id='', turn_index=0, attempt=1)")
+try:
+    one.id = "b"
+    raise AssertionError("not frozen")
+except dataclasses.FrozenInstanceError:
+    pass
+config = session.CallConfig(api_key="sk-9")
+assert "sk-9" not in repr(config) and session.CallConfig.api_key == "" and config != session.CallConfig()
+assert session.Message("user", []).timestamp is not None and not hasattr(session.Message, "timestamp")
+print("made")
+"""
+
+FIRST_USES = {
+    "an instance": "session.Message('user', [])",
+    "an Event, which has its own __init__": "session.Event('agent_start')",
+    "fields": "assert [f.name for f in dataclasses.fields(session.Gap)] == ['kind', 'run_id', 'seq', 'ref']",
+    "is_dataclass": "assert dataclasses.is_dataclass(session.Summary)",
+    "a subclass's @dataclass": (
+        "@dataclasses.dataclass\nclass Mine(session.Message):\n    mine: int = 0\n"
+        "assert Mine('user', [], mine=2).mine == 2"
+    ),
+    "a class attribute": "assert session.CallConfig.api_key == ''",
+    "match arguments": (  # none before Python 3.10, as for any dataclass
+        "expected = ('turn_count', 'tool_calls', 'tool_errors', 'end_reason')\n"
+        "assert getattr(session.RunSummary, '__match_args__', expected) == expected"
+    ),
+    "unpickling": (
+        "old, new = pickle.loads(bytes.fromhex(sys.argv[2])), session.CallRef('s', 'r', 'e', 1)\n"
+        "assert old == new and hash(old) == hash(new)"
+    ),
+    "a signature": (
+        "import inspect\n"
+        "assert str(inspect.signature(session.RetryInfo)) == "
+        "\"(max_retries: 'int' = 0, delay: 'float' = 0.0, error: 'Any' = None) -> None\""
+    ),
+}
+
+
+@pytest.mark.parametrize("first_use", FIRST_USES)
+def test_the_dataclasses_are_made_on_first_use(first_use: str) -> None:
+    script = FIRST_USE.format(first_use=FIRST_USES[first_use], names=PUBLIC_DATACLASSES)
+    pickled = pickle.dumps(session.CallRef("s", "r", "e", 1)).hex()
+    child = subprocess.run(
+        [sys.executable, "-c", script, str(HERE), pickled], capture_output=True, text=True, timeout=60
+    )
+    assert (child.returncode, child.stdout) == (0, "made\n"), child.stderr
+
+
+def test_importing_the_module_imports_neither_dataclasses_nor_inspect() -> None:
+    script = "import sys; sys.path.insert(0, sys.argv[1]); import session; print(sorted(sys.modules))"
+    child = subprocess.run(
+        [sys.executable, "-c", script, str(HERE)], capture_output=True, text=True, check=True
+    )
+    assert {"session", "json"} <= set(eval(child.stdout)) and not {"dataclasses", "inspect"} & set(
+        eval(child.stdout)
+    )
+
+
+def test_every_public_dataclass_is_named_in_the_test() -> None:
+    public = [name for name in session.__all__ if dataclasses.is_dataclass(getattr(session, name))]
+    assert sorted(public) == sorted(PUBLIC_DATACLASSES)
+
+
+CONCURRENT_FIRST_USE = """
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+import session
+start, failures = threading.Barrier(8), []
+def use():
+    start.wait()
+    try:
+        refs = {session.CallRef("s", "r", str(i), 1) for i in range(3)}
+        assert len(refs) == 3 and repr(session.RunSummary(2)).startswith("RunSummary(turn_count=2")
+    except BaseException as exc:
+        failures.append(exc)
+threads = [threading.Thread(target=use) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(failures)
+"""
+
+
+def test_threads_that_first_use_the_dataclasses_at_once_all_find_them_made() -> None:
+    for _ in range(10):
+        child = subprocess.run(
+            [sys.executable, "-c", CONCURRENT_FIRST_USE, str(HERE)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (child.returncode, child.stdout) == (0, "[]\n"), child.stderr
+
+
 def test_version_is_a_string() -> None:
     assert isinstance(session.__version__, str) and session.__version__[0].isdigit()
 
