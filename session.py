@@ -218,6 +218,7 @@ if TYPE_CHECKING:  # type checkers see what the classes become
     _Dataclass = object
 else:
     _UNMADE: List[Tuple[type, Dict[str, Any]]] = []  # each class and its dataclass() options
+    _DATACLASSES: Set[type] = set()  # made or not
     _MAKING = RLock()
 
     class _Unmade:
@@ -232,13 +233,21 @@ else:
             self.name = name
 
         def __get__(self, instance: Any, owner: type) -> Any:
-            if owner is _Dataclass:
+            mro = owner.__mro__
+            if owner is _Dataclass or _Dataclass not in mro:
                 raise AttributeError(self.name)  # the base itself is no dataclass
             _make_dataclasses()
-            if next((vars(k)[self.name] for k in owner.__mro__ if self.name in vars(k)), None) is self:
-                # only while this thread is making them: a signal handler's call
+            if "__dataclass_fields__" in vars(_Dataclass):  # this thread is making them: a signal handler
                 raise AttributeError(f"{owner.__qualname__}.{self.name} is being made")
-            return getattr(owner if instance is None else instance, self.name)
+            # Found as the lookup (or a super() call) found this: past the classes before the
+            # base, which had no such attribute then, but for the dataclasses just made.
+            base = mro.index(_Dataclass)
+            for klass in (*(k for k in mro[:base] if k in _DATACLASSES), *mro[base + 1 :]):
+                if self.name in vars(klass):
+                    value = vars(klass)[self.name]
+                    get = getattr(type(value), "__get__", None)
+                    return value if get is None else get(value, instance, owner)
+            raise AttributeError(f"type object {owner.__qualname__!r} has no attribute {self.name!r}")
 
     class _Dataclass:
         """The base of the public dataclasses: its attributes stand in for theirs until they
@@ -260,6 +269,7 @@ else:
     def _dataclass(**options: Any) -> Callable[[type], type]:
         def later(cls: type) -> type:
             _UNMADE.append((cls, options))
+            _DATACLASSES.add(cls)
             return cls
 
         return later

@@ -289,6 +289,18 @@ FIRST_USES = {
         "@dataclasses.dataclass\nclass Mine(session.Message):\n    mine: int = 0\n"
         "assert Mine('user', [], mine=2).mine == 2"
     ),
+    "a subclass's super()": (
+        "class Mine(session.RetryInfo):\n"
+        "    def __init__(self, n): super().__init__(max_retries=n)\n"
+        "    def __repr__(self): return 'mine: ' + super().__repr__()\n"
+        "assert repr(Mine(3)) == 'mine: Mine(max_retries=3, delay=0.0, error=None)'"
+    ),
+    "a mixin's method": (
+        "class Mixin:\n"
+        "    def __setattr__(self, name, value): object.__setattr__(self, name, value * 2)\n"
+        "class Mine(session.RunSummary, Mixin): pass\n"
+        "assert Mine(turn_count=2).turn_count == 4"
+    ),
     "a class attribute": "assert session.CallConfig.api_key == ''",
     "match arguments": (  # none before Python 3.10, as for any dataclass
         "expected = ('turn_count', 'tool_calls', 'tool_errors', 'end_reason')\n"
