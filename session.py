@@ -32,7 +32,7 @@ import types
 import typing
 import warnings
 import weakref
-from _thread import RLock, allocate_lock, start_new_thread  # threading's, without importing it
+from _thread import RLock, allocate_lock, get_ident, start_new_thread  # threading's, without importing it
 from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import (
@@ -216,10 +216,14 @@ if TYPE_CHECKING:  # type checkers see what the classes become
     from dataclasses import field as _field
 
     _Dataclass = object
+
+    def _make_dataclasses() -> None: ...
+
 else:
     _UNMADE: List[Tuple[type, Dict[str, Any]]] = []  # each class and its dataclass() options
     _DATACLASSES: Set[type] = set()  # made or not
     _MAKING = RLock()
+    _MAKER: List[int] = []  # the thread making them, while it does
 
     class _Unmade:
         """Stands for an attribute until the dataclasses are made: a method of theirs, their
@@ -237,7 +241,11 @@ else:
             if owner is _Dataclass or _Dataclass not in mro:
                 raise AttributeError(self.name)  # the base itself is no dataclass
             _make_dataclasses()
-            if "__dataclass_fields__" in vars(_Dataclass):  # this thread is making them: a signal handler
+            if get_ident() in _MAKER:  # dataclass() asking for a field, or a signal handler
+                if self.options:
+                    import dataclasses
+
+                    return dataclasses.field(**self.options)
                 raise AttributeError(f"{owner.__qualname__}.{self.name} is being made")
             # Found as the lookup (or a super() call) found this: past the classes before the
             # base, which had no such attribute then, but for the dataclasses just made.
@@ -256,10 +264,12 @@ else:
         __init__ = _Unmade()
         __repr__ = _Unmade()
         __eq__ = _Unmade()
-        __hash__ = _Unmade()
+        __hash__ = _Unmade()  # the frozen ones'; the others have None, as dataclass() gives them
         __setattr__ = _Unmade()
         __delattr__ = _Unmade()
+        __replace__ = _Unmade()  # Python 3.13's copy.replace
         __dataclass_fields__ = _Unmade()
+        __dataclass_params__ = _Unmade()
         __match_args__ = _Unmade()
         __signature__ = _Unmade()  # not a dataclass's: asking for it makes them, for inspect
 
@@ -268,6 +278,8 @@ else:
 
     def _dataclass(**options: Any) -> Callable[[type], type]:
         def later(cls: type) -> type:
+            if not options.get("frozen"):
+                cls.__hash__ = None  # as dataclass() will: for Hashable's check, made or not
             _UNMADE.append((cls, options))
             _DATACLASSES.add(cls)
             return cls
@@ -276,20 +288,30 @@ else:
 
     def _make_dataclasses() -> None:
         with _MAKING:  # another thread waits here, and finds them made
-            unmade = _UNMADE[:]
-            del _UNMADE[:]  # a signal handler's call, in this thread, finds nothing to make
-            if not unmade:
+            if not _UNMADE or _MAKER:  # made, or this thread is making them (a signal handler)
                 return
             import dataclasses
 
-            for cls, options in unmade:
-                for name, value in list(vars(cls).items()):
+            _MAKER.append(get_ident())
+            try:
+                while _UNMADE:
+                    cls, options = _UNMADE[0]
+                    before = dict(vars(cls))
+                    try:
+                        dataclasses.dataclass(cls, **options)
+                    except BaseException:  # a KeyboardInterrupt: left as it was, for the next use
+                        for name in set(vars(cls)) - set(before):
+                            delattr(cls, name)
+                        for name, value in before.items():
+                            if name not in vars(cls) or vars(cls)[name] is not value:
+                                setattr(cls, name, value)
+                        raise
+                    del _UNMADE[0]
+                for name, value in list(vars(_Dataclass).items()):
                     if isinstance(value, _Unmade):
-                        setattr(cls, name, dataclasses.field(**value.options))
-                dataclasses.dataclass(cls, **options)
-            for name, value in list(vars(_Dataclass).items()):
-                if isinstance(value, _Unmade):
-                    delattr(_Dataclass, name)  # object's slots again, as any dataclass has
+                        delattr(_Dataclass, name)  # object's slots again, as any dataclass has
+            finally:
+                del _MAKER[:]
 
 
 @_dataclass(frozen=True)
@@ -471,12 +493,9 @@ class CallRef(_Dataclass):
 
     def to_json(self) -> Dict[str, Any]:
         """The reference as a JSON object (a ``dict``)."""
-        return {
-            "session_id": self.session_id,
-            "run_id": self.run_id,
-            "execution_id": self.execution_id,
-            "attempt": self.attempt,
-        }
+        import dataclasses  # made by now: this is an instance of one
+
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, value: Union[str, bytes, Dict[str, Any]]) -> CallRef:
@@ -2306,6 +2325,7 @@ class Session:
         self.path = path
         self.session_id = session_id
         self._fd = fd  # -1 once closed
+        _make_dataclasses()  # before any run: a signal handler that records finds them made
         self._codec: Codec = _default_codec() if codec is None else codec
         self._redact = redact
         self._max_line_bytes = max_line_bytes

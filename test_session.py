@@ -258,9 +258,12 @@ FIRST_USE = """
 import dataclasses, pickle, sys
 sys.path.insert(0, sys.argv[1])
 import session
+from collections.abc import Hashable
 assert "__init__" in vars(session._Dataclass), "made at import"
+assert issubclass(session.Execution, Hashable) and not issubclass(session.CallConfig, Hashable)
 {first_use}
-assert [name for name, value in vars(session._Dataclass).items() if not name.startswith("__")] == []
+assert [name for name, value in vars(session._Dataclass).items() if isinstance(value, session._Unmade)] == []
+assert issubclass(session.Execution, Hashable) and not issubclass(session.CallConfig, Hashable)
 for name in {names!r}:
     cls = getattr(session, name)
     assert dataclasses.is_dataclass(cls) and cls.__mro__[1:] == (session._Dataclass, object), name
@@ -308,7 +311,37 @@ FIRST_USES = {
     ),
     "unpickling": (
         "old, new = pickle.loads(bytes.fromhex(sys.argv[2])), session.CallRef('s', 'r', 'e', 1)\n"
+        "if sys.version_info >= (3, 13):\n"
+        "    import copy\n"
+        "    assert copy.replace(old, attempt=2) == session.CallRef('s', 'r', 'e', 2)\n"
         "assert old == new and hash(old) == hash(new)"
+    ),
+    "the dataclass parameters": "assert session.Event.__dataclass_params__.init is False",
+    "a session with a codec of its own": (
+        "import tempfile\n"
+        "class Plain:\n"
+        "    def encode(self, value): return value\n"
+        "    def decode(self, value): return value\n"
+        "with tempfile.TemporaryDirectory() as folder:\n"
+        "    session.create(folder + '/s.jsonl', codec=Plain()).close()\n"
+        "    assert '__init__' not in vars(session._Dataclass)"
+    ),
+    "an interrupted first use, then another": (
+        "real, made = dataclasses._process_class, []\n"
+        "def interrupted(cls, *args):\n"
+        "    made.append(real(cls, *args))\n"
+        "    if len(made) == 5:\n"
+        "        raise KeyboardInterrupt\n"
+        "    return made[-1]\n"
+        "dataclasses._process_class = interrupted\n"
+        "try:\n"
+        "    session.RunSummary()\n"
+        "    raise AssertionError('not interrupted')\n"
+        "except KeyboardInterrupt:\n"
+        "    pass\n"
+        "dataclasses._process_class = real\n"
+        "assert '__init__' in vars(session._Dataclass) and '__repr__' not in vars(made[4])\n"
+        "assert dataclasses.is_dataclass(made[4]) and repr(session.RunSummary()).startswith('RunSummary(')"
     ),
     "a signature": (
         "import inspect\n"
