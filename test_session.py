@@ -921,6 +921,9 @@ def deepest_checkpoint(tmp_path: Path, kind: str) -> Tuple[int, Path]:
         path = tmp_path / f"{kind}-{depth}.jsonl"
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+        # A failed session lives in a cycle with its sticky error's traceback: collected now,
+        # not by a collection that a deep encoding triggers, with its callbacks on that stack.
+        gc.collect()
         s = session.create(path, DEEP_CODEC)
         try:
             s.begin_run().save_checkpoint(nested(kind, depth))
