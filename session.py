@@ -288,7 +288,8 @@ else:
 
     def _make_dataclasses() -> None:
         with _MAKING:  # another thread waits here, and finds them made
-            if not _UNMADE or _MAKER:  # made, or this thread is making them (a signal handler)
+            stand_ins = [name for name, value in vars(_Dataclass).items() if isinstance(value, _Unmade)]
+            if not stand_ins or _MAKER:  # made, or this thread is making them (a signal handler)
                 return
             import dataclasses
 
@@ -299,17 +300,17 @@ else:
                     before = dict(vars(cls))
                     try:
                         dataclasses.dataclass(cls, **options)
-                    except BaseException:  # a KeyboardInterrupt: left as it was, for the next use
-                        for name in set(vars(cls)) - set(before):
-                            delattr(cls, name)
-                        for name, value in before.items():
-                            if name not in vars(cls) or vars(cls)[name] is not value:
-                                setattr(cls, name, value)
+                        del _UNMADE[0]
+                    except BaseException:  # a KeyboardInterrupt
+                        if _UNMADE and _UNMADE[0][0] is cls:  # not made: as it was, for the next use
+                            for name in set(vars(cls)) - set(before):
+                                delattr(cls, name)
+                            for name, value in before.items():
+                                if name not in vars(cls) or vars(cls)[name] is not value:
+                                    setattr(cls, name, value)
                         raise
-                    del _UNMADE[0]
-                for name, value in list(vars(_Dataclass).items()):
-                    if isinstance(value, _Unmade):
-                        delattr(_Dataclass, name)  # object's slots again, as any dataclass has
+                for name in stand_ins:
+                    delattr(_Dataclass, name)  # object's slots again, as any dataclass has
             finally:
                 del _MAKER[:]
 
