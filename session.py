@@ -32,7 +32,7 @@ import types
 import typing
 import warnings
 import weakref
-from _thread import RLock, allocate_lock, get_ident, start_new_thread  # threading's, without importing it
+from _thread import RLock, allocate_lock, start_new_thread  # threading's, without importing it
 from collections import deque
 from datetime import datetime, timedelta, timezone
 from typing import (
@@ -220,10 +220,15 @@ if TYPE_CHECKING:  # type checkers see what the classes become
     def _make_dataclasses() -> None: ...
 
 else:
-    _UNMADE: List[Tuple[type, Dict[str, Any]]] = []  # each class and its dataclass() options
+    # Each class with its dataclass() options and, once a making of it began, its attributes
+    # before: a making that an exception cuts short is started again from there.
+    _UNMADE: List[Tuple[type, Dict[str, Any], Optional[Dict[str, Any]]]] = []
     _DATACLASSES: Set[type] = set()  # made or not
     _MAKING = RLock()
-    _MAKER: List[int] = []  # the thread making them, while it does
+    if hasattr(os, "register_at_fork"):  # a child forked while another thread made them waits for ever
+        os.register_at_fork(
+            before=_MAKING.acquire, after_in_parent=_MAKING.release, after_in_child=_MAKING.release
+        )
 
     class _Unmade:
         """Stands for an attribute until the dataclasses are made: a method of theirs, their
@@ -241,7 +246,7 @@ else:
             if owner is _Dataclass or _Dataclass not in mro:
                 raise AttributeError(self.name)  # the base itself is no dataclass
             _make_dataclasses()
-            if get_ident() in _MAKER:  # dataclass() asking for a field, or a signal handler
+            if _MAKING._is_owned():  # dataclass() asking for a field, or a signal handler
                 if self.options:
                     import dataclasses
 
@@ -280,39 +285,35 @@ else:
         def later(cls: type) -> type:
             if not options.get("frozen"):
                 cls.__hash__ = None  # as dataclass() will: for Hashable's check, made or not
-            _UNMADE.append((cls, options))
+            _UNMADE.append((cls, options, None))
             _DATACLASSES.add(cls)
             return cls
 
         return later
 
     def _make_dataclasses() -> None:
+        if _MAKING._is_owned():  # this thread is making them: dataclass(), or a signal handler
+            return
         with _MAKING:  # another thread waits here, and finds them made
             stand_ins = [name for name, value in vars(_Dataclass).items() if isinstance(value, _Unmade)]
-            if not stand_ins or _MAKER:  # made, or this thread is making them (a signal handler)
+            if not stand_ins:
                 return
             import dataclasses
 
-            _MAKER.append(get_ident())
-            try:
-                while _UNMADE:
-                    cls, options = _UNMADE[0]
-                    before = dict(vars(cls))
-                    try:
-                        dataclasses.dataclass(cls, **options)
-                        del _UNMADE[0]
-                    except BaseException:  # a KeyboardInterrupt
-                        if _UNMADE and _UNMADE[0][0] is cls:  # not made: as it was, for the next use
-                            for name in set(vars(cls)) - set(before):
-                                delattr(cls, name)
-                            for name, value in before.items():
-                                if name not in vars(cls) or vars(cls)[name] is not value:
-                                    setattr(cls, name, value)
-                        raise
-                for name in stand_ins:
-                    delattr(_Dataclass, name)  # object's slots again, as any dataclass has
-            finally:
-                del _MAKER[:]
+            while _UNMADE:
+                cls, options, before = _UNMADE[0]
+                if before is None:
+                    _UNMADE[0] = cls, options, dict(vars(cls))
+                else:  # an exception (KeyboardInterrupt) cut a making short: back to before it
+                    for name in set(vars(cls)) - set(before):
+                        delattr(cls, name)
+                    for name, value in before.items():
+                        if name not in vars(cls) or vars(cls)[name] is not value:
+                            setattr(cls, name, value)
+                dataclasses.dataclass(cls, **options)
+                del _UNMADE[0]
+            for name in sorted(stand_ins, key="__setattr__".__eq__):  # last: its use finishes this
+                delattr(_Dataclass, name)  # object's slots again, as any dataclass has
 
 
 @_dataclass(frozen=True)
@@ -2140,6 +2141,13 @@ def _line_head(session_id: str) -> str:
     return f'{{"session_id":"{session_id}","seq":'  # every line starts so: seq and the rest follow
 
 
+def _session_codec(codec: Optional[Codec]) -> Codec:
+    """*codec*, or the default one; the dataclasses made either way, before a file is touched:
+    an interrupt then leaves no file behind, and a signal handler that records finds them made."""
+    _make_dataclasses()
+    return _default_codec() if codec is None else codec
+
+
 def create(
     path: Union[str, os.PathLike[str]],
     codec: Optional[Codec] = None,
@@ -2163,6 +2171,7 @@ def create(
     (if they do, the calls are done as a signal handler's are: see ``Session.close``).
     """
     _check_line_limit(max_line_bytes)
+    codec = _session_codec(codec)
     name = _name(path)
     try:
         fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
@@ -2261,6 +2270,7 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     continues its ``seq``; an interrupted run stays incomplete.  *codec* and *redact* are as
     for ``create``; lines longer than *max_line_bytes* are a ``FormatError``.
     """
+    codec = _session_codec(codec)
     name = _name(path)
     fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY)
     try:
@@ -2316,7 +2326,7 @@ class Session:
         path: str,
         fd: int,
         session_id: str,
-        codec: Optional[Codec],
+        codec: Codec,
         redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]],
         max_line_bytes: int,
         seq: int,
@@ -2326,8 +2336,7 @@ class Session:
         self.path = path
         self.session_id = session_id
         self._fd = fd  # -1 once closed
-        _make_dataclasses()  # before any run: a signal handler that records finds them made
-        self._codec: Codec = _default_codec() if codec is None else codec
+        self._codec = codec
         self._redact = redact
         self._max_line_bytes = max_line_bytes
         self._lock = RLock()  # re-entrant: a signal handler in a locked thread gets in (see _write)
