@@ -6029,6 +6029,16 @@ def test_a_closed_pipe_ends_no_command_early_or_in_a_traceback(tmp_path: Path) -
     assert run_cli("validate", str(damaged_path)).returncode == 0  # repaired all the same
 
 
+def wait_until_blocked_in_a_pipe_read(pid: int) -> None:
+    """Where Linux tells (``/proc/PID/wchan``), wait until *pid* sleeps in a pipe's read: a
+    signal then interrupts that read.  One that came just before it, while C code was still
+    on its way there, would be seen only once the read returns: never, on a pipe kept open."""
+    wchan = Path(f"/proc/{pid}/wchan")
+    deadline = time.monotonic() + 30
+    while wchan.exists() and "pipe" not in wchan.read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_an_interrupt_ends_in_one_line_and_status_130(tmp_path: Path) -> None:
     if not hasattr(os, "mkfifo"):
         pytest.skip("needs a named pipe (POSIX) to interrupt a read at a known point")
@@ -6047,6 +6057,7 @@ def test_an_interrupt_ends_in_one_line_and_status_130(tmp_path: Path) -> None:
     with child, fifo.open("wb") as f:  # open returns once validate has opened the file: it is reading it
         f.write(blob_of([HEAD, START]))
         f.flush()
+        wait_until_blocked_in_a_pipe_read(child.pid)
         child.send_signal(signal.SIGINT)
         try:
             out, err = child.communicate(timeout=60)
