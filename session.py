@@ -209,7 +209,7 @@ class LockedError(SessionError):
 # class attributes of their fields are stand-ins; the first use of any (creating an instance,
 # comparing an unpickled one, ``dataclasses.fields``, ``is_dataclass``, a subclass's
 # ``@dataclass``) makes them all, once, and from then on each is what ``@dataclass`` makes,
-# below an empty base.
+# below an empty base.  ``create`` and ``open`` make them before they touch a file.
 
 if TYPE_CHECKING:  # type checkers see what the classes become
     from dataclasses import dataclass as _dataclass
