@@ -26,7 +26,6 @@ import json.scanner
 import math
 import os
 import re
-import stat
 import sys
 import types
 import typing
@@ -2033,6 +2032,24 @@ if sys.platform == "win32":
         os.lseek(fd, offset, os.SEEK_SET)  # callers hold the session lock
         return os.read(fd, size)
 
+    def _link(fd: int, temporary: str, name: str) -> int:
+        """The file *fd* holds at *temporary* moved to *name*, locked: Windows renames no
+        open file, and its rename never replaces one (``FileExistsError``)."""
+        os.close(fd)
+        try:
+            os.rename(temporary, name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY)
+        try:
+            _lock(fd, name)  # LockedError: an open of the new file came first, and has it
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
 else:
     import fcntl
 
@@ -2061,6 +2078,25 @@ else:
 
     def _pread(fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
+
+    def _link(fd: int, temporary: str, name: str) -> int:
+        """*fd*, locked, of the file at *temporary*, now at *name* instead: a link never
+        replaces a file (``FileExistsError``), and the lock is held before the name exists."""
+        try:
+            try:
+                os.link(temporary, name)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            try:
+                _sync_directory(name)
+            except Exception as exc:
+                os.unlink(name)  # linked just now and locked: nobody else has it
+                raise RecordingError(f"{name}: cannot sync its directory: {exc}") from exc
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
 
 if sys.platform == "darwin":
@@ -2111,6 +2147,13 @@ def _release(fd: int) -> None:
         os.close(fd)
 
 
+def _release_file(file: io.FileIO) -> None:
+    try:
+        _unlock(file.fileno())
+    finally:
+        file.close()
+
+
 def _name(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]) -> str:
     """A path as text, for messages and for the os calls alike."""
     return os.fsdecode(os.fspath(path))
@@ -2137,6 +2180,9 @@ class _CheckpointAt(NamedTuple):
     time: str
 
 
+_Redact = Callable[[Dict[str, Any]], Dict[str, Any]]
+
+
 def _line_head(session_id: str) -> str:
     return f'{{"session_id":"{session_id}","seq":'  # every line starts so: seq and the rest follow
 
@@ -2152,60 +2198,31 @@ def create(
     path: Union[str, os.PathLike[str]],
     codec: Optional[Codec] = None,
     *,
-    redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+    redact: Optional[_Redact] = None,
     max_line_bytes: int = _MAX_LINE_BYTES,
 ) -> Session:
     """Create a new session file at *path* and return its writer.
 
-    The file is made with mode 0600 and must not exist (``FileExistsError``); its first line,
-    ``session_start``, is synced with the directory entry before this returns.  One file
-    that exists is started afresh: what a ``create`` cut short by a crash leaves, a regular
-    file of this user's, private (0600), holding only the start of a header or zeros
-    (``open`` and ``repair`` refuse it: "no complete line"); ``LockedError`` while another
-    ``create`` writes it.  *codec*
-    encodes messages and checkpoints (default: ``JSONCodec()``).  *redact*, if given, takes
-    each event's and checkpoint's JSON-ready ``data`` just before it is encoded and returns
-    what to write instead.  A line longer than *max_line_bytes* is refused
-    (``RecordingError``): the session never writes what its own ``open`` would reject.
-    The codec and *redact* run under the session's lock: they should not call the session
-    (if they do, the calls are done as a signal handler's are: see ``Session.close``).
+    The file appears at *path* complete: its first line, ``session_start``, is written and
+    synced under a temporary name beside it (``.NAME.<16 hex digits>.tmp``), locked, and
+    then linked to *path*, which is never replaced: ``FileExistsError`` if anything is
+    there.  Of two creates of one path, one wins and the other gets ``FileExistsError``; a
+    create that fails removes its temporary name and leaves nothing at *path*.  The file has
+    mode 0600.  *codec* encodes messages and checkpoints (default: ``JSONCodec()``).
+    *redact*, if given, takes each event's and checkpoint's JSON-ready ``data`` just before
+    it is encoded and returns what to write instead.  A line longer than *max_line_bytes*
+    is refused (``RecordingError``): the session never writes what its own ``open`` would
+    reject.  The codec and *redact* run under the session's lock; a call they make to the
+    session is done as a signal handler's is (see ``Session.close``).
     """
     _check_line_limit(max_line_bytes)
-    codec = _session_codec(codec)
-    name = _name(path)
-    try:
-        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
-    except FileExistsError:
-        taken = _take_over_torn(name)
-        if taken is None:
-            raise
-        fd = taken
-    else:
-        try:
-            _lock(fd, name)
-        except LockedError:  # a create that takes over torn files got it first: it is theirs
-            os.close(fd)
-            raise
-        except BaseException:
-            os.close(fd)
-            os.unlink(name)  # it is ours (O_EXCL) and holds nothing
-            raise
-        if os.fstat(fd).st_size:  # one took it over, wrote and closed it before this lock
-            os.close(fd)
-            raise FileExistsError(errno.EEXIST, "another create has written it", name)
+    return _new_session(_name(path), _session_codec(codec), redact, max_line_bytes)
+
+
+def _new_session(name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int) -> Session:
     session_id = _new_id()
     header = _header(session_id, _utc_text(None))
-    try:
-        _write_all(fd, header)
-        _sync(fd)
-        _sync_directory(name)
-    except BaseException as exc:
-        _release(fd)
-        with contextlib.suppress(OSError):  # the error below says what went wrong
-            os.unlink(name)
-        if isinstance(exc, Exception):
-            raise RecordingError(f"{name}: cannot write the session header: {exc}") from exc
-        raise
+    fd = _publish(name, header)
     return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None)
 
 
@@ -2214,64 +2231,60 @@ def _header(session_id: str, time: str) -> bytes:
     return f'{_line_head(session_id)}1,"type":"session_start","time":"{time}","data":{data}}}\n'.encode()
 
 
-_HEADER_BYTES = len(_header(32 * "0", "2000-01-01T00:00:00.000000Z"))
+def _temporary_name(name: str) -> str:
+    """A new name beside *name* for the file ``create`` writes before it publishes it."""
+    folder, base = os.path.split(name)
+    base = os.fsdecode(os.fsencode(base)[:200])  # room for the rest within a name's 255 bytes
+    return os.path.join(folder, f".{base}.{_new_id()[:16]}.tmp")
 
 
-def _take_over_torn(name: str) -> Optional[int]:
-    """The locked, emptied descriptor of the file at *name* if a crash cut its ``create``
-    short, else ``None``.
-
-    Such a file holds no complete line, so no record: nothing is lost by starting it again.
-    Only what a ``create`` writes qualifies (a regular file, no symlink, private to this user
-    as ``create`` makes it, shorter than a header, starting as one does or zeros, as some file
-    systems leave after a power loss), so that a mistyped path never empties a file that is
-    not a session's, and no one else can have the file open to read what is recorded next.
-    """
+def _publish(name: str, header: bytes) -> int:
+    """The locked descriptor of a new file at *name* that holds *header*, synced: written
+    under a temporary name, then given *name*, never replacing a file that is there."""
+    temporary = _temporary_name(name)
+    fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
     try:
-        fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:  # a symlink, or a file this process may not write
-        return None
-    try:
-        if _is_torn_header(fd):
-            _lock(fd, name)  # LockedError: a create is writing it now
-            if _is_torn_header(fd):  # looked again under the lock
-                os.ftruncate(fd, 0)
-                return fd
+        _lock(fd, temporary)
+        try:
+            _write_all(fd, header)
+            _sync(fd)
+        except Exception as exc:
+            raise RecordingError(f"{name}: cannot write the session header: {exc}") from exc
     except BaseException:
-        os.close(fd)  # a lock taken above goes with it
+        os.close(fd)
+        with contextlib.suppress(OSError):  # what is raised says what went wrong
+            os.unlink(temporary)
         raise
-    os.close(fd)
-    return None
-
-
-def _is_torn_header(fd: int) -> bool:
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        return False
-    if sys.platform != "win32" and (info.st_uid != os.geteuid() or info.st_mode & 0o077):
-        return False  # not as this user's create makes it (0600): another may have it open
-    raw = _read_at(fd, 0, _HEADER_BYTES)
-    start = b'{"session_id":"'
-    torn = raw.startswith(start) or start.startswith(raw) or not raw.strip(b"\0")
-    return torn and len(raw) < _HEADER_BYTES and b"\n" not in raw
+    return _link(fd, temporary, name)
 
 
 def open(  # noqa: A001 - the contract's name; the builtin stays reachable as builtins.open
     path: Union[str, os.PathLike[str]],
     codec: Optional[Codec] = None,
     *,
-    redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+    create: bool = False,
+    redact: Optional[_Redact] = None,
     max_line_bytes: int = _MAX_LINE_BYTES,
 ) -> Session:
     """Open an existing session file at *path* to append to it.
 
     The whole file is validated first (``FormatError``, nothing changed, if any complete
     line is bad); an unfinished last line is then cut off and the cut synced.  Appending
-    continues its ``seq``; an interrupted run stays incomplete.  *codec* and *redact* are as
-    for ``create``; lines longer than *max_line_bytes* are a ``FormatError``.
+    continues its ``seq``; an interrupted run stays incomplete.  With *create*, a file that
+    does not exist is created, as ``create`` does: of several callers at once, one creates
+    it and the others open it (``LockedError`` while another has it open).  *codec* and
+    *redact* are as for ``create``; lines longer than *max_line_bytes* are a ``FormatError``.
     """
+    _check_line_limit(max_line_bytes)
     codec = _session_codec(codec)
     name = _name(path)
+    if create:
+        with contextlib.suppress(FileExistsError):
+            return _new_session(name, codec, redact, max_line_bytes)
+    return _existing_session(name, codec, redact, max_line_bytes)
+
+
+def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int) -> Session:
     fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY)
     try:
         _lock(fd, name)
@@ -2327,7 +2340,7 @@ class Session:
         fd: int,
         session_id: str,
         codec: Codec,
-        redact: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]],
+        redact: Optional[_Redact],
         max_line_bytes: int,
         seq: int,
         size: int,
@@ -2335,7 +2348,8 @@ class Session:
     ) -> None:
         self.path = path
         self.session_id = session_id
-        self._fd = fd  # -1 once closed
+        self._fd = fd
+        self._file = io.FileIO(fd, "r+")  # owns fd: its close() closes it exactly once
         self._codec = codec
         self._redact = redact
         self._max_line_bytes = max_line_bytes
@@ -2354,7 +2368,7 @@ class Session:
         _SESSIONS.add(self)
 
     def __repr__(self) -> str:
-        state = "closed" if self._fd < 0 else "failed" if self._failure else "open"
+        state = "closed" if self._file.closed else "failed" if self._failure else "open"
         return f"<session.Session {self.path!r} {self.session_id} {state}>"
 
     def __enter__(self) -> Session:
@@ -2370,12 +2384,11 @@ class Session:
         # a run_close would claim an end the program never reached.  What was written is in the
         # operating system's hands already and outlives the descriptor; the open run reads as
         # interrupted, which it was.
-        fd = getattr(self, "_fd", -1)  # __init__ may not have got that far
-        if fd >= 0:
-            self._fd = -1
+        file = getattr(self, "_file", None)  # __init__ may not have got that far
+        if file is not None and not file.closed:
             self._closing = True
             warnings.warn(f"unclosed session {self.path!r}", ResourceWarning, stacklevel=2, source=self)
-            _release(fd)
+            _release_file(file)
 
     def begin_run(self) -> Run:
         """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open.
@@ -2387,9 +2400,7 @@ class Session:
             if self._interrupting():  # the new run would start only after the write under way
                 raise RuntimeError(f"{self.path}: begin_run cannot interrupt a write to its session")
             run = Run(self, _new_id())
-            self._write(
-                self._check_no_run, lambda: self._append(run.run_id, "run_start", _utc_text(None), "{}", run)
-            )
+            self._write(self._check_no_run, lambda: self._append(run, "run_start", _utc_text(None), "{}"))
         return run
 
     def sync(self) -> None:
@@ -2405,7 +2416,7 @@ class Session:
         rebinds its model, tools and configuration and installs the snapshot itself.
         """
         with self._lock:
-            if self._fd < 0:  # closed; a failed session stays readable
+            if self._file.closed:  # a failed session stays readable
                 self._check(None)
             at = self._checkpoint
             if at is None:
@@ -2417,6 +2428,8 @@ class Session:
         """Close an open run, sync, and release the file and its lock.
 
         Idempotent; raises ``RecordingError`` (again) if recording failed, after releasing.
+        An interrupt (``KeyboardInterrupt``, a handler's ``sys.exit``) leaves the file open
+        and locked, and the next ``close()`` finishes what it cut short.
         A signal handler may call this (or ``record``, ``save_checkpoint``, ``sync``) at any
         moment.  If it interrupted a write of this session in its own thread, what is written
         is synced at once, and the rest (``run_close``, the last sync, the release) is done
@@ -2424,7 +2437,7 @@ class Session:
         handler's ``sys.exit``.  Only ``os._exit`` in the handler would skip it.
         """
         with self._lock:
-            if self._fd >= 0:
+            if not self._file.closed:
                 try:
                     if self._failure is None and self._interrupting():
                         self._sync()  # what is written is safe, even if the handler ends the process
@@ -2443,8 +2456,9 @@ class Session:
 
     def _check_no_run(self) -> None:
         self._check(None)
-        if self._run is not None:
-            raise RunOpenError(f"{self.path}: run {self._run.run_id} is still open; close it first")
+        run = self._run  # read once: a signal handler may close it between two reads
+        if run is not None:
+            raise RunOpenError(f"{self.path}: run {run.run_id} is still open; close it first")
 
     def _check_failure(self) -> None:
         if self._failure is not None:
@@ -2543,12 +2557,11 @@ class Session:
             self._checkpoint = pending.checkpoint
         self._pending = None
 
-    def _append(
-        self, run_id: str, kind: str, time: str, data: str, run: Optional[Run], sync: bool = False
-    ) -> None:
-        """Write one record with the next seq, after which *run* is open."""
-        self._check_failure()  # an interrupting call may have failed the session
+    def _append(self, run: Run, kind: str, time: str, data: str, sync: bool = False) -> None:
+        """Write one record of *run* with the next seq, if the file allows it now."""
+        self._check_written(run, kind)
         seq = self._seq + 1
+        run_id = run.run_id
         text = (
             f'{self._head}{seq},"type":{_quote(kind)},"time":"{time}","run_id":"{run_id}","data":{data}}}\n'
         )
@@ -2562,38 +2575,59 @@ class Session:
         offset = self._size
         end = offset + len(line)
         at = _CheckpointAt(offset, end, seq, run_id, time) if kind == "checkpoint" else self._checkpoint
+        after = None if kind == "run_close" else run
         # _Pending(...) without NamedTuple's Python-level __new__: a third the cost
-        self._pending = tuple.__new__(_Pending, (line, offset, seq, run, at))
+        self._pending = tuple.__new__(_Pending, (line, offset, seq, after, at))
         try:
             done = os.write(self._fd, line)
             if done != len(line):  # a short write: continue it, never repeat it
                 _write_all(self._fd, memoryview(line)[done:])
         except Exception as exc:  # not KeyboardInterrupt or SystemExit: _settle sees to those
             raise self._fail(exc, "cannot write") from exc
-        self._seq, self._size, self._run = seq, end, run
+        self._seq, self._size, self._run = seq, end, after
         if sync:
             self._sync()
         # A checkpoint is the latest once synced (a failed sync clears _pending); if an
         # exception cuts this short, _settle makes it so as it finds the line in the file.
         self._checkpoint, self._pending = at, None
 
+    def _check_written(self, run: Run, kind: str) -> None:
+        """Refuse a line the file no longer allows: checked where it is written, since a
+        signal handler may close the run or the session after the caller's own check."""
+        self._check_failure()  # an interrupting call may have failed the session
+        if self._file.closed:
+            raise ValueError(f"{self.path}: session is closed")
+        open_run = self._run
+        if kind == "run_start" and open_run is not None:
+            raise RunOpenError(f"{self.path}: run {open_run.run_id} is still open; close it first")
+        if kind != "run_start" and open_run is not run:
+            raise ValueError(f"{self.path}: run {run.run_id} is closed")
+
     def _decide_close(self) -> None:
         self._closing = True
 
     def _close_now(self) -> None:
-        if self._fd < 0:  # an interrupting close() queued after this one
+        """Write the open run's ``run_close``, sync and release.  An error releases all the
+        same; an interrupt (Ctrl-C, a handler's exit) leaves the rest to the next ``close``."""
+        if self._file.closed:  # an interrupting close() queued after this one
             return
         try:
             if self._failure is None:
-                if self._run is not None:
-                    self._append(self._run.run_id, "run_close", _utc_text(None), "{}", None)
+                run = self._run
+                if run is not None:
+                    self._append(run, "run_close", _utc_text(None), "{}")
                 self._sync()
-        finally:
-            fd, self._fd, self._run, self._pending = self._fd, -1, None, None
-            try:
-                _release(fd)
-            except OSError as exc:  # NFS reports write errors here
-                raise self._fail(exc, "cannot close") from exc
+        except Exception:
+            self._release()
+            raise
+        self._release()
+
+    def _release(self) -> None:
+        self._run, self._pending = None, None
+        try:
+            _release_file(self._file)
+        except OSError as exc:  # NFS reports write errors here
+            raise self._fail(exc, "cannot close") from exc
 
     def _sync(self) -> None:
         try:
@@ -2625,9 +2659,8 @@ class Session:
         lock lives as long as any copy of it: the parent could not open the file again)."""
         self._lock = RLock()
         self._writing, self._later, self._pending = False, deque(), None  # another thread's, gone
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if not self._file.closed:
+            self._file.close()
             self._failure = self._failure or RecordingError(
                 f"{self.path}: this handle belongs to process {os.getppid()}"
             )
@@ -2713,9 +2746,7 @@ class Run:
             except Exception as exc:
                 raise session._fail(exc, f"cannot encode a {kind} event") from exc
             # checked again: a signal handler (or the codec) may have closed the run meanwhile
-            session._write(
-                lambda: session._check(self), lambda: session._append(self.run_id, kind, time, text, self)
-            )
+            session._write(lambda: session._check(self), lambda: session._append(self, kind, time, text))
         return True
 
     def ref(self, execution: Execution) -> CallRef:
@@ -2737,7 +2768,7 @@ class Run:
                 raise session._fail(exc, "cannot encode the checkpoint") from exc
             session._write(
                 lambda: session._check(self),
-                lambda: session._append(self.run_id, "checkpoint", time, text, self, sync=True),
+                lambda: session._append(self, "checkpoint", time, text, sync=True),
             )
 
     def close(self) -> None:
@@ -2753,8 +2784,8 @@ class Run:
 
     def _close_now(self) -> None:
         session = self._session
-        if session._run is self and session._fd >= 0:  # not closed by a call that interrupted this one
-            session._append(self.run_id, "run_close", _utc_text(None), "{}", None, sync=True)
+        if session._run is self and not session._file.closed:  # not closed by an interrupting call
+            session._append(self, "run_close", _utc_text(None), "{}", sync=True)
 
 
 # ---------------------------------------------------------------------------- reader
@@ -2840,14 +2871,7 @@ def _records(
     readline = f.readline
     raw = readline(limit)
     if raw[-1:] != b"\n":
-        raise _unfinished(
-            raw,
-            limit,
-            name,
-            1,
-            base,
-            "no complete line: not a session file, or one whose create was cut short (create replaces it)",
-        )
+        raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
     header = _parse_line(raw, name, 1, base, keys)
     session_id = _check_header(header, name, base)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -59,7 +60,7 @@ async def recording(
     its own ``recording`` of its own file.
     """
     target = os.fspath(path)
-    opened = await asyncio.to_thread(session.open if os.path.exists(target) else session.create, target)
+    opened = await asyncio.to_thread(functools.partial(session.open, target, create=True))
     try:
         run = await asyncio.to_thread(opened.begin_run)
         yield SessionRecorder(run, checkpoint=checkpoint, source=opened)

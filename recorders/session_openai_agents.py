@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -57,7 +58,7 @@ async def recording(
     its own ``recording`` of its own file.
     """
     target = os.fspath(path)
-    opened = await asyncio.to_thread(session.open if os.path.exists(target) else session.create, target)
+    opened = await asyncio.to_thread(functools.partial(session.open, target, create=True))
     try:
         run = await asyncio.to_thread(opened.begin_run)
         yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
