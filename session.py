@@ -127,11 +127,12 @@ _READ_BUFFER = 1 << 20  # readline on 32 KB lines is 3x faster than with the def
 _RESERVED = frozenset({"session_start", "run_start", "run_close", "checkpoint"})
 # Names of credentials, matched against a key folded to lowercase letters and digits (so that
 # X-Api-Key, x_api_key and XApiKey are one name): the headers and fields AI providers,
-# clouds and OAuth use for keys, tokens, cookies and passwords.
+# clouds and OAuth use for keys, tokens, cookies and passwords. A name that ends in "token"
+# (PRIVATE-TOKEN, X-Vault-Token, github_token) is one; counts (max_tokens) end in "tokens".
 _CREDENTIAL_KEY = re.compile(
-    "apikey|apitoken|authorization|authkey|authtoken|accesskey|accesstoken|refreshtoken|idtoken$"
+    "apikey|apitoken|authorization|authkey|authtoken|accesskey|accesstoken|refreshtoken"
     "|sessiontoken|securitytoken|subscriptionkey|privatekey|secret|pass(?:word|wd|phrase)|cookie"
-    "|credential|^(?:auth|bearer|key|token)$"
+    "|credential|token$|^(?:auth|bearer|key)$"
 )
 _NOT_ALNUM = re.compile("[^0-9a-z]")
 
@@ -1900,22 +1901,37 @@ def _put_request(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> No
 
 
 def _without_credentials(value: Any, path: str, dropped: List[str]) -> Any:
-    """A copy of *value* without the object keys that name credentials; their paths go to
-    *dropped*."""
-    if isinstance(value, RawJSON):
-        value = _DECODER.decode(_compact(value))
+    """A copy of *value* without the object keys and the pairs that name credentials; their
+    paths go to *dropped*."""
+    value = _plain(value)
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
             step = f"{path}.{key}"
-            if isinstance(key, str) and _CREDENTIAL_KEY.search(_NOT_ALNUM.sub("", key.casefold())):
+            if _names_credential(key):
                 dropped.append(step)
             else:
                 out[key] = _without_credentials(item, step, dropped)
         return out
     if isinstance(value, (list, tuple)):
-        return [_without_credentials(item, f"{path}[{i}]", dropped) for i, item in enumerate(value)]
+        kept = []
+        for i, item in enumerate(value):
+            step, item = f"{path}[{i}]", _plain(item)
+            # Headers and query parameters as (name, value) pairs, the form httpx and aiohttp take
+            if isinstance(item, (list, tuple)) and len(item) == 2 and _names_credential(item[0]):
+                dropped.append(step)
+            else:
+                kept.append(_without_credentials(item, step, dropped))
+        return kept
     return value
+
+
+def _plain(value: Any) -> Any:
+    return _DECODER.decode(_compact(value)) if isinstance(value, RawJSON) else value
+
+
+def _names_credential(name: Any) -> bool:
+    return isinstance(name, str) and _CREDENTIAL_KEY.search(_NOT_ALNUM.sub("", name.casefold())) is not None
 
 
 _Put = Callable[[Dict[str, Any], str, Any, Codec], None]

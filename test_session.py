@@ -2197,6 +2197,110 @@ def test_credential_names_are_compared_with_case_and_separators_folded(tmp_path:
     assert b"secret-" not in path.read_bytes()
 
 
+def test_credential_pairs_in_extra_are_dropped_and_listed(tmp_path: Path) -> None:
+    extra = {
+        "headers": [("Authorization", "Bearer secret-1"), ("Accept", "*/*"), ["x-api-key", "secret-2"]],
+        "params": [("key", "secret-3"), ("alt", "sse")],  # Google's ?key= as query pairs
+        "nested": [[("Cookie", "secret-4")], RawJSON('[["X-Vault-Token", "secret-5"], ["n", 1]]')],
+        "other_pairs": [(1, "one"), ["stop", "token"]],
+    }
+    request = ModelRequest([], config=CallConfig(extra=extra))
+    [obj] = recorded(tmp_path, Event("model_request", execution=MODEL, request=request))
+    assert obj["data"]["request"]["config"]["extra"] == {
+        "headers": [["Accept", "*/*"]],
+        "params": [["alt", "sse"]],
+        "nested": [[], [["n", 1]]],
+        "other_pairs": [[1, "one"], ["stop", "token"]],
+    }
+    assert obj["data"]["redacted"] == [
+        "config.extra.headers[0]",
+        "config.extra.headers[2]",
+        "config.extra.params[0]",
+        "config.extra.nested[0][0]",
+        "config.extra.nested[1][0]",
+    ]
+    assert b"secret-" not in (tmp_path / "events.jsonl").read_bytes()
+
+
+PROVIDER_CREDENTIALS = [
+    "Authorization",  # OpenAI, Mistral, Groq, Cohere and other bearer-token APIs
+    "Proxy-Authorization",
+    "x-api-key",  # Anthropic
+    "api-key",  # Azure OpenAI
+    "Ocp-Apim-Subscription-Key",  # Azure API Management
+    "x-goog-api-key",  # Gemini
+    "x-goog-iam-authorization-token",  # Google Cloud
+    "X-Amz-Security-Token",  # AWS
+    "X-aws-ec2-metadata-token",  # AWS instance metadata (IMDSv2)
+    "access_token",
+    "refresh_token",  # OAuth
+    "id_token",
+    "session_token",
+    "oauth_token",
+    "bearer_token",
+    "X-Auth-Token",  # OpenStack
+    "X-CSRF-Token",
+    "X-XSRF-TOKEN",
+    "PRIVATE-TOKEN",  # GitLab
+    "JOB-TOKEN",
+    "X-Gitlab-Token",
+    "github_token",  # GitHub Actions
+    "hf_token",  # Hugging Face
+    "HUGGING_FACE_HUB_TOKEN",
+    "bot_token",  # Slack
+    "X-Vault-Token",  # HashiCorp
+    "X-Consul-Token",
+    "Circle-Token",  # CircleCI
+    "Cookie",
+]
+PROVIDER_SETTINGS = [
+    "max_tokens",  # OpenAI, Anthropic
+    "max_completion_tokens",
+    "max_output_tokens",
+    "maxOutputTokens",  # Gemini
+    "max_tokens_to_sample",
+    "budget_tokens",
+    "total_tokens",  # usage counts
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "token_budget",
+    "tokenizer",
+    "top_k",
+    "top_p",
+    "temperature",
+    "stop",
+    "stop_sequences",
+    "logprobs",
+    "user",
+    "model",
+    "seed",
+    "anthropic-version",
+    "OpenAI-Organization",
+    "x-goog-user-project",
+    "X-aws-ec2-metadata-token-ttl-seconds",
+]
+
+
+@pytest.mark.parametrize("name", PROVIDER_CREDENTIALS)
+def test_provider_credential_names_are_dropped_as_keys_and_as_pairs(tmp_path: Path, name: str) -> None:
+    extra = {name: "secret-1", "headers": [(name, "secret-2"), ("Accept", "application/json")]}
+    request = ModelRequest([], config=CallConfig(extra=extra))
+    [obj] = recorded(tmp_path, Event("model_request", execution=MODEL, request=request))
+    assert obj["data"]["request"]["config"]["extra"] == {"headers": [["Accept", "application/json"]]}
+    assert obj["data"]["redacted"] == [f"config.extra.{name}", "config.extra.headers[0]"]
+    assert b"secret-" not in (tmp_path / "events.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("name", PROVIDER_SETTINGS)
+def test_provider_settings_are_kept_beside_a_dropped_credential_pair(tmp_path: Path, name: str) -> None:
+    extra = {name: 1, "headers": [(name, 2), ("Authorization", "Bearer secret")]}
+    request = ModelRequest([], config=CallConfig(extra=extra))
+    [obj] = recorded(tmp_path, Event("model_request", execution=MODEL, request=request))
+    assert obj["data"]["request"]["config"]["extra"] == {name: 1, "headers": [[name, 2]]}
+    assert obj["data"]["redacted"] == ["config.extra.headers[1]"]
+
+
 def test_raw_json_is_checked_and_written_compacted(tmp_path: Path) -> None:
     raw = ' {"n": 1e2, "s": "a  b\\u00e9\\"", "l": [1.50 , true,null]}\n'
     [obj] = recorded(
