@@ -3270,8 +3270,10 @@ def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
     """Line 1's session_id, once the line passed rule 3."""
     data = obj.get("data")
     version = data.get("version") if type(data) is dict else None
-    if obj.get("type") != "session_start":
-        problem = f"line 1 must be a session_start record, found type {obj.get('type')!r}"
+    kind = obj.get("type")
+    if kind != "session_start":
+        found = f"type {kind!r}" if type(kind) is str else "no type" if kind is None else "a non-string type"
+        problem = f"line 1 must be a session_start record, found {found}"
     elif type(version) is not int:
         problem = "session_start needs an integer data.version"
     elif version != _FORMAT_VERSION:
@@ -4804,10 +4806,14 @@ def _html_options(sub: Any) -> None:
         type=int,
         default=_PAGE_BUDGET,
         metavar="N",
-        help="page size budget (records past it are named, not shown)",
+        help="page size budget (records past it are named, not shown; default: %(default)s, 16 MiB)",
     )
     sub.add_argument(
-        "--max-field", type=int, default=_PAGE_FIELD, metavar="N", help="characters of one value shown inline"
+        "--max-field",
+        type=int,
+        default=_PAGE_FIELD,
+        metavar="N",
+        help="characters of one value shown inline (default: %(default)s)",
     )
 
 
@@ -4935,6 +4941,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return limit
 
+    def jobs(text: str) -> int:
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+        return int(text)
+
+    def jobs_option(sub: Any) -> None:
+        sub.add_argument(
+            "--jobs",
+            type=jobs,
+            metavar="N",
+            help="files read at once, by N processes (default: the number of cores; 1 for one file)",
+        )
+
     def command(name: str, handler: Callable[[Any], int], about: str, status: str, many: bool = False) -> Any:
         epilog = f"exit status: {status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
         sub = commands.add_parser(name, help=about, description=about, epilog=epilog)
@@ -4957,7 +4976,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "0 every file valid; 1 any invalid or unreadable (all are checked)",
         many=True,
     )
-    check.add_argument("--json", action="store_true", help="print one JSON object per file")
+    check.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
+    jobs_option(check)
     command(
         "repair",
         _repair_command,
@@ -4971,20 +4991,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "0 every file valid, whatever its gaps; 1 any invalid or unreadable (all are read)",
         many=True,
     )
-    report.add_argument("--json", action="store_true", help="print one JSON object per file")
+    report.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
+    jobs_option(report)
     show = command(
         "show",
         _show_command,
         "print the matching records' lines as they are in the file",
         "0 valid; 1 invalid or unreadable (the records before the bad line are printed)",
     )
-    show.add_argument("--run", metavar="RUN_ID", help="records of this run")
+    show.add_argument("--run", metavar="RUN_ID", help="records of this run (default: every run)")
     show.add_argument(
-        "--type", action="append", metavar="TYPE", help="records of this type (repeat: any of them)"
+        "--type",
+        action="append",
+        metavar="TYPE",
+        help="records of this type (repeat: any of them; default: every type)",
     )
-    show.add_argument("--execution", metavar="ID", help="records of this execution id")
-    show.add_argument("--attempt", type=int, metavar="N", help="of this attempt (needs --execution)")
-    show.add_argument("--pretty", action="store_true", help="a readable transcript instead of the lines")
+    show.add_argument("--execution", metavar="ID", help="records of this execution id (default: any)")
+    show.add_argument(
+        "--attempt", type=int, metavar="N", help="of this attempt (needs --execution; default: every attempt)"
+    )
+    show.add_argument(
+        "--pretty",
+        action="store_true",
+        help="a readable transcript instead of the lines (default: the lines)",
+    )
     command(
         "checkpoint",
         _checkpoint_command,
@@ -4998,10 +5028,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "0 every file valid and exported; 1 any left out (invalid, unreadable, or a session twice)",
         many=True,
     )
-    copy.add_argument("-o", dest="out", required=True, metavar="OUT", help="the output file (or folder)")
-    copy.add_argument("--split", action="store_true", help="one part file per input, in the new folder OUT")
     copy.add_argument(
-        "--prefix", action="store_true", help="from an invalid file, the records before the bad line"
+        "-o", dest="out", required=True, metavar="OUT", help="the output file (or folder); required"
+    )
+    copy.add_argument(
+        "--split",
+        action="store_true",
+        help="one part file per input, in the new folder OUT (default: one file)",
+    )
+    copy.add_argument(
+        "--prefix",
+        action="store_true",
+        help="from an invalid file, the records before the bad line (default: nothing of it)",
     )
     _html_options(
         command(
@@ -5040,24 +5078,59 @@ _READS_STDIN = ("validate", "summary", "show")  # checkpoint reads its line twic
 
 
 def _validate_command(args: Any) -> int:
+    return _each_file(args, _validate_file)
+
+
+def _each_file(args: Any, work: Callable[[Any, str], int]) -> int:
+    """The highest status of *work* (which prints) on each of ``args.files``, in order.  With
+    ``--jobs`` over 1, in a pool of processes, each file's output printed whole and in the
+    files' order: what ``--jobs 1`` prints."""
+    files = args.files
+    jobs = min(args.jobs or os.cpu_count() or 1, len(files))
+    if jobs <= 1 or "-" in files:  # standard input is this process's
+        return max([work(args, name) for name in files])
+    from concurrent.futures import ProcessPoolExecutor
+
     status = 0
-    for name in args.files:
-        tally = _Tally()
-        try:
-            result = _read_file(name, args.max_line_bytes, tally, keys=_NO_DATA)
-        except (FormatError, OSError) as exc:
-            status = 1
-            _print_failure(name, exc, args.json)
-            continue
-        incomplete = tally.runs - tally.closed_runs
-        if args.json:
-            _print_json(_valid_fields(name, result, tally))
-        else:
-            _print_text(
-                f"{name}: ok, {result.records} records, {tally.runs} runs ({incomplete} incomplete), "
-                f"{tally.checkpoints} checkpoints{_tail_text(result.tail_bytes)}"
-            )
+    with ProcessPoolExecutor(jobs) as pool:
+        for code, out, err in pool.map(functools.partial(_captured, work, args), files):
+            for text, stream in ((out, sys.stdout), (err, sys.stderr)):
+                if text:
+                    _emit(text[:-1], stream)  # as printed, less print's own newline
+            status = max(status, code)
     return status
+
+
+def _captured(work: Callable[[Any, str], int], args: Any, name: str) -> Tuple[int, str, str]:
+    """*work* on *name* in a worker process: its status and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = work(args, name)
+    return status, out.getvalue(), err.getvalue()
+
+
+def _validate_file(args: Any, name: str) -> int:
+    tally = _Tally()
+    try:
+        result = _read_file(name, args.max_line_bytes, tally, keys=_NO_DATA)
+    except (FormatError, OSError) as exc:
+        _print_failure(name, exc, args.json)
+        return 1
+    incomplete = tally.runs - tally.closed_runs
+    if args.json:
+        _print_json(_valid_fields(name, result, tally))
+    else:
+        _print_text(
+            f"{name}: ok, {_count(result.records, 'record')}, {_count(tally.runs, 'run')} "
+            f"({incomplete} incomplete), {_count(tally.checkpoints, 'checkpoint')}"
+            f"{_tail_text(result.tail_bytes)}"
+        )
+    return 0
+
+
+def _count(number: int, noun: str) -> str:
+    """*number* *noun*s in English: "1 run", "2 runs"."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _tail_text(size: int) -> str:
@@ -5078,18 +5151,19 @@ def _repair_command(args: Any) -> int:
     error = result.error
     if error is None:
         left = f"; its {tail}-byte unfinished last line is left for open, which removes it" if tail else ""
-        _print_text(f"{name}: valid, nothing to repair ({result.kept_records} records){left}")
+        _print_text(f"{name}: valid, nothing to repair ({_count(result.kept_records, 'record')}){left}")
     else:
         _print_text(
-            f"{name}: kept {result.kept_records} records; dropped {result.dropped_bytes} bytes "
-            f"from line {error.line} (offset {error.offset}): {error.reason}"
+            f"{name}: kept {_count(result.kept_records, 'record')}; "
+            f"dropped {_count(result.dropped_bytes, 'byte')} from line {error.line} "
+            f"(offset {error.offset}): {error.reason}"
         )
         _print_text(f"{name}: the original is kept as {result.backup_path}")
     return 0
 
 
 def _summary_command(args: Any) -> int:
-    return max(_summarize_file(args, name) for name in args.files)
+    return _each_file(args, _summarize_file)
 
 
 def _summarize_file(args: Any, name: str) -> int:
@@ -5117,20 +5191,22 @@ def _summarize_file(args: Any, name: str) -> int:
 
 def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
     out = [
-        f"{name}: session {summary.session_id}, {summary.records} records, {len(summary.runs)} runs, "
-        f"{summary.checkpoints} checkpoints{_tail_text(summary.tail_bytes)}"
+        f"{name}: session {summary.session_id}, {_count(summary.records, 'record')}, "
+        f"{_count(len(summary.runs), 'run')}, {_count(summary.checkpoints, 'checkpoint')}"
+        f"{_tail_text(summary.tail_bytes)}"
     ]
     for run in summary.runs:
         state = "closed" if run.closed else "not closed"
         reason = f", end reason {run.end_reason}" if run.end_reason else ""
         out.append(
-            f"run {run.run_id}: seq {run.first_seq}-{run.last_seq}, {run.records} records, {state}{reason}"
+            f"run {run.run_id}: seq {run.first_seq}-{run.last_seq}, {_count(run.records, 'record')}, "
+            f"{state}{reason}"
         )
         out.append(f"  {run.start_time} to {run.end_time} ({_duration(run.start_time, run.end_time)})")
         if run.error is not None:
             out.append(f"  error: {_error_text(run.error)}")
     out.append("records by type: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())))
-    out.append("usage: " + (", ".join(f"{k} {v}" for k, v in summary.usage.items()) or "none reported"))
+    out.append("usage: " + (", ".join(f"{k} {v}" for k, v in summary.usage.items()) or _no_usage(summary)))
     if summary.uninterpreted:
         out.append(f"uninterpreted: {summary.uninterpreted} records whose data has an unexpected shape")
     out.append("gaps: none" if not summary.gaps else f"gaps: {len(summary.gaps)}")
@@ -5144,6 +5220,18 @@ def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
             show = ["show", name, "--run", gap.run_id, "--execution", gap.ref.execution_id]
             out.append(f"    {prog} {' '.join(map(_shell_word, show))} --attempt {gap.ref.attempt} --pretty")
     return out
+
+
+def _no_usage(summary: Summary) -> str:
+    """Why a summary has no usage: a host that passes a provider's own message dicts gets
+    none, and should be told so."""
+    calls = summary.counts.get("model_exec_end", 0)
+    if not calls:
+        return "none reported"
+    return (
+        f"none reported by {_count(calls, 'model_exec_end record')}: no message of theirs is a"
+        f" Message whose usage has {', '.join(sorted(_USAGE_COUNTS))}"
+    )
 
 
 def _duration(start: str, end: str) -> str:
@@ -5169,11 +5257,17 @@ def _in_line(value: Any) -> str:
 
 def _show_command(args: Any) -> int:
     types = set(args.type or ())
+    never = sorted(kind for kind in types if _PROJECTIONS.get(kind, True) is None)
+    if never:
+        _print_error(f"{args.prog} show: --type {_in_line(never[0])}: that event type is never written")
+        return 2
     out = sys.stdout.buffer
     unreadable = 0  # records whose execution is not of the shape the format writes
+    seen: Set[str] = set()
 
     def visit(record: Record) -> None:
         nonlocal unreadable
+        seen.add(record.type)
         if args.run is not None and record.run_id != args.run:
             return
         if types and record.type not in types:
@@ -5206,8 +5300,26 @@ def _show_command(args: Any) -> int:
         _print_failure(args.file, exc, False)
         return 1
     if unreadable:
-        _print_error(f"{args.file}: {unreadable} records with an execution of unexpected shape not matched")
-    return 0
+        _print_error(
+            f"{args.file}: {_count(unreadable, 'record')} with an execution of unexpected shape not matched"
+        )
+    return _unknown_types(args, types - seen - _KNOWN_TYPES, seen)
+
+
+_KNOWN_TYPES = _RESERVED | {kind for kind, projection in _PROJECTIONS.items() if projection is not None}
+
+
+def _unknown_types(args: Any, unknown: Set[str], seen: Set[str]) -> int:
+    """2, with a message, when a ``--type`` is no record type known nor found in the file (a
+    typo, most likely); else 0."""
+    if not unknown:
+        return 0
+    found = ", ".join(sorted(seen)) or "none"
+    _print_error(
+        f"{args.prog} show: --type {_in_line(min(unknown))}: no such record type, and none in"
+        f" {args.file} (its types: {_in_line(found)})"
+    )
+    return 2
 
 
 class _OutputError(Exception):
@@ -5319,7 +5431,7 @@ def _checkpoint_command(args: Any) -> int:
             result = _read_file(args.file, args.max_line_bytes, tally, f, keys=_NO_DATA)
             at = tally.latest_checkpoint(result)
             if at is None:
-                _print_error(f"{args.file}: no checkpoint in {result.records} records")
+                _print_error(f"{args.file}: no checkpoint in {_count(result.records, 'record')}")
                 return 1
             f.seek(at.offset)  # a pipe: "not seekable", where a second open would wait for a writer
             snapshot = _snapshot_of(f.read(at.end - at.offset), args.file, at)

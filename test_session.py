@@ -1411,12 +1411,16 @@ def test_values_go_writes_come_back_and_go_out_as_go_wrote_them() -> None:
 
 GO_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)  # Go makes a lone surrogate U+FFFD
 GO_INT = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+def go_containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    keys = st.sampled_from(["$type", "value", "$object"]) | GO_TEXT
+    return st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3)
+
+
 GO_JSON = st.recursive(
     st.none() | st.booleans() | GO_INT | st.floats(allow_nan=False, allow_infinity=False) | GO_TEXT,
-    lambda inner: (
-        st.lists(inner, max_size=3)
-        | st.dictionaries(st.sampled_from(["$type", "value", "$object"]) | GO_TEXT, inner, max_size=3)
-    ),
+    go_containers,
     max_leaves=10,
 )
 BLOCKS = st.one_of(
@@ -4653,7 +4657,7 @@ def test_summary_command(tmp_path: Path) -> None:
     done = run_cli("summary", str(path))
     assert done.returncode == 0 and done.stderr == ""  # gaps are findings, not failures
     text = done.stdout
-    assert text.startswith(f"{path}: session {ids['session']}, 26 records, 3 runs, 1 checkpoints\n")
+    assert text.startswith(f"{path}: session {ids['session']}, 26 records, 3 runs, 1 checkpoint\n")
     assert f"run {ids['a']}: seq 2-15, 14 records, closed, end reason stop\n" in text
     assert (
         "  error: ValueError: boom\n" in text
@@ -6029,6 +6033,110 @@ def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- command line
 
 
+@pytest.mark.parametrize(
+    "command", [["validate"], ["validate", "--json"], ["summary"], ["summary", "--json"]]
+)
+def test_jobs_print_what_one_job_prints(tmp_path: Path, command: List[str]) -> None:
+    """Files read by a pool of processes: the same output, in the same order, and the same
+    exit status as one by one, with a bad file, a missing one and a torn tail among them."""
+    good = sample_file(tmp_path / "good.jsonl")
+    names = []
+    for i in range(6):
+        path = tmp_path / f"f{i}.jsonl"
+        path.write_bytes(good.read_bytes() + (b"garbage\n" if i == 2 else b'{"torn' if i == 4 else b""))
+        names.append(str(path))
+    names.insert(3, str(tmp_path / "missing.jsonl"))
+    one = run_cli(*command, "--jobs", "1", *names)
+    many = run_cli(*command, "--jobs", "3", *names)
+    default = run_cli(*command, *names)
+    assert one.returncode == many.returncode == default.returncode == 1
+    assert (one.stdout, one.stderr) == (many.stdout, many.stderr) == (default.stdout, default.stderr)
+    assert "f0.jsonl" in one.stdout + one.stderr and "missing.jsonl" in one.stderr + one.stdout
+    assert run_cli("validate", "--jobs", "0", names[0]).returncode == 2
+
+
+def test_counts_are_in_english(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.save_checkpoint({"n": 1})
+    assert (
+        run_cli("validate", str(path)).stdout
+        == f"{path}: ok, 4 records, 1 run (0 incomplete), 1 checkpoint\n"
+    )
+    assert "4 records, 1 run, 1 checkpoint\n" in run_cli("summary", str(path)).stdout
+    alone = tmp_path / "alone.jsonl"
+    session.create(alone).close()
+    assert (
+        run_cli("validate", str(alone)).stdout
+        == f"{alone}: ok, 1 record, 0 runs (0 incomplete), 0 checkpoints\n"
+    )
+
+
+def test_show_type_that_no_record_has_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("my_own_event", tool="x"))
+    typo = run_cli("show", str(path), "--type", "tool_exec_edn")
+    assert typo.returncode == 2 and typo.stdout == ""
+    assert "--type tool_exec_edn: no such record type" in typo.stderr and "my_own_event" in typo.stderr
+    never = run_cli("show", str(path), "--type", "message_update")
+    assert never.returncode == 2 and "never written" in never.stderr
+    known_but_absent = run_cli("show", str(path), "--type", "tool_exec_end")
+    assert known_but_absent.returncode == 0 and known_but_absent.stdout == ""
+    own = run_cli("show", str(path), "--type", "my_own_event")
+    assert own.returncode == 0 and '"type":"my_own_event"' in own.stdout
+
+
+def test_every_option_in_help_gives_its_default() -> None:
+    for command in ("validate", "repair", "summary", "show", "checkpoint", "export", "html"):
+        text = run_cli(command, "--help").stdout
+        options = (
+            text.split("options:", 1)[1] if "options:" in text else text.split("optional arguments:", 1)[1]
+        )
+        entries = re.split(r"\n  (?=-)", options.split("\nexit status")[0])
+        for entry in entries[1:]:
+            if not entry.startswith("-h"):
+                assert "default" in entry or "required" in entry, (command, entry)
+
+
+def test_a_first_line_without_a_type_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"session_id":"' + "a" * 32 + '","seq":1,"time":"t","data":{}}\n')
+    with pytest.raises(FormatError, match=r"record, found no type \("):
+        records(path)
+
+
+def test_the_example_never_overwrites_a_file_unless_told(tmp_path: Path) -> None:
+    path = tmp_path / "demo.jsonl"
+    path.write_text("mine\n")
+    example = [sys.executable, str(HERE / "examples" / "agent_loop.py")]
+    refused = subprocess.run([*example, str(path)], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "--force" in refused.stderr and path.read_text() == "mine\n"
+    forced = subprocess.run([*example, "--force", str(path)], capture_output=True, text=True, timeout=120)
+    assert forced.returncode == 0 and records(path)[0].type == "session_start"
+
+
+def test_summary_says_why_provider_messages_give_no_usage(tmp_path: Path) -> None:
+    """A host that passes OpenAI's own message dicts is told what the usage needs."""
+    path = tmp_path / "s.jsonl"
+    call = Execution("m1", "model")
+    openai_style = {
+        "role": "assistant",
+        "content": "hi",
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_exec_end", execution=call, message=openai_style))
+    text = run_cli("summary", str(path)).stdout
+    assert (
+        "usage: none reported by 1 model_exec_end record: no message of theirs is a Message whose usage"
+        in text
+    )
+    with session.create(tmp_path / "t.jsonl") as s, s.begin_run() as run:
+        run.record(Event("turn_start"))
+    assert "usage: none reported\n" in run_cli("summary", str(tmp_path / "t.jsonl")).stdout
+
+
 def test_validate_reports_a_valid_file(tmp_path: Path) -> None:
     path = sample_file(tmp_path / "s.jsonl")
     with path.open("ab") as f:
@@ -6885,16 +6993,14 @@ def test_reliability_fuzz_mutated_files(mutations: List[Any]) -> None:
             assert accepted is not None and check_consistent(path) == accepted.records + 3
 
 
+def json_containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    keys = st.sampled_from(["$type", "value", "$object", "role", "content", "timestamp"]) | st.text()
+    return st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4)
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.dictionaries(
-            st.sampled_from(["$type", "value", "$object", "role", "content", "timestamp"]) | st.text(),
-            inner,
-            max_size=4,
-        )
-    ),
+    json_containers,
     max_leaves=20,
 )
 

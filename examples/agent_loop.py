@@ -185,10 +185,15 @@ def agent_loop(
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python3 examples/agent_loop.py SESSION_FILE", file=sys.stderr)
+    force = "--force" in args
+    files = [arg for arg in args if arg != "--force"]
+    if len(files) != 1:
+        print("usage: python3 examples/agent_loop.py [--force] SESSION_FILE", file=sys.stderr)
         return 2
-    path = Path(args[0])
+    path = Path(files[0])
+    if path.exists() and not force:
+        print(f"{path} exists: pass --force to replace it", file=sys.stderr)
+        return 1
     path.unlink(missing_ok=True)
     model = ScriptedModel()
     timeline: Timeline = []
