@@ -18,6 +18,7 @@ from __future__ import annotations
 import builtins
 import codecs
 import contextlib
+import dataclasses
 import errno
 import functools
 import io
@@ -33,9 +34,9 @@ import warnings
 import weakref
 from _thread import RLock, allocate_lock, start_new_thread  # threading's, without importing it
 from collections import deque
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import (
-    TYPE_CHECKING,
     Any,
     BinaryIO,
     Callable,
@@ -202,122 +203,10 @@ class LockedError(SessionError):
 
 
 # ---------------------------------------------------------------------------- value types
-# The public value types are dataclasses made on their first use, not at import: importing
-# ``dataclasses`` (and with it ``inspect``) and generating the methods of seventeen classes
-# would otherwise be most of what ``import session`` costs, and a command that only reads a
-# file needs none of them.  Until then their methods, their ``__dataclass_fields__`` and the
-# class attributes of their fields are stand-ins; the first use of any (creating an instance,
-# comparing an unpickled one, ``dataclasses.fields``, ``is_dataclass``, a subclass's
-# ``@dataclass``) makes them all, once, and from then on each is what ``@dataclass`` makes,
-# below an empty base.  ``create`` and ``open`` make them before they touch a file.
-
-if TYPE_CHECKING:  # type checkers see what the classes become
-    from dataclasses import dataclass as _dataclass
-    from dataclasses import field as _field
-
-    _Dataclass = object
-
-    def _make_dataclasses() -> None: ...
-
-else:
-    # Each class with its dataclass() options and, once a making of it began, its attributes
-    # before: a making that an exception cuts short is started again from there.
-    _UNMADE: List[Tuple[type, Dict[str, Any], Optional[Dict[str, Any]]]] = []
-    _DATACLASSES: Set[type] = set()  # made or not
-    _MAKING = RLock()
-    if hasattr(os, "register_at_fork"):  # a child forked while another thread made them waits for ever
-        os.register_at_fork(
-            before=_MAKING.acquire, after_in_parent=_MAKING.release, after_in_child=_MAKING.release
-        )
-
-    class _Unmade:
-        """Stands for an attribute until the dataclasses are made: a method of theirs, their
-        ``__dataclass_fields__``, or the default of a field (``dataclasses.field(**options)``).
-        Looking it up makes them, then gives what it has become."""
-
-        def __init__(self, **options: Any) -> None:
-            self.options = options
-
-        def __set_name__(self, owner: type, name: str) -> None:
-            self.name = name
-
-        def __get__(self, instance: Any, owner: type) -> Any:
-            mro = owner.__mro__
-            if owner is _Dataclass or _Dataclass not in mro:
-                raise AttributeError(self.name)  # the base itself is no dataclass
-            _make_dataclasses()
-            if _MAKING._is_owned():  # dataclass() asking for a field, or a signal handler
-                if self.options:
-                    import dataclasses
-
-                    return dataclasses.field(**self.options)
-                raise AttributeError(f"{owner.__qualname__}.{self.name} is being made")
-            # Found as the lookup (or a super() call) found this: past the classes before the
-            # base, which had no such attribute then, but for the dataclasses just made.
-            base = mro.index(_Dataclass)
-            for klass in (*(k for k in mro[:base] if k in _DATACLASSES), *mro[base + 1 :]):
-                if self.name in vars(klass):
-                    value = vars(klass)[self.name]
-                    get = getattr(type(value), "__get__", None)
-                    return value if get is None else get(value, instance, owner)
-            raise AttributeError(f"type object {owner.__qualname__!r} has no attribute {self.name!r}")
-
-    class _Dataclass:
-        """The base of the public dataclasses: its attributes stand in for theirs until they
-        are made, then it is empty."""
-
-        __init__ = _Unmade()
-        __repr__ = _Unmade()
-        __eq__ = _Unmade()
-        __hash__ = _Unmade()  # the frozen ones'; the others have None, as dataclass() gives them
-        __setattr__ = _Unmade()
-        __delattr__ = _Unmade()
-        __replace__ = _Unmade()  # Python 3.13's copy.replace
-        __dataclass_fields__ = _Unmade()
-        __dataclass_params__ = _Unmade()
-        __match_args__ = _Unmade()
-        __signature__ = _Unmade()  # not a dataclass's: asking for it makes them, for inspect
-
-    def _field(**options: Any) -> Any:
-        return _Unmade(**options)
-
-    def _dataclass(**options: Any) -> Callable[[type], type]:
-        def later(cls: type) -> type:
-            if not options.get("frozen"):
-                cls.__hash__ = None  # as dataclass() will: for Hashable's check, made or not
-            _UNMADE.append((cls, options, None))
-            _DATACLASSES.add(cls)
-            return cls
-
-        return later
-
-    def _make_dataclasses() -> None:
-        if _MAKING._is_owned():  # this thread is making them: dataclass(), or a signal handler
-            return
-        with _MAKING:  # another thread waits here, and finds them made
-            stand_ins = [name for name, value in vars(_Dataclass).items() if isinstance(value, _Unmade)]
-            if not stand_ins:
-                return
-            import dataclasses
-
-            while _UNMADE:
-                cls, options, before = _UNMADE[0]
-                if before is None:
-                    _UNMADE[0] = cls, options, dict(vars(cls))
-                else:  # an exception (KeyboardInterrupt) cut a making short: back to before it
-                    for name in set(vars(cls)) - set(before):
-                        delattr(cls, name)
-                    for name, value in before.items():
-                        if name not in vars(cls) or vars(cls)[name] is not value:
-                            setattr(cls, name, value)
-                dataclasses.dataclass(cls, **options)
-                del _UNMADE[0]
-            for name in sorted(stand_ins, key="__setattr__".__eq__):  # last: its use finishes this
-                delattr(_Dataclass, name)  # object's slots again, as any dataclass has
 
 
-@_dataclass(frozen=True)
-class Execution(_Dataclass):
+@dataclass(frozen=True)
+class Execution:
     """One logical call: run-local *id*, *kind* (``model``, ``tool`` or ``compact``), and
     *attempt*, counting retries from 1."""
 
@@ -338,8 +227,8 @@ class Execution(_Dataclass):
             _require(getattr(self, name), kind, f"Execution.{name}")
 
 
-@_dataclass()
-class CallConfig(_Dataclass):
+@dataclass()
+class CallConfig:
     """The resolved per-call configuration of a model request.  *api_key* is never written
     and never shown by ``repr``."""
 
@@ -351,11 +240,11 @@ class CallConfig(_Dataclass):
     tool_choice: Any = None
     response_format: Any = None
     extra: Any = None
-    api_key: str = _field(default="", repr=False)
+    api_key: str = field(default="", repr=False)
 
 
-@_dataclass()
-class ModelRequest(_Dataclass):
+@dataclass()
+class ModelRequest:
     """What the executor sent to the model: *messages* (codec values), *tools* (JSON values)
     and *config*."""
 
@@ -364,8 +253,8 @@ class ModelRequest(_Dataclass):
     config: Optional[CallConfig] = None
 
 
-@_dataclass()
-class RetryInfo(_Dataclass):
+@dataclass()
+class RetryInfo:
     """A retry decision: *max_retries*, *delay* in seconds, and the *error* that caused it."""
 
     max_retries: int = 0
@@ -373,8 +262,8 @@ class RetryInfo(_Dataclass):
     error: Any = None
 
 
-@_dataclass()
-class RunSummary(_Dataclass):
+@dataclass()
+class RunSummary:
     """The totals an ``agent_end`` event reports."""
 
     turn_count: int = 0
@@ -383,16 +272,16 @@ class RunSummary(_Dataclass):
     end_reason: str = ""
 
 
-@_dataclass(frozen=True)
-class RawJSON(_Dataclass):
+@dataclass(frozen=True)
+class RawJSON:
     """Exactly one JSON value given as *text*; checked when recorded, then written compacted
     (insignificant whitespace removed, every token kept), like Go's ``json.RawMessage``."""
 
     text: Union[str, bytes]
 
 
-@_dataclass(init=False)
-class Event(_Dataclass):
+@dataclass(init=False)
+class Event:
     """One kernel event, as the host hands it to ``Run.record``.
 
     *timestamp* is an aware ``datetime`` (``None``: now, at ``record``).  *message* and
@@ -484,8 +373,8 @@ class Event(_Dataclass):
         self.delta = delta
 
 
-@_dataclass(frozen=True)
-class CallRef(_Dataclass):
+@dataclass(frozen=True)
+class CallRef:
     """The four coordinates of one model or tool call, for an application's timeline."""
 
     session_id: str
@@ -495,8 +384,6 @@ class CallRef(_Dataclass):
 
     def to_json(self) -> Dict[str, Any]:
         """The reference as a JSON object (a ``dict``)."""
-        import dataclasses  # made by now: this is an instance of one
-
         return dataclasses.asdict(self)
 
     @classmethod
@@ -547,8 +434,8 @@ class ReadResult(NamedTuple):
     tail_bytes: int
 
 
-@_dataclass(frozen=True)
-class Checkpoint(_Dataclass):
+@dataclass(frozen=True)
+class Checkpoint:
     """The latest explicit checkpoint: the decoded *snapshot*, and the *seq*, *run_id* and
     *time* (as written) of its record."""
 
@@ -558,8 +445,8 @@ class Checkpoint(_Dataclass):
     time: str
 
 
-@_dataclass(frozen=True)
-class EventData(_Dataclass):
+@dataclass(frozen=True)
+class EventData:
     """A typed view of an event record's ``data``; absent keys take the empty default.
 
     *execution*, *retry* and *summary* are rebuilt as their classes; *error* stays a dict;
@@ -734,8 +621,8 @@ class Codec(Protocol):
     def decode(self, value: Any) -> Any: ...
 
 
-@_dataclass(frozen=True)
-class TypeSpec(_Dataclass):
+@dataclass(frozen=True)
+class TypeSpec:
     """Registers *cls* under *type_id* with a ``JSONCodec``.
 
     Without functions, *cls* must be a dataclass: its fields become an object.  With them,
@@ -756,8 +643,6 @@ class TypeSpec(_Dataclass):
             raise TypeError(f"TypeSpec.cls must be a class, not {self.cls!r}")
         if (self.encode is None) != (self.decode is None):
             raise ValueError(f"{self.type_id}: give both encode and decode, or neither")
-        import dataclasses  # made by now: this is an instance of one
-
         if self.encode is None and not dataclasses.is_dataclass(self.cls):
             raise TypeError(
                 f"{self.type_id}: {self.cls.__qualname__} is not a dataclass; give encode and decode"
@@ -988,8 +873,8 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-@_dataclass()
-class Message(_Dataclass):
+@dataclass()
+class Message:
     """A conversation message (``agentgo.message.v1``).
 
     *role* is ``user``, ``assistant``, ``system`` or ``tool``; *content* a list of blocks
@@ -1004,26 +889,26 @@ class Message(_Dataclass):
     stop_reason: str = ""
     usage: Optional[Usage] = None
     metadata: Optional[Dict[str, Any]] = None
-    timestamp: Optional[datetime] = _field(default_factory=_now)
+    timestamp: Optional[datetime] = field(default_factory=_now)
 
 
-@_dataclass()
-class AgentState(_Dataclass):
+@dataclass()
+class AgentState:
     """An agent's conversation state (``agentgo.agent-state.v1``)."""
 
-    messages: List[Any] = _field(default_factory=list)
-    artifacts: List[Any] = _field(default_factory=list)
+    messages: List[Any] = field(default_factory=list)
+    artifacts: List[Any] = field(default_factory=list)
     total_usage: Optional[Dict[str, Any]] = None
     progress: Any = None
 
 
-@_dataclass()
-class AgentSnapshot(_Dataclass):
+@dataclass()
+class AgentSnapshot:
     """A state plus the input queues an agent had accepted (``agentgo.agent-snapshot.v1``)."""
 
     state: AgentState
-    steering_queue: List[Any] = _field(default_factory=list)
-    follow_up_queue: List[Any] = _field(default_factory=list)
+    steering_queue: List[Any] = field(default_factory=list)
+    follow_up_queue: List[Any] = field(default_factory=list)
 
 
 _BUILTIN_TYPES = (
@@ -1080,8 +965,6 @@ _UNIONS = (Union, getattr(types, "UnionType", Union))
 def _kind_of(spec: TypeSpec) -> _Kind:
     if spec.encode is not None:
         return _Kind(spec.type_id, spec.cls, (), frozenset(), spec.encode, spec.decode)
-    import dataclasses  # made by now: spec is an instance of one
-
     fields = [f for f in dataclasses.fields(spec.cls) if f.init]
     try:
         hints = typing.get_type_hints(spec.cls)
@@ -1651,7 +1534,7 @@ _AGENTGO_SHAPES: Dict[type, Tuple[Any, Any]] = {
 
 @functools.lru_cache(maxsize=None)
 def _default_codec() -> JSONCodec:
-    """``JSONCodec()``, built when first needed: building it makes the dataclasses."""
+    """``JSONCodec()``, built when first needed."""
     return JSONCodec()
 
 
@@ -2204,9 +2087,6 @@ def _line_head(session_id: str) -> str:
 
 
 def _session_codec(codec: Optional[Codec]) -> Codec:
-    """*codec*, or the default one; the dataclasses made either way, before a file is touched:
-    an interrupt then leaves no file behind, and a signal handler that records finds them made."""
-    _make_dataclasses()
     return _default_codec() if codec is None else codec
 
 
@@ -3355,8 +3235,8 @@ class _Tally:
 # ---------------------------------------------------------------------------- analysis
 
 
-@_dataclass(frozen=True)
-class RunInfo(_Dataclass):
+@dataclass(frozen=True)
+class RunInfo:
     """One run of a session: its records' seq span and times (the ``run_start``'s and the
     last record's), whether it was closed, and its ``agent_end``'s end reason and error."""
 
@@ -3371,8 +3251,8 @@ class RunInfo(_Dataclass):
     error: Optional[Dict[str, Any]]
 
 
-@_dataclass(frozen=True)
-class Gap(_Dataclass):
+@dataclass(frozen=True)
+class Gap:
     """Missing evidence: *kind* is ``run_not_closed``, ``no_agent_end``,
     ``model_call_unfinished`` or ``tool_call_unfinished``; *seq* is the record that opened
     it; *ref* the call to look up (``None`` for the first two)."""
@@ -3383,8 +3263,8 @@ class Gap(_Dataclass):
     ref: Optional[CallRef]
 
 
-@_dataclass(frozen=True)
-class Summary(_Dataclass):
+@dataclass(frozen=True)
+class Summary:
     """What ``summarize`` found in one session file; *uninterpreted* counts the records it
     needed to read whose data is not of the shape the format writes (left out of the rest)."""
 
