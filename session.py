@@ -1,4 +1,25 @@
 # SPDX-License-Identifier: MIT
+# MIT License
+#
+# Copyright (c) 2026 The session.py authors
+#
+# Permission is hereby granted, free of charge, to any person obtaining a copy
+# of this software and associated documentation files (the "Software"), to deal
+# in the Software without restriction, including without limitation the rights
+# to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+# copies of the Software, and to permit persons to whom the Software is
+# furnished to do so, subject to the following conditions:
+#
+# The above copyright notice and this permission notice shall be included in all
+# copies or substantial portions of the Software.
+#
+# THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+# IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+# FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+# AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+# LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+# OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+# SOFTWARE.
 """Record an AI agent's conversation as an append-only JSON Lines file, and read it back.
 
     import session
@@ -43,7 +64,6 @@ from typing import (
     Deque,
     Dict,
     FrozenSet,
-    Iterable,
     Iterator,
     List,
     Literal,
@@ -82,7 +102,6 @@ __all__ = [
     "Summary",
     "RunInfo",
     "Gap",
-    "export",
     "Checkpoint",
     "EventData",
     "Codec",
@@ -3524,145 +3543,11 @@ def _backup(fd: int, name: str) -> str:
     return backup
 
 
-# ---------------------------------------------------------------------------- export
+# ---------------------------------------------------------------------------- command line
 
 
-def export(
-    sources: Iterable[Union[str, os.PathLike[str]]],
-    out: Union[str, os.PathLike[str]],
-    *,
-    split: bool = False,
-    prefix: bool = False,
-    max_line_bytes: int = _MAX_LINE_BYTES,
-    progress: Optional[Callable[[int, int], object]] = None,
-) -> List[Dict[str, Any]]:
-    """Copy the complete records of session files to JSON Lines for a query engine.
-
-    Each of *sources* is a session file or a directory, whose ``*.jsonl`` files at any depth
-    are taken in sorted order (a file named twice is taken once).  Each file is validated as
-    it streams and the lines of its complete records are copied byte for byte, up to the
-    size the file had when it was opened: an unfinished tail, and whatever a writer appends
-    meanwhile, are never copied.  An invalid or unreadable file is left out; with *prefix*, an
-    invalid one contributes the records before its first bad line (what ``repair`` would keep;
-    the file is not changed), after every valid file.  A file whose session was already
-    exported (from an earlier valid file, or from a valid file when it is invalid) is left out.
-
-    The lines go to the file *out*, or with *split* to one ``part-NNNNN.jsonl`` per input
-    (NNNNN its position among the inputs) in the new directory *out*; then comes the manifest,
-    ``OUT.manifest.jsonl`` (or ``OUT/manifest.jsonl``), one JSON object per input, which is
-    also returned: ``validate --json``'s fields, and where the file's records are in the
-    output (``out``, bytes ``out_start`` to ``out_end``, lines ``out_first_line`` to
-    ``out_last_line``, ``out_records``; ``out`` is ``None`` when nothing was copied), the
-    ``longest_line`` copied (in bytes, newline included) and ``duplicate_of`` (the file that
-    holds the same session, or ``None``).  Everything is written under temporary names,
-    synced and renamed into place, the manifest last: an export without its manifest is
-    unfinished.  *progress*, if given, is called with the bytes read so far and in all.
-    ``ValueError`` when *out* is an input or in an input directory, or with *split* a
-    directory that is not empty.
-    """
-    out_name = _name(out)
-    manifest = os.path.join(out_name, "manifest.jsonl") if split else out_name + ".manifest.jsonl"
-    names = _session_files(sources, {os.path.realpath(out_name), os.path.realpath(manifest)})
-    target = _SplitOutput(out_name) if split else _JoinedOutput(out_name)
-    sizes = [_size_or_zero(name) for name in names]
-    read_before = 0
-    try:
-        entries: List[Dict[str, Any]] = []
-        exported: Dict[str, str] = {}  # session_id -> the file it was copied from
-        for index, name in enumerate(names):
-            if progress is not None:
-                progress(read_before, sum(sizes))
-            entries.append(_export_file(name, target.part(index), False, max_line_bytes, exported))
-            read_before += sizes[index]
-        for index, entry in enumerate(entries):  # the valid copy of a session wins over a prefix
-            if prefix and not entry["ok"]:
-                entries[index] = _export_file(
-                    names[index], target.part(index), True, max_line_bytes, exported
-                )
-        target.commit(manifest, b"".join(_manifest_line(entry) for entry in entries))
-    except BaseException as exc:
-        target.abandon()
-        if isinstance(exc, _OutputError):  # the input was read well: the output is at fault
-            raise exc.error from None
-        raise
-    if progress is not None:
-        progress(read_before, sum(sizes))
-    return entries
-
-
-def _session_files(sources: Iterable[Union[str, os.PathLike[str]]], outputs: Set[str]) -> List[str]:
-    """The files *sources* name, directories expanded to their ``*.jsonl`` files (sorted, at
-    any depth); each file once.  ``ValueError`` if one of *outputs* is, or would be, among them."""
-    names, seen = [], set()
-    for source in sources:
-        name = _name(source)
-        if os.path.isdir(name):
-            inside = [
-                output for output in outputs if output.startswith(os.path.join(os.path.realpath(name), ""))
-            ]
-            if inside:
-                raise ValueError(f"{name} holds the export's own output {min(inside)}: write it elsewhere")
-            found = sorted(
-                os.path.join(folder, file)
-                for folder, _, files in os.walk(name)
-                for file in files
-                if file.endswith(".jsonl") and os.path.isfile(os.path.join(folder, file))  # no FIFO
-            )
-        elif os.path.realpath(name) in outputs:
-            raise ValueError(f"{name} is the export's own output")
-        else:
-            found = [name]
-        for file in found:
-            key = os.path.realpath(file)
-            if key not in seen:
-                seen.add(key)
-                names.append(file)
-    return names
-
-
-def _size_or_zero(name: str) -> int:
-    try:
-        return os.stat(name).st_size
-    except OSError:
-        return 0  # reported when it is read
-
-
-def _export_file(
-    name: str, part: _Part, prefix: bool, max_line_bytes: int, exported: Dict[str, str]
-) -> Dict[str, Any]:
-    """Copy one file's records to *part*; its manifest entry."""
-    tally = _Tally()
-    lines = _CopiedLines(part.write)
-    try:
-        with builtins.open(name, "rb", _READ_BUFFER) as f:
-            result = lines.read(f, name, max_line_bytes, tally)
-    except _OutputError:
-        raise
-    except (FormatError, OSError) as exc:
-        entry = _failure_fields(name, exc)
-        session_id = lines.session_id() if prefix else None
-    else:
-        entry = _valid_fields(name, result, tally)
-        session_id = result.session_id
-    duplicate_of = exported.get(session_id or "")
-    if session_id is not None and duplicate_of is None:
-        exported[session_id] = name
-        entry.update(part.keep(lines.copied), longest_line=lines.longest, duplicate_of=None)
-    else:
-        part.drop()
-        entry.update(_NOT_COPIED, duplicate_of=duplicate_of)
-    return entry
-
-
-_NOT_COPIED = {
-    "out": None,
-    "out_start": None,
-    "out_end": None,
-    "out_first_line": None,
-    "out_last_line": None,
-    "out_records": 0,
-    "longest_line": 0,
-}
+_EX_IOERR = 74  # BSD sysexits.h: an error while doing I/O on some file (here, the output)
+_READS_STDIN = ("validate", "summary", "show")  # checkpoint reads its line twice; repair cuts a file
 
 
 def _valid_fields(name: str, result: ReadResult, tally: _Tally) -> Dict[str, Any]:
@@ -3689,1272 +3574,12 @@ def _failure_fields(name: str, exc: Exception) -> Dict[str, Any]:
     return {"file": name, "ok": False, "line": line, "offset": offset, "error": reason}
 
 
-def _manifest_line(entry: Dict[str, Any]) -> bytes:
-    return json.dumps(entry, allow_nan=False).encode() + b"\n"  # ASCII: any file name fits
-
-
-class _CopiedLines:
-    """The lines of a binary file, read no further than its size when opened (what a writer
-    appends meanwhile is left for the next export), each written out by *write* once the
-    reader has accepted it: that is when the reader asks for the next line, as it does only
-    after the one before passed every rule and was visited."""
-
-    def __init__(self, write: Callable[[bytes], object]) -> None:
-        self._write = write
-        self._f: BinaryIO = io.BytesIO()
-        self._left = 0
-        self._last = self._first = b""
-        self.copied = 0
-        self.longest = 0
-
-    def read(
-        self, f: BinaryIO, name: str, max_line_bytes: int, visit: Callable[[Record], object]
-    ) -> ReadResult:
-        """``read`` of *f* up to its present size, copying each record that passes."""
-        self._f = f
-        self._left = os.fstat(f.fileno()).st_size
-        return _read(self, name, max_line_bytes, visit)
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def readline(self, size: int = -1, /) -> bytes:
-        line = self._last
-        if line:
-            try:
-                self._write(line)
-            except OSError as exc:
-                raise _OutputError(exc) from exc
-            if not self.copied:
-                self._first = line
-            self.copied += 1
-            if len(line) > self.longest:
-                self.longest = len(line)
-        self._last = self._f.readline(self._left if size < 0 else min(size, self._left))
-        self._left -= len(self._last)
-        return self._last
-
-    def session_id(self) -> Optional[str]:
-        """The session of the lines copied (``None`` when none were)."""
-        return json.loads(self._first)["session_id"] if self.copied else None
-
-
-class _Part(Protocol):
-    """Where one input file's records go: *write* is the open file's."""
-
-    write: Callable[[bytes], object]
-
-    def keep(self, records: int) -> Dict[str, Any]: ...
-
-    def drop(self) -> None: ...
-
-
-class _JoinedOutput:
-    """Every input's records in one file, written as ``OUT.<random>.tmp`` until committed."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._temp = f"{name}.{_new_id()[:12]}.tmp"
-        self._file = _new_file(self._temp)
-        self.write: Callable[[bytes], object] = self._file.write
-        self._start = 0
-        self._lines = 0
-
-    def part(self, index: int) -> _Part:
-        self._start = self._file.tell()
-        return self
-
-    def keep(self, records: int) -> Dict[str, Any]:
-        first = self._lines + 1
-        self._lines += records
-        span = {"out": self._name, "out_start": self._start, "out_end": self._file.tell()}
-        return dict(span, out_first_line=first, out_last_line=self._lines, out_records=records)
-
-    def drop(self) -> None:
-        self._file.seek(self._start)
-        self._file.truncate()
-
-    def commit(self, manifest: str, entries: bytes) -> None:
-        _finish(self._file)
-        _replace_with(manifest, entries, lambda: os.replace(self._temp, self._name))
-
-    def abandon(self) -> None:
-        with contextlib.suppress(OSError):  # what a failed write left in the buffer fails again
-            self._file.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self._temp)
-
-
-class _SplitOutput:
-    """One part file per input in the directory *name*, built as ``NAME.<random>.tmp``."""
-
-    def __init__(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            if os.listdir(name):
-                raise ValueError(f"{name} is not empty: export --split makes a new directory")
-        self._name = name
-        self._temp = f"{name}.{_new_id()[:12]}.tmp"
-        os.mkdir(self._temp, 0o700)
-        self._file: Optional[BinaryIO] = None
-        self._part = ""
-
-    def part(self, index: int) -> _Part:
-        self._part = f"part-{index:05d}.jsonl"
-        self._file = _new_file(os.path.join(self._temp, self._part))
-        self.write: Callable[[bytes], object] = self._file.write
-        return self
-
-    def keep(self, records: int) -> Dict[str, Any]:
-        assert self._file is not None
-        end = self._file.tell()
-        _finish(self._file)
-        span = {"out": os.path.join(self._name, self._part), "out_start": 0, "out_end": end}
-        return dict(span, out_first_line=1, out_last_line=records, out_records=records)
-
-    def drop(self) -> None:
-        assert self._file is not None
-        self._file.close()
-        os.unlink(os.path.join(self._temp, self._part))
-
-    def commit(self, manifest: str, entries: bytes) -> None:
-        manifest_file = _new_file(os.path.join(self._temp, os.path.basename(manifest)))
-        manifest_file.write(entries)
-        _finish(manifest_file)
-        _sync_directory(os.path.join(self._temp, "manifest.jsonl"))  # the folder itself
-        with contextlib.suppress(FileNotFoundError):
-            os.rmdir(self._name)  # empty, as checked: Windows renames onto no directory
-        os.replace(self._temp, self._name)
-        _sync_directory(self._name)
-
-    def abandon(self) -> None:
-        if self._file is not None:
-            with contextlib.suppress(OSError):  # as in _JoinedOutput
-                self._file.close()
-        for file in os.listdir(self._temp):
-            os.unlink(os.path.join(self._temp, file))
-        os.rmdir(self._temp)
-
-
-def _new_file(name: str) -> BinaryIO:
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
-    return builtins.open(fd, "wb", _READ_BUFFER)
-
-
-def _finish(f: BinaryIO) -> None:
-    """Flush, sync and close *f*."""
-    with f:
-        f.flush()
-        _sync(f.fileno())
-
-
-def _replace_with(manifest: str, entries: bytes, rename: Callable[[], None]) -> None:
-    """Put the joined output in place with *rename*, then the new *manifest*; a stale
-    manifest is removed first, so a crash in between leaves an output without one."""
-    temp = f"{manifest}.{_new_id()[:12]}.tmp"
-    f = _new_file(temp)
-    try:
-        f.write(entries)
-        _finish(f)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(manifest)
-        _sync_directory(manifest)
-        rename()
-        os.replace(temp, manifest)
-    except BaseException:
-        f.close()
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    _sync_directory(manifest)
-
-
-def _export_command(args: Any) -> int:
-    try:
-        entries = export(
-            args.files,
-            args.out,
-            split=args.split,
-            prefix=args.prefix,
-            max_line_bytes=args.max_line_bytes,
-            progress=_show_progress if sys.stderr.isatty() else None,
-        )
-    except ValueError as exc:
-        _print_error(f"{args.prog} export: error: {exc}")
-        return 2
-    for entry in entries:
-        if not entry["ok"]:
-            _print_error(_failure_text(entry))
-        if entry["duplicate_of"] is not None:
-            _print_error(f"{entry['file']}: left out: its session was exported from {entry['duplicate_of']}")
-        elif entry["out_records"] and not entry["ok"]:
-            _print_error(
-                f"{entry['file']}: exported the {entry['out_records']} records before line {entry['line']}"
-            )
-    copied = [entry for entry in entries if entry["out_records"]]
-    _print_text(
-        f"{args.out}: {sum(entry['out_records'] for entry in copied)} records of {len(copied)} files "
-        f"({len(entries) - len(copied)} left out)"
-    )
-    return 0 if all(entry["ok"] and entry["duplicate_of"] is None for entry in entries) else 1
-
-
-def _show_progress(done: int, total: int) -> None:
-    if done < total:
-        print(
-            f"\rexport: {done * 100 // total}% of {total / 1e6:.1f} MB", end="", file=sys.stderr, flush=True
-        )
-    else:
-        print("\r\033[K", end="", file=sys.stderr, flush=True)  # erase the line
-
-
 def _failure_text(fields: Dict[str, Any]) -> str:
     """``validate``'s line for an invalid or unreadable file."""
     name, line, offset, error = fields["file"], fields["line"], fields["offset"], fields["error"]
     if line is None:
         return f"{name}: {error}"
     return f"{name}:{line}: {error}" + ("" if offset is None else f" (offset {offset})")
-
-
-# ---------------------------------------------------------------------------- html page
-# ``python -m session html FILE``: one static page, nothing fetched.  Two streaming passes:
-# the first keeps a few numbers per call (for the header, waterfall and chart) and compares
-# each model request with the previous one by hashes of its messages; the second reads the
-# records again at their offsets, call by call, and renders them.  Markup comes only from the
-# literals below and integers; every value from the file goes through _h.  The modules only
-# the page needs are imported where they are used: every other command's start up would pay.
-
-_PAGE_FIELD = 2000  # characters of one value shown inline, by default
-_PAGE_BUDGET = 16 << 20  # bytes of page, by default
-_PAGE_FOLD = 400  # a value longer than this, or of more lines than _PAGE_FOLD_LINES, is folded
-_PAGE_FOLD_LINES = 8
-_PAGE_NAME = 200  # characters of a name, id or key shown
-_PAGE_LIST = 100  # failed attempts and gaps listed in the header, at most
-_PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
-
-# Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
-# isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
-_HIDDEN = (  # patterns: compiled (and cached) by re when a page is first made
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e"
-    "\u2028\u2029\u2060-\u206f\u3164\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
-)
-
-
-_INLINE_HIDDEN = f"[\t\n]|{_HIDDEN}"
-
-
-def _mark(match: re.Match[str]) -> str:
-    return f'<span class="mark">[U+{ord(match.group()):04X}]</span>'
-
-
-def _h(text: str, inline: bool = False) -> str:
-    """*text* escaped for HTML text and attribute values; hidden characters made visible, and
-    tabs and line breaks too when *inline* (where HTML would show them as spaces)."""
-    import html
-
-    escaped = html.escape(text, quote=True)
-    hidden = re.compile(_INLINE_HIDDEN if inline else _HIDDEN)
-    return hidden.sub(_mark, escaped) if hidden.search(escaped) else escaped
-
-
-def _script_json(value: Any) -> str:
-    """JSON that cannot end or confuse the ``<script>`` element holding it."""
-    text = json.dumps(value, ensure_ascii=True, sort_keys=True)  # also escapes U+2028, U+2029
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-class _Attempt:
-    """What the page keeps of one call attempt: where its records are, and its span."""
-
-    __slots__ = (
-        "attempt",
-        "end",
-        "failed",
-        "id",
-        "kind",
-        "name",
-        "offsets",
-        "parent",
-        "run_id",
-        "seqs",
-        "start",
-        "turn",
-    )
-
-    def __init__(self, run_id: str, turn: int, execution: Execution) -> None:
-        self.run_id = run_id
-        self.turn = turn
-        self.kind = execution.kind
-        self.id = execution.id
-        self.attempt = execution.attempt
-        self.name = ""
-        self.seqs: List[int] = []
-        self.offsets: List[int] = []
-        self.start: Optional[float] = None  # POSIX seconds of its earliest record
-        self.end: Optional[float] = None
-        self.failed = False
-        self.parent = execution.parent_id
-
-    @property
-    def seconds(self) -> float:
-        return (self.end or 0.0) - (self.start or 0.0)
-
-
-class _Change(NamedTuple):
-    """How a model request's messages differ from the previous request's."""
-
-    new: Tuple[Tuple[int, int], ...]  # (index, seq of the record that holds it already, or 0)
-    unchanged: int
-    dropped: int
-    previous: int  # seq of the previous request, 0 for the first
-    compacted: bool  # a compaction was recorded since the previous request
-    resumed: bool  # the previous request belongs to an earlier run
-    same_settings: bool  # tools and config (all but the messages) as in the previous request
-
-
-def _digest(value: Any) -> bytes:
-    """A stand-in for a message's JSON, to compare messages without keeping them.  (Keys in
-    the order written: a writer encodes one message the same way each time.)"""
-    try:
-        text = _DIGEST_JSON.encode(value)
-    except (ValueError, RecursionError):  # too deep to compare: counts as new
-        return os.urandom(16)
-    import hashlib
-
-    return hashlib.sha256(text.encode()).digest()
-
-
-_DIGEST_JSON = json.JSONEncoder(check_circular=False)  # one encoder: dumps() makes one per call
-
-
-def _span(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
-
-
-def _seconds(time: str) -> Optional[float]:
-    try:
-        return _parse_rfc3339(time).timestamp()
-    except _CodecFault:
-        return None
-
-
-def _message_value(message: Any) -> Optional[Dict[str, Any]]:
-    """The fields of a codec-encoded message (tagged or plain) with a content list, else None."""
-    value = message.get("value") if type(message) is dict and "$type" in message else message
-    if type(value) is dict and type(value.get("content")) is list:
-        return value
-    return None
-
-
-class _Facts:
-    """The first pass: everything the page shows before the records, in O(calls) memory."""
-
-    def __init__(self) -> None:
-        self.summarizer = _Summarizer()
-        self.items: List[Union[Tuple[int, int], _Attempt]] = []  # (seq, offset) or a call, in order
-        self.attempts: Dict[Tuple[str, str, int], _Attempt] = {}
-        self.model_seq: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> its latest card
-        self.tool_seq: Dict[Tuple[str, str], int] = {}  # (run, tool call id) -> its card
-        self.changes: Dict[int, _Change] = {}  # model_request seq -> what changed
-        self.same: Dict[int, int] = {}  # message record seq -> earlier record with that message
-        self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
-        self.compactions: List[int] = []  # number of model calls before each compaction
-        self.turn = 0
-        self._previous: Dict[bytes, int] = {}  # the previous request's message digests -> count
-        self._previous_seq = 0
-        self._previous_run = ""
-        self._settings = b""
-        self._compacted = False
-        self._recent: Dict[bytes, int] = {}  # digests of messages recorded since that request
-
-    def __call__(self, record: Record) -> None:
-        self.summarizer(record)
-        if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
-            self.turn = record.data["turn_index"]
-        elif record.type == "run_start":
-            self.turn = 0
-        execution = record.data.get("execution")
-        if record.run_id is None or execution is None or record.type in _RESERVED:
-            self.items.append((record.seq, record.offset))
-            return
-        try:
-            call = _execution_from_json(execution, record)
-        except FormatError:  # not a call this page can place: shown as it is
-            self.items.append((record.seq, record.offset))
-            return
-        attempt = self._attempt(record, call)
-        data = record.data
-        if "error" in data or data.get("is_error") is True:
-            attempt.failed = True
-        if attempt.kind == "tool" and type(data.get("tool")) is str:
-            attempt.name = data["tool"]
-        if record.type == "model_request":
-            self._request(record)
-        elif record.type == "context_compacted":
-            self._compacted = True
-            self.compactions.append(len(self.tokens))
-        elif "message" in data:
-            self._message(record, data["message"])
-
-    def _attempt(self, record: Record, execution: Execution) -> _Attempt:
-        run_id = record.run_id or ""
-        key = (run_id, execution.id, execution.attempt)
-        attempt = self.attempts.get(key)
-        if attempt is None:
-            attempt = self.attempts[key] = _Attempt(run_id, execution.turn_index or self.turn, execution)
-            self.items.append(attempt)
-            if execution.kind == "model":
-                self.model_seq[run_id, execution.id] = record.seq
-            elif execution.kind == "tool":
-                tool_id = record.data.get("tool_id")
-                self.tool_seq[run_id, tool_id if type(tool_id) is str and tool_id else execution.id] = (
-                    record.seq
-                )
-        attempt.seqs.append(record.seq)
-        attempt.offsets.append(record.offset)
-        moment = _seconds(record.time)
-        if moment is not None:
-            attempt.start = moment if attempt.start is None else min(attempt.start, moment)
-            attempt.end = moment if attempt.end is None else max(attempt.end, moment)
-        return attempt
-
-    def _message(self, record: Record, message: Any) -> None:
-        digest = _digest(message)
-        earlier = self._recent.setdefault(digest, record.seq)
-        if earlier != record.seq:
-            self.same[record.seq] = earlier
-        value = _message_value(message)
-        usage = value.get("usage") if value is not None else None
-        tokens = usage.get("input") if type(usage) is dict else None
-        if record.type == "model_exec_end" and type(tokens) is int and tokens >= 0:
-            self.tokens.append((record.seq, tokens))
-
-    def _request(self, record: Record) -> None:
-        request = record.data.get("request")
-        messages = request.get("messages") if type(request) is dict else None
-        remaining = dict(self._previous)
-        current: Dict[bytes, int] = {}
-        new = []
-        for index, message in enumerate(messages if type(messages) is list else ()):
-            digest = _digest(message)
-            current[digest] = current.get(digest, 0) + 1
-            if remaining.get(digest, 0) > 0:
-                remaining[digest] -= 1
-            else:
-                new.append((index, self._recent.get(digest, 0)))
-        unchanged = sum(current.values()) - len(new)
-        resumed = bool(self._previous_run) and self._previous_run != record.run_id
-        settings = _digest(
-            {key: item for key, item in request.items() if key != "messages"} if type(request) is dict else 0
-        )
-        self.changes[record.seq] = _Change(
-            tuple(new),
-            unchanged,
-            sum(remaining.values()),
-            self._previous_seq,
-            self._compacted,
-            resumed,
-            settings == self._settings,
-        )
-        self._previous, self._previous_seq, self._previous_run = current, record.seq, record.run_id or ""
-        self._settings = settings
-        self._compacted = False
-        self._recent = {}
-
-
-# iterencode (lazy, unlike dumps) stops after the characters shown: a huge value costs no more
-_ONE_LINE = json.JSONEncoder(ensure_ascii=False)
-_INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
-
-
-def _json_head(value: Any, encoder: json.JSONEncoder, limit: int) -> Tuple[str, int]:
-    """Up to *limit* characters of *value* as *encoder* writes it, encoding no more than
-    that; and 0 if that is all of it, else -1."""
-    chunks, size = [], 0
-    try:
-        for chunk in encoder.iterencode(value):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                return "".join(chunks)[:limit], -1
-    except (ValueError, RecursionError) as exc:
-        return f"(cannot be shown here: {exc})", -1
-    return "".join(chunks), 0
-
-
-def _hs(value: Any) -> str:
-    """A name, id, key or role as _h shows it, cut with a visible mark after _PAGE_NAME
-    characters (commands and CallRefs keep it whole)."""
-    if type(value) is str:
-        text, cut = value[:_PAGE_NAME], int(len(value) > _PAGE_NAME)
-    else:
-        text, cut = _json_head(value, _ONE_LINE, _PAGE_NAME)
-    return _h(text, inline=True) + ('<span class="cut">…</span>' if cut else "")
-
-
-class _PageOut:
-    """The page as it is written: UTF-8 bytes, counted against the budget."""
-
-    def __init__(self, out: BinaryIO, budget: int) -> None:
-        self._out = out
-        self.budget = budget
-        self.size = 0
-
-    def write(self, *parts: str) -> None:
-        data = "".join(parts).encode()
-        self._out.write(data)
-        self.size += len(data)
-
-    @property
-    def full(self) -> bool:
-        return self.size >= self.budget
-
-
-class _Page:
-    """The second pass: renders *facts* of the session file *name* to *out*."""
-
-    def __init__(self, name: str, facts: _Facts, summary: Summary, out: _PageOut, field: int) -> None:
-        self.name = name
-        self.facts = facts
-        self.summary = summary
-        self.out = out
-        self.field = field
-        self.shown = 0  # records rendered so far
-
-    # -- commands and references
-
-    def command(self, run_id: Optional[str], execution: str = "", attempt: int = 0, kind: str = "") -> str:
-        """The ``python -m session show`` command for these records, shell-quoted, as HTML."""
-        words = ["python", "-m", "session", "show", self.name]
-        if run_id is not None:
-            words += ["--run", run_id]
-        if execution:
-            words += ["--execution", execution, "--attempt", str(attempt)]
-        if kind:
-            words += ["--type", kind]
-        return f"<code>{_h(' '.join(map(_shell_word, words)), inline=True)}</code>"
-
-    def ref(self, run_id: str, execution: str, attempt: int) -> str:
-        ref = CallRef(self.summary.session_id, run_id, execution, attempt)
-        return f'<code class="ref">{_h(json.dumps(ref.to_json(), ensure_ascii=False))}</code>'
-
-    # -- values
-
-    def value(self, value: Any, more: str, label: str = "") -> str:
-        """One value (a string as it is, anything else as indented JSON), cut after the field
-        limit with a visible mark naming *more* (the command that prints it whole), and folded
-        when long."""
-        if type(value) is str:
-            shown, cut = value[: self.field], max(len(value) - self.field, 0)
-        else:
-            shown, cut = self.json_head(value)
-        text = _h(shown)
-        if cut:
-            how = f"{cut} more characters" if cut > 0 else "the rest"
-            text += f'<span class="cut">shortened — {how}: see {more}</span>'
-        label = f'<span class="key">{_hs(label)}</span> ' if label else ""
-        if label and not cut and len(shown) < 80 and "\n" not in shown:
-            return f"<div>{label}<code>{_h(shown, inline=True)}</code></div>"
-        if len(shown) > _PAGE_FOLD or shown.count("\n") > _PAGE_FOLD_LINES:
-            head = shown.lstrip().split("\n", 1)[0][:100]
-            return (
-                f"<details><summary>{label}{_h(head)} … ({len(shown)} characters)</summary>"
-                f"<pre>{text}</pre></details>"
-            )
-        return f"<div>{label}<pre>{text}</pre></div>"
-
-    def json_head(self, value: Any) -> Tuple[str, int]:
-        """The first field-limit characters of *value* as JSON: on one line if it fits in a
-        hundred, else indented; the count cut off is 0 when nothing was, -1 when some was."""
-        line = _json_head(value, _ONE_LINE, min(self.field, 100))
-        return line if line[1] == 0 else _json_head(value, _INDENTED, self.field)
-
-    def message(self, message: Any, run_id: str, more: str) -> str:
-        """A codec-encoded message: role, its blocks, stop reason and usage."""
-        value = _message_value(message)
-        if value is None:
-            return self.value(message, more, "message")
-        role = value.get("role")
-        parts = [f'<div class="msg"><span class="role">{_hs(role)}</span>']
-        metadata = value.get("metadata")
-        call_id = metadata.get("tool_call_id") if type(metadata) is dict else None
-        if type(call_id) is str:
-            parts.append(f" result of {self.tool_link(run_id, call_id)}")
-        for block in value["content"]:
-            parts.append(self.block(block, run_id, more))
-        for key in ("stop_reason", "usage"):
-            if value.get(key):
-                parts.append(self.value(value[key], more, key))
-        if type(metadata) is dict and set(metadata) - {"tool_call_id"}:
-            parts.append(self.value(metadata, more, "metadata"))
-        return "".join(parts) + "</div>"
-
-    def block(self, block: Any, run_id: str, more: str) -> str:
-        kind = block.get("type") if type(block) is dict else None
-        if kind == "text" and type(block.get("text")) is str:
-            return self.value(block["text"], more)
-        if kind == "thinking" and type(block.get("thinking")) is str:
-            return f'<div class="thinking">{self.value(block["thinking"], more, "thinking")}</div>'
-        if kind == "toolCall" and type(block.get("tool_call")) is dict:
-            call = block["tool_call"]
-            call_id, name = call.get("id"), call.get("name")
-            head = f'<div class="call">calls <b>{_hs(name)}</b>'
-            if type(call_id) is str:
-                head += f" id {self.tool_link(run_id, call_id)}"
-            rest = {key: item for key, item in call.items() if key not in ("id", "name", "args")}
-            args = self.value(call.get("args"), more, "args")
-            return head + args + (self.value(rest, more) if rest else "") + "</div>"
-        if kind == "image" and type(block.get("image")) is dict:
-            image = block["image"]
-            data, url, mime = image.get("data"), image.get("url"), image.get("mime_type")
-            size = f"{len(data) * 3 // 4} bytes" if type(data) is str else ""
-            where = f"at {_hs(url)}" if url else ""  # as text: a page never fetches
-            about = ", ".join(part for part in (_hs(mime) if mime else "", size, where) if part)
-            return f'<div class="image">[image: {about}]</div>'
-        if kind == "tool_reference" and type(block.get("tool_name")) is str:
-            return f'<div class="call">tool reference <b>{_hs(block["tool_name"])}</b></div>'
-        return self.value(block, more, "block")
-
-    def tool_link(self, run_id: str, call_id: str) -> str:
-        seq = self.facts.tool_seq.get((run_id, call_id))
-        if seq is None:
-            return f"<code>{_hs(call_id)}</code>"
-        return f'<a href="#seq-{seq}"><code>{_hs(call_id)}</code></a>'
-
-    # -- records
-
-    def record_head(self, record: Record) -> str:
-        return (
-            f'<a class="seq" href="#seq-{record.seq}">#{record.seq}</a> '
-            f'<span class="type">{_hs(record.type)}</span> <span class="time">{_hs(record.time)}</span>'
-        )
-
-    def record_body(self, record: Record, more: str) -> str:
-        """*record*'s data, the keys this page understands first-class, the rest as values."""
-        run_id = record.run_id or ""
-        parts = []
-        same = self.facts.same.get(record.seq)
-        for key, item in record.data.items():
-            if key == "execution":
-                continue
-            if key in ("message", "partial_message"):
-                if same is not None and key == "message":
-                    parts.append(f'<div>the same message as <a href="#seq-{same}">#{same}</a></div>')
-                else:
-                    parts.append(self.message(item, run_id, more))
-            elif key == "request" and type(item) is dict:
-                parts.append(self.request(record, item, more))
-            elif key == "error":
-                parts.append(f'<div class="error">{self.value(item, more, "error")}</div>')
-            else:
-                parts.append(self.value(item, more, key))
-        return "".join(parts)
-
-    def request(self, record: Record, request: Dict[str, Any], more: str) -> str:
-        """What changed in the context since the previous request, and the new messages."""
-        change = self.facts.changes.get(record.seq)
-        messages = request.get("messages")
-        parts = []
-        if change is not None and type(messages) is list:
-            parts.append(f'<div class="change">{self.change_text(change, len(messages))}</div>')
-            parts += self.new_messages(record, messages, change.new, more)
-        if change is not None and change.same_settings:
-            seq = change.previous
-            parts.append(f'<div>tools and config as in <a href="#seq-{seq}">#{seq}</a></div>')
-            return "".join(parts)
-        for key, item in request.items():
-            if key == "tools" and type(item) is list:
-                names = [_hs(tool.get("name")) for tool in item if type(tool) is dict and "name" in tool]
-                parts.append(f'<div><span class="key">tools</span> {", ".join(names)}</div>')
-                parts.append(self.value(item, more, "tool definitions"))
-            elif key != "messages":
-                parts.append(self.value(item, more, key))
-        return "".join(parts)
-
-    def new_messages(
-        self, record: Record, messages: List[Any], new: Tuple[Tuple[int, int], ...], more: str
-    ) -> List[str]:
-        """The new messages of a request: a link to a record that showed one already, else the
-        message; none past the page budget."""
-        parts: List[str] = []
-        size = self.out.size
-        for n, (index, earlier) in enumerate(new):
-            if size >= self.out.budget or index >= len(messages):
-                parts.append(f'<div class="cut">{len(new) - n} more new messages not shown: see {more}</div>')
-                break
-            if earlier:
-                value = _message_value(messages[index])
-                role = _hs(value.get("role")) if value is not None else "a"
-                parts.append(
-                    f'<div class="msg">new: <span class="role">{role}</span> message as recorded '
-                    f'in <a href="#seq-{earlier}">#{earlier}</a></div>'
-                )
-            else:
-                parts.append(self.message(messages[index], record.run_id or "", more))
-            size += len(parts[-1])
-        return parts
-
-    @staticmethod
-    def change_text(change: _Change, total: int) -> str:
-        text = f"context: {total} messages; {len(change.new)} new"
-        if change.previous:
-            kept = "carried over from the previous run" if change.resumed else "unchanged"
-            link = f'<a href="#seq-{change.previous}">#{change.previous}</a>'
-            text += f", {change.unchanged} {kept} since request {link}"
-        if change.dropped:
-            why = "by a compaction" if change.compacted else "with no compaction recorded"
-            text += f", {change.dropped} dropped {why}"
-        return text
-
-    # -- the page
-
-    def render(self, source: BinaryIO, max_line_bytes: int) -> None:
-        import base64
-        import hashlib
-
-        style, script = _PAGE_STYLE, _PAGE_SCRIPT
-
-        def digest(text: str) -> str:
-            return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
-
-        policy = (
-            f"default-src 'none'; script-src {digest(script)}; style-src {digest(style)}; "
-            "base-uri 'none'; form-action 'none'"
-        )
-        summary = self.summary
-        self.out.write(
-            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-            f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
-        )
-        self.header()
-        self.chart()
-        self.waterfall()
-        self.cards(source, max_line_bytes)
-        data = {"file": self.name, "session_id": summary.session_id, "records": summary.records}
-        self.out.write(
-            f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
-            f"<script>{script}</script>\n</body></html>\n"
-        )
-
-    def header(self) -> None:
-        summary, facts = self.summary, self.facts
-        write = self.out.write
-        write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
-        tail = (
-            f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
-        )
-        write(f"<p>{_h(self.name)}: {summary.records} records, {len(summary.runs)} runs{tail}</p>\n")
-        write("<table><tr><th>run</th><th>records</th><th>start</th><th>end</th><th>duration</th>")
-        write("<th>closed</th><th>end reason</th><th>error</th></tr>\n")
-        for run in summary.runs:
-            error = _hs(_error_text(run.error)) if run.error is not None else ""
-            write(
-                f'<tr><td><a href="#seq-{run.first_seq}"><code>{_hs(run.run_id)}</code></a></td>'
-                f"<td>{run.records}</td><td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
-                f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
-                f"<td>{'yes' if run.closed else 'no'}</td>"
-                f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
-            )
-        write("</table>\n<p>records by type: ")
-        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
-        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
-        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
-        failed = [attempt for attempt in facts.attempts.values() if attempt.failed]
-        write(f"<h2>{len(failed)} failed attempts</h2>\n<ul>")
-        for attempt in failed[:_PAGE_LIST]:
-            write(f"<li>{self.attempt_link(attempt)}{self.attempt_ref(attempt)}</li>\n")
-        self.more(len(failed), "tick “errors only” below to see them all")
-        write(f"</ul>\n<h2>{len(summary.gaps)} gaps</h2>\n<ul>")
-        for gap in summary.gaps[:_PAGE_LIST]:
-            write(f'<li><a href="#seq-{gap.seq}">#{gap.seq}</a> {_hs(gap.kind)} ')
-            if gap.ref is None:
-                write(f"run <code>{_hs(gap.run_id)}</code>: {self.command(gap.run_id)}</li>\n")
-            else:
-                ref = gap.ref
-                write(f"{self.ref(ref.run_id, ref.execution_id, ref.attempt)} ")
-                write(f"{self.command(ref.run_id, ref.execution_id, ref.attempt)}</li>\n")
-        self.more(len(summary.gaps), f"see {self.summary_command()}")
-        write("</ul></header>\n")
-
-    def summary_command(self) -> str:
-        return f"<code>python -m session summary {_h(_shell_word(self.name))}</code>"
-
-    def more(self, count: int, where: str) -> None:
-        if count > _PAGE_LIST:
-            self.out.write(f'<li class="cut">and {count - _PAGE_LIST} more: {where}</li>')
-
-    @staticmethod
-    def attempt_link(attempt: _Attempt) -> str:
-        name = f" {_hs(attempt.name)}" if attempt.name else ""
-        return (
-            f'<a href="#seq-{attempt.seqs[0]}">{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} '
-            f"attempt {attempt.attempt}</a>"
-        )
-
-    def attempt_ref(self, attempt: _Attempt) -> str:
-        """An attempt's CallRef and the command that prints its records."""
-        return (
-            f'<div class="how">{self.ref(attempt.run_id, attempt.id, attempt.attempt)}<br>'
-            f"{self.command(attempt.run_id, attempt.id, attempt.attempt)}</div>"
-        )
-
-    def chart(self) -> None:
-        """Input tokens per successful model call, compactions as dashed lines."""
-        tokens = self.facts.tokens
-        write = self.out.write
-        write("<section><h2>input tokens per model call</h2>\n")
-        if not tokens:
-            write("<p>no model call reported its input tokens</p></section>\n")
-            return
-        per_bar = -(-len(tokens) // _PAGE_BARS)
-        bars = [tokens[start : start + per_bar] for start in range(0, len(tokens), per_bar)]
-        top = max(count for _, count in tokens) or 1
-        width = 1000 / len(bars)
-        note = f"; each bar the largest of {per_bar} calls" if per_bar > 1 else ""
-        write(f"<p>{len(tokens)} calls, at most {top} input tokens{note}</p>\n")
-        write('<svg class="chart" viewBox="0 0 1000 100" role="img">')
-        for n, bar in enumerate(bars):
-            seq, count = max(bar, key=lambda point: point[1])
-            height = count * 95 // top
-            write(
-                f'<a href="#seq-{seq}"><rect class="bar" x="{n * width:.1f}" y="{100 - height}" '
-                f'width="{max(width - 1, 1):.1f}" height="{height}"><title>#{seq}: {count} input tokens'
-                "</title></rect></a>"
-            )
-        for calls in self.facts.compactions:
-            x = calls // per_bar * width
-            write(
-                f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
-                f'<title>compaction</title></line><text x="{x + 4:.1f}" y="10">compaction</text>'
-            )
-        write("</svg></section>\n")
-
-    def waterfall(self) -> None:
-        """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
-        retries tied to the attempt they repeat; and the slowest calls."""
-        write = self.out.write
-        attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
-        write("<section><h2>calls over time</h2>\n<p>slowest calls:</p><ol>")
-        for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
-            write(f"<li>{_span(attempt.seconds)} {self.attempt_link(attempt)}</li>\n")
-        write("</ol>\n")
-        turns: Dict[Tuple[str, int], List[_Attempt]] = {}
-        for attempt in self.facts.attempts.values():
-            turns.setdefault((attempt.run_id, attempt.turn), []).append(attempt)
-        run_id, limit = None, self.out.size + self.out.budget // 4  # the rest is for the records
-        for (run, turn), group in turns.items():
-            if run != run_id:
-                write(f"<h3>run <code>{_hs(run)}</code></h3>\n")
-                run_id = run
-            if not self.turn(turn, group, limit):
-                write('<p class="cut">The waterfall stops here, at a quarter of the page budget.</p>')
-                break
-        write("</section>\n")
-
-    def turn(self, turn: int, group: List[_Attempt], limit: int) -> bool:
-        """One turn's waterfall, as many rows as fit below *limit*; False if not all did."""
-        timed = [attempt for attempt in group if attempt.start is not None]
-        start = min((a.start or 0.0 for a in timed), default=0.0)
-        span = max((a.end or 0.0 for a in timed), default=0.0) - start or 1e-6
-        rows: List[str] = []
-        size = self.out.size
-        ends: Dict[str, Tuple[float, int]] = {}  # execution id -> end x, row of its latest attempt
-        for row, attempt in enumerate(group):
-            if size >= limit:
-                break
-            rows.append(self.bar(row, attempt, start, span, ends))
-            size += len(rows[-1])
-        failed = sum(attempt.failed for attempt in group)
-        shown = f", {len(rows)} drawn" if len(rows) < len(group) else ""
-        bottom = len(rows) * 18 + 16
-        self.out.write(
-            f"<details{' open' if len(group) <= 40 else ''}><summary>turn {turn}: {len(group)} attempts"
-            f"{shown}, {_span(span)}, {failed} failed</summary>\n"
-            f'<svg class="waterfall" viewBox="0 0 1000 {bottom + 4}">',
-            *rows,
-            f'<text x="300" y="{bottom}">0 s</text><text class="end" x="990" y="{bottom}">'
-            f"{_span(span)}</text></svg></details>\n",
-        )
-        return len(rows) == len(group)
-
-    @staticmethod
-    def bar(
-        row: int, attempt: _Attempt, start: float, span: float, ends: Dict[str, Tuple[float, int]]
-    ) -> str:
-        """One attempt's row: its label, and its bar tied to the attempt it retries."""
-        y = row * 18 + 2
-        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
-        mark = " ✗" if attempt.failed else ""
-        label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
-        parts = [f'<a href="#seq-{attempt.seqs[0]}"><text x="0" y="{y + 12}">{_hs(label)}</text>']
-        if attempt.start is not None:
-            x = 300 + (attempt.start - start) / span * 690
-            width = max(attempt.seconds / span * 690, 2)
-            fail = " fail" if attempt.failed else ""
-            parts.append(
-                f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
-                f"<title>{_hs(attempt.kind)} {_hs(attempt.id)} attempt {attempt.attempt}: "
-                f"{_span(attempt.seconds)}</title></rect>"
-            )
-            tied = ends.get(attempt.id)
-            if tied is not None and attempt.attempt > 1:
-                parts.append(
-                    f'<path class="tie" d="M{tied[0]:.1f} {tied[1] * 18 + 9}L{x:.1f} {y + 7}">'
-                    f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
-                )
-            ends[attempt.id] = (x + width, row)
-        return "".join(parts) + "</a>"
-
-    def cards(self, source: BinaryIO, max_line_bytes: int) -> None:
-        write = self.out.write
-        write(
-            '<section><h2>records</h2>\n<form class="filters">'
-            '<label><input type="checkbox" id="only-errors"> errors only</label> '
-            '<label><input type="checkbox" id="show-model" checked> model calls</label> '
-            '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
-            '<label><input type="checkbox" id="show-other" checked> other records</label> '
-            '<input type="search" id="search" placeholder="search" hidden></form>\n'
-        )
-        for item in self.facts.items:
-            if self.out.full:
-                left = self.summary.records - self.shown
-                write(
-                    f'<p class="cut">The page reached its budget of {self.out.budget} bytes: '
-                    f"{left} more records are not shown here; {self.command(None)} prints them all.</p>"
-                )
-                break
-            if isinstance(item, _Attempt):
-                self.card(source, max_line_bytes, item)
-            else:
-                self.lone(self.read(source, max_line_bytes, *item))
-        write("</section>\n")
-
-    def read(self, source: BinaryIO, max_line_bytes: int, seq: int, offset: int) -> Record:
-        """The record *seq* again, at the *offset* the first pass found it."""
-        source.seek(offset)
-        raw = source.readline(max_line_bytes + 1)
-        obj = _parse_line(raw, self.name, seq, offset) if raw.endswith(b"\n") else {}
-        if obj.get("seq") != seq or obj.get("session_id") != self.summary.session_id:
-            raise FormatError(f"record {seq} changed while the page was made", self.name, seq, offset)
-        self.shown += 1
-        return Record(
-            obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), obj["data"], offset
-        )
-
-    def lone(self, record: Record) -> None:
-        fail = " fail" if "error" in record.data else ""
-        heading = record.type in ("run_start", "turn_start", "session_start")
-        more = self.command(record.run_id, kind=record.type)
-        self.out.write(
-            f'<div class="rec{fail}{" heading" if heading else ""}" id="seq-{record.seq}">'
-            f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
-        )
-
-    def card(self, source: BinaryIO, max_line_bytes: int, attempt: _Attempt) -> None:
-        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
-        fail = " fail" if attempt.failed else ""
-        write = self.out.write
-        write(f'<article class="card {kind}{fail}"><h3>{self.attempt_link(attempt)}</h3>\n<p>')
-        write(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
-        if attempt.attempt > 1:
-            earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
-            if earlier is not None:
-                write(f', retry of <a href="#seq-{earlier.seqs[0]}">attempt {earlier.attempt}</a>')
-        write(self.parent(attempt))
-        write(f"</p>{self.attempt_ref(attempt)}\n")
-        more = self.command(attempt.run_id, attempt.id, attempt.attempt)
-        for seq, offset in zip(attempt.seqs, attempt.offsets):
-            record = self.read(source, max_line_bytes, seq, offset)
-            body = self.record_body(record, more)
-            write(f'<div class="part" id="seq-{seq}">{self.record_head(record)}{body}</div>\n')
-        write("</article>\n")
-
-    def parent(self, attempt: _Attempt) -> str:
-        """For a tool call, a link to the model call that asked for it."""
-        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent)) if attempt.parent else None
-        if seq is None:
-            return ""
-        return f', asked for by <a href="#seq-{seq}">model call <code>{_hs(attempt.parent)}</code></a>'
-
-
-def _html_options(sub: Any) -> None:
-    """The ``html`` command's own options."""
-    sub.add_argument("-o", "--output", metavar="OUT", help="write the page to OUT (default: stdout)")
-    sub.add_argument(
-        "--max-bytes",
-        type=int,
-        default=_PAGE_BUDGET,
-        metavar="N",
-        help="page size budget (records past it are named, not shown; default: %(default)s, 16 MiB)",
-    )
-    sub.add_argument(
-        "--max-field",
-        type=int,
-        default=_PAGE_FIELD,
-        metavar="N",
-        help="characters of one value shown inline (default: %(default)s)",
-    )
-
-
-def _html_command(args: Any) -> int:
-    if args.max_bytes < 1 or args.max_field < 1:
-        print("python -m session html: --max-bytes and --max-field take a positive number", file=sys.stderr)
-        return 2
-    facts = _Facts()
-    try:
-        result = _read_file(args.file, args.max_line_bytes, facts)
-        summary = facts.summarizer.summary(result)
-        if args.output is None:
-            _write_page(args, facts, summary, sys.stdout.buffer)
-            return 0
-        if os.path.exists(args.output) and os.path.samefile(args.output, args.file):
-            raise OSError(errno.EEXIST, f"will not write the page over the session itself ({args.output})")
-        temporary = args.output + ".partial"
-        try:
-            with builtins.open(temporary, "wb") as out:  # a page appears whole or not at all
-                _write_page(args, facts, summary, out)
-            os.replace(temporary, args.output)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-    except (FormatError, OSError) as exc:
-        _print_failure(args.file, exc, False)
-        return 1
-    return 0
-
-
-def _write_page(args: Any, facts: _Facts, summary: Summary, out: BinaryIO) -> None:
-    page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field)
-    with builtins.open(args.file, "rb", _READ_BUFFER) as source:
-        page.render(source, args.max_line_bytes)
-
-
-# The page's only style and script: the Content-Security-Policy allows exactly these, by hash.
-_PAGE_STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
-body{color:#1b1b1b;background:#fff}
-h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
-code,pre{font:12px/1.35 ui-monospace,monospace}
-pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4;padding:.3em .5em}
-table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
-.mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
-.cut{color:#7a4a00;font-style:italic}.error,.fail>h3{color:#b00020}
-.key,.role{font-weight:600;color:#35557a}.thinking{opacity:.75}.change{color:#2d6a2d;font-weight:600}
-.card{border:1px solid #ccd;border-left:5px solid #6b8fc7;border-radius:4px;margin:.6em 0;padding:.3em .6em}
-.card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
-.part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}
-.rec.heading{font-weight:600;margin-top:.6em}
-.rec.fail{color:#b00020}.seq{color:#777;text-decoration:none}.type{font-weight:600}.time{color:#777;font-size:12px}
-.how{font-size:11px;color:#555}.how code{font-size:11px}
-.msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
-svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
-.waterfall text.end{text-anchor:end}
-rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
-rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray:5 3}
-.tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
-.filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
-body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .rec:not(.fail){display:none}
-body:has(#show-model:not(:checked)) .card.model,body:has(#show-tool:not(:checked)) .card.tool{display:none}
-body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .card.compact{display:none}
-.miss{display:none}
-@media print{.filters{display:none}body{max-width:none;font-size:11px}.card{break-inside:avoid}
-a{color:inherit;text-decoration:none}details::details-content{display:block;content-visibility:visible}}
-"""
-
-_PAGE_SCRIPT = """
-"use strict";
-document.documentElement.setAttribute("data-js", "on");
-(function () {
-  var box = document.getElementById("search");
-  var items = document.querySelectorAll(".card, .rec");
-  var texts = null;
-  box.hidden = false;
-  function filter() {
-    var query = box.value.toLowerCase();
-    if (texts === null) {
-      texts = [];
-      for (var i = 0; i < items.length; i++) texts.push(items[i].textContent.toLowerCase());
-    }
-    for (var j = 0; j < items.length; j++) {
-      items[j].classList.toggle("miss", query !== "" && texts[j].indexOf(query) < 0);
-    }
-  }
-  box.addEventListener("input", filter);
-  box.addEventListener("change", filter);
-  window.addEventListener("beforeprint", function () {
-    var folded = document.querySelectorAll("details");
-    for (var i = 0; i < folded.length; i++) folded[i].open = true;
-  });
-})();
-"""
-
-
-# ---------------------------------------------------------------------------- command line
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The command line, ``python -m session`` (installed: ``session-jsonl``); returns the exit
-    status: 0, 1 as each command's ``--help`` says, 2 for a usage error, 74 when the output
-    cannot be written, 130 when interrupted."""
-    import argparse
-
-    # Installed, the console script calls main() from a module imported as "session".
-    prog = (
-        "python -m session" if argv is not None or __name__ == "__main__" else os.path.basename(sys.argv[0])
-    )
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> typing.NoReturn:  # it quotes arguments: "-\x1b[2J.jsonl"
-            super().error(_for_terminal(message))
-
-    parser = Parser(prog=prog, description=(__doc__ or "").split("\n", 1)[0])
-    parser.add_argument("--version", action="version", version=f"session.py {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.required = True
-
-    def line_limit(text: str) -> int:
-        try:
-            limit = int(text)
-            _check_line_limit(limit)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return limit
-
-    def jobs(text: str) -> int:
-        if not text.isdigit() or int(text) < 1:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
-        return int(text)
-
-    def jobs_option(sub: Any) -> None:
-        sub.add_argument(
-            "--jobs",
-            type=jobs,
-            metavar="N",
-            help="files read at once, by N processes (default: the number of cores; 1 for one file)",
-        )
-
-    def command(name: str, handler: Callable[[Any], int], about: str, status: str, many: bool = False) -> Any:
-        epilog = f"exit status: {status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
-        sub = commands.add_parser(name, help=about, description=about, epilog=epilog)
-        stdin = "- reads stdin" if name in _READS_STDIN else None
-        sub.add_argument("files" if many else "file", nargs="+" if many else None, metavar="FILE", help=stdin)
-        sub.add_argument(
-            "--max-line-bytes",
-            type=line_limit,
-            default=_MAX_LINE_BYTES,
-            metavar="N",
-            help="longest line read, in bytes (default: %(default)s, 256 MiB)",
-        )
-        sub.set_defaults(handler=handler)
-        return sub
-
-    check = command(
-        "validate",
-        _validate_command,
-        "check session files against the format",
-        "0 every file valid; 1 any invalid or unreadable (all are checked)",
-        many=True,
-    )
-    check.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
-    jobs_option(check)
-    command(
-        "repair",
-        _repair_command,
-        "keep the records before the first bad line, drop the rest (keeps a copy)",
-        "0 the file is valid afterwards; 1 otherwise",
-    )
-    report = command(
-        "summary",
-        _summary_command,
-        "runs, counts, token usage and missing evidence of sessions",
-        "0 every file valid, whatever its gaps; 1 any invalid or unreadable (all are read)",
-        many=True,
-    )
-    report.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
-    jobs_option(report)
-    show = command(
-        "show",
-        _show_command,
-        "print the matching records' lines as they are in the file",
-        "0 valid; 1 invalid or unreadable (the records before the bad line are printed)",
-    )
-    show.add_argument("--run", metavar="RUN_ID", help="records of this run (default: every run)")
-    show.add_argument(
-        "--type",
-        action="append",
-        metavar="TYPE",
-        help="records of this type (repeat: any of them; default: every type)",
-    )
-    show.add_argument("--execution", metavar="ID", help="records of this execution id (default: any)")
-    show.add_argument(
-        "--attempt", type=int, metavar="N", help="of this attempt (needs --execution; default: every attempt)"
-    )
-    show.add_argument(
-        "--pretty",
-        action="store_true",
-        help="a readable transcript instead of the lines (default: the lines)",
-    )
-    command(
-        "checkpoint",
-        _checkpoint_command,
-        "print the latest checkpoint's snapshot as JSON",
-        "0 printed; 1 no checkpoint, or the file invalid or unreadable",
-    )
-    copy = command(
-        "export",
-        _export_command,
-        "copy sessions' complete records to JSON Lines, with a manifest",
-        "0 every file valid and exported; 1 any left out (invalid, unreadable, or a session twice)",
-        many=True,
-    )
-    copy.add_argument(
-        "-o", dest="out", required=True, metavar="OUT", help="the output file (or folder); required"
-    )
-    copy.add_argument(
-        "--split",
-        action="store_true",
-        help="one part file per input, in the new folder OUT (default: one file)",
-    )
-    copy.add_argument(
-        "--prefix",
-        action="store_true",
-        help="from an invalid file, the records before the bad line (default: nothing of it)",
-    )
-    _html_options(
-        command(
-            "html",
-            _html_command,
-            "one self-contained HTML page to look at a session",
-            "0 written; 1 the file invalid or unreadable, or -o names the session itself",
-        )
-    )
-    args = parser.parse_args(argv)
-    for stream in (sys.stdout, sys.stderr):  # a lone surrogate prints as \udXXX, in JSON too
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="backslashreplace")
-    if getattr(args, "attempt", None) is not None and args.execution is None:
-        show.error("--attempt needs --execution")
-    args.prog = prog
-    status: int = 0
-    try:
-        status = args.handler(args)
-        sys.stdout.flush()  # with default buffering, a closed pipe or a full disk shows here
-    except KeyboardInterrupt:
-        _print_error(f"{prog} {args.command}: interrupted")
-        return 130
-    except (OSError, _OutputError) as exc:  # the commands report what they read: this is the output
-        failure = exc.error if isinstance(exc, _OutputError) else exc
-        _discard_closed_outputs()
-        if isinstance(failure, BrokenPipeError):  # the reader stopped early (| head): not our error
-            return status
-        _print_error(f"{prog} {args.command}: cannot write the output: {_os_reason(failure)}")
-        return _EX_IOERR
-    return status
-
-
-_EX_IOERR = 74  # BSD sysexits.h: an error while doing I/O on some file (here, the output)
-_READS_STDIN = ("validate", "summary", "show")  # checkpoint reads its line twice; repair cuts a file
 
 
 def _validate_command(args: Any) -> int:
@@ -4972,8 +3597,9 @@ def _each_file(args: Any, work: Callable[[Any, str], int]) -> int:
     from concurrent.futures import ProcessPoolExecutor
 
     status = 0
+    sent = types.SimpleNamespace(**{key: value for key, value in vars(args).items() if key != "usage_error"})
     with ProcessPoolExecutor(jobs) as pool:
-        for code, out, err in pool.map(functools.partial(_captured, work, args), files):
+        for code, out, err in pool.map(functools.partial(_captured, work, sent), files):
             for text, stream in ((out, sys.stdout), (err, sys.stderr)):
                 if text:
                     _emit(text[:-1], stream)  # as printed, less print's own newline
@@ -5136,6 +3762,8 @@ def _in_line(value: Any) -> str:
 
 
 def _show_command(args: Any) -> int:
+    if args.attempt is not None and args.execution is None:
+        args.usage_error("--attempt needs --execution")
     types = set(args.type or ())
     never = sorted(kind for kind in types if _PROJECTIONS.get(kind, True) is None)
     if never:
@@ -5475,5 +4103,243 @@ def _shell_char(char: str) -> str:
     return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+class _Command(NamedTuple):
+    """One command of ``python -m session``: what it does, its exit statuses, whether it takes
+    many files, the options of its own, and what runs it."""
+
+    name: str
+    about: str
+    status: str
+    many: bool
+    options: Callable[[Any], object]
+    run: Callable[[Any], int]
+
+
+def _file_arguments(sub: Any, command: _Command) -> None:
+    """The arguments every command takes: its files, and the longest line it reads."""
+    stdin = "- reads stdin" if command.name in _READS_STDIN else None
+    if command.many:
+        sub.add_argument("files", nargs="+", metavar="FILE", help=stdin)
+    else:
+        sub.add_argument("file", metavar="FILE", help=stdin)
+    sub.add_argument(
+        "--max-line-bytes",
+        type=_line_limit_argument,
+        default=_MAX_LINE_BYTES,
+        metavar="N",
+        help="longest line read, in bytes (default: %(default)s, 256 MiB)",
+    )
+
+
+def _line_limit_argument(text: str) -> int:
+    import argparse
+
+    try:
+        limit = int(text)
+        _check_line_limit(limit)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return limit
+
+
+def _jobs_argument(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+    return int(text)
+
+
+def _jobs_option(sub: Any) -> None:
+    sub.add_argument(
+        "--jobs",
+        type=_jobs_argument,
+        metavar="N",
+        help="files read at once, by N processes (default: the number of cores; 1 for one file)",
+    )
+
+
+def _json_option(sub: Any) -> None:
+    sub.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
+
+
+def _many_files_options(sub: Any) -> None:
+    _json_option(sub)
+    _jobs_option(sub)
+
+
+def _show_options(sub: Any) -> None:
+    sub.add_argument("--run", metavar="RUN_ID", help="records of this run (default: every run)")
+    sub.add_argument(
+        "--type",
+        action="append",
+        metavar="TYPE",
+        help="records of this type (repeat: any of them; default: every type)",
+    )
+    sub.add_argument("--execution", metavar="ID", help="records of this execution id (default: any)")
+    sub.add_argument(
+        "--attempt", type=int, metavar="N", help="of this attempt (needs --execution; default: every attempt)"
+    )
+    sub.add_argument(
+        "--pretty",
+        action="store_true",
+        help="a readable transcript instead of the lines (default: the lines)",
+    )
+
+
+def _no_options(sub: Any) -> None:
+    """A command with no options of its own."""
+
+
+_EXPORT_COMMANDS = {  # session_export.py's, by name, for the list of commands when it is missing
+    "export": "copy sessions' complete records to JSON Lines, with a manifest",
+    "html": "one self-contained HTML page to look at a session",
+}
+
+
+def _exports_module() -> Any:
+    """``session_export``, the module that has the exports: importable, or in the file beside
+    this one (``python -I session.py`` puts no folder on the path); ``None`` without it."""
+    try:
+        import session_export
+    except ModuleNotFoundError as exc:
+        if exc.name != "session_export":
+            raise
+    else:
+        return session_export
+    import importlib.util
+
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_export.py")
+    spec = importlib.util.spec_from_file_location("session_export", beside)
+    if spec is None or spec.loader is None or not os.path.isfile(beside):
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["session_export"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _needs_exports(args: Any) -> int:
+    _print_error(
+        f"{args.prog} {args.command}: needs session_export.py beside session.py"
+        " (the wheel installs both; a vendored copy needs both files)"
+    )
+    return 2
+
+
+def _missing_exports() -> List[_Command]:
+    """Stand-ins for the exports module's commands, which say what is missing."""
+
+    def anything(sub: Any) -> None:
+        sub.add_argument("arguments", nargs="*", help="see session_export.py")
+
+    return [
+        _Command(name, about, "2 session_export.py missing", True, anything, _needs_exports)
+        for name, about in _EXPORT_COMMANDS.items()
+    ]
+
+
+_COMMANDS = [
+    _Command(
+        "validate",
+        "check session files against the format",
+        "0 every file valid; 1 any invalid or unreadable (all are checked)",
+        True,
+        _many_files_options,
+        _validate_command,
+    ),
+    _Command(
+        "repair",
+        "keep the records before the first bad line, drop the rest (keeps a copy)",
+        "0 the file is valid afterwards; 1 otherwise",
+        False,
+        _no_options,
+        _repair_command,
+    ),
+    _Command(
+        "summary",
+        "runs, counts, token usage and missing evidence of sessions",
+        "0 every file valid, whatever its gaps; 1 any invalid or unreadable (all are read)",
+        True,
+        _many_files_options,
+        _summary_command,
+    ),
+    _Command(
+        "show",
+        "print the matching records' lines as they are in the file",
+        "0 valid; 1 invalid or unreadable (the records before the bad line are printed)",
+        False,
+        _show_options,
+        _show_command,
+    ),
+    _Command(
+        "checkpoint",
+        "print the latest checkpoint's snapshot as JSON",
+        "0 printed; 1 no checkpoint, or the file invalid or unreadable",
+        False,
+        _no_options,
+        _checkpoint_command,
+    ),
+]
+
+
+def _parser(prog: str, wanted: str) -> Any:
+    """The parser of every command; the exports module is imported only for the *wanted*
+    command, if it is one of its own."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> typing.NoReturn:  # it quotes arguments: "-\x1b[2J.jsonl"
+            super().error(_for_terminal(message))
+
+    parser = Parser(prog=prog, description=(__doc__ or "").split("\n", 1)[0])
+    parser.add_argument("--version", action="version", version=f"session.py {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    exports = _exports_module() if wanted in _EXPORT_COMMANDS else None
+    for command in _COMMANDS + (exports.COMMANDS if exports else _missing_exports()):
+        epilog = (
+            f"exit status: {command.status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
+        )
+        sub = commands.add_parser(command.name, help=command.about, description=command.about, epilog=epilog)
+        if command.run is not _needs_exports:
+            _file_arguments(sub, command)
+        command.options(sub)
+        sub.set_defaults(handler=command.run, usage_error=sub.error)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line, ``python -m session`` (installed: ``session-jsonl``); returns the exit
+    status: 0, 1 as each command's ``--help`` says, 2 for a usage error, 74 when the output
+    cannot be written, 130 when interrupted."""
+    # Installed, the console script calls main() from a module imported as "session".
+    prog = (
+        "python -m session" if argv is not None or __name__ == "__main__" else os.path.basename(sys.argv[0])
+    )
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = _parser(prog, next((word for word in words if not word.startswith("-")), "")).parse_args(words)
+    for stream in (sys.stdout, sys.stderr):  # a lone surrogate prints as \udXXX, in JSON too
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+    args.prog = prog
+    status: int = 0
+    try:
+        status = args.handler(args)
+        sys.stdout.flush()  # with default buffering, a closed pipe or a full disk shows here
+    except KeyboardInterrupt:
+        _print_error(f"{prog} {args.command}: interrupted")
+        return 130
+    except (OSError, _OutputError) as exc:  # the commands report what they read: this is the output
+        failure = exc.error if isinstance(exc, _OutputError) else exc
+        _discard_closed_outputs()
+        if isinstance(failure, BrokenPipeError):  # the reader stopped early (| head): not our error
+            return status
+        _print_error(f"{prog} {args.command}: cannot write the output: {_os_reason(failure)}")
+        return _EX_IOERR
+    return status
+
+
 if __name__ == "__main__":
+    sys.modules.setdefault("session", sys.modules[__name__])  # what session_export imports
     raise SystemExit(main())
