@@ -2157,7 +2157,11 @@ def _publish(name: str, header: bytes) -> int:
     """The locked descriptor of a new file at *name* that holds *header*, synced: written
     under a temporary name, then given *name*, never replacing a file that is there."""
     temporary = _temporary_name(name)
-    fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
+    try:
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
+    except OSError as exc:  # no such folder, or no right to write there: as for the path itself
+        exc.filename = name
+        raise
     try:
         _lock(fd, temporary)
         try:

@@ -2715,6 +2715,13 @@ def test_create_publishes_a_whole_locked_file(tmp_path: Path, monkeypatch: pytes
     assert path.stat().st_mode & 0o777 == 0o600
 
 
+def test_create_in_a_missing_folder_names_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "nowhere" / "s.jsonl"
+    with pytest.raises(FileNotFoundError) as info:
+        session.create(path)
+    assert info.value.filename == str(path)
+
+
 def test_the_temporary_name_fits_beside_a_long_name(tmp_path: Path) -> None:
     path = tmp_path / ("é" * 120 + ".jsonl")  # 246 bytes: the temporary name must be shorter than 256
     session.create(path).close()
