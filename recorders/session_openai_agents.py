@@ -40,17 +40,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import functools
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import pydantic
 import pydantic_core
-from agents import Agent, Model, ModelProvider, ModelResponse, ModelSettings, RunConfig, RunHooks, Runner
+from agents import (
+    Agent,
+    Model,
+    ModelProvider,
+    ModelResponse,
+    ModelSettings,
+    RunConfig,
+    RunHooks,
+    Runner,
+    ToolTimeoutError,
+)
 from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
 from agents.items import TResponseInputItem, TResponseStreamEvent
@@ -59,7 +71,13 @@ from agents.result import RunResult
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from agents.run_config import ToolErrorFormatterArgs
 from agents.run_context import AgentHookContext, RunContextWrapper
-from agents.tool import FunctionTool, Tool
+from agents.tool import (
+    FunctionTool,
+    Tool,
+    default_tool_error_function,
+    resolve_function_tool_failure_error_function,
+    set_function_tool_failure_error_function,
+)
 from agents.tool_context import ToolContext
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
@@ -86,7 +104,7 @@ async def recording(
     concurrent conversations each in its own ``recording`` of its own file.
     """
     target = os.fspath(path)
-    limit = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
+    limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
     opened = await asyncio.to_thread(
         functools.partial(session.open, target, create=True, redact=redact, **limit)
     )
@@ -264,10 +282,10 @@ def _request(
         listed
     )
     config = session.CallConfig(
-        max_tokens=settings.max_tokens or 0,
+        max_tokens=settings.max_tokens if isinstance(settings.max_tokens, int) else 0,
         tool_choice=to_json(settings.tool_choice),
         response_format=None if output is None or output.is_plain_text() else to_json(output.json_schema()),
-        extra={"model": model, "settings": to_json(settings.to_json_dict())},
+        extra={"model": model, "settings": to_json(settings)},
     )
     return session.ModelRequest(messages, [_tool_json(tool) for tool in tools], config)
 
@@ -302,7 +320,8 @@ class SessionRecorder(RunHooks[Any]):
         self._tools: dict[str, tuple[session.Execution, str]] = {}  # tool calls running, by call id
         self._finished: dict[str, session.Execution] = {}  # and those that ended
         self._failed: set[str] = set()  # the ids of those that failed
-        self._failures: dict[str, Exception] = {}
+        self._failures: dict[str, BaseException] = {}  # why a tool call failed, by call id
+        self._begun: dict[str, float] = {}  # when a tool call started (on_tool_start), by call id
         self._tool_calls = 0
         self._tool_errors = 0
 
@@ -337,6 +356,7 @@ class SessionRecorder(RunHooks[Any]):
         )
         if isinstance(agent.model, Model):
             agent = agent.clone(model=_RecordingModel(agent.model, self))
+        agent = agent.clone(tools=[_watched(tool, self._failures, self._begun) for tool in agent.tools])
         try:
             result = await Runner.run(agent, input, hooks=self, run_config=config, **options)
         except BaseException as exc:
@@ -393,6 +413,7 @@ class SessionRecorder(RunHooks[Any]):
             turn_index=self._turn,
         )
         self._tools[context.tool_call_id] = (execution, tool.name)
+        self._begun[context.tool_call_id] = time.monotonic()
         self._tool_calls += 1
         args = _tool_call_block(context.tool_call_id, context.tool_name, context.tool_arguments)["tool_call"]
         self._record(
@@ -418,6 +439,7 @@ class SessionRecorder(RunHooks[Any]):
 
     def _tool_end(self, call_id: str, result: Any, error: BaseException | None) -> None:
         execution, name = self._tools.pop(call_id)
+        self._begun.pop(call_id, None)
         self._finished[call_id] = execution
         self._tool_errors += error is not None
         if error is not None:
@@ -579,10 +601,69 @@ class _ErrorMarker:
     formatter (or the SDK's default message) speak to the model."""
 
     host: Any
-    failures: dict[str, Exception]
+    failures: dict[str, BaseException]
 
     async def __call__(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
         if args.kind == "tool_exception" and isinstance(args.error, Exception):
             self.failures[args.call_id] = args.error
         message = self.host(args) if self.host is not None else None
         return await message if asyncio.iscoroutine(message) else message
+
+
+def _watched(tool: Tool, failures: dict[str, BaseException], begun: dict[str, float]) -> Tool:
+    """A copy of a function *tool* that notes in *failures* each call that fails in a way the
+    SDK turns into a message for the model rather than an error: a timeout or cancellation
+    (the invoker is cancelled), and an exception its own ``failure_error_function`` formats
+    (the SDK's default one tells the ``tool_error_formatter``).  What the tool does and what
+    the model is told are unchanged."""
+    if not isinstance(tool, FunctionTool):
+        return tool
+    watched = copy.copy(tool)  # the SDK's own copy: the invoker is bound to the copy
+    watched.on_invoke_tool = _Invoker(watched.on_invoke_tool, tool, failures, begun)
+    formatter = resolve_function_tool_failure_error_function(tool)
+    if formatter is not None and formatter is not default_tool_error_function:
+        set_function_tool_failure_error_function(watched, _FailureNoter(formatter, failures))
+    return watched
+
+
+@dataclasses.dataclass
+class _Invoker:
+    """A function tool's invoker that notes a cancelled call: a timeout when the tool's
+    ``timeout`` had passed since the call started (*begun*, noted before the SDK starts its
+    clock), a cancellation otherwise.  Anything else asked of it (argument preparation,
+    markers) goes to the invoker."""
+
+    invoke: Any
+    tool: FunctionTool
+    failures: dict[str, BaseException]
+    begun: dict[str, float]
+
+    async def __call__(self, context: ToolContext[Any], arguments: str) -> Any:
+        started = self.begun.get(context.tool_call_id, time.monotonic())
+        try:
+            return await self.invoke(context, arguments)
+        except asyncio.CancelledError as exc:
+            limit = self.tool.timeout_seconds
+            if limit is not None and time.monotonic() - started >= limit:
+                self.failures[context.tool_call_id] = ToolTimeoutError(self.tool.name, limit)
+            else:
+                self.failures[context.tool_call_id] = exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "invoke":  # not set yet (a copy being made): no such attribute
+            raise AttributeError(name)
+        return getattr(self.invoke, name)
+
+
+@dataclasses.dataclass
+class _FailureNoter:
+    """A tool's own ``failure_error_function``, noting the call it formats as failed."""
+
+    formatter: Any
+    failures: dict[str, BaseException]
+
+    def __call__(self, context: RunContextWrapper[Any], error: Exception) -> Any:
+        if isinstance(context, ToolContext):
+            self.failures[context.tool_call_id] = error
+        return self.formatter(context, error)

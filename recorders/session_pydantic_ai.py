@@ -87,7 +87,7 @@ async def recording(
     concurrent conversations each in its own ``recording`` of its own file.
     """
     target = os.fspath(path)
-    limit = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
+    limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
     opened = await asyncio.to_thread(
         functools.partial(session.open, target, create=True, redact=redact, **limit)
     )
