@@ -213,7 +213,7 @@ def _request(messages: Sequence[BaseMessage], params: dict[str, Any]) -> session
     tools = [to_json(tool) for tool in params.get("tools") or []]
     rest = {key: value for key, value in params.items() if key not in ("tools", "tool_choice", "max_tokens")}
     config = session.CallConfig(
-        max_tokens=int(params.get("max_tokens") or 0),
+        max_tokens=limit if isinstance(limit := params.get("max_tokens"), int) else 0,
         tool_choice=to_json(params.get("tool_choice")),
         extra=to_json(rest),
     )

@@ -250,8 +250,9 @@ def _request(
         for tool in [*params.function_tools, *params.output_tools]
     ]
     extra = to_json({key: value for key, value in (settings or {}).items() if key != "max_tokens"})
+    limit = (settings or {}).get("max_tokens")
     config = session.CallConfig(
-        max_tokens=int((settings or {}).get("max_tokens") or 0), extra={"model": model, **extra}
+        max_tokens=limit if isinstance(limit, int) else 0, extra={"model": model, **extra}
     )
     return session.ModelRequest([m for message in messages for m in to_messages(message)], tools, config)
 
