@@ -30,7 +30,8 @@
 ``recording`` creates the file (or opens it to continue the conversation), begins a run and
 yields a ``SessionRecorder``.  ``recorder.run`` is ``Runner.run`` with the recorder wired in:
 its ``RunHooks`` for turns, tools and committed messages, a model wrapper for every attempt the
-runner's retry machinery makes, and a ``tool_error_formatter`` that marks failed tool calls.
+runner's retry machinery makes, and a ``tool_error_formatter`` and copies of the agent's function
+tools that mark failed tool calls (an exception, bad arguments, a timeout, a cancellation).
 With *checkpoint*, the conversation's input list (``RunResult.to_input_list()``, the SDK's own
 way to continue a conversation) is saved at every turn's end; ``recorder.history()`` returns it.
 Copy this file next to ``session.py``; it needs only the ``openai-agents`` package.
@@ -298,7 +299,8 @@ class SessionRecorder(RunHooks[Any]):
 
     Use ``await recorder.run(agent, input)``; it wires the hooks, wraps the agent's model and
     every model the run's provider gives by name (a handoff agent's ``Model`` object is not
-    wrapped: its attempts go unrecorded), and ends the run's record, also when it raises.  With *checkpoint*,
+    wrapped: its attempts go unrecorded; nor are its tools copied: a timeout or cancellation of
+    one is recorded as its result), and ends the run's record, also when it raises.  With *checkpoint*,
     the input list is saved at each turn's end.  *source* is the session that ``history``
     reads the latest checkpoint from.
     """
