@@ -45,6 +45,8 @@ def check_file(path: Path) -> session.Summary:
     summary = session.summarize(path)
     assert summary.gaps == [], summary.gaps
     assert all(run.closed for run in summary.runs)
+    failed: dict[str, bool] = {}  # tool call id -> whether its tool_exec_end is an error
+    every: dict[str, bool] = {}  # and the same for all runs
     for record in session.iter_records(path):
         if record.type == "model_exec_end" and "error" not in record.data:
             assert record.data["message"]["value"]["usage"]["total_tokens"] > 0, record
@@ -52,7 +54,67 @@ def check_file(path: Path) -> session.Summary:
             assert record.ref is not None
             found = [r.type for r in session.find(path, record.ref)]
             assert found[0] == "tool_exec_start" and "tool_exec_end" in found, found
+        if record.type == "tool_exec_end":
+            end = session.EventData.from_record(record)
+            assert end.is_error == (end.error is not None), record  # a failure says what failed
+            failed[str(end.tool_id)] = every[str(end.tool_id)] = bool(end.is_error)
+        if record.type == "agent_end":  # the run counts every failed tool call
+            assert record.data["summary"]["tool_errors"] == sum(failed.values()), (record, failed)
+            failed = {}
+    for message in messages(path):
+        call_id = (message.metadata or {}).get("tool_call_id")
+        if message.role == "tool" and call_id in every:  # the model is told what the file says
+            assert bool(message.metadata.get("is_error")) == every[call_id], (message, every)
     return summary
+
+
+def check_tool_failures(path: Path, ends: dict[str, str]) -> None:
+    """Every tool call of *ends* (call id -> the error type its failure is recorded with)
+    ended in an error, and the run counts them all."""
+    check_file(path)
+    recorded = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert {call_id: recorded[call_id].is_error for call_id in ends} == dict.fromkeys(ends, True)
+    errors = {call_id: (recorded[call_id].error or {}).get("type") for call_id in ends}
+    assert errors == ends
+
+
+def check_aborted(path: Path) -> None:
+    """The run was stopped from outside (cancelled, or its stream closed early): aborted."""
+    summary = check_file(path)
+    assert [run.end_reason for run in summary.runs] == ["aborted"], summary.runs
+
+
+SECRET = "sk-live-0123456789"
+
+
+def scrub(data: dict[str, Any]) -> dict[str, Any]:
+    """A redactor: every occurrence of ``SECRET`` becomes ``[redacted]``."""
+    cleaned = _scrub(data)
+    assert isinstance(cleaned, dict)
+    return cleaned
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace(SECRET, "[redacted]")
+    if isinstance(value, session.RawJSON):
+        text = value.text.decode() if isinstance(value.text, bytes) else value.text
+        return session.RawJSON(text.replace(SECRET, "[redacted]"))
+    if isinstance(value, dict):
+        return {key: _scrub(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(item) for item in value]
+    return value
+
+
+def check_redacted(path: Path) -> None:
+    """The secret a tool was given and returned is nowhere in the file, and was there to
+    redact: its tool call's arguments and result say ``[redacted]``."""
+    check_file(path)
+    assert SECRET not in path.read_text(encoding="utf-8")
+    [start] = events(path, "tool_exec_start")
+    [end] = events(path, "tool_exec_end")
+    assert "[redacted]" in str(start.args) and "[redacted]" in str(end.result), (start, end)
 
 
 def transcript(path: Path) -> str:

@@ -46,7 +46,7 @@ import functools
 import json
 import os
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
@@ -72,16 +72,26 @@ __all__ = ["SessionRecorder", "recording", "to_json", "to_message"]
 
 @contextlib.asynccontextmanager
 async def recording(
-    path: str | os.PathLike[str], *, checkpoint: bool = False
+    path: str | os.PathLike[str],
+    *,
+    checkpoint: bool = False,
+    redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    max_line_bytes: int | None = None,
 ) -> AsyncIterator[SessionRecorder]:
     """Open the session at *path* (create it if missing), begin a run and yield its recorder.
 
-    The file is created, opened and closed in a worker thread: its fsyncs never block the
-    event loop.  One recording records one conversation: run concurrent conversations each in
-    its own ``recording`` of its own file.
+    *redact* and *max_line_bytes* are ``session.open``'s: *redact* takes each event's and
+    checkpoint's JSON-ready data just before it is written and returns what to write instead
+    (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
+    default when not given).  The file is created, opened and closed in a worker thread: its
+    fsyncs never block the event loop.  One recording records one conversation: run
+    concurrent conversations each in its own ``recording`` of its own file.
     """
     target = os.fspath(path)
-    opened = await asyncio.to_thread(functools.partial(session.open, target, create=True))
+    limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
+    opened = await asyncio.to_thread(
+        functools.partial(session.open, target, create=True, redact=redact, **limit)
+    )
     try:
         run = await asyncio.to_thread(opened.begin_run)
         yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
@@ -111,6 +121,10 @@ def _loads(value: Any) -> Any:
 
 def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+# a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
+_ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 # ---------------------------------------------------------------------------- messages
@@ -199,7 +213,7 @@ def _request(messages: Sequence[BaseMessage], params: dict[str, Any]) -> session
     tools = [to_json(tool) for tool in params.get("tools") or []]
     rest = {key: value for key, value in params.items() if key not in ("tools", "tool_choice", "max_tokens")}
     config = session.CallConfig(
-        max_tokens=int(params.get("max_tokens") or 0),
+        max_tokens=limit if isinstance(limit := params.get("max_tokens"), int) else 0,
         tool_choice=to_json(params.get("tool_choice")),
         extra=to_json(rest),
     )
@@ -289,7 +303,7 @@ class SessionRecorder(AsyncCallbackHandler):
             for call_id in list(self._calls):
                 self._end_call(call_id, None, error)
             self._end_turn()
-            reason = "aborted" if isinstance(error, asyncio.CancelledError | KeyboardInterrupt) else "error"
+            reason = "aborted" if isinstance(error, _ABORTS) else "error"
             self._record("agent_end", summary=self._summary(reason), error=error)
 
     # -- chat model attempts

@@ -30,7 +30,8 @@
 ``recording`` creates the file (or opens it to continue the conversation), begins a run and
 yields a ``SessionRecorder``.  ``recorder.run`` is ``Runner.run`` with the recorder wired in:
 its ``RunHooks`` for turns, tools and committed messages, a model wrapper for every attempt the
-runner's retry machinery makes, and a ``tool_error_formatter`` that marks failed tool calls.
+runner's retry machinery makes, and a ``tool_error_formatter`` and copies of the agent's function
+tools that mark failed tool calls (an exception, bad arguments, a timeout, a cancellation).
 With *checkpoint*, the conversation's input list (``RunResult.to_input_list()``, the SDK's own
 way to continue a conversation) is saved at every turn's end; ``recorder.history()`` returns it.
 Copy this file next to ``session.py``; it needs only the ``openai-agents`` package.
@@ -40,17 +41,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import functools
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import pydantic
 import pydantic_core
-from agents import Agent, Model, ModelProvider, ModelResponse, ModelSettings, RunConfig, RunHooks, Runner
+from agents import (
+    Agent,
+    Model,
+    ModelProvider,
+    ModelResponse,
+    ModelSettings,
+    RunConfig,
+    RunHooks,
+    Runner,
+    ToolTimeoutError,
+)
 from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
 from agents.items import TResponseInputItem, TResponseStreamEvent
@@ -59,7 +72,13 @@ from agents.result import RunResult
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from agents.run_config import ToolErrorFormatterArgs
 from agents.run_context import AgentHookContext, RunContextWrapper
-from agents.tool import FunctionTool, Tool
+from agents.tool import (
+    FunctionTool,
+    Tool,
+    default_tool_error_function,
+    resolve_function_tool_failure_error_function,
+    set_function_tool_failure_error_function,
+)
 from agents.tool_context import ToolContext
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
@@ -70,16 +89,26 @@ __all__ = ["SessionRecorder", "recording", "to_json", "to_messages"]
 
 @contextlib.asynccontextmanager
 async def recording(
-    path: str | os.PathLike[str], *, checkpoint: bool = False
+    path: str | os.PathLike[str],
+    *,
+    checkpoint: bool = False,
+    redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    max_line_bytes: int | None = None,
 ) -> AsyncIterator[SessionRecorder]:
     """Open the session at *path* (create it if missing), begin a run and yield its recorder.
 
-    The file is created, opened and closed in a worker thread: its fsyncs never block the
-    event loop.  One recording records one conversation: run concurrent conversations each in
-    its own ``recording`` of its own file.
+    *redact* and *max_line_bytes* are ``session.open``'s: *redact* takes each event's and
+    checkpoint's JSON-ready data just before it is written and returns what to write instead
+    (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
+    default when not given).  The file is created, opened and closed in a worker thread: its
+    fsyncs never block the event loop.  One recording records one conversation: run
+    concurrent conversations each in its own ``recording`` of its own file.
     """
     target = os.fspath(path)
-    opened = await asyncio.to_thread(functools.partial(session.open, target, create=True))
+    limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
+    opened = await asyncio.to_thread(
+        functools.partial(session.open, target, create=True, redact=redact, **limit)
+    )
     try:
         run = await asyncio.to_thread(opened.begin_run)
         yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
@@ -109,6 +138,10 @@ def _loads(value: Any) -> Any:
 
 def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+# a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
+_ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 # ---------------------------------------------------------------------------- messages
@@ -250,10 +283,10 @@ def _request(
         listed
     )
     config = session.CallConfig(
-        max_tokens=settings.max_tokens or 0,
+        max_tokens=settings.max_tokens if isinstance(settings.max_tokens, int) else 0,
         tool_choice=to_json(settings.tool_choice),
         response_format=None if output is None or output.is_plain_text() else to_json(output.json_schema()),
-        extra={"model": model, "settings": to_json(settings.to_json_dict())},
+        extra={"model": model, "settings": to_json(settings)},
     )
     return session.ModelRequest(messages, [_tool_json(tool) for tool in tools], config)
 
@@ -266,7 +299,8 @@ class SessionRecorder(RunHooks[Any]):
 
     Use ``await recorder.run(agent, input)``; it wires the hooks, wraps the agent's model and
     every model the run's provider gives by name (a handoff agent's ``Model`` object is not
-    wrapped: its attempts go unrecorded), and ends the run's record, also when it raises.  With *checkpoint*,
+    wrapped: its attempts go unrecorded; nor are its tools copied: a timeout or cancellation of
+    one is recorded as its result), and ends the run's record, also when it raises.  With *checkpoint*,
     the input list is saved at each turn's end.  *source* is the session that ``history``
     reads the latest checkpoint from.
     """
@@ -288,7 +322,8 @@ class SessionRecorder(RunHooks[Any]):
         self._tools: dict[str, tuple[session.Execution, str]] = {}  # tool calls running, by call id
         self._finished: dict[str, session.Execution] = {}  # and those that ended
         self._failed: set[str] = set()  # the ids of those that failed
-        self._failures: dict[str, Exception] = {}
+        self._failures: dict[str, BaseException] = {}  # why a tool call failed, by call id
+        self._begun: dict[str, float] = {}  # when a tool call started (on_tool_start), by call id
         self._tool_calls = 0
         self._tool_errors = 0
 
@@ -323,6 +358,7 @@ class SessionRecorder(RunHooks[Any]):
         )
         if isinstance(agent.model, Model):
             agent = agent.clone(model=_RecordingModel(agent.model, self))
+        agent = agent.clone(tools=[_watched(tool, self._failures, self._begun) for tool in agent.tools])
         try:
             result = await Runner.run(agent, input, hooks=self, run_config=config, **options)
         except BaseException as exc:
@@ -379,6 +415,7 @@ class SessionRecorder(RunHooks[Any]):
             turn_index=self._turn,
         )
         self._tools[context.tool_call_id] = (execution, tool.name)
+        self._begun[context.tool_call_id] = time.monotonic()
         self._tool_calls += 1
         args = _tool_call_block(context.tool_call_id, context.tool_name, context.tool_arguments)["tool_call"]
         self._record(
@@ -404,6 +441,7 @@ class SessionRecorder(RunHooks[Any]):
 
     def _tool_end(self, call_id: str, result: Any, error: BaseException | None) -> None:
         execution, name = self._tools.pop(call_id)
+        self._begun.pop(call_id, None)
         self._finished[call_id] = execution
         self._tool_errors += error is not None
         if error is not None:
@@ -441,7 +479,7 @@ class SessionRecorder(RunHooks[Any]):
         if self._seen < 0:
             self._record("agent_start")
         self._end_turn()
-        reason = "aborted" if isinstance(error, asyncio.CancelledError | KeyboardInterrupt) else "error"
+        reason = "aborted" if isinstance(error, _ABORTS) else "error"
         self._record("agent_end", summary=self._summary(reason), error=error)
 
     def _summary(self, reason: str) -> session.RunSummary:
@@ -565,10 +603,69 @@ class _ErrorMarker:
     formatter (or the SDK's default message) speak to the model."""
 
     host: Any
-    failures: dict[str, Exception]
+    failures: dict[str, BaseException]
 
     async def __call__(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
         if args.kind == "tool_exception" and isinstance(args.error, Exception):
             self.failures[args.call_id] = args.error
         message = self.host(args) if self.host is not None else None
         return await message if asyncio.iscoroutine(message) else message
+
+
+def _watched(tool: Tool, failures: dict[str, BaseException], begun: dict[str, float]) -> Tool:
+    """A copy of a function *tool* that notes in *failures* each call that fails in a way the
+    SDK turns into a message for the model rather than an error: a timeout or cancellation
+    (the invoker is cancelled), and an exception its own ``failure_error_function`` formats
+    (the SDK's default one tells the ``tool_error_formatter``).  What the tool does and what
+    the model is told are unchanged."""
+    if not isinstance(tool, FunctionTool):
+        return tool
+    watched = copy.copy(tool)  # the SDK's own copy: the invoker is bound to the copy
+    watched.on_invoke_tool = _Invoker(watched.on_invoke_tool, tool, failures, begun)
+    formatter = resolve_function_tool_failure_error_function(tool)
+    if formatter is not None and formatter is not default_tool_error_function:
+        set_function_tool_failure_error_function(watched, _FailureNoter(formatter, failures))
+    return watched
+
+
+@dataclasses.dataclass
+class _Invoker:
+    """A function tool's invoker that notes a cancelled call: a timeout when the tool's
+    ``timeout`` had passed since the call started (*begun*, noted before the SDK starts its
+    clock), a cancellation otherwise.  Anything else asked of it (argument preparation,
+    markers) goes to the invoker."""
+
+    invoke: Any
+    tool: FunctionTool
+    failures: dict[str, BaseException]
+    begun: dict[str, float]
+
+    async def __call__(self, context: ToolContext[Any], arguments: str) -> Any:
+        started = self.begun.get(context.tool_call_id, time.monotonic())
+        try:
+            return await self.invoke(context, arguments)
+        except asyncio.CancelledError as exc:
+            limit = self.tool.timeout_seconds
+            if limit is not None and time.monotonic() - started >= limit:
+                self.failures[context.tool_call_id] = ToolTimeoutError(self.tool.name, limit)
+            else:
+                self.failures[context.tool_call_id] = exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "invoke":  # not set yet (a copy being made): no such attribute
+            raise AttributeError(name)
+        return getattr(self.invoke, name)
+
+
+@dataclasses.dataclass
+class _FailureNoter:
+    """A tool's own ``failure_error_function``, noting the call it formats as failed."""
+
+    formatter: Any
+    failures: dict[str, BaseException]
+
+    def __call__(self, context: RunContextWrapper[Any], error: Exception) -> Any:
+        if isinstance(context, ToolContext):
+            self.failures[context.tool_call_id] = error
+        return self.formatter(context, error)

@@ -42,7 +42,7 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -71,16 +71,26 @@ __all__ = ["SessionRecorder", "recording", "to_json", "to_messages"]
 
 @contextlib.asynccontextmanager
 async def recording(
-    path: str | os.PathLike[str], *, checkpoint: bool = False
+    path: str | os.PathLike[str],
+    *,
+    checkpoint: bool = False,
+    redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    max_line_bytes: int | None = None,
 ) -> AsyncIterator[SessionRecorder]:
     """Open the session at *path* (create it if missing), begin a run and yield its recorder.
 
-    The file is created, opened and closed in a worker thread: its fsyncs never block the
-    event loop.  One recording records one conversation: run concurrent conversations each in
-    its own ``recording`` of its own file.
+    *redact* and *max_line_bytes* are ``session.open``'s: *redact* takes each event's and
+    checkpoint's JSON-ready data just before it is written and returns what to write instead
+    (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
+    default when not given).  The file is created, opened and closed in a worker thread: its
+    fsyncs never block the event loop.  One recording records one conversation: run
+    concurrent conversations each in its own ``recording`` of its own file.
     """
     target = os.fspath(path)
-    opened = await asyncio.to_thread(functools.partial(session.open, target, create=True))
+    limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
+    opened = await asyncio.to_thread(
+        functools.partial(session.open, target, create=True, redact=redact, **limit)
+    )
     try:
         run = await asyncio.to_thread(opened.begin_run)
         yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
@@ -110,6 +120,10 @@ def _loads(value: Any) -> Any:
 
 def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+# a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
+_ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 def _aware(moment: datetime) -> datetime:
@@ -236,8 +250,9 @@ def _request(
         for tool in [*params.function_tools, *params.output_tools]
     ]
     extra = to_json({key: value for key, value in (settings or {}).items() if key != "max_tokens"})
+    limit = (settings or {}).get("max_tokens")
     config = session.CallConfig(
-        max_tokens=int((settings or {}).get("max_tokens") or 0), extra={"model": model, **extra}
+        max_tokens=limit if isinstance(limit, int) else 0, extra={"model": model, **extra}
     )
     return session.ModelRequest([m for message in messages for m in to_messages(message)], tools, config)
 
@@ -289,7 +304,7 @@ class SessionRecorder(AbstractCapability[Any]):
         try:
             result = await handler()
         except BaseException as exc:
-            reason = "aborted" if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt) else "error"
+            reason = "aborted" if isinstance(exc, _ABORTS) else "error"
             self._end_turn()
             self._record("agent_end", summary=self._summary(reason), error=exc)
             raise

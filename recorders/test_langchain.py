@@ -6,13 +6,24 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from conftest import check_conversation, check_file, events, messages, need
+from conftest import (
+    SECRET,
+    check_aborted,
+    check_conversation,
+    check_file,
+    check_redacted,
+    check_tool_failures,
+    events,
+    messages,
+    need,
+    scrub,
+)
 
 need("langgraph")
 
@@ -20,6 +31,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import BaseTool, tool
+from langgraph.errors import NodeCancelledError
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -261,3 +273,110 @@ def test_one_recorder_records_one_run(tmp_path: Path) -> None:
     assert asyncio.run(main()) == ["hi", "hi"]
     for name in ("a.jsonl", "b.jsonl"):
         assert check_file(tmp_path / name).counts["agent_end"] == 1
+
+
+@tool
+async def slow() -> str:
+    """Take too long."""
+    await asyncio.sleep(5)
+    return "late"
+
+
+@tool
+async def give_up() -> str:
+    """Be cancelled."""
+    raise asyncio.CancelledError
+
+
+def test_every_way_a_tool_fails_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [
+        {"name": "lookup", "args": {"key": "x"}, "id": "call-raise", "type": "tool_call"},
+        {"name": "add", "args": {"a": "two", "b": 3}, "id": "call-args", "type": "tool_call"},
+        {"name": "slow", "args": {}, "id": "call-timeout", "type": "tool_call"},
+    ]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("all failed"))), [add, lookup, slow])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            config: Any = {"callbacks": [recorder]}
+            task = graph.ainvoke({"messages": [HumanMessage("fail every way")]}, config)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(task, 0.5)
+
+    asyncio.run(main())
+    check_aborted(path)
+    check_tool_failures(
+        path, {"call-raise": "KeyError", "call-args": "ValidationError", "call-timeout": "CancelledError"}
+    )
+
+
+def test_a_cancelled_tool_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "give_up", "args": {}, "id": "call-cancel", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("gave up"))), [give_up])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await graph.ainvoke({"messages": [HumanMessage("give up")]}, {"callbacks": [recorder]})
+
+    with pytest.raises(NodeCancelledError):  # LangGraph's word for a node whose task was cancelled
+        asyncio.run(main())
+    check_tool_failures(path, {"call-cancel": "CancelledError"})
+
+
+def test_a_stream_closed_early_is_aborted(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    graph = agent(with_retry(Script(reply("one"), reply("two"))), [add])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            chunks = graph.astream({"messages": [HumanMessage("count")]}, {"callbacks": [recorder]})
+            stream = cast(AsyncGenerator[Any, None], chunks)  # an async generator, as the host holds it
+            async for _ in stream:
+                break
+            await stream.aclose()
+
+    asyncio.run(main())
+    check_aborted(path)
+
+
+def test_settings_that_do_not_serialize_do_not_fail_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "Opaque()"
+
+    model = GenericFakeChatModel(messages=Script(reply("hi"))).bind(handle=Opaque(), max_tokens="many")
+    graph = agent(model, [add])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            state = await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [recorder]})
+        return state["messages"][-1].content
+
+    assert asyncio.run(main()) == "hi"
+    check_file(path)
+    [request] = [e.request for e in events(path, "model_request")]
+    assert request is not None
+    assert request["config"]["extra"]["handle"]["repr"] == "Opaque()"
+
+
+@tool
+def login(token: str) -> str:
+    """Log in with a token."""
+    return f"logged in with {token}"
+
+
+def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "login", "args": {"token": SECRET}, "id": "call-1", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("in"))), [login])
+
+    async def main() -> None:
+        async with recording(path, redact=scrub) as recorder:
+            await graph.ainvoke({"messages": [HumanMessage("log in")]}, {"callbacks": [recorder]})
+
+    asyncio.run(main())
+    check_redacted(path)

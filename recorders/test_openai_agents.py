@@ -10,13 +10,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import check_conversation, check_file, events, messages, need
+from conftest import (
+    SECRET,
+    check_conversation,
+    check_file,
+    check_redacted,
+    check_tool_failures,
+    events,
+    messages,
+    need,
+    scrub,
+)
 
 need("agents")
 
 import httpx2
 import openai
-from agents import Agent, ModelSettings, RunConfig, Usage, function_tool, retry_policies, set_tracing_disabled
+from agents import (
+    Agent,
+    ModelSettings,
+    RunConfig,
+    RunContextWrapper,
+    Usage,
+    function_tool,
+    retry_policies,
+    set_tracing_disabled,
+)
 from agents.retry import ModelRetryAdvice, ModelRetrySettings
 from agents.testing.model import ModelCall, ModelStep, ScriptedModel
 from openai.types.responses import (
@@ -232,3 +251,112 @@ def test_one_recorder_records_one_run(tmp_path: Path) -> None:
     assert asyncio.run(main()) == ["hi", "hi"]
     for name in ("a.jsonl", "b.jsonl"):
         assert check_file(tmp_path / name).counts["agent_end"] == 1
+
+
+def test_every_way_a_tool_fails_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def apologise(context: RunContextWrapper[Any], error: Exception) -> str:
+        return "sorry, no"
+
+    @function_tool(failure_error_function=apologise)
+    def polite(key: str) -> str:
+        """Look a key up, politely."""
+        raise KeyError(key)
+
+    @function_tool(timeout=0.05)
+    async def slow() -> str:
+        """Take too long."""
+        await asyncio.sleep(5)
+        return "late"
+
+    @function_tool
+    async def give_up() -> str:
+        """Be cancelled."""
+        raise asyncio.CancelledError
+
+    model = ScriptedModel(
+        [
+            ModelStep(
+                output=[
+                    call("call-raise", "lookup", '{"key": "x"}'),
+                    call("call-custom", "polite", '{"key": "x"}'),
+                    call("call-timeout", "slow", "{}"),
+                    call("call-args", "add", '{"a": "two", "b": 3}'),
+                    call("call-json", "add", '{"a": '),
+                    call("call-cancel", "give_up", "{}"),
+                ],
+                usage=USAGE,
+            ),
+            answer("all failed"),
+        ]
+    )
+    agent = Agent(name="failing", model=model, tools=[add, lookup, polite, slow, give_up])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            result = await recorder.run(agent, "fail every way")
+        return result.final_output
+
+    assert asyncio.run(main()) == "all failed"
+    check_tool_failures(
+        path,
+        {
+            "call-raise": "KeyError",
+            "call-custom": "KeyError",
+            "call-timeout": "ToolTimeoutError",
+            "call-args": "ModelBehaviorError",
+            "call-json": "ModelBehaviorError",
+            "call-cancel": "CancelledError",
+        },
+    )
+    [end] = events(path, "agent_end")
+    assert end.summary is not None and end.summary.tool_errors == 6
+
+
+def test_settings_that_do_not_serialize_do_not_fail_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "Opaque()"
+
+    settings = ModelSettings(extra_body={"handle": Opaque()}, extra_args={"client": Opaque()})
+    agent = Agent(name="chat", model=ScriptedModel([answer("hi")]), model_settings=settings)
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            result = await recorder.run(agent, "hi")
+        return result.final_output
+
+    assert asyncio.run(main()) == "hi"
+    check_file(path)
+    [request] = [e.request for e in events(path, "model_request")]
+    assert request is not None
+    kept = request["config"]["extra"]["settings"]
+    assert kept["extra_body"]["handle"]["repr"] == "Opaque()"
+    assert kept["extra_args"]["client"]["repr"] == "Opaque()"
+
+
+def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    @function_tool
+    def login(token: str) -> str:
+        """Log in with a token."""
+        return f"logged in with {token}"
+
+    model = ScriptedModel(
+        [
+            ModelStep(output=[call("call-1", "login", f'{{"token": "{SECRET}"}}')], usage=USAGE),
+            answer("in"),
+        ]
+    )
+    agent = Agent(name="login", model=model, tools=[login])
+
+    async def main() -> None:
+        async with recording(path, redact=scrub) as recorder:
+            await recorder.run(agent, "log in")
+
+    asyncio.run(main())
+    check_redacted(path)

@@ -11,11 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import check_conversation, check_file, events, messages, need
+from conftest import (
+    SECRET,
+    check_aborted,
+    check_conversation,
+    check_file,
+    check_redacted,
+    check_tool_failures,
+    events,
+    messages,
+    need,
+    scrub,
+)
 
 need("pydantic_ai")
 
-from pydantic_ai import Agent, ToolFailed
+from pydantic_ai import Agent, ModelRetry, ToolFailed
 from pydantic_ai.capabilities import ModelFallback
 from pydantic_ai.exceptions import ModelRateLimitError
 from pydantic_ai.messages import (
@@ -27,6 +38,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 from session_pydantic_ai import recording, to_messages
 
@@ -263,3 +275,141 @@ def test_the_model_argument_text_is_kept_or_marked_invalid(tmp_path: Path) -> No
     calls = [block["tool_call"] for block in recorded.content]
     assert [call.get("args_invalid", False) for call in calls] == [False, True, True]
     assert [call.get("args_raw_text") for call in calls[1:]] == ['{"a": NaN}', '{"a": ']
+
+
+def test_every_way_a_tool_fails_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def fail_every_way(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) > 1:
+            return ModelResponse([TextPart("all failed")])
+        calls = [
+            ToolCallPart("lookup", {"key": "x"}, "call-raise"),
+            ToolCallPart("retry", {}, "call-retry"),
+            ToolCallPart("slow", {}, "call-timeout"),
+            ToolCallPart("add", {"a": "two", "b": 3}, "call-args"),
+            ToolCallPart("add", '{"a": ', "call-json"),
+        ]
+        return ModelResponse(calls, usage=RequestUsage(input_tokens=5, output_tokens=1))
+
+    agent = Agent(FunctionModel(fail_every_way))
+
+    @agent.tool_plain
+    def lookup(key: str) -> str:
+        raise ToolFailed(f"no entry {key!r}")
+
+    @agent.tool_plain
+    def retry() -> str:
+        raise ModelRetry("try again")
+
+    @agent.tool_plain(timeout=0.05)
+    async def slow() -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    async def main() -> str:
+        async with recording(path) as recorder:
+            result = await agent.run("fail every way", capabilities=[recorder])
+        return result.output
+
+    assert asyncio.run(main()) == "all failed"
+    check_tool_failures(
+        path,
+        {
+            "call-raise": "ToolFailedError",
+            "call-retry": "ToolRetryError",
+            "call-timeout": "ToolRetryError",
+            "call-args": "ValidationError",
+            "call-json": "ValidationError",
+        },
+    )
+
+
+def test_a_cancelled_tool_is_an_error_and_the_run_aborted(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def call_it(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse([ToolCallPart("give_up", {}, "call-cancel")])
+
+    agent = Agent(FunctionModel(call_it))
+
+    @agent.tool_plain
+    async def give_up() -> str:
+        raise asyncio.CancelledError
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await agent.run("give up", capabilities=[recorder])
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+    check_aborted(path)
+    check_tool_failures(path, {"call-cancel": "CancelledError"})
+
+
+def test_a_stream_closed_early_is_aborted(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        yield "one "
+        yield "two "
+        yield "three"
+
+    agent = Agent(FunctionModel(stream_function=stream))
+
+    async def main() -> None:
+        async with recording(path) as recorder, agent.run_stream("count", capabilities=[recorder]) as result:
+            async for _ in result.stream_text(delta=True):
+                break
+
+    asyncio.run(main())
+    check_aborted(path)
+
+
+def test_settings_that_do_not_serialize_do_not_fail_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "Opaque()"
+
+    settings = ModelSettings(extra_body={"handle": Opaque()})
+    settings["max_tokens"] = "many"  # type: ignore[typeddict-item]
+    agent = Agent(FunctionModel(lambda messages, info: ModelResponse([TextPart("hi")])))
+
+    async def main() -> str:
+        async with recording(path) as recorder:
+            result = await agent.run("hi", model_settings=settings, capabilities=[recorder])
+        return result.output
+
+    assert asyncio.run(main()) == "hi"
+    check_file(path)
+    [request] = [e.request for e in events(path, "model_request")]
+    assert request is not None
+    assert request["config"]["extra"]["extra_body"]["handle"]["repr"] == "Opaque()"
+
+
+def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def log_in(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse([ToolCallPart("login", {"token": SECRET}, "call-1")])
+        return ModelResponse([TextPart("in")])
+
+    agent = Agent(FunctionModel(log_in))
+
+    @agent.tool_plain
+    def login(token: str) -> str:
+        return f"logged in with {token}"
+
+    async def main() -> None:
+        async with recording(path, redact=scrub) as recorder:
+            await agent.run("log in", capabilities=[recorder])
+
+    asyncio.run(main())
+    check_redacted(path)
