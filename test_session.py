@@ -166,10 +166,11 @@ def deep_value(depth: int) -> Any:
     return value
 
 
-def readme_section(heading: str) -> str:
-    """The README's text under *heading* (such as ``"### CallRef"``), up to the next heading of
-    its level or above outside a code block."""
-    lines = (HERE / "README.md").read_text(encoding="utf-8").splitlines(keepends=True)
+def doc_section(heading: str, file: str = "README.md") -> str:
+    """The text under *heading* (such as ``"### CallRef"``) in *file* (the README, or a page
+    such as ``"docs/format.md"``), up to the next heading of its level or above outside a code
+    block."""
+    lines = (HERE / file).read_text(encoding="utf-8").splitlines(keepends=True)
     start = lines.index(heading + "\n") + 1
     level = len(heading.split()[0])
     fenced = False
@@ -341,9 +342,65 @@ SUPPORTED = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"]
 
 def test_the_readmes_test_command_is_what_ci_runs() -> None:
     command = "python3 -m venv .venv && .venv/bin/python -m pip install -q tox && .venv/bin/tox"
-    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Try it"), re.S)[1] == command
-    assert re.findall(r"```sh\n(.*?)\n```", readme_section("## Development"), re.S)[0] == command
+    sample = "python3 examples/agent_loop.py demo.jsonl && python3 -m session validate demo.jsonl"
+    assert re.findall(r"```sh\n(.*?)\n```", doc_section("## Try it"), re.S) == [sample]
+    assert re.findall(r"```sh\n(.*?)\n```", doc_section("## Development"), re.S)[0] == command
     assert (HERE / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1] == command
+    readme = (HERE / "README.md").read_text(encoding="utf-8")
+    assert re.findall(r"```sh\n(.*?)\n```", readme, re.S) == [sample, command]  # the only two set-ups
+
+
+def test_the_readmes_own_loop_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    [code] = re.findall(r"```python\n(.*?)```", doc_section("## Record your own loop"), re.S)
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):  # a new file, then the same file continued in a second run
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            exec(code, {})
+        assert CallRef.from_json(ast.literal_eval(out.getvalue())).execution_id == "model-1"
+    types = [record.type for record in session.iter_records(tmp_path / "chat.jsonl")]
+    one_run = [
+        "run_start", "agent_start", "turn_start", "model_exec_start", "model_request", "model_exec_end",
+        "message_end", "tool_exec_start", "tool_exec_end", "message_end", "turn_end", "agent_end",
+        "checkpoint", "run_close",
+    ]  # fmt: skip
+    assert types == ["session_start", *one_run, *one_run]
+    summary = session.summarize(tmp_path / "chat.jsonl")
+    assert summary.gaps == [] and summary.usage == {"input": 24, "output": 18}
+
+
+def github_slugs(markdown: str) -> Set[str]:
+    """The anchors GitHub gives the headings of *markdown*: lower case, punctuation dropped,
+    spaces as hyphens, and a repeated slug numbered (``-1``, ``-2``…)."""
+    slugs: Set[str] = set()
+    for line in re.sub(r"(?ms)^```.*?^```", "", markdown).splitlines():
+        heading = re.match(r"#{1,6} +(.*?) *#* *$", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-")
+            number = 0
+            while (slug if number == 0 else f"{slug}-{number}") in slugs:
+                number += 1
+            slugs.add(slug if number == 0 else f"{slug}-{number}")
+    return slugs
+
+
+def test_every_link_in_the_readme_and_docs_resolves() -> None:
+    pages = [HERE / "README.md", *sorted((HERE / "docs").glob("*.md")), HERE / "bench" / "README.md"]
+    assert len(pages) >= 7
+    checked = 0
+    for page in pages:
+        text = re.sub(r"(?ms)^```.*?^```", "", page.read_text(encoding="utf-8"))
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(HERE)}: {target}"
+            assert linked.exists() and HERE in linked.parents, where
+            if anchor:
+                assert linked.suffix == ".md", where
+                assert anchor in github_slugs(linked.read_text(encoding="utf-8")), where
+            checked += 1
+    assert checked >= 30
 
 
 def test_tox_pyproject_and_toxfile_name_the_same_pythons() -> None:
@@ -521,10 +578,10 @@ def test_call_ref_round_trips_through_json() -> None:
         CallRef.from_json({"session_id": "s", "run_id": "r", "execution_id": "e", "attempt": "1"})
 
 
-def test_the_readme_shows_what_call_ref_to_json_gives() -> None:
-    [example] = re.findall(r"```python\n(.*?)```", readme_section("### CallRef"), re.S)
+def test_the_format_page_shows_what_call_ref_to_json_gives() -> None:
+    [example] = re.findall(r"```python\n(.*?)```", doc_section("### CallRef", "docs/format.md"), re.S)
     test = doctest.DocTestParser().get_doctest(
-        example, {"session": session, "json": json}, "README: CallRef", None, 0
+        example, {"session": session, "json": json}, "docs/format.md: CallRef", None, 0
     )
     out = io.StringIO()
     result = doctest.DocTestRunner().run(test, out=out.write)
@@ -1852,10 +1909,10 @@ def test_each_event_type_writes_exactly_its_keys(tmp_path: Path, kind: str, keys
     assert "STATE-MARK" not in blob and "DELTA-MARK" not in blob  # state and delta: never
 
 
-def readme_event_table() -> Dict[str, Set[str]]:
-    """The README's table of event types: each type (or "any other type") → its data keys."""
+def documented_event_table() -> Dict[str, Set[str]]:
+    """docs/format.md's table of event types: each type (or "any other type") → its data keys."""
     table = {}
-    for line in readme_section("### Events and their data").splitlines():
+    for line in doc_section("### Events and their data", "docs/format.md").splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) == 2 and cells[0] not in ("event type", "---"):
             keys = set(re.findall(r"`(\w+)`", cells[1]))
@@ -1873,8 +1930,8 @@ def keys_written(folder: Path, kind: str) -> Set[str]:
     return set().union(*(obj["data"] for obj in lines))
 
 
-def test_the_readme_lists_every_event_type_and_the_keys_it_writes(tmp_path: Path) -> None:
-    table = readme_event_table()
+def test_the_format_page_lists_every_event_type_and_the_keys_it_writes(tmp_path: Path) -> None:
+    table = documented_event_table()
     assert set(table) == {*session._PROJECTIONS, "any other type"}
     for kind, keys in table.items():
         example = "my_custom_event" if kind == "any other type" else kind
@@ -3030,8 +3087,10 @@ def test_a_failed_close_is_a_recording_error(tmp_path: Path, monkeypatch: pytest
         s.close()
 
 
-def test_the_readmes_error_handling_examples_work(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    reopen_code, record_code = re.findall(r"```python\n(.*?)```", readme_section("## Handling errors"), re.S)
+def test_the_error_handling_examples_work(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    reopen_code, record_code = re.findall(
+        r"```python\n(.*?)```", doc_section("## Handling errors", "docs/durability.md"), re.S
+    )
     path = sample_file(tmp_path / "chat.jsonl")
     good = path.read_bytes()
     path.write_bytes(good + b'{"seq": \n{}\n')  # a bad complete line, then another

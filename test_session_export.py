@@ -301,18 +301,17 @@ def test_export_never_copies_a_partial_record_of_a_growing_file(tmp_path: Path) 
     assert (tmp_path / "e.jsonl").read_bytes() == source and last["tail_bytes"] == 0
 
 
-def readme_blocks(language: str) -> List[str]:
-    """The code blocks in *language* of the README's "Many sessions at once"."""
-    readme = (HERE / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Many sessions at once\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+def documented_blocks(language: str) -> List[str]:
+    """The code blocks in *language* of docs/many-sessions.md, "Many sessions at once"."""
+    page = (HERE / "docs" / "many-sessions.md").read_text(encoding="utf-8")
+    return re.findall(rf"```{language}\n(.*?)```", page, re.S)
 
 
 def exported_corpus(folder: Path) -> Tuple[Dict[str, Dict[str, int]], List[Tuple[Any, ...]]]:
-    """Export a damaged corpus in *folder* with the README's command; what ``summarize`` and
+    """Export a damaged corpus in *folder* with the documented command; what ``summarize`` and
     ``read`` say of each exported session: usage by session, the failed tool calls."""
     damaged_corpus(folder / "sessions")
-    (command,) = readme_blocks("sh")
+    (command,) = documented_blocks("sh")
     argv = shlex.split(command)
     assert argv[:3] == ["python", "-m", "session"]
     env = dict(os.environ, PYTHONPATH=str(HERE))
@@ -432,14 +431,14 @@ def test_exports_racing_to_one_output_leave_data_and_manifest_that_agree(tmp_pat
             assert data == source.read_bytes()[: len(data)], round_
 
 
-def test_readme_duckdb_queries_over_the_export_agree_with_summarize(
+def test_the_documented_duckdb_queries_over_the_export_agree_with_summarize(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    need("duckdb", "the README's queries run on DuckDB")
+    need("duckdb", "the documented queries run on DuckDB")
     import duckdb
 
     usage, failed = exported_corpus(tmp_path)
-    view, tokens, failures, parquet = readme_blocks("sql")
+    view, tokens, failures, parquet = documented_blocks("sql")
     monkeypatch.chdir(tmp_path)
     con = duckdb.connect()
     con.execute(view)
@@ -456,7 +455,7 @@ def test_readme_duckdb_queries_over_the_export_agree_with_summarize(
 
 
 @pytest.mark.spark
-def test_readme_spark_queries_over_the_export_and_its_parquet_agree_with_summarize(
+def test_the_documented_spark_queries_over_the_export_and_its_parquet_agree_with_summarize(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     need("java", "Spark runs on the JVM (Debian: openjdk-17-jre-headless)")
@@ -465,12 +464,12 @@ def test_readme_spark_queries_over_the_export_and_its_parquet_agree_with_summari
     from pyspark.sql import SparkSession
 
     usage, failed = exported_corpus(tmp_path)
-    view, _, _, parquet = readme_blocks("sql")
+    view, _, _, parquet = documented_blocks("sql")
     monkeypatch.chdir(tmp_path)
     con = duckdb.connect()
     con.execute(view)
     con.execute(parquet)
-    from_json, from_parquet, queries = readme_blocks("python")
+    from_json, from_parquet, queries = documented_blocks("python")
     spark = (
         SparkSession.builder.master("local[1]")
         .config("spark.ui.enabled", "false")
@@ -480,7 +479,7 @@ def test_readme_spark_queries_over_the_export_and_its_parquet_agree_with_summari
     try:
         scope: Dict[str, Any] = {}
         for source in (from_json, from_parquet):  # the second redefines the first's view
-            exec(source + queries, scope)  # the README's code, as written there
+            exec(source + queries, scope)  # the page's code, as written there
             found: Dict[str, Dict[str, int]] = {}
             for row in scope["tokens"].collect():
                 found.setdefault(row.session_id, {})[row.kind] = row.tokens
