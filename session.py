@@ -998,10 +998,16 @@ def _path_step(key: str) -> str:
     return f".{key}" if key.isidentifier() else f"[{json.dumps(key, ensure_ascii=False)}]"
 
 
+class _NestedTooDeeply(RecursionError):
+    """Too deep for a fresh stack, so for any caller's: unlike a RecursionError raised on the
+    caller's own stack, which says that the caller had too little room left."""
+
+
 def _on_fresh_stack(function: Callable[[Any], Any], arg: Any) -> Any:
     """``function(arg)`` on a new thread, whose recursion count starts at zero: what the
     writer nested as deep as the recursion limit let it, the reader unnests, however deep
-    its caller is.  A bare ``_thread`` adds no frames of its own (``threading`` adds three)."""
+    its caller is.  A bare ``_thread`` adds no frames of its own (``threading`` adds three).
+    A RecursionError there is raised here as ``_NestedTooDeeply``."""
     outcome: List[Tuple[bool, Any]] = []
     done = allocate_lock()
     done.acquire()
@@ -1009,6 +1015,8 @@ def _on_fresh_stack(function: Callable[[Any], Any], arg: Any) -> Any:
     def run() -> None:
         try:
             outcome.append((True, function(arg)))
+        except RecursionError as exc:
+            outcome.append((False, _NestedTooDeeply(*exc.args)))
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
             outcome.append((False, exc))
         finally:
@@ -1020,6 +1028,85 @@ def _on_fresh_stack(function: Callable[[Any], Any], arg: Any) -> Any:
     if ok:
         return value
     raise value
+
+
+# CPython 3.8 marks a thread's stack overflowed when it raises a RecursionError, and clears the
+# mark only once the stack has unwound 50 levels below the recursion limit.  While it is marked
+# no RecursionError is raised, and 50 levels past the limit the process aborts ("Fatal Python
+# error: Cannot recover from stack overflow").  So a recursion that reaches the limit kills the
+# process if the mark is set already (a caller near the limit caught a RecursionError, or the
+# reader caught its own there) or if code that runs unasked at that depth (a gc callback, a
+# finalizer) catches a RecursionError of its own while the recursion goes on.  On 3.8 the reader
+# therefore bounds how deep a file's content can make it recurse before it recurses: on the
+# caller's stack never up to the limit, on a fresh one never 50 levels past it.  From 3.9 on a
+# RecursionError leaves no state behind: the reader tries, and tries again on a fresh stack.
+_OVERFLOW_LINGERS: bool = sys.version_info < (3, 9)
+_ANY_DEPTH = sys.maxsize  # the room a stack has for a recursion where nothing lingers
+_KEPT_FREE = 16  # levels: the calls between a check and its recursion, and at its deepest point
+_PAST_THE_LIMIT = 32  # levels a recursion on a fresh stack may go past the limit (fewer than 50)
+
+
+def _room() -> Tuple[int, int]:
+    """How deep a recursion that the caller starts may go without nearing the recursion limit
+    (_ANY_DEPTH where nothing lingers after a RecursionError), and the frames on the stack,
+    the caller's included.  Each frame counts twice: a call that goes through C, to a class
+    or a ``__call__``, takes two levels where it shows one."""
+    if not _OVERFLOW_LINGERS:
+        return _ANY_DEPTH, 0
+    frame: Optional[types.FrameType] = sys._getframe(1)
+    frames = 0
+    while frame is not None:
+        frame, frames = frame.f_back, frames + 1
+    return max(sys.getrecursionlimit() - 2 * frames - _KEPT_FREE, 0), frames
+
+
+def _has_room(levels: int) -> bool:
+    """Whether a recursion *levels* deep that the caller starts stays clear of the recursion
+    limit, as ``_room`` counts: one look in C, where ``_room`` walks the stack."""
+    try:
+        sys._getframe((sys.getrecursionlimit() - _KEPT_FREE - levels) // 2)
+    except ValueError:  # fewer frames than that
+        return True
+    return False
+
+
+def _anywhere(function: Callable[[Any], Any], arg: Any, levels: Callable[[], int], deep: bool = False) -> Any:
+    """``function(arg)``, a recursion on a file's content, with the outcome a shallow caller
+    gets, however deep this one is: here where this stack has room, else on a fresh one, and
+    ``_NestedTooDeeply`` where no stack has.  ``levels()`` bounds how deep it recurses (asked
+    only where an overflow lingers); *deep*: this stack was found too shallow already."""
+    if _OVERFLOW_LINGERS:
+        most = levels()
+        if not deep and _has_room(most):
+            return function(arg)
+        if most > sys.getrecursionlimit() + _PAST_THE_LIMIT:
+            raise _NestedTooDeeply("nested too deeply")
+    elif not deep:
+        try:
+            return function(arg)
+        except RecursionError:  # deeper than this stack allows
+            pass
+    return _on_fresh_stack(function, arg)
+
+
+def _nesting(value: Any, by_id: Optional[Dict[str, _Kind]] = None) -> int:
+    """How deep the lists and dicts of *value* nest; with *by_id*, a tagged value whose type
+    reads it with a function of its own counts one level more (as ``JSONCodec._decode``
+    recurses).  Walked without recursing."""
+    deepest = 0
+    todo: List[Tuple[Any, int]] = [(value, 1)] if type(value) is dict or type(value) is list else []
+    while todo:
+        item, depth = todo.pop()
+        deepest = max(deepest, depth)
+        children = item
+        if type(item) is dict:
+            type_id = item.get("$type")
+            kind = by_id.get(type_id) if by_id and type(type_id) is str and "value" in item else None
+            if kind is not None and (kind.decode is not None or kind.read is not None):
+                depth += 1
+            children = item.values()
+        todo.extend((child, depth + 1) for child in children if type(child) is dict or type(child) is list)
+    return deepest
 
 
 class JSONCodec:
@@ -1063,13 +1150,10 @@ class JSONCodec:
         id or a value its class rejects.  Whatever ``encode`` took, this gives back, however
         deep the caller's stack."""
         try:
-            try:
-                return self._decode(value)
-            except RecursionError:  # deeper than the caller's stack allows
-                return _on_fresh_stack(self._decode, value)
+            return _anywhere(self._decode, value, lambda: _nesting(value, self._by_id))
         except _CodecFault as fault:
             raise fault.error() from fault.__cause__
-        except RecursionError:
+        except _NestedTooDeeply:
             raise CodecError("value nested too deeply to decode") from None
 
     # JSON scalars are handled inline in the loops below: they are most of any message.
@@ -1199,6 +1283,8 @@ class JSONCodec:
             plain = self._decode(value)
             try:
                 return kind.decode(plain)
+            except RecursionError:  # no fault of the value: decode tries again on a fresh stack
+                raise
             except Exception as exc:  # the host's function meets a hostile file
                 raise _CodecFault(f"{type_id} decode function failed: {exc!r}") from exc
         if type(value) is not dict:
@@ -1218,6 +1304,8 @@ class JSONCodec:
                 fields[name] = item
         try:
             return kind.cls(**fields)
+        except RecursionError:
+            raise
         except Exception as exc:  # the class rejects what a file holds
             raise _CodecFault(f"{type_id}: {kind.cls.__qualname__} rejects its fields: {exc!r}") from exc
 
@@ -2590,7 +2678,7 @@ _WRITE_CODE = Session._write.__code__
 
 def _snapshot_of(raw: bytes, name: str, at: _CheckpointAt) -> Any:
     """The JSON snapshot on the checkpoint line *raw*, read back from where *at* says."""
-    obj = _parse_line(raw, name, at.seq, at.offset) if raw.endswith(b"\n") else {}
+    obj = _parse_line(raw, name, at.seq, at.offset, None, -1) if raw.endswith(b"\n") else {}
     if obj.get("seq") != at.seq or obj.get("type") != "checkpoint":
         raise FormatError("checkpoint record changed while it was read", name, at.seq, at.offset)
     data = obj.get("data")
@@ -2762,7 +2850,7 @@ def _read(
 ) -> ReadResult:
     result: List[ReadResult] = []
     try:
-        for record in _records(f, name, max_line_bytes, result, keys):
+        for record in _records(f, name, max_line_bytes, result, keys, steady=True):
             visit(record)
     except FormatError as exc:  # from visit too (say, EventData.from_record): name the file
         if exc.path is None:
@@ -2777,11 +2865,16 @@ def _records(
     max_line_bytes: int,
     result: List[ReadResult],
     keys: Optional[_DataKeys] = None,
+    steady: bool = False,
 ) -> Iterator[Record]:
     """The reader: yields each record once its line passed every rule, then appends the
     ``ReadResult`` to *result*.  With *keys*, the data of a long line holds only the keys
-    it maps the record's type to."""
+    it maps the record's type to.  *steady*: every line is asked for from the same frame,
+    so the stack has the same room for parsing each (see ``_room``)."""
     _check_line_limit(max_line_bytes)
+    steady = steady or not _OVERFLOW_LINGERS
+    room, frames = _room()
+    frame_at = sys._getframe
     try:
         base = f.tell()
     except (OSError, ValueError):  # a pipe: offsets count from where reading started
@@ -2791,7 +2884,7 @@ def _records(
     raw = readline(limit)
     if raw[-1:] != b"\n":
         raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
-    header = _parse_line(raw, name, 1, base, keys)
+    header = _parse_line(raw, name, 1, base, keys, room)
     session_id = _check_header(header, name, base)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
     yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
@@ -2803,7 +2896,14 @@ def _records(
         raw = readline(limit)
         if raw[-1:] != b"\n":
             break
-        obj = _parse_line(raw, name, seq + 1, offset, keys)
+        if not steady:  # iter_records on 3.8: a line may be asked for from a deeper stack
+            try:
+                moved = frame_at(frames - 1).f_back is not None
+            except ValueError:  # from a shallower one
+                moved = True
+            if moved:
+                room, frames = _room()
+        obj = _parse_line(raw, name, seq + 1, offset, keys, room)
         run_id = obj.get("run_id")
         kind = obj.get("type")
         time = obj.get("time")
@@ -2855,54 +2955,109 @@ class _LineTooLong(FormatError):
 
 
 def _parse_line(
-    raw: bytes, name: Optional[str], line: int, offset: int, keys: Optional[_DataKeys] = None
+    raw: bytes,
+    name: Optional[str],
+    line: int,
+    offset: int,
+    keys: Optional[_DataKeys] = None,
+    room: int = _ANY_DEPTH,
 ) -> Dict[str, Any]:
     """The object on one line (*raw* ends with its newline), or ``FormatError``.
 
     With *keys*, a line longer than ``_BIG_LINE`` is checked without building it, and its
-    ``data`` holds only the keys its type maps to (see ``_big_line``)."""
+    ``data`` holds only the keys its type maps to (see ``_big_line``).  *room*: how deep json
+    may recurse on this stack, as ``_room`` found it, or -1 to look."""
     if keys is not None and len(raw) > _BIG_LINE:
         return _big_line(raw, name, line, offset, keys)
     try:
         text = raw.decode()
     except UnicodeDecodeError as exc:
         raise FormatError(f"invalid UTF-8 at byte {exc.start} of the line", name, line, offset) from None
-    deep = False
-    try:
-        obj, end = _scan_once(text, 0)  # json.loads without its Python-level wrapping
-    except (StopIteration, ValueError):
-        end = -1
-    except RecursionError:
-        end, deep = -1, True
+    end = -1
+    deep = _OVERFLOW_LINGERS and len(raw) >= room and not _fits(raw, room)  # shorter: nests less
+    if not deep:
+        try:
+            obj, end = _scan_once(text, 0)  # json.loads without its Python-level wrapping
+        except (StopIteration, ValueError):
+            pass
+        except RecursionError:
+            if _OVERFLOW_LINGERS:  # the stack is deeper than its frames tell: the caller's to handle
+                raise
+            deep = True
     if end != len(text) - 1:  # an error, or whitespace around the value: ask the full decoder
         try:
-            obj = _decode_anywhere(text[:-1], deep)
+            obj = _decode_anywhere(text[:-1], raw, deep)
         except json.JSONDecodeError as exc:  # "Invalid control character at": json adds a position
             problem = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
             raise FormatError(f"invalid JSON: {problem} at column {exc.colno}", name, line, offset) from None
         except ValueError as exc:  # NaN, Infinity, an integer too long to convert
             raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
-        except RecursionError:
+        except _NestedTooDeeply:
             raise FormatError("invalid JSON: nested too deeply", name, line, offset) from None
     if type(obj) is not dict:
         raise FormatError(f"line holds {_json_kind(type(obj))}, not an object", name, line, offset)
     return obj
 
 
-def _decode_anywhere(text: str, deep: bool = False) -> Any:
-    """``json.loads``, strict, whose outcome does not depend on the caller's stack depth.
+def _fits(raw: bytes, room: int) -> bool:
+    """Whether json parses the line *raw* here without nearing the recursion limit: nested
+    less than *room* levels deep, or with *room* -1, less than ``_has_room`` finds left."""
+    if room < 0 and _has_room(len(raw)):  # a line nests no deeper than it is long
+        return True
+    try:
+        levels = _json_levels(raw)
+    except ValueError:  # not JSON, and too deep to try here: _decode_anywhere says why
+        return False
+    return levels < room if room >= 0 else _has_room(levels)
 
-    Deep nesting counts against the recursion limit: a text known to be *deep*, or found so
-    here, is decoded on a fresh stack.  (Never twice that deep in a row in one thread: right
-    after a RecursionError, that has aborted CPython 3.8 with "Cannot recover from stack
-    overflow".)
-    """
-    if not deep:
+
+def _decode_anywhere(text: str, raw: bytes, deep: bool = False) -> Any:
+    """``json.loads(text)``, strict, with the outcome a shallow caller gets (``_anywhere``):
+    *raw* is text's UTF-8, or a longer text that holds it; *deep*: too deep for this stack."""
+    return _anywhere(_DECODER.decode, text, functools.partial(_json_levels, raw), deep)
+
+
+def _json_levels(raw: bytes) -> int:
+    """How deep json recurses on the JSON text *raw*, at most: as deep as it has brackets, as
+    ``_bracket_depth`` finds where those are many, or where they are too many to try, as
+    ``_scan_json`` finds (any deeper than ``_parse_depth_limit()``: too deep to parse).
+    ``ValueError`` if that finds no JSON.  All without recursing."""
+    # replace finds them with memchr, several times faster than count, which reads every byte
+    most = 2 * len(raw) - len(raw.replace(b"[", b"")) - len(raw.replace(b"{", b""))
+    if most <= 2 * _SAFE_DEPTH:
+        return most
+    depth = _bracket_depth(raw)
+    if depth >= 0 or most <= sys.getrecursionlimit() + _PAST_THE_LIMIT:
+        return depth if depth >= 0 else most
+    for deepest in (_SAFE_DEPTH, _parse_depth_limit()):
         try:
-            return _DECODER.decode(text)
-        except RecursionError:
-            pass
-    return _on_fresh_stack(_DECODER.decode, text)
+            _scan_json(raw, frozenset(), deepest)
+        except _TooDeep:
+            continue
+        except _NotJSON as exc:
+            raise ValueError(str(exc)) from None
+        return deepest
+    return most
+
+
+_SHAPE = bytes.maketrans(b"{}", b"[]")  # _bracket_depth counts one kind of bracket ...
+_NOT_SHAPE = bytes(sorted(set(range(256)) - set(b'"[]{}')))  # ... and keeps quotes and brackets
+
+
+def _bracket_depth(raw: bytes) -> int:
+    """How deep the brackets of the JSON text *raw* nest outside its strings, at most; -1
+    where a string holds a bracket or they nest more than a few levels.  A few passes in C."""
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # escaped backslashes, escaped quotes
+    # Two adjacent quotes are a string without brackets, or the end of one and the start of the
+    # next: gone, they leave every bracket inside or outside a string as it was.
+    shape = unescaped.translate(_SHAPE, _NOT_SHAPE).replace(b'""', b"")
+    if b'"' in shape:
+        return -1
+    for passes in range(16):
+        if b"[]" not in shape:  # each pass took away the innermost pairs
+            return passes + shape.count(b"[")  # and those never closed
+        shape = shape.replace(b"[]", b"")
+    return -1
 
 
 # A line holds at most max_line_bytes, but the objects json builds of it can take 26 times
@@ -2965,6 +3120,10 @@ class _NotJSON(Exception):
         super().__init__(f"{reason} at byte {at} of the line")
 
 
+class _TooDeep(_NotJSON):
+    """Nested deeper than asked for."""
+
+
 def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _DataKeys) -> Dict[str, Any]:
     """``_parse_line`` for a long line: its envelope, and of its data the keys *keys* maps
     its type to.  An object or array in the envelope (a bad line) comes back empty: only
@@ -2983,10 +3142,13 @@ def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _Da
     kind = obj.get("type")
     if type(obj.get("data")) is dict:
         wanted = keys.get(kind, frozenset()) if type(kind) is str else frozenset()
-        obj["data"] = {
-            key: _decode_anywhere(raw[a:b].decode()) for key, (a, b) in data.items() if key in wanted
-        }
+        obj["data"] = {key: _value_at(raw, a, b) for key, (a, b) in data.items() if key in wanted}
     return obj
+
+
+def _value_at(raw: bytes, start: int, end: int) -> Any:
+    span = raw[start:end]
+    return _decode_anywhere(span.decode(), span)
 
 
 def _shallow_value(raw: bytes, start: int, end: int) -> Any:
@@ -2995,7 +3157,7 @@ def _shallow_value(raw: bytes, start: int, end: int) -> Any:
         return {}
     if raw[start] == _ARRAY:
         return []
-    return _decode_anywhere(raw[start:end].decode())
+    return _DECODER.decode(raw[start:end].decode())  # a string, number or literal: no recursion
 
 
 def _invalid_utf8(raw: bytes) -> int:
@@ -3016,11 +3178,14 @@ _CLOSING = {_OBJECT: b"}"[0], _ARRAY: b"]"[0]}
 _SAFE_DEPTH = 100  # json parses this deep anywhere; beyond, _parse_depth_limit says how deep
 
 
-def _scan_json(raw: bytes, wanted: FrozenSet[str]) -> Tuple[int, _Spans, _Spans]:
+def _scan_json(
+    raw: bytes, wanted: FrozenSet[str], deepest: Optional[int] = None
+) -> Tuple[int, _Spans, _Spans]:
     """Check that *raw* is one strict JSON value, accepting and refusing exactly what
     ``json.loads`` does, without building it.  Returns where the value starts, the spans of
     the members of the top object and those of the *wanted* members of its ``data`` (the
-    last of duplicate keys, as json keeps them).  ``_NotJSON`` otherwise."""
+    last of duplicate keys, as json keeps them).  ``_NotJSON`` otherwise, ``_TooDeep`` if it
+    nests deeper than *deepest* (or ``_parse_depth_limit()``) levels."""
     stack = bytearray()  # the closing brackets of the open containers
     top: _Spans = {}
     data: _Spans = {}
@@ -3033,8 +3198,8 @@ def _scan_json(raw: bytes, wanted: FrozenSet[str]) -> Tuple[int, _Spans, _Spans]
         if opening in _CLOSING:
             stack.append(_CLOSING[opening])
             depth = len(stack)
-            if depth > _SAFE_DEPTH and depth > _parse_depth_limit():
-                raise _NotJSON("nested too deeply", pos)
+            if depth > _SAFE_DEPTH and depth > (deepest or _parse_depth_limit()):
+                raise _TooDeep("nested too deeply", pos)
             if depth == 2:
                 in_data = keys[1] == "data" and opening == _OBJECT
                 data = {} if in_data else data
@@ -3151,9 +3316,13 @@ def _parse_depth_limit() -> int:
     found once per recursion limit, by trying."""
     recursion = sys.getrecursionlimit()
     if recursion not in _depth_limits:
+        # Where an overflow lingers, json's depth stays below the recursion limit, and no try
+        # may go 50 levels past it (see _OVERFLOW_LINGERS).
+        most = recursion if _OVERFLOW_LINGERS else 1 << 22
         low, high = _SAFE_DEPTH, _SAFE_DEPTH * 2
-        while _parses(high) and high < 1 << 22:
+        while high < most and _parses(high):
             low, high = high, high * 2
+        high = min(high, most)
         while high - low > 1:
             middle = (low + high) // 2
             low, high = (middle, high) if _parses(middle) else (low, middle)
@@ -3164,7 +3333,7 @@ def _parse_depth_limit() -> int:
 def _parses(depth: int) -> bool:
     try:
         _on_fresh_stack(_DECODER.decode, "[" * depth + "]" * depth)
-    except RecursionError:
+    except _NestedTooDeeply:
         return False
     return True
 

@@ -1218,7 +1218,7 @@ class _Page:
         """The record *seq* again, at the *offset* the first pass found it."""
         source.seek(offset)
         raw = source.readline(max_line_bytes + 1)
-        obj = _parse_line(raw, self.name, seq, offset) if raw.endswith(b"\n") else {}
+        obj = _parse_line(raw, self.name, seq, offset, None, -1) if raw.endswith(b"\n") else {}
         if obj.get("seq") != seq or obj.get("session_id") != self.summary.session_id:
             raise FormatError(f"record {seq} changed while the page was made", self.name, seq, offset)
         self.shown += 1

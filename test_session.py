@@ -4348,7 +4348,7 @@ def test_json_test_suite_lines_are_rejected_cleanly(tmp_path: Path) -> None:
 def json_accepts(blob: bytes) -> bool:
     """The reader's verdict on one line parsed whole: strict json.loads, on a fresh stack."""
     try:
-        session._decode_anywhere(blob.decode())
+        session._decode_anywhere(blob.decode(), blob)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
     return True
@@ -4468,6 +4468,163 @@ def test_reading_a_deep_line_does_not_depend_on_the_callers_stack(tmp_path: Path
         return session.read(path, lambda r: None)
 
     assert deep_call(300).records == 4
+
+
+HOSTILE_NESTING = """
+import contextlib, gc, io, os, sys, tempfile
+import session
+
+mode, limit = sys.argv[1], int(sys.argv[2])
+sys.setrecursionlimit(limit)
+SID, RID = "a" * 32, "b" * 32
+HEAD = '{"session_id":"%s","seq":1,"type":"session_start","time":"t","data":{"version":1}}' % SID
+START = '{"session_id":"%s","seq":2,"type":"run_start","time":"t","run_id":"%s","data":{}}' % (SID, RID)
+
+
+def record(kind, data):
+    envelope = '{"session_id":"%s","seq":3,"type":"%s","time":"t","run_id":"%s","data":%s}'
+    return envelope % (SID, kind, RID, data)
+
+
+def hostile(n):
+    deep_array, deep_object = "[" * n + "1.5" + "]" * n, '{"a":' * n + "0" + "}" * n
+    return {
+        "arrays": "[" * n,
+        "objects": '{"a":' * n,
+        "closed arrays": "[" * n + "]" * n,
+        "data array": record("tool_exec_end", '{"result":%s}' % deep_array),
+        "data object": record("tool_exec_end", '{"result":%s}' % deep_object),
+        "long data": record("tool_exec_end", '{"pad":"%s","result":%s}' % ("x" * 3000, deep_array)),
+        "message": record("model_exec_end", '{"message":%s}' % deep_object),
+        "checkpoint": record("checkpoint", '{"snapshot":%s}' % deep_array),
+    }
+
+
+folder, files = tempfile.mkdtemp(), {}
+depths = (limit // 4, limit - 60, limit + 60, 5 * limit)
+lines = {f"{name} {n}": line for n in depths for name, line in hostile(n).items()}
+lines["big line"] = record(  # over a megabyte: validate and summarize check it without building it
+    "model_exec_end", '{"pad":"%s","message":%s}' % ("x" * (1 << 20), '{"a":' * 900 + "0" + "}" * 900)
+)
+for name, line in lines.items():
+    files[name] = os.path.join(folder, name.replace(" ", "-"))
+    with open(files[name], "w") as f:
+        f.write("\\n".join([HEAD, START, line, ""]))
+
+
+def validate(path):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        return session.main(["validate", path]), out.getvalue()
+
+
+def load_checkpoint(path):
+    with session.open(path) as s:
+        return s.load_checkpoint() is not None
+
+
+def iter_records_moving(path):  # the line after the run's start asked for from deeper
+    records = session.iter_records(path)
+    extra = [0, 0, max(here["gap"] - 50, 0), 0]
+    return [getattr(at_depth(n, lambda: next(records, None)), "type", None) for n in extra]
+
+
+READERS = {
+    "read": lambda path: session.read(path, lambda r: None).records,
+    "iter_records": lambda path: len(list(session.iter_records(path))),
+    "iter_records moving": iter_records_moving,
+    "validate": validate,
+    "summarize": lambda path: session.summarize(path).records,
+    "load_checkpoint": load_checkpoint,
+}
+
+
+def outcome(reader, path):
+    try:
+        return repr(READERS[reader](path))
+    except (session.FormatError, session.CodecError) as exc:
+        return repr(exc)
+    except RecursionError:
+        return "RecursionError"
+
+
+def depth_here():
+    frame, n = sys._getframe(1), 0
+    while frame is not None:
+        frame, n = frame.f_back, n + 1
+    return n
+
+
+def at_depth(n, call):
+    return at_depth(n - 1, call) if n > 0 else call()
+
+
+def overflow(levels):  # a few levels past the limit, never 50, even where the gc callback ...
+    return overflow(levels - 1) if levels else None
+
+
+here = {}
+
+
+def read_all(gap, after_an_overflow):
+    here["gap"] = gap
+    if after_an_overflow:  # ... lets it through: raised and caught right here, 3.8 marks the stack
+        try:
+            overflow(gap + 10)
+        except RecursionError:
+            pass
+    return {(reader, name): outcome(reader, path) for reader in READERS for name, path in files.items()}
+
+
+if mode == "gc":  # as hypothesis does: code that runs at every collection and catches its RecursionError
+    def callback(phase, info):
+        try:
+            int("1")
+        except RecursionError:
+            pass
+
+    gc.callbacks.append(callback)
+    gc.set_threshold(5)
+expected = read_all(limit, False)
+print("reference", sorted(expected.items()), flush=True)
+for gap in (limit, limit // 2, 120, 60, 45, 30, 20, 12, 6):  # levels left below the limit
+    for after_an_overflow in (False, True):
+        seen = at_depth(limit - depth_here() - gap, lambda: read_all(gap, after_an_overflow))
+        for key, want in expected.items():
+            if seen[key] != want:
+                print("differs", gap, after_an_overflow, *key, seen[key][:200], flush=True)
+        print("done", gap, flush=True)
+"""
+ROOM_THE_READER_NEEDS = 30  # levels below the recursion limit; the command line's argparse takes most
+
+
+@pytest.mark.parametrize("mode", ["stack", "gc"])
+def test_hostile_nesting_read_from_any_stack_depth_never_aborts(tmp_path: Path, mode: str) -> None:
+    """Lines nested deep, read by every reader from a shallow stack, from half the recursion
+    limit and from a few levels below it, each time also right after a RecursionError there;
+    with mode "gc", a collection runs at almost every allocation and calls back code that
+    catches its own RecursionError, as hypothesis's does.  On CPython 3.8 either used to abort
+    the process ("Cannot recover from stack overflow"): a RecursionError leaves a thread's stack
+    marked overflowed until it unwinds 50 levels below the limit, and 50 levels past the limit
+    a marked stack is fatal.  The guarantee: the process lives; every outcome is what a shallow
+    stack gives, except a RecursionError where fewer than ROOM_THE_READER_NEEDS levels are left."""
+    script = tmp_path / "hostile.py"
+    script.write_text(HOSTILE_NESTING)
+    done = subprocess.run(
+        [sys.executable, str(script), mode, "1000"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(HERE)),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("\ndone ") == 18, done.stdout[-3000:]  # 9 depths, each twice
+    reference = done.stdout.split("\n", 1)[0]
+    assert "RecursionError" not in reference and "nested too deeply" in reference
+    for line in done.stdout.splitlines():
+        if line.startswith("differs"):
+            gap, outcome = int(line.split()[1]), line.rsplit(None, 1)[-1]
+            assert gap < ROOM_THE_READER_NEEDS and outcome == "RecursionError", line
 
 
 # ---------------------------------------------------------------------------- analysis
@@ -6155,3 +6312,51 @@ def test_reliability_fuzz_the_long_line_scanner_on_mutated_lines(mutations: List
         blob = mutate(blob, mutation)
     for line in blob.split(b"\n"):
         assert scanner_accepts(line) == json_accepts(line), line[:200]
+
+
+def scanner_depth(text: str) -> int:
+    """How deep json's scanner recurses on *text* before it stops: its pure-Python twin,
+    which recurses alike, counting."""
+    depth = deepest = 0
+
+    def counted(parse: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal depth, deepest
+            depth += 1
+            deepest = max(deepest, depth)
+            try:
+                return parse(*args, **kwargs)
+            finally:
+                depth -= 1
+
+        return call
+
+    decoder = json.JSONDecoder()
+    for name, parse in (("parse_object", "JSONObject"), ("parse_array", "JSONArray")):
+        setattr(decoder, name, counted(getattr(json.decoder, parse)))
+    with contextlib.suppress(StopIteration, ValueError):
+        json.scanner.py_make_scanner(decoder)(text, 0)  # type: ignore[attr-defined]
+    return deepest
+
+
+JSON_PIECES = st.sampled_from(
+    ["[", "]", "{", "}", '"', "\\", '\\"', "\\\\", ",", ":", " ", "1", '"a"', '"["', '"]"', '"\\\\"', '"k":']
+)
+
+
+@hypothesis.settings(max_examples=FUZZ_CASES * 2, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(JSON_PIECES, max_size=60) | JSON_VALUES.map(json.dumps))
+def test_reliability_fuzz_the_bracket_depth_bound_holds(text: Any) -> None:
+    """Python 3.8's reader parses a line where it has room for it by this bound: it must never
+    be lower than the depth json reaches, whatever the line."""
+    text = "".join(text) if isinstance(text, list) else text
+    bound = session._bracket_depth(text.encode())
+    assert bound == -1 or bound >= scanner_depth(text), text
+
+
+def test_the_bracket_depth_of_a_line_is_its_nesting() -> None:
+    rows = [{"id": n, "tags": ["a", "b"], "meta": {"x": [1.5], "why": 'say "hi\\"'}} for n in range(500)]
+    line = json.dumps({"data": {"result": rows}}).encode()
+    assert session._bracket_depth(line) == 6 == scanner_depth(line.decode())
+    assert session._json_levels(line + b"\n") == 6  # where the brackets are too many to count
+    assert session._bracket_depth(b'{"a":"[" }') == -1  # a bracket in a string: no verdict
