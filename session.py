@@ -2565,8 +2565,18 @@ class Session:
         self._pending = None
 
     def _append(self, run: Run, kind: str, time: str, data: str, sync: bool = False) -> None:
-        """Write one record of *run* with the next seq, if the file allows it now."""
-        self._check_written(run, kind)
+        """Write one record of *run* with the next seq, if the file allows it now: checked
+        here, where it is written, since a signal handler may close the run or the session
+        after the caller's own check.  (Inline: a record made deep in the stack has no level
+        to spare.)"""
+        self._check_failure()  # an interrupting call may have failed the session
+        if self._file.closed:
+            raise ValueError(f"{self.path}: session is closed")
+        open_run = self._run
+        if kind == "run_start" and open_run is not None:
+            raise RunOpenError(f"{self.path}: run {open_run.run_id} is still open; close it first")
+        if kind != "run_start" and open_run is not run:
+            raise ValueError(f"{self.path}: run {run.run_id} is closed")
         seq = self._seq + 1
         run_id = run.run_id
         text = (
@@ -2597,18 +2607,6 @@ class Session:
         # A checkpoint is the latest once synced (a failed sync clears _pending); if an
         # exception cuts this short, _settle makes it so as it finds the line in the file.
         self._checkpoint, self._pending = at, None
-
-    def _check_written(self, run: Run, kind: str) -> None:
-        """Refuse a line the file no longer allows: checked where it is written, since a
-        signal handler may close the run or the session after the caller's own check."""
-        self._check_failure()  # an interrupting call may have failed the session
-        if self._file.closed:
-            raise ValueError(f"{self.path}: session is closed")
-        open_run = self._run
-        if kind == "run_start" and open_run is not None:
-            raise RunOpenError(f"{self.path}: run {open_run.run_id} is still open; close it first")
-        if kind != "run_start" and open_run is not run:
-            raise ValueError(f"{self.path}: run {run.run_id} is closed")
 
     def _decide_close(self) -> None:
         self._closing = True
