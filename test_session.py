@@ -1322,14 +1322,20 @@ def test_record_and_save_checkpoint_refuse_what_go_cannot_read(tmp_path: Path, c
         s.close()
 
 
+def as_instant(text: Any) -> Any:
+    try:
+        return session._parse_rfc3339(text)
+    except (session._CodecFault, TypeError):
+        return go_time(text)
+
+
 def go_time(value: Any) -> Any:
     """*value* with every timestamp string as the instant it names: Go writes 2026-...01.5Z
-    where Python writes 2026-...01.500000Z."""
+    where Python writes 2026-...01.500000Z.  (A "timestamp" key in metadata may hold any
+    text: what is no time stays as it is.)"""
     if type(value) is dict:
         return {
-            key: session._parse_rfc3339(item)
-            if key == "timestamp" and item != "0001-01-01T00:00:00Z"
-            else go_time(item)
+            key: as_instant(item) if key == "timestamp" and item != "0001-01-01T00:00:00Z" else go_time(item)
             for key, item in value.items()
         }
     if type(value) is list:
