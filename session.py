@@ -1046,14 +1046,14 @@ _KEPT_FREE = 16  # levels: the calls between a check and its recursion, and at i
 _PAST_THE_LIMIT = 32  # levels a recursion on a fresh stack may go past the limit (fewer than 50)
 
 
-def _room() -> Tuple[int, int]:
+def _room(above: int = 1) -> Tuple[int, int]:
     """How deep a recursion that the caller starts may go without nearing the recursion limit
     (_ANY_DEPTH where nothing lingers after a RecursionError), and the frames on the stack,
-    the caller's included.  Each frame counts twice: a call that goes through C, to a class
-    or a ``__call__``, takes two levels where it shows one."""
+    the caller's included (or, *above* 2, its caller's).  Each frame counts twice: a call that
+    goes through C, to a class or a ``__call__``, takes two levels where it shows one."""
     if not _OVERFLOW_LINGERS:
         return _ANY_DEPTH, 0
-    frame: Optional[types.FrameType] = sys._getframe(1)
+    frame: Optional[types.FrameType] = sys._getframe(above)
     frames = 0
     while frame is not None:
         frame, frames = frame.f_back, frames + 1
@@ -2872,17 +2872,9 @@ def _records(
     _check_line_limit(max_line_bytes)
     steady = steady or not _OVERFLOW_LINGERS
     room, frames = _room()
-    frame_at = sys._getframe
-    try:
-        base = f.tell()
-    except (OSError, ValueError):  # a pipe: offsets count from where reading started
-        base = 0
     limit = max_line_bytes + 1
     readline = f.readline
-    raw = readline(limit)
-    if raw[-1:] != b"\n":
-        raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
-    header = _parse_line(raw, name, 1, base, keys, room)
+    base, raw, header = _first_line(f, name, limit, keys, room)
     session_id = _check_header(header, name, base)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
     yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
@@ -2895,12 +2887,7 @@ def _records(
         if raw[-1:] != b"\n":
             break
         if not steady:  # iter_records on 3.8: a line may be asked for from a deeper stack
-            try:
-                moved = frame_at(frames - 1).f_back is not None
-            except ValueError:  # from a shallower one
-                moved = True
-            if moved:
-                room, frames = _room()
+            room, frames = _room_again(room, frames)
         obj = _parse_line(raw, name, seq + 1, offset, keys, room)
         run_id = obj.get("run_id")
         kind = obj.get("type")
@@ -2932,6 +2919,30 @@ def _records(
     if raw:
         _unfinished(raw, limit, name, seq + 1, offset, "")
     result.append(ReadResult(session_id, seq, offset - base, len(raw)))
+
+
+def _first_line(
+    f: _Lines, name: Optional[str], limit: int, keys: Optional[_DataKeys], room: int
+) -> Tuple[int, bytes, Dict[str, Any]]:
+    """Where reading starts, the first line, and its object."""
+    try:
+        base = f.tell()
+    except (OSError, ValueError):  # a pipe: offsets count from where reading started
+        base = 0
+    raw = f.readline(limit)
+    if raw[-1:] != b"\n":
+        raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
+    return base, raw, _parse_line(raw, name, 1, base, keys, room)
+
+
+def _room_again(room: int, frames: int) -> Tuple[int, int]:
+    """``_room()`` for the caller again if its stack is no longer *frames* deep, else (*room*,
+    *frames*) as they are."""
+    try:
+        moved = sys._getframe(frames).f_back is not None
+    except ValueError:  # shallower
+        moved = True
+    return _room(2) if moved else (room, frames)
 
 
 def _check_line_limit(max_line_bytes: int) -> None:
