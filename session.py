@@ -54,7 +54,9 @@ import typing
 import warnings
 import weakref
 from _thread import RLock, allocate_lock, start_new_thread  # threading's, without importing it
-from collections import deque
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import (
@@ -141,10 +143,15 @@ __version__ = "1.0.0"
 
 # ---------------------------------------------------------------------------- constants
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2  # what create writes unless asked for 1; every reader reads both
+_VERSIONS = (1, 2)
 _MAX_LINE_BYTES = 256 << 20  # 256 MiB: far above any real record, far below a DoS
 _READ_BUFFER = 1 << 20  # readline on 32 KB lines is 3x faster than with the default 8 KB
 _RESERVED = frozenset({"session_start", "run_start", "run_close", "checkpoint"})
+# Version 2 writes each message, and each list of tool declarations, once, in a record of its
+# own; a model_request refers to those records (see _Written and _Index).
+_POOLED = frozenset({"message", "tools"})
+_RESERVED_V2 = _RESERVED | _POOLED
 # Names of credentials, matched against a key folded to lowercase letters and digits (so that
 # X-Api-Key, x_api_key and XApiKey are one name): the headers and fields AI providers,
 # clouds and OAuth use for keys, tokens, cookies and passwords. A name that ends in "token"
@@ -200,7 +207,9 @@ class UnsupportedVersionError(FormatError):
         line: int | None = None,
         offset: int | None = None,
     ) -> None:
-        super().__init__(f"unsupported format version {version} (this module reads 1)", path, line, offset)
+        super().__init__(
+            f"unsupported format version {version} (this module reads 1 and 2)", path, line, offset
+        )
         self.args = (version, path, line, offset)
         self.version = version
 
@@ -1855,8 +1864,26 @@ def _put_summary(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> No
 
 
 def _put_request(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
-    if value is None:
-        return
+    """A request as version 1 writes it: its messages and tools inline."""
+    if value is not None:
+        config, problems = _request_config(value, codec)
+        messages = [codec.encode(m) for m in value.messages]
+        data[key] = {"messages": messages, "tools": list(value.tools), "config": config}
+        data.update(problems)
+
+
+def _put_request_config(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> None:
+    """A request as version 2 writes it: its config alone, and its messages and tools in
+    records of their own, referred to (see ``Session._record_request``)."""
+    if value is not None:
+        config, problems = _request_config(value, codec)
+        data[key] = {"config": config}
+        data.update(problems)
+
+
+def _request_config(value: Any, codec: Codec) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The JSON of a request's config, and ``snapshot_error`` and ``redacted`` if some of it
+    could not be kept or named a credential."""
     if type(value) is not ModelRequest:
         raise TypeError(f"request must be a ModelRequest, not {type(value).__name__}")
     config = value.config or CallConfig()
@@ -1879,15 +1906,12 @@ def _put_request(data: Dict[str, Any], key: str, value: Any, codec: Codec) -> No
             problems.append(f"config.{name}: {exc}")
         else:
             out[name] = item
-    data[key] = {
-        "messages": [codec.encode(m) for m in value.messages],
-        "tools": list(value.tools),
-        "config": out,
-    }
+    beside: Dict[str, Any] = {}
     if problems:
-        data["snapshot_error"] = "; ".join(problems)
+        beside["snapshot_error"] = "; ".join(problems)
     if redacted:
-        data["redacted"] = redacted
+        beside["redacted"] = redacted
+    return out, beside
 
 
 def _without_credentials(value: Any, path: str, dropped: List[str]) -> Any:
@@ -1988,12 +2012,17 @@ _PROJECTIONS: Dict[str, Optional[_Projection]] = {  # None: not written (transie
     "agent_end": _projection("summary", "error"),
     "error": _projection("error"),
 }
+# Version 2 writes a model_request's messages and tools apart (other types' requests whole)
+_REQUEST_V2 = (*_projection("execution"), ("request", _put_request_config))
 
 
-def _event_data(event: Event, codec: Codec) -> Optional[Dict[str, Any]]:
-    """The ``data`` that records *event*, or ``None`` when its type is not written."""
+def _event_data(event: Event, codec: Codec, version: int = _FORMAT_VERSION) -> Optional[Dict[str, Any]]:
+    """The ``data`` that records *event* in a file of format *version*, or ``None`` when its
+    type is not written."""
     kind = event.type
-    projection = _PROJECTIONS.get(kind, _EVERY_FIELD)
+    projection = (
+        _REQUEST_V2 if kind == "model_request" and version > 1 else _PROJECTIONS.get(kind, _EVERY_FIELD)
+    )
     if projection is None or (kind == "model_response" and not event.recovery):
         return None
     if kind == "model_exec_end" and event.error is not None and event.error != "":
@@ -2187,6 +2216,102 @@ class _CheckpointAt(NamedTuple):
 
 
 _Redact = Callable[[Dict[str, Any]], Dict[str, Any]]
+_Place = Tuple[int, int]  # a message record's seq, and how many message records come before it
+
+
+class _Written:
+    """What a version-2 writer has put in its file of messages and tool lists: the record of
+    each, found by a digest of its JSON text, or, for a ``Message`` of the latest request, by
+    the object itself (neither checked nor encoded again: a host changes a message by making
+    a new one).  A record is added here only once its line is in the file (``_append``, or
+    ``_settle`` after an interrupt), so a reference always names a record that is there."""
+
+    def __init__(self) -> None:
+        import hashlib  # here, not at import: it takes as long as the rest of the module
+
+        self._hash = hashlib.blake2b
+        self.messages: Dict[bytes, _Place] = {}
+        self.tools: Dict[bytes, int] = {}  # digest -> seq
+        self.mark = (0, 0)  # message records in the file, and the latest one's seq: set at once
+        self.latest: Dict[int, Tuple[Any, _Place]] = {}  # id -> (Message, place)
+
+    def digest(self, text: str) -> bytes:
+        return self._hash(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def add(self, kind: str, key: Optional[bytes], seq: int) -> None:
+        """Note the record *seq* of *kind* whose content has digest *key* (``None``: not to be
+        referred to); idempotent."""
+        if kind == "tools":
+            if key is not None:
+                self.tools[key] = seq
+            return
+        count, last = self.mark
+        if seq > last:
+            count += 1
+            self.mark = (count, seq)
+        if key is not None:
+            self.messages[key] = (seq, count - 1)
+
+    def plan(self, messages: Sequence[Any], codec: Codec) -> Tuple[List[Any], Dict[bytes, Any]]:
+        """Each message's place if it is written already, else its digest; and the JSON of the
+        new ones by digest, in order."""
+        latest, known = self.latest, self.messages
+        places: List[Any] = []
+        fresh: Dict[bytes, Any] = {}
+        for message in messages:
+            hit = latest.get(id(message))
+            if hit is not None and hit[0] is message:
+                places.append(hit[1])
+                continue
+            try:
+                value = codec.encode(message)
+            except CodecError as exc:
+                raise CodecError(f"request: {exc}") from exc
+            key = self.digest(_dumps(value))
+            place = known.get(key)
+            if place is None:
+                fresh.setdefault(key, value)
+                places.append(key)
+            else:
+                places.append(place)
+        return places, fresh
+
+    def tool_list(self, tools: Sequence[Any]) -> Tuple[Any, Any]:
+        """The seq of the record of *tools* if it is written already, else its digest and JSON;
+        ``(None, None)`` for no tools."""
+        value = list(tools)
+        if not value:
+            return None, None
+        try:
+            key = self.digest(_dumps(value))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"data.request.tools: {exc}") from exc
+        seq = self.tools.get(key)
+        return (key, value) if seq is None else (seq, None)
+
+    def request_text(self, text: str, places: List[Any], tools: Any, messages: Sequence[Any]) -> str:
+        """The data *text* of a request with its references: ``messages``, the seq ranges of
+        the message records that hold its messages in order, and ``tools``, the seq of its
+        tool list.  Called as its line is written, when the new ones are in the file."""
+        try:
+            if type(tools) is bytes:
+                tools = self.tools[tools]
+            places = [self.messages[place] if type(place) is bytes else place for place in places]
+        except KeyError:
+            raise ValueError("a message or tool list of this request is not in the file") from None
+        ranges: List[str] = []
+        first = last = (0, -2)
+        for place in places:
+            if place[1] != last[1] + 1:  # not the message record after the last one
+                if last[0]:
+                    ranges.append(f"[{first[0]},{last[0]}]")
+                first = place
+            last = place
+        if last[0]:
+            ranges.append(f"[{first[0]},{last[0]}]")
+        self.latest = {id(m): (m, place) for m, place in zip(messages, places) if type(m) is Message}
+        tail = f',"messages":[{",".join(ranges)}]' + ("" if tools is None else f',"tools":{tools}')
+        return f"{text[:-1]}{tail}}}" if text != "{}" else f"{{{tail[1:]}}}"
 
 
 def _line_head(session_id: str) -> str:
@@ -2201,6 +2326,7 @@ def create(
     path: Union[str, os.PathLike[str]],
     codec: Optional[Codec] = None,
     *,
+    version: int = _FORMAT_VERSION,
     redact: Optional[_Redact] = None,
     max_line_bytes: int = _MAX_LINE_BYTES,
 ) -> Session:
@@ -2216,21 +2342,28 @@ def create(
     it is encoded and returns what to write instead.  A line longer than *max_line_bytes*
     is refused (``RecordingError``): the session never writes what its own ``open`` would
     reject.  The codec and *redact* run under the session's lock; a call they make to the
-    session is done as a signal handler's is (see ``Session.close``).
+    session is done as a signal handler's is (see ``Session.close``).  *version* 2 (the
+    default) writes each message and tool list once and refers to it; 1 writes each request
+    whole, for readers of version 1 only.
     """
     _check_line_limit(max_line_bytes)
-    return _new_session(_name(path), _session_codec(codec), redact, max_line_bytes)
+    if type(version) is not int or version not in _VERSIONS:
+        raise ValueError(f"version must be 1 or 2, not {version!r}")
+    return _new_session(_name(path), _session_codec(codec), redact, max_line_bytes, version)
 
 
-def _new_session(name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int) -> Session:
+def _new_session(
+    name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int, version: int
+) -> Session:
     session_id = _new_id()
-    header = _header(session_id, _utc_text(None))
+    header = _header(session_id, _utc_text(None), version)
     fd = _publish(name, header)
-    return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None)
+    written = _Written() if version > 1 else None
+    return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None, written)
 
 
-def _header(session_id: str, time: str) -> bytes:
-    data = f'{{"version":{_FORMAT_VERSION}}}'
+def _header(session_id: str, time: str, version: int) -> bytes:
+    data = f'{{"version":{version}}}'
     return f'{_line_head(session_id)}1,"type":"session_start","time":"{time}","data":{data}}}\n'.encode()
 
 
@@ -2273,7 +2406,7 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     redact: Optional[_Redact] = None,
     max_line_bytes: int = _MAX_LINE_BYTES,
 ) -> Session:
-    """Open an existing session file at *path* to append to it.
+    """Open an existing session file at *path* to append to it, in the file's own version.
 
     The whole file is validated first (``FormatError``, nothing changed, if any complete
     line is bad); an unfinished last line is then cut off and the cut synced.  Appending
@@ -2287,7 +2420,7 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     name = _name(path)
     if create:
         with contextlib.suppress(FileExistsError):
-            return _new_session(name, codec, redact, max_line_bytes)
+            return _new_session(name, codec, redact, max_line_bytes, _FORMAT_VERSION)
     return _existing_session(name, codec, redact, max_line_bytes)
 
 
@@ -2298,7 +2431,11 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
         tally = _Tally()
         with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
             f.seek(0)
-            result = _read(f, name, max_line_bytes, tally, _NO_DATA)
+            index = _Index(f)
+            written = _Written()
+            result = _read(
+                f, name, max_line_bytes, functools.partial(_note, tally, written, index), _NO_DATA, index
+            )
         if result.tail_bytes:
             try:
                 os.ftruncate(fd, result.complete_bytes)
@@ -2319,17 +2456,32 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
         result.records,
         result.complete_bytes,
         checkpoint,
+        written if index.version > 1 else None,
     )
 
 
+def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> None:
+    """Count *record* in *tally*, and note in *written* a message or tool list record that
+    ``open`` just read: with the digest of its content, unless its line was too long to be
+    read whole."""
+    tally(record)
+    kind = record.type
+    if kind in _POOLED:
+        whole = index.last_size <= _BIG_LINE
+        written.add(kind, written.digest(_dumps(record.data[kind])) if whole else None, record.seq)
+
+
 class _Pending(NamedTuple):
-    """A line on its way into the file, and the open run and latest checkpoint once it is there."""
+    """A line on its way into the file, and the open run and latest checkpoint once it is
+    there; and its type, with the digest of its content for a message or tool list record."""
 
     line: bytes
     start: int
     seq: int
     run: Optional[Run]
     checkpoint: Optional[_CheckpointAt]
+    kind: str
+    key: Optional[bytes]
 
 
 class Session:
@@ -2352,6 +2504,7 @@ class Session:
         seq: int,
         size: int,
         checkpoint: Optional[_CheckpointAt],
+        written: Optional[_Written],
     ) -> None:
         self.path = path
         self.session_id = session_id
@@ -2368,6 +2521,7 @@ class Session:
         self._seq = seq
         self._size = size
         self._checkpoint = checkpoint
+        self._written = written  # None: a file of version 1
         self._run: Optional[Run] = None  # the run open in the file
         self._ending: Optional[Run] = None  # a run whose run_close is decided, maybe not written yet
         self._closing = False  # close() has begun: no new records
@@ -2562,13 +2716,24 @@ class Session:
         if size > pending.start:
             self._seq, self._size, self._run = pending.seq, end, pending.run
             self._checkpoint = pending.checkpoint
+            if pending.key is not None:
+                self._written.add(pending.kind, pending.key, pending.seq)  # type: ignore[union-attr]
         self._pending = None
 
-    def _append(self, run: Run, kind: str, time: str, data: str, sync: bool = False) -> None:
+    def _append(
+        self,
+        run: Run,
+        kind: str,
+        time: str,
+        data: Union[str, Callable[[], str]],
+        sync: bool = False,
+        key: Optional[bytes] = None,
+    ) -> None:
         """Write one record of *run* with the next seq, if the file allows it now: checked
         here, where it is written, since a signal handler may close the run or the session
-        after the caller's own check.  (Inline: a record made deep in the stack has no level
-        to spare.)"""
+        after the caller's own check.  *data* is its text, or makes it (a request's, whose
+        references are known only now); *key* notes a message or tool list as written.
+        (Inline: a record made deep in the stack has no level to spare.)"""
         self._check_failure()  # an interrupting call may have failed the session
         if self._file.closed:
             raise ValueError(f"{self.path}: session is closed")
@@ -2577,6 +2742,8 @@ class Session:
             raise RunOpenError(f"{self.path}: run {open_run.run_id} is still open; close it first")
         if kind != "run_start" and open_run is not run:
             raise ValueError(f"{self.path}: run {run.run_id} is closed")
+        if not isinstance(data, str):
+            data = data()
         seq = self._seq + 1
         run_id = run.run_id
         text = (
@@ -2594,7 +2761,7 @@ class Session:
         at = _CheckpointAt(offset, end, seq, run_id, time) if kind == "checkpoint" else self._checkpoint
         after = None if kind == "run_close" else run
         # _Pending(...) without NamedTuple's Python-level __new__: a third the cost
-        self._pending = tuple.__new__(_Pending, (line, offset, seq, after, at))
+        self._pending = tuple.__new__(_Pending, (line, offset, seq, after, at, kind, key))
         try:
             done = os.write(self._fd, line)
             if done != len(line):  # a short write: continue it, never repeat it
@@ -2602,6 +2769,8 @@ class Session:
         except Exception as exc:  # not KeyboardInterrupt or SystemExit: _settle sees to those
             raise self._fail(exc, "cannot write") from exc
         self._seq, self._size, self._run = seq, end, after
+        if key is not None:
+            self._written.add(kind, key, seq)  # type: ignore[union-attr]
         if sync:
             self._sync()
         # A checkpoint is the latest once synced (a failed sync clears _pending); if an
@@ -2642,10 +2811,16 @@ class Session:
 
     def _data_text(self, data: Dict[str, Any]) -> str:
         """*data* passed through the redactor, then encoded; ``ValueError`` names a bad key."""
+        return self._encoded(self._redacted(data))
+
+    def _redacted(self, data: Dict[str, Any]) -> Dict[str, Any]:
         if self._redact is not None:
             data = self._redact(data)
             if type(data) is not dict:
                 raise TypeError(f"redact must return a dict, not {type(data).__name__}")
+        return data
+
+    def _encoded(self, data: Dict[str, Any]) -> str:
         try:
             text = _dumps(data)
         except (
@@ -2658,6 +2833,36 @@ class Session:
         if digits:
             raise ValueError(f"an integer of {digits} digits: readers refuse more than {_INT_DIGITS}")
         return text
+
+    def _request_writes(
+        self, run: Run, time: str, data: Dict[str, Any], request: ModelRequest
+    ) -> List[Callable[[], None]]:
+        """The writes that record a model_request in version 2: a ``message`` record for each
+        message not written before and a ``tools`` record for a new tool list (each passed
+        through the redactor alone, once), then the request, which refers to them."""
+        written = self._written
+        assert written is not None
+        places, fresh = written.plan(request.messages, self._codec)
+        tools, new_tools = written.tool_list(request.tools)
+        writes: List[Callable[[], None]] = []
+        for key, value in fresh.items():
+            text = self._data_text({"message": value})
+            writes.append(functools.partial(self._append, run, "message", time, text, key=key))
+        if new_tools is not None:
+            text = self._data_text({"tools": new_tools})
+            writes.append(functools.partial(self._append, run, "tools", time, text, key=tools))
+        data = self._redacted(data)
+        if "messages" in data or "tools" in data:
+            raise ValueError(
+                "redact may not add data.messages or data.tools: the writer puts references there"
+            )
+        text = self._encoded(data)
+        if "request" in data:  # the redactor may have dropped it
+            later = functools.partial(written.request_text, text, places, tools, request.messages)
+            writes.append(functools.partial(self._append, run, "model_request", time, later))
+        else:
+            writes.append(functools.partial(self._append, run, "model_request", time, text))
+        return writes
 
     def _forked(self) -> None:
         """In a forked child: never write through the parent's descriptor, nor keep it (the
@@ -2735,23 +2940,27 @@ class Run:
         kind = event.type
         if type(kind) is not str or not kind:
             raise TypeError(f"event type must be a non-empty str, not {kind!r}")
-        if kind in _RESERVED:
-            raise ValueError(f"{kind!r} is a reserved record type")
         session = self._session
+        if kind in _RESERVED or (kind in _POOLED and session._written is not None):
+            raise ValueError(f"{kind!r} is a reserved record type")
         # Encoding under the lock too: threads then wait on the lock, not for the GIL while
         # holding it around a write (measured: 8 threads keep 0.7x, not 0.3x, of one thread's pace).
         with session._lock:
             session._check(self)
             try:
-                data = _event_data(event, session._codec)
+                data = _event_data(event, session._codec, 1 if session._written is None else 2)
                 if data is None:
                     return False
-                text = session._data_text(data)
                 time = _utc_text(event.timestamp)
+                if session._written is not None and kind == "model_request" and "request" in data:
+                    writes = session._request_writes(self, time, data, event.request)  # type: ignore[arg-type]
+                else:
+                    text = session._data_text(data)
+                    writes = [lambda: session._append(self, kind, time, text)]
             except Exception as exc:
                 raise session._fail(exc, f"cannot encode a {kind} event") from exc
-            # checked again: a signal handler (or the codec) may have closed the run meanwhile
-            session._write(lambda: session._check(self), lambda: session._append(self, kind, time, text))
+            for write in writes:  # each checked again: a signal handler may have closed the run
+                session._write(lambda: session._check(self), write)
         return True
 
     def ref(self, execution: Execution) -> CallRef:
@@ -2799,23 +3008,31 @@ _Source = Union[str, bytes, "os.PathLike[str]", BinaryIO]
 
 
 def read(
-    source: _Source, visit: Callable[[Record], object], *, max_line_bytes: int = _MAX_LINE_BYTES
+    source: _Source,
+    visit: Callable[[Record], object],
+    *,
+    max_line_bytes: int = _MAX_LINE_BYTES,
+    resolve: bool = True,
 ) -> ReadResult:
     """Validate *source* as it streams and call *visit* with each complete record.
 
     *source* is a path or a binary file (read from its current position; offsets count from
     the file's start).  One line is held at a time; a line longer than *max_line_bytes* is a
     ``FormatError``, as is any other violation, after the records before it were visited.  An
-    exception from *visit* stops the read and propagates.
+    exception from *visit* stops the read and propagates.  In a version-2 file, a
+    ``model_request`` comes with its messages and tools in ``data.request``, as version 1
+    writes them; with *resolve* false, as written (with references: see the format's docs).
     """
     with _opened(source) as (f, name):
-        return _read(f, name, max_line_bytes, visit)
+        return _read(f, name, max_line_bytes, visit, None, _Index(f, resolve))
 
 
-def iter_records(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Iterator[Record]:
+def iter_records(
+    source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES, resolve: bool = True
+) -> Iterator[Record]:
     """Yield the complete records of *source* as ``read`` validates them."""
     with _opened(source) as (f, name):
-        yield from _records(f, name, max_line_bytes, [])
+        yield from _records(f, name, max_line_bytes, [], None, False, _Index(f, resolve))
 
 
 @contextlib.contextmanager
@@ -2845,10 +3062,11 @@ def _read(
     max_line_bytes: int,
     visit: Callable[[Record], object],
     keys: Optional[_DataKeys] = None,
+    index: Optional[_Index] = None,
 ) -> ReadResult:
     result: List[ReadResult] = []
     try:
-        for record in _records(f, name, max_line_bytes, result, keys, steady=True):
+        for record in _records(f, name, max_line_bytes, result, keys, True, index):
             visit(record)
     except FormatError as exc:  # from visit too (say, EventData.from_record): name the file
         if exc.path is None:
@@ -2864,11 +3082,13 @@ def _records(
     result: List[ReadResult],
     keys: Optional[_DataKeys] = None,
     steady: bool = False,
+    index: Optional[_Index] = None,
 ) -> Iterator[Record]:
     """The reader: yields each record once its line passed every rule, then appends the
     ``ReadResult`` to *result*.  With *keys*, the data of a long line holds only the keys
     it maps the record's type to.  *steady*: every line is asked for from the same frame,
-    so the stack has the same room for parsing each (see ``_room``)."""
+    so the stack has the same room for parsing each (see ``_room``).  *index* checks the
+    references of a version-2 file (and resolves them, if it was made to)."""
     _check_line_limit(max_line_bytes)
     steady = steady or not _OVERFLOW_LINGERS
     room, frames = _room()
@@ -2876,6 +3096,11 @@ def _records(
     readline = f.readline
     base, raw, header = _first_line(f, name, limit, keys, room)
     session_id = _check_header(header, name, base)
+    if header["data"]["version"] > 1:
+        index = index or _Index(f)
+        index.version = 2
+    else:
+        index = None
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
     yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
     seq = 1
@@ -2913,6 +3138,8 @@ def _records(
             raise FormatError(_run_problem(kind, run_id, open_run, seen), name, seq + 1, offset)
         elif kind == "run_close":
             open_run = None
+        if index is not None and kind in _INDEXED:
+            data = index.take(kind, seq + 1, offset, raw, data, name)
         seq += 1
         yield new(Record, (session_id, seq, kind, time, run_id, data, offset))
         offset += len(raw)
@@ -3077,7 +3304,14 @@ def _bracket_depth(raw: bytes) -> int:
 
 _BIG_LINE = 1 << 20  # bytes: shorter lines are parsed whole, which is faster
 _DataKeys = Dict[str, FrozenSet[str]]  # record type -> the keys of its data a reader uses
-_NO_DATA: _DataKeys = {"session_start": frozenset({"version"})}
+_NO_DATA: _DataKeys = {  # what every reader checks: the version, and a version-2 file's references
+    "session_start": frozenset({"version"}),
+    "message": frozenset({"message"}),
+    "tools": frozenset({"tools"}),
+    "model_request": frozenset({"request", "messages", "tools"}),
+}
+# Of these a long line's value is not built, only its JSON type told: an object or array empty
+_SKIMMED = frozenset({("message", "message"), ("tools", "tools"), ("model_request", "request")})
 _ENVELOPE_KEYS = frozenset({"session_id", "seq", "type", "time", "run_id", "data"})
 
 # re keeps about 80 bytes per repetition of a group until a match ends: every repetition
@@ -3151,7 +3385,11 @@ def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _Da
     kind = obj.get("type")
     if type(obj.get("data")) is dict:
         wanted = keys.get(kind, frozenset()) if type(kind) is str else frozenset()
-        obj["data"] = {key: _value_at(raw, a, b) for key, (a, b) in data.items() if key in wanted}
+        obj["data"] = {
+            key: (_shallow_value if (kind, key) in _SKIMMED else _value_at)(raw, a, b)
+            for key, (a, b) in data.items()
+            if key in wanted
+        }
     return obj
 
 
@@ -3357,7 +3595,7 @@ def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
         problem = f"line 1 must be a session_start record, found {found}"
     elif type(version) is not int:
         problem = "session_start needs an integer data.version"
-    elif version != _FORMAT_VERSION:
+    elif version not in _VERSIONS:
         raise UnsupportedVersionError(version, name, 1, offset)
     elif "run_id" in obj:
         problem = "session_start carries no run_id"
@@ -3399,6 +3637,137 @@ def _run_problem(kind: str, run_id: str, open_run: Optional[str], seen: Set[str]
     if open_run is None:
         return f"run {run_id!r} is already closed"
     return f"record for run {run_id!r} after run {open_run!r} started"
+
+
+_INDEXED = _POOLED | {"model_request"}
+_POOLED_KEYS = frozenset({"messages", "tools"})  # where a version-2 request's references are
+_KEPT = 64 << 20  # bytes of message and tool list lines a resolving reader keeps at most
+_RANGES = "data.messages must be a list of [first, last] seq ranges"
+
+
+class _Index:
+    """Where the message and tool list records of a version-2 file lie (24 bytes each), to
+    check every reference of a request as it comes, and, when *resolving*, to give each
+    request its messages and tools back, as version 1 writes them: from lines kept as they
+    streamed by (the latest ``_KEPT`` bytes of them, or all where the file cannot seek), else
+    read again from the file."""
+
+    def __init__(self, f: Any, resolving: bool = False, keep: Optional[bool] = None) -> None:
+        self.version = 1
+        self.resolving = resolving
+        self.last_size = 0  # of the latest message or tool list line
+        self._f = f
+        self._seqs = array("q")  # of the message records, ...
+        self._places = array("q")  # ... where their lines start, ...
+        self._sizes = array("q")  # ... and how long those are
+        self._tools: Dict[int, Tuple[int, int]] = {}  # seq -> (offset, size)
+        self._seekable = _seekable(f)
+        self._keep = resolving if keep is None else keep
+        self._kept: OrderedDict[int, bytes] = OrderedDict()  # seq -> line
+        self._kept_bytes = 0
+
+    def take(
+        self, kind: str, seq: int, offset: int, raw: bytes, data: Dict[str, Any], name: Optional[str]
+    ) -> Dict[str, Any]:
+        """*data* of the record *seq*, checked (``FormatError``), and resolved if asked to."""
+        if kind == "model_request":
+            problem = self._check(seq, data)
+            if problem:
+                raise FormatError(problem, name, seq, offset)
+            return self.resolved(data, name) if self.resolving and "request" in data else data
+        if kind not in data:
+            raise FormatError(f"a {kind} record needs data.{kind}", name, seq, offset)
+        if kind == "message":
+            self._seqs.append(seq)
+            self._places.append(offset)
+            self._sizes.append(len(raw))
+        else:
+            self._tools[seq] = (offset, len(raw))
+        self.last_size = len(raw)
+        if self._keep:
+            self._hold(seq, raw)
+        return data
+
+    def _check(self, seq: int, data: Dict[str, Any]) -> str:
+        """What is wrong with the references of the model_request *seq*, or ``""``."""
+        if "request" not in data:
+            return "data.messages and data.tools come with data.request" if data.keys() & _POOLED_KEYS else ""
+        if type(data["request"]) is not dict:
+            return f"request must be an object, found {_json_kind(type(data['request']))}"
+        ranges = data.get("messages")
+        if type(ranges) is not list:
+            return _RANGES
+        for item in ranges:
+            if type(item) is not list or len(item) != 2 or not all(type(end) is int for end in item):
+                return _RANGES
+            first, last = item
+            if not first <= last < seq:
+                return f"data.messages: [{first}, {last}] is no range of records before this one"
+            for end in item:
+                at = bisect_left(self._seqs, end)
+                if at == len(self._seqs) or self._seqs[at] != end:
+                    return f"data.messages: record {end} is no message record"
+        tools = data.get("tools")
+        if "tools" in data and (type(tools) is not int or tools not in self._tools):
+            return "data.tools must be the seq of a tool list record before this one"
+        return ""
+
+    def _hold(self, seq: int, raw: bytes) -> None:
+        self._kept[seq] = raw
+        self._kept_bytes += len(raw)
+        while self._seekable and self._kept_bytes > _KEPT:
+            self._kept_bytes -= len(self._kept.popitem(last=False)[1])
+
+    def resolved(self, data: Dict[str, Any], name: Optional[str]) -> Dict[str, Any]:
+        """A copy of the checked request *data* with its messages and tools in ``request``."""
+        seqs = self._seqs
+        messages = []
+        for first, last in data["messages"]:
+            for at in range(bisect_left(seqs, first), bisect_right(seqs, last)):
+                messages.append(self._content("message", seqs[at], self._places[at], self._sizes[at], name))
+        tools = data.get("tools")
+        out = {key: value for key, value in data.items() if key not in _POOLED_KEYS}
+        tool_list = [] if tools is None else self._content("tools", tools, *self._tools[tools], name)
+        request = {"messages": messages, "tools": tool_list}
+        request.update((key, value) for key, value in data["request"].items() if key not in _POOLED_KEYS)
+        out["request"] = request
+        return out
+
+    def _content(self, kind: str, seq: int, offset: int, size: int, name: Optional[str]) -> Any:
+        """The message or tool list in the record *seq*, as new objects."""
+        raw = self._kept.get(seq)
+        if raw is None:
+            raw = self._line_at(offset, size)
+        elif self._seekable:
+            self._kept.move_to_end(seq)
+        obj = _parse_line(raw, name, seq, offset, None, -1) if raw.endswith(b"\n") else {}
+        data = obj.get("data")
+        if obj.get("seq") != seq or obj.get("type") != kind or type(data) is not dict or kind not in data:
+            raise FormatError(f"record {seq} changed while it was read", name, seq, offset)
+        return data[kind]
+
+    def _line_at(self, offset: int, size: int) -> bytes:
+        """The line at *offset* read again: from the descriptor, which leaves the file's
+        position alone, or else seeking there and back."""
+        f = self._f
+        try:
+            fd = f.fileno() if hasattr(os, "pread") else -1
+        except (AttributeError, OSError, ValueError):  # a file object with no descriptor
+            fd = -1
+        if fd >= 0:
+            return _read_at(fd, offset, size)
+        here = f.tell()
+        f.seek(offset)
+        raw = f.read(size)
+        f.seek(here)
+        return raw  # type: ignore[no-any-return]
+
+
+def _seekable(f: Any) -> bool:
+    try:
+        return bool(f.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 class _Tally:
@@ -3480,16 +3849,29 @@ class Summary:
     uninterpreted: int = 0
 
 
-def find(source: _Source, ref: CallRef, *, max_line_bytes: int = _MAX_LINE_BYTES) -> List[Record]:
-    """Every record of the call *ref* in *source*, in file order (validating as ``read`` does)."""
+def find(
+    source: _Source, ref: CallRef, *, max_line_bytes: int = _MAX_LINE_BYTES, resolve: bool = True
+) -> List[Record]:
+    """Every record of the call *ref* in *source*, in file order (validating as ``read`` does;
+    a request's references resolved as ``read`` resolves them, once the file is read)."""
     found: List[Record] = []
 
     def visit(record: Record) -> None:
         if record.run_id == ref.run_id and _call_ref(record) == ref:
             found.append(record)
 
-    read(source, visit, max_line_bytes=max_line_bytes)
+    with _opened(source) as (f, name):
+        index = _Index(f, keep=resolve and not _seekable(f))
+        _read(f, name, max_line_bytes, visit, None, index)
+        if resolve and index.version > 1:
+            found = [_resolved(record, index, name) for record in found]
     return found
+
+
+def _resolved(record: Record, index: _Index, name: Optional[str]) -> Record:
+    if record.type != "model_request" or "request" not in record.data:
+        return record
+    return record._replace(data=index.resolved(record.data, name))
 
 
 def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summary:
@@ -3534,6 +3916,7 @@ _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_cal
 _SUMMARY_DATA: _DataKeys = {
     **_NO_DATA,
     **dict.fromkeys(_OPENS, frozenset({"execution"})),
+    "model_request": _NO_DATA["model_request"] | {"execution"},
     "tool_exec_end": frozenset({"execution"}),
     "model_exec_end": frozenset({"execution", "error", "message"}),
     "agent_end": frozenset(EventData.__annotations__),  # its fields: all it checks
@@ -3972,10 +4355,13 @@ def _show_command(args: Any) -> int:
                 return
             if args.attempt is not None and ref.attempt != args.attempt:
                 return
+        line = lines.last
+        if not args.as_written and index.version > 1:
+            resolved = _resolved(record, index, args.file)
+            if resolved is not record:
+                record, line = resolved, _record_line(resolved)
         if args.pretty:
             line = _for_terminal(_transcript(record), newlines=True).encode(errors="backslashreplace")
-        else:
-            line = lines.last
         try:
             out.write(line)
         except OSError as exc:
@@ -3984,7 +4370,8 @@ def _show_command(args: Any) -> int:
     try:
         with _input(args.file) as f:
             lines = _Tap(f)
-            _read_file(args.file, args.max_line_bytes, visit, lines)
+            index = _Index(f, keep=not (args.as_written or _seekable(f)))
+            _read_file(args.file, args.max_line_bytes, visit, lines, None, index)
     except (FormatError, OSError) as exc:
         out.flush()
         _print_failure(args.file, exc, False)
@@ -3996,7 +4383,7 @@ def _show_command(args: Any) -> int:
     return _unknown_types(args, types - seen - _KNOWN_TYPES, seen)
 
 
-_KNOWN_TYPES = _RESERVED | {kind for kind, projection in _PROJECTIONS.items() if projection is not None}
+_KNOWN_TYPES = _RESERVED_V2 | {kind for kind, projection in _PROJECTIONS.items() if projection is not None}
 
 
 def _unknown_types(args: Any, unknown: Set[str], seen: Set[str]) -> int:
@@ -4033,6 +4420,13 @@ class _Tap:
     def readline(self, size: int = -1, /) -> bytes:
         self.last = self._f.readline(size)
         return self.last
+
+
+def _record_line(record: Record) -> bytes:
+    """*record* as one line of JSON (a version-2 request as version 1 writes it)."""
+    obj = {"session_id": record.session_id, "seq": record.seq, "type": record.type, "time": record.time}
+    obj.update(run_id=record.run_id, data=record.data)
+    return _escaped_utf8(_dumps(obj) + "\n")
 
 
 def _transcript(record: Record) -> str:
@@ -4148,15 +4542,16 @@ def _read_file(
     visit: Callable[[Record], object],
     lines: Optional[_Lines] = None,
     keys: Optional[_DataKeys] = None,
+    index: Optional[_Index] = None,
 ) -> ReadResult:
     """``read`` for the commands, showing a percentage on a terminal while a big file is read."""
     size = 0 if name == "-" else os.stat(name).st_size
     progress = _Progress(name, size, visit) if size > _PROGRESS_FROM and sys.stderr.isatty() else None
     try:
         if lines is not None:
-            return _read(lines, name, max_line_bytes, progress or visit, keys)
+            return _read(lines, name, max_line_bytes, progress or visit, keys, index)
         with _input(name) as f:
-            return _read(f, name, max_line_bytes, progress or visit, keys)
+            return _read(f, name, max_line_bytes, progress or visit, keys, index)
     finally:
         if progress is not None:
             progress.done()
@@ -4366,6 +4761,11 @@ def _show_options(sub: Any) -> None:
         "--pretty",
         action="store_true",
         help="a readable transcript instead of the lines (default: the lines)",
+    )
+    sub.add_argument(
+        "--as-written",
+        action="store_true",
+        help="a version-2 model_request as written, with references (default: with its messages and tools)",
     )
 
 

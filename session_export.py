@@ -62,6 +62,7 @@ from session import (
     _EXPORT_COMMANDS,
     _MAX_LINE_BYTES,
     _O_BINARY,
+    _POOLED,
     _READ_BUFFER,
     _RESERVED,
     CallRef,
@@ -77,6 +78,7 @@ from session import (
     _execution_from_json,
     _failure_fields,
     _failure_text,
+    _Index,
     _name,
     _new_id,
     _OutputError,
@@ -632,7 +634,8 @@ def _message_value(message: Any) -> Optional[Dict[str, Any]]:
 class _Facts:
     """The first pass: everything the page shows before the records, in O(calls) memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: _Index) -> None:
+        self.index = index  # of a version-2 file's messages: the requests come with theirs
         self.summarizer = _Summarizer()
         self.items: List[Union[Tuple[int, int], _Attempt]] = []  # (seq, offset) or a call, in order
         self.attempts: Dict[Tuple[str, str, int], _Attempt] = {}
@@ -652,6 +655,8 @@ class _Facts:
 
     def __call__(self, record: Record) -> None:
         self.summarizer(record)
+        if record.type in _POOLED and self.index.version > 1:
+            return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
             self.turn = record.data["turn_index"]
         elif record.type == "run_start":
@@ -1222,9 +1227,11 @@ class _Page:
         if obj.get("seq") != seq or obj.get("session_id") != self.summary.session_id:
             raise FormatError(f"record {seq} changed while the page was made", self.name, seq, offset)
         self.shown += 1
-        return Record(
-            obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), obj["data"], offset
-        )
+        data = obj["data"]
+        index = self.facts.index
+        if obj["type"] == "model_request" and index.version > 1 and "request" in data:
+            data = index.resolved(data, self.name)
+        return Record(obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), data, offset)
 
     def lone(self, record: Record) -> None:
         fail = " fail" if "error" in record.data else ""
@@ -1285,33 +1292,38 @@ def _html_command(args: Any) -> int:
     if args.max_bytes < 1 or args.max_field < 1:
         print("python -m session html: --max-bytes and --max-field take a positive number", file=sys.stderr)
         return 2
-    facts = _Facts()
     try:
-        result = _read_file(args.file, args.max_line_bytes, facts)
-        summary = facts.summarizer.summary(result)
-        if args.output is None:
-            _write_page(args, facts, summary, sys.stdout.buffer)
-            return 0
-        if os.path.exists(args.output) and os.path.samefile(args.output, args.file):
-            raise OSError(errno.EEXIST, f"will not write the page over the session itself ({args.output})")
-        temporary = args.output + ".partial"
-        try:
-            with builtins.open(temporary, "wb") as out:  # a page appears whole or not at all
-                _write_page(args, facts, summary, out)
-            os.replace(temporary, args.output)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
+        with builtins.open(args.file, "rb", _READ_BUFFER) as source:
+            facts = _Facts(_Index(source, resolving=True))
+            result = _read_file(args.file, args.max_line_bytes, facts, source, None, facts.index)
+            summary = facts.summarizer.summary(result)
+            _publish_page(args, facts, summary, source)
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, False)
         return 1
     return 0
 
 
-def _write_page(args: Any, facts: _Facts, summary: Summary, out: BinaryIO) -> None:
+def _publish_page(args: Any, facts: _Facts, summary: Summary, source: BinaryIO) -> None:
+    """The page to stdout, or to ``--output``, where it appears whole or not at all."""
+    if args.output is None:
+        _write_page(args, facts, summary, source, sys.stdout.buffer)
+        return
+    if os.path.exists(args.output) and os.path.samefile(args.output, args.file):
+        raise OSError(errno.EEXIST, f"will not write the page over the session itself ({args.output})")
+    temporary = args.output + ".partial"
+    try:
+        with builtins.open(temporary, "wb") as out:
+            _write_page(args, facts, summary, source, out)
+        os.replace(temporary, args.output)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def _write_page(args: Any, facts: _Facts, summary: Summary, source: BinaryIO, out: BinaryIO) -> None:
     page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field)
-    with builtins.open(args.file, "rb", _READ_BUFFER) as source:
-        page.render(source, args.max_line_bytes)
+    page.render(source, args.max_line_bytes)
 
 
 # The page's only style and script: the Content-Security-Policy allows exactly these, by hash.

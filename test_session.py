@@ -87,13 +87,21 @@ def records(path: Path) -> List[session.Record]:
     return list(session.iter_records(path))
 
 
-def recorded(tmp_path: Path, *events: Event, codec: Optional[session.Codec] = None) -> List[Dict[str, Any]]:
-    """Record *events* in one run of a new session; the JSON objects of the event lines."""
+def recorded(
+    tmp_path: Path, *events: Event, codec: Optional[session.Codec] = None, version: int = 2
+) -> List[Dict[str, Any]]:
+    """Record *events* in one run of a new session; the JSON objects of the event lines (of a
+    version-2 file, without the records that hold the messages and tools its requests refer to)."""
     path = tmp_path / "events.jsonl"
-    with session.create(path, codec=codec) as s, s.begin_run() as run:
+    with session.create(path, codec=codec, version=version) as s, s.begin_run() as run:
         for event in events:
             run.record(event)
-    return lines_of(path)[2:-1]
+    return [obj for obj in lines_of(path)[2:-1] if obj["type"] not in ("message", "tools")]
+
+
+def requests_of(path: Path) -> List[Dict[str, Any]]:
+    """The ``request`` of every model_request in *path*, as the reader gives them back."""
+    return [r.data["request"] for r in session.iter_records(path) if r.type == "model_request"]
 
 
 def sample_file(path: Path, runs: int = 2, checkpoint: bool = True) -> Path:
@@ -358,6 +366,8 @@ def test_the_readmes_own_loop_runs_as_written(tmp_path: Path, monkeypatch: pytes
             exec(code, {})
         assert CallRef.from_json(ast.literal_eval(out.getvalue())).execution_id == "model-1"
     types = [record.type for record in session.iter_records(tmp_path / "chat.jsonl")]
+    assert types.count("message") == 2  # one per run: each run asks with a message of its own
+    types = [kind for kind in types if kind not in ("message", "tools")]
     one_run = [
         "run_start", "agent_start", "turn_start", "model_exec_start", "model_request", "model_exec_end",
         "message_end", "tool_exec_start", "tool_exec_end", "message_end", "turn_end", "agent_end",
@@ -1733,9 +1743,10 @@ ID = r"[0-9a-f]{32}"
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"
 
 
-def test_create_writes_the_header_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [None, 1, 2])
+def test_create_writes_the_header_line(tmp_path: Path, version: Optional[int]) -> None:
     path = tmp_path / "s.jsonl"
-    with session.create(path) as s:
+    with session.create(path) if version is None else session.create(path, version=version) as s:
         assert re.fullmatch(ID, s.session_id) and s.path == str(path)
     line = path.read_bytes().splitlines()[0]
     assert re.fullmatch(
@@ -1743,9 +1754,18 @@ def test_create_writes_the_header_line(tmp_path: Path) -> None:
         + s.session_id.encode()
         + rb'","seq":1,"type":"session_start","time":"'
         + TIME.encode()
-        + rb'","data":\{"version":1\}\}',
+        + rb'","data":\{"version":'
+        + str(version or 2).encode()
+        + rb"\}\}",
         line,
     )
+
+
+@pytest.mark.parametrize("version", [0, 3, "2", True])
+def test_create_refuses_a_version_it_does_not_write(tmp_path: Path, version: Any) -> None:
+    with pytest.raises(ValueError, match="version must be 1 or 2"):
+        session.create(tmp_path / "s.jsonl", version=version)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_create_refuses_an_existing_file_and_makes_it_private(tmp_path: Path) -> None:
@@ -1869,7 +1889,7 @@ ALL_DATA_KEYS = {
 
 PROJECTION = [
     ("model_response", {"execution", "recovery"}),
-    ("model_request", {"execution", "request"}),
+    ("model_request", {"execution", "request", "messages", "tools"}),  # version 2: references
     ("model_exec_start", {"execution"}),
     ("model_exec_end", {"execution", "partial_message", "error"}),
     ("message_end", {"execution", "message"}),
@@ -1915,6 +1935,13 @@ def test_each_event_type_writes_exactly_its_keys(tmp_path: Path, kind: str, keys
     assert "STATE-MARK" not in blob and "DELTA-MARK" not in blob  # state and delta: never
 
 
+def test_version_1_writes_a_request_whole(tmp_path: Path) -> None:
+    [obj] = recorded(tmp_path, full_event("model_request"), version=1)
+    assert set(obj["data"]) == {"execution", "request"}
+    assert set(obj["data"]["request"]) == {"messages", "tools", "config"}
+    assert obj["data"]["request"]["messages"][0]["value"]["content"] == [session.text_block("q")]
+
+
 def documented_event_table() -> Dict[str, Set[str]]:
     """docs/format.md's table of event types: each type (or "any other type") → its data keys."""
     table = {}
@@ -1931,7 +1958,7 @@ def keys_written(folder: Path, kind: str) -> Set[str]:
     """Every data key a *kind* event writes: all fields set, with and without an error, and a
     request whose config has a credential and a value that cannot be encoded."""
     folder.mkdir()
-    request = ModelRequest([], config=CallConfig(extra={"password": "x", "odd": {1}}))
+    request = ModelRequest([], [{"name": "ls"}], CallConfig(extra={"password": "x", "odd": {1}}))
     lines = recorded(folder, full_event(kind, request=request), full_event(kind, request=request, error=None))
     return set().union(*(obj["data"] for obj in lines))
 
@@ -2026,13 +2053,14 @@ def test_empty_values_are_left_out_but_zero_results_are_written(tmp_path: Path) 
     assert c["data"] == {}
 
 
-def test_the_api_key_is_never_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_api_key_is_never_written(tmp_path: Path, version: int) -> None:
     path = tmp_path / "s.jsonl"
     config = CallConfig(thinking_level="high", max_tokens=100, api_key="sk-live-123", prompt_cache_key="p")
-    with session.create(path) as s, s.begin_run() as run:
+    with session.create(path, version=version) as s, s.begin_run() as run:
         run.record(Event("model_request", execution=MODEL, request=ModelRequest([], config=config)))
     assert b"sk-live-123" not in path.read_bytes() and b"api_key" not in path.read_bytes()
-    request = data_of(path, 3)["request"]
+    [request] = requests_of(path)
     assert request == {
         "messages": [],
         "tools": [],
@@ -2040,13 +2068,15 @@ def test_the_api_key_is_never_written(tmp_path: Path) -> None:
     }
 
 
-def test_request_messages_are_codec_values(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_request_messages_are_codec_values(tmp_path: Path, version: int) -> None:
     request = ModelRequest([Message("user", [session.text_block("hi")]), {"$object": 1}], ({"name": "t"},))
-    [obj] = recorded(tmp_path, Event("model_request", execution=MODEL, request=request))
-    messages = obj["data"]["request"]["messages"]
+    recorded(tmp_path, Event("model_request", execution=MODEL, request=request), version=version)
+    [written] = requests_of(tmp_path / "events.jsonl")
+    messages = written["messages"]
     assert messages[0]["$type"] == "agentgo.message.v1" and messages[1] == {"$object": {"$object": 1}}
     assert JSONCodec().decode(messages) == list(request.messages)
-    assert obj["data"]["request"]["tools"] == [{"name": "t"}]
+    assert written["tools"] == [{"name": "t"}]
 
 
 def test_unencodable_config_values_become_a_snapshot_error(tmp_path: Path) -> None:
@@ -4168,11 +4198,12 @@ def test_each_reader_rule_names_its_line_and_offset(
 
 
 def test_an_unsupported_version_names_it(tmp_path: Path) -> None:
-    path = tmp_path / "v2.jsonl"
-    path.write_bytes(blob_of([dict(HEAD, data={"version": 2}, new_envelope=True)]))
-    with pytest.raises(session.UnsupportedVersionError, match="unsupported format version 2") as info:
+    path = tmp_path / "v3.jsonl"
+    path.write_bytes(blob_of([dict(HEAD, data={"version": 3}, new_envelope=True)]))
+    with pytest.raises(session.UnsupportedVersionError, match="unsupported format version 3") as info:
         session.read(path, lambda r: None)
-    assert info.value.version == 2 and (info.value.line, info.value.offset) == (1, 0)
+    assert info.value.version == 3 and (info.value.line, info.value.offset) == (1, 0)
+    assert "reads 1 and 2" in str(info.value)
 
 
 @pytest.mark.parametrize("blob", [b"", b'{"session_id":"a', b"\x00" * 600, json.dumps(HEAD).encode()])
@@ -4211,7 +4242,7 @@ def test_records_carry_envelope_data_and_offset(tmp_path: Path) -> None:
     blob = path.read_bytes()
     rs = records(path)
     assert [r.offset for r in rs] == offsets(blob)[:-1]
-    assert rs[0].run_id is None and rs[0].data == {"version": 1} and rs[0].ref is None
+    assert rs[0].run_id is None and rs[0].data == {"version": 2} and rs[0].ref is None
     head = json.loads(blob.splitlines()[2])
     assert rs[2] == session.Record(
         head["session_id"], 3, head["type"], head["time"], head["run_id"], head["data"], rs[2].offset
@@ -4891,13 +4922,15 @@ def test_show_prints_the_original_lines(tmp_path: Path) -> None:
     blob = path.read_bytes()
     lines = blob.splitlines(keepends=True)
     everything = subprocess.run(
-        [sys.executable, str(MODULE), "show", str(path)], capture_output=True, timeout=60
+        [sys.executable, str(MODULE), "show", str(path), "--as-written"], capture_output=True, timeout=60
     )
     assert everything.returncode == 0 and everything.stdout == blob
 
     def show(*args: str) -> bytes:
         done = subprocess.run(
-            [sys.executable, str(MODULE), "show", str(path), *args], capture_output=True, timeout=60
+            [sys.executable, str(MODULE), "show", str(path), "--as-written", *args],
+            capture_output=True,
+            timeout=60,
         )
         assert done.returncode == 0, done.stderr
         return done.stdout
@@ -4956,7 +4989,7 @@ def test_show_pretty_is_a_readable_transcript(tmp_path: Path) -> None:
     )
     assert done.returncode == 0
     text = done.stdout
-    assert "#3 " in text and "model_request  [model m1 attempt 1]" in text
+    assert "#5 " in text and "model_request  [model m1 attempt 1]" in text  # after its message and tools
     assert "  user: line one\n    line two\n" in text and '  tools: [{"name": "grep"}]\n' in text
     assert "  assistant: Looking.\n" in text
     assert f'  assistant calls grep({{"pattern": "{"x" * 5000}"}}) id c1\n' in text  # never cut short
@@ -5798,7 +5831,7 @@ def test_a_dash_reads_standard_input(tmp_path: Path) -> None:
     )
     summary = with_stdin("summary", "-")
     assert summary.returncode == 0 and summary.stdout.startswith(b"-: session ")
-    assert with_stdin("show", "-").stdout == blob
+    assert with_stdin("show", "-", "--as-written").stdout == blob
     assert with_stdin("show", "-", "--type", "agent_end").stdout == b"".join(
         line for line in blob.splitlines(keepends=True) if b'"agent_end"' in line
     )
@@ -6177,6 +6210,7 @@ COMMANDS = [
     ["summary"],
     ["summary", "--json"],
     ["show"],
+    ["show", "--as-written"],
     ["show", "--pretty"],
     ["show", "--execution", "m1", "--attempt", "1"],
     ["checkpoint"],
@@ -6198,7 +6232,7 @@ def check_commands(path: Path) -> None:
         out.flush()
         if command in (["summary"], ["show", "--pretty"]):
             assert not UNSAFE.search(raw.getvalue().decode()), command
-        if command == ["show"]:
+        if command == ["show", "--as-written"]:
             assert path.read_bytes().startswith(raw.getvalue())
 
 

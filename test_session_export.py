@@ -848,7 +848,7 @@ def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) 
         with s.begin_run() as run:
             model_call(run, "m1", [u1, u2, u3, say("u4")])
             model_call(run, "m2", [u3])
-    facts = session_export._Facts()
+    facts = session_export._Facts(session._Index(None))
     session.read(path, facts)
     changes = [(len(c.new), c.unchanged, c.dropped, c.compacted, c.resumed) for c in facts.changes.values()]
     assert changes == [
@@ -868,9 +868,10 @@ def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) 
     assert page.count("tools and config as in") == 5
 
 
-def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path, version: int) -> None:
     path = tmp_path / "s.jsonl"
-    with session.create(path) as s, s.begin_run() as run:
+    with session.create(path, version=version) as s, s.begin_run() as run:
         model = Execution("m1", "model")
         reply = Message("assistant", [session.tool_call_block("call-1", "ls", {"d": "/"})], "toolUse")
         run.record(Event("model_request", execution=model, request=ModelRequest([say("question")])))
@@ -888,12 +889,14 @@ def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path
             )
         )
     page = html_page(path)
+    seqs = [(r.type, r.seq) for r in records(path)]
+    request, end, _, tool_start, result = [seq for kind, seq in seqs if kind not in ("message", "tools")][2:7]
     assert page.count("question") == 1
-    assert 'the same message as <a href="#seq-4">#4</a>' in page  # message_end = the response
-    assert 'new: <span class="role">assistant</span> message as recorded in <a href="#seq-4">#4</a>' in page
-    assert 'new: <span class="role">tool</span> message as recorded in <a href="#seq-7">#7</a>' in page
-    assert 'id <a href="#seq-6"><code>call-1</code></a>' in page  # the call asked for links to the tool
-    assert 'asked for by <a href="#seq-3">model call <code>m1</code></a>' in page
+    assert f'the same message as <a href="#seq-{end}">#{end}</a>' in page  # message_end = the response
+    new = 'new: <span class="role">{}</span> message as recorded in <a href="#seq-{}">#{}</a>'
+    assert new.format("assistant", end, end) in page and new.format("tool", result, result) in page
+    assert f'id <a href="#seq-{tool_start}"><code>call-1</code></a>' in page  # links to the tool
+    assert f'asked for by <a href="#seq-{request}">model call <code>m1</code></a>' in page
 
 
 def test_html_page_shortens_long_values_with_a_visible_mark(tmp_path: Path) -> None:
