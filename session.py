@@ -2466,7 +2466,7 @@ def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> No
     read whole."""
     tally(record)
     kind = record.type
-    if kind in _POOLED:
+    if kind in _POOLED and index.version > 1:
         whole = index.last_size <= _BIG_LINE
         written.add(kind, written.digest(_dumps(record.data[kind])) if whole else None, record.seq)
 

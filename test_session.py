@@ -6083,6 +6083,8 @@ def test_reliability_power_loss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
             else:
                 opened += 1
             assert path.read_bytes().startswith(synced), scenario  # every synced record, byte for byte
+            for _ in session.iter_records(path):  # every reference of what is left resolves
+                pass
     print(f"power loss: {states} states; {opened} opened, {repaired} repaired; 0 synced records lost")
     assert states > 600 and opened > 100 and repaired > 100
 
@@ -6400,3 +6402,472 @@ def test_the_bracket_depth_of_a_line_is_its_nesting() -> None:
     assert session._bracket_depth(line) == 6 == scanner_depth(line.decode())
     assert session._json_levels(line + b"\n") == 6  # where the brackets are too many to count
     assert session._bracket_depth(b'{"a":"[" }') == -1  # a bracket in a string: no verdict
+
+
+# ---------------------------------------------------------------------------- format version 2
+# Version 2 writes each message and tool list once and refers to it; read back, a request is
+# what version 1 writes.  The same events are recorded in both versions and compared.
+
+RELEASED = HERE / "testdata" / "released" / "session_1_0_0.py"  # the release before version 2
+RELEASED_COMMIT = "df334b9"
+RELEASED_SHA256 = "dfd28513cf0df1baeaefc7d0ea25deff41d37236e31668d3e8ec9a7b1c08550d"
+
+
+@functools.lru_cache(maxsize=None)
+def released_module() -> Any:
+    """The version-1-only release of session.py, imported under a name of its own."""
+    import hashlib
+    import importlib.util
+
+    assert hashlib.sha256(RELEASED.read_bytes()).hexdigest() == RELEASED_SHA256
+    spec = importlib.util.spec_from_file_location("session_1_0_0", RELEASED)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # where its dataclasses look themselves up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_released_copy_is_the_commit_it_names() -> None:
+    shown = subprocess.run(
+        ["git", "-C", str(HERE), "show", f"{RELEASED_COMMIT}:session.py"], capture_output=True, timeout=60
+    )
+    if shown.returncode == 0:  # a clone with its history: the copy is that commit's file
+        assert shown.stdout == RELEASED.read_bytes()
+    else:  # a shallow clone or an unpacked archive: the copy is checked by its digest alone
+        assert b"unknown revision" in shown.stderr or b"not a git repository" in shown.stderr
+    assert released_module().__version__ == "1.0.0"
+
+
+def stamped(role: str, text: str, n: int = 0) -> Message:
+    return Message(role, [session.text_block(text)], timestamp=T0 + dt.timedelta(seconds=n))
+
+
+def requests(path: Path, **options: Any) -> List[session.Record]:
+    return [r for r in session.iter_records(path, **options) if r.type == "model_request"]
+
+
+def same_events(one: Path, two: Path) -> None:
+    """*two* (version 2) reads back as *one* (version 1): every record but the message and
+    tool list records, with the same data, and each message the same JSON text."""
+
+    def events(path: Path) -> List[Tuple[str, str, Dict[str, Any]]]:  # at their own time stamps
+        skip = {"message", "tools", *session._RESERVED}
+        return [(r.type, r.time, r.data) for r in session.iter_records(path) if r.type not in skip]
+
+    v1, v2 = events(one), events(two)
+    assert v1 == v2 and records(one)[0].data == {"version": 1} and records(two)[0].data == {"version": 2}
+    for (_, _, a), (_, _, b) in zip(v1, v2):
+        if "request" in a:
+            texts = [session._dumps(m) for m in a["request"]["messages"]]
+            assert texts == [session._dumps(m) for m in b["request"]["messages"]]
+
+
+def record_both(
+    tmp_path: Path, contexts: List[Tuple[List[Any], List[Any]]], **options: Any
+) -> Tuple[Path, Path]:
+    """Each (messages, tools) as a model call's request, recorded in a version-1 and a
+    version-2 file; the two paths."""
+    paths = []
+    for version in (1, 2):
+        path = tmp_path / f"v{version}.jsonl"
+        with session.create(path, version=version, **options) as s, s.begin_run() as run:
+            for n, (messages, tools) in enumerate(contexts):
+                execution = Execution(f"m{n}", "model", turn_index=n)
+                request = ModelRequest(messages, tools, CallConfig(max_tokens=n))
+                run.record(Event("model_request", execution=execution, request=request, timestamp=T0))
+                reply = stamped("assistant", f"r{n}")
+                run.record(Event("model_exec_end", execution=execution, message=reply, timestamp=T0))
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+POOL = [stamped(role, f"{role} {n} " + "é" * (n % 3), n) for n in range(8) for role in ("user", "assistant")]
+CONTEXT_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("grow"), st.integers(0, len(POOL) - 1)),  # a message, maybe seen before
+        st.tuples(st.just("copy"), st.integers(0, len(POOL) - 1)),  # an equal message, a new object
+        st.tuples(st.just("drop"), st.integers(0, 5)),  # a compaction: one message goes
+        st.tuples(st.just("branch"), st.integers(0, 5)),  # back to a shorter prefix
+        st.tuples(st.just("repeat"), st.integers(0, 5)),  # a message again, in the same context
+        st.tuples(st.just("plain"), st.integers(0, 3)),  # a plain JSON message
+        st.tuples(st.just("tools"), st.integers(0, 2)),  # another tool list
+        st.tuples(st.just("call"), st.just(0)),  # a model call with the context as it is
+    ),
+    max_size=40,
+)
+
+
+def contexts_of(steps: List[Tuple[str, int]]) -> List[Tuple[List[Any], List[Any]]]:
+    context: List[Any] = []
+    tools: List[Any] = []
+    out = []
+    for step, n in steps:
+        if step == "grow":
+            context.append(POOL[n])
+        elif step == "copy":
+            context.append(dataclasses.replace(POOL[n]))
+        elif step == "drop" and context:
+            del context[n % len(context)]
+        elif step == "branch":
+            del context[n:]
+        elif step == "repeat" and context:
+            context.append(context[n % len(context)])
+        elif step == "plain":
+            context.append({"role": "user", "text": f"plain {n}"} if n else "just text")
+        elif step == "tools":
+            tools = [{"name": f"tool{i}", "parameters": {"n": i}} for i in range(n)]
+        elif step == "call":
+            out.append((list(context), list(tools)))
+    out.append((context, tools))
+    return out
+
+
+@hypothesis.settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@hypothesis.given(CONTEXT_STEPS)
+def test_version_2_reads_back_what_version_1_writes(steps: List[Tuple[str, int]]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        one, two = record_both(Path(folder), contexts_of(steps))
+        same_events(one, two)
+        ref = CallRef(records(two)[0].session_id, records(two)[1].run_id or "", "m0", 1)
+        [request] = [r for r in session.find(two, ref) if r.type == "model_request"]
+        assert request.data == requests(one)[0].data
+        with two.open("rb") as f:  # a file that cannot seek: every message line kept as it streams
+            piped = [
+                r.data
+                for r in session.iter_records(typing.cast(typing.BinaryIO, Unseekable(f)))
+                if r.type == "model_request"
+            ]
+        assert piped == [r.data for r in requests(one)]
+
+
+class Unseekable(io.RawIOBase):
+    """A binary file read as a pipe is: no seek, no tell, no descriptor."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._f.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def readline(self, size: Optional[int] = -1) -> bytes:
+        return self._f.readline(size)  # type: ignore[no-any-return]
+
+
+def test_version_2_writes_each_message_and_tool_list_once(tmp_path: Path) -> None:
+    tools = [{"name": "ls"}]
+    contexts = [(POOL[: n + 1], tools) for n in range(len(POOL))]  # a context that grows
+    contexts.append((POOL[3:], tools))  # compacted: the first three dropped
+    contexts.append((POOL[:2] + POOL[5:7], tools))  # a branch
+    one, two = record_both(tmp_path, contexts)
+    same_events(one, two)
+    written = [r for r in session.iter_records(two) if r.type in ("message", "tools")]
+    assert [r.type for r in written].count("message") == len(POOL) and [r.type for r in written].count(
+        "tools"
+    ) == 1
+    raw = requests(two, resolve=False)
+    first = written[0].seq
+    assert raw[len(POOL) - 1].data["messages"] == [[first, written[-1].seq]]  # all of them: one range
+    seqs = [r.seq for r in written if r.type == "message"]
+    assert raw[-2].data["messages"] == [[seqs[3], seqs[-1]]]
+    assert raw[-1].data["messages"] == [[seqs[0], seqs[1]], [seqs[5], seqs[6]]]
+    assert all(r.data["tools"] == written[1].seq for r in raw) and written[1].type == "tools"
+    assert two.stat().st_size < one.stat().st_size
+
+
+class CountingCodec(session.JSONCodec):
+    """The default codec, counting what it encodes."""
+
+    encoded = 0
+
+    def encode(self, value: Any) -> Any:
+        CountingCodec.encoded += 1
+        return super().encode(value)
+
+
+def test_a_message_sent_again_is_neither_checked_nor_encoded_again(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    context = [stamped("user", "q")]
+    with session.create(path, CountingCodec()) as s, s.begin_run() as run:
+        for n in range(5):
+            CountingCodec.encoded = 0
+            run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
+            assert CountingCodec.encoded == (1 if n < 2 else 0)  # the new one; then none
+            if n == 0:
+                context = [*context, stamped("assistant", "a")]  # the same first object, one new
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([stamped("user", "q")])))
+        assert CountingCodec.encoded == 1  # an equal copy: encoded to find it, not written again
+    assert [r.type for r in records(path)].count("message") == 2
+
+
+def test_a_message_changed_in_place_reads_as_it_was_first_recorded(tmp_path: Path) -> None:
+    """Documented: a Message is recognised by the object itself in the next request."""
+    path = tmp_path / "s.jsonl"
+    message = stamped("user", "before")
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([message])))
+        message.content = [session.text_block("after")]
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([message])))
+        changed = dataclasses.replace(message)  # a new object: written as it is now
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([changed])))
+    texts = [r.data["request"]["messages"][0]["value"]["content"][0]["text"] for r in requests(path)]
+    assert texts == ["before", "before", "after"]
+
+
+def test_open_continues_a_version_2_file_referring_to_what_it_holds(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    big = stamped("user", "x" * (2 << 20))  # a line too long to be read whole when opening
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(
+            Event("model_request", execution=MODEL, request=ModelRequest([POOL[0], big, POOL[1]], [{"a": 1}]))
+        )
+    with session.open(path) as s, s.begin_run() as run:  # new objects, equal content
+        again = [
+            dataclasses.replace(POOL[0]),
+            dataclasses.replace(big),
+            dataclasses.replace(POOL[1]),
+            POOL[2],
+        ]
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(again, [{"a": 1}])))
+    rs = records(path)
+    assert [r.type for r in rs].count("tools") == 1
+    assert [r.type for r in rs].count("message") == 5  # the long one again, and the new one
+    last = requests(path)[-1].data["request"]
+    assert last["messages"] == [JSONCodec().encode(m) for m in again] and last["tools"] == [{"a": 1}]
+    raw = requests(path, resolve=False)[-1].data["messages"]
+    assert raw == [[3, 3], [10, 10], [5, 5], [11, 11]]  # where they are; the long one written again
+
+
+def test_open_continues_a_version_1_file_in_version_1(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path, version=1) as s, s.begin_run() as run:
+        run.record(Event("message", turn_index=1))  # no reserved type in version 1
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([POOL[0]])))
+    with session.open(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([POOL[0]])))
+    assert [r.type for r in records(path)].count("message") == 1
+    assert all(
+        "messages" in obj["data"]["request"] for obj in lines_of(path) if obj["type"] == "model_request"
+    )
+    released = released_module()
+    assert [r.data for r in released.iter_records(path)] == [r.data for r in records(path)]
+
+
+@pytest.mark.parametrize("kind", ["message", "tools"])
+def test_version_2_reserves_its_own_record_types(tmp_path: Path, kind: str) -> None:
+    with session.create(tmp_path / "s.jsonl") as s, s.begin_run() as run:
+        with pytest.raises(ValueError, match="reserved"):
+            run.record(Event(kind, turn_index=1))
+        run.record(Event("turn_start"))  # nothing sticky
+
+
+def test_the_released_reader_refuses_a_version_2_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest([POOL[0]])))
+    released = released_module()
+    with pytest.raises(released.UnsupportedVersionError) as info:
+        list(released.iter_records(path))
+    assert info.value.version == 2 and (info.value.line, info.value.offset) == (1, 0)
+    done = subprocess.run(
+        [sys.executable, str(RELEASED), "validate", str(path)], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and "unsupported format version 2" in done.stderr
+
+
+def test_the_released_reader_reads_what_version_1_writes(tmp_path: Path) -> None:
+    one, _ = record_both(tmp_path, contexts_of([("grow", 1), ("call", 0), ("grow", 2), ("tools", 1)]))
+    released = released_module()
+    assert [(r.type, r.data) for r in released.iter_records(one)] == [(r.type, r.data) for r in records(one)]
+    assert one.read_bytes().count(b'"type":"message"') == 0
+
+
+def a_v2_file(path: Path) -> List[Dict[str, Any]]:
+    """A small version-2 file; its lines as objects: 3 message, 4 message, 5 tools, 6 request."""
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(POOL[:2], [{"n": 1}])))
+    objs = lines_of(path)
+    assert [o["type"] for o in objs] == [
+        "session_start",
+        "run_start",
+        "message",
+        "message",
+        "tools",
+        "model_request",
+        "run_close",
+    ]
+    return objs
+
+
+BAD_REFERENCES = [
+    ("ahead", {"messages": [[3, 6]]}, "data.messages: [3, 6] is no range of records before this one"),
+    (
+        "beyond the file",
+        {"messages": [[3, 99]]},
+        "data.messages: [3, 99] is no range of records before this one",
+    ),
+    ("reversed", {"messages": [[4, 3]]}, "data.messages: [4, 3] is no range of records before this one"),
+    ("not a message record", {"messages": [[2, 4]]}, "data.messages: record 2 is no message record"),
+    ("to the tools", {"messages": [[3, 5]]}, "data.messages: record 5 is no message record"),
+    ("no seq", {"messages": [[0, 3]]}, "data.messages: record 0 is no message record"),
+    (
+        "huge",
+        {"messages": [[3, 2**70]]},
+        f"data.messages: [3, {2**70}] is no range of records before this one",
+    ),
+    ("three numbers", {"messages": [[3, 4, 1]]}, "data.messages must be a list of [first, last] seq ranges"),
+    ("a boolean", {"messages": [[True, 4]]}, "data.messages must be a list of [first, last] seq ranges"),
+    ("a float", {"messages": [[3.0, 4]]}, "data.messages must be a list of [first, last] seq ranges"),
+    ("an object", {"messages": {"3": 4}}, "data.messages must be a list of [first, last] seq ranges"),
+    ("missing", {"messages": None}, "data.messages must be a list of [first, last] seq ranges"),
+    ("tools to a message", {"tools": 3}, "data.tools must be the seq of a tool list record before this one"),
+    ("tools ahead", {"tools": 7}, "data.tools must be the seq of a tool list record before this one"),
+    (
+        "tools a list",
+        {"tools": [{"n": 1}]},
+        "data.tools must be the seq of a tool list record before this one",
+    ),
+    ("a request that is no object", {"request": []}, "request must be an object, found an array"),
+    (
+        "references without a request",
+        {"request": None},
+        "data.messages and data.tools come with data.request",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "reason"), BAD_REFERENCES, ids=[c[0] for c in BAD_REFERENCES])
+@pytest.mark.parametrize("long_line", [False, True])
+def test_every_bad_reference_is_a_format_error_naming_its_line(
+    tmp_path: Path, case: str, change: Dict[str, Any], reason: str, long_line: bool
+) -> None:
+    path = tmp_path / "s.jsonl"
+    objs = a_v2_file(path)
+    data = objs[5]["data"]
+    for key, value in change.items():
+        if value is None:
+            del data[key]
+        else:
+            data[key] = value
+    if long_line:  # read without building it where the reader needs no data
+        data["padding"] = "p" * (session._BIG_LINE + 10)
+    path.write_bytes(blob_of(objs))
+    offset = offsets(path.read_bytes())[5]
+    for read in (
+        lambda: records(path),
+        lambda: list(session.iter_records(path, resolve=False)),
+        lambda: session.open(path),
+    ):
+        with pytest.raises(FormatError) as info:
+            read()
+        assert (info.value.line, info.value.offset, info.value.reason) == (6, offset, reason), case
+    done = run_cli("validate", str(path))
+    assert done.returncode == 1 and f"{path}:6: {reason} (offset {offset})" in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["message", "tools"])
+@pytest.mark.parametrize("long_line", [False, True])
+def test_a_message_or_tools_record_without_its_value_is_a_format_error(
+    tmp_path: Path, kind: str, long_line: bool
+) -> None:
+    path = tmp_path / "s.jsonl"
+    objs = a_v2_file(path)
+    line = 3 if kind == "message" else 5
+    objs[line - 1]["data"] = {"other": "p" * (session._BIG_LINE + 10) if long_line else 1}
+    path.write_bytes(blob_of(objs))
+    with pytest.raises(FormatError, match=f"a {kind} record needs data.{kind}") as info:
+        session.summarize(path)
+    assert info.value.line == line
+    assert run_cli("validate", str(path)).returncode == 1
+
+
+def test_a_line_changed_after_it_was_read_is_a_format_error_not_a_wrong_message(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    a_v2_file(path)
+    blob = path.read_bytes()
+    with path.open("rb") as f:
+        index = session._Index(f)
+        found = list(session._records(f, str(path), 1 << 20, [], None, False, index))
+        request = next(r for r in found if r.type == "model_request")
+        path.write_bytes(blob.replace(b'"seq":3,"type":"message"', b'"seq":3,"type":"tuning"', 1))
+        with pytest.raises(FormatError, match="record 3 changed while it was read"):
+            index.resolved(request.data, str(path))
+
+
+def test_every_truncation_of_a_version_2_file_reads_and_resolves(tmp_path: Path) -> None:
+    one, two = record_both(
+        tmp_path, contexts_of([("grow", 0), ("call", 0), ("grow", 1), ("tools", 2), ("call", 0), ("grow", 2)])
+    )
+    blob = two.read_bytes()
+    starts = offsets(blob)
+    path = tmp_path / "cut.jsonl"
+    for size in range(starts[1], len(blob) + 1):
+        path.write_bytes(blob[:size])
+        got = [r.data for r in requests(path)]  # every reference left resolves
+        assert got == [r.data for r in requests(one)][: len(got)]
+    with session.open(path) as s, s.begin_run() as run:  # the whole file: continued, referring back
+        run.record(
+            Event("model_request", execution=MODEL, request=ModelRequest([dataclasses.replace(POOL[0])]))
+        )
+    assert [r.type for r in records(path)].count("message") == blob.count(b'"type":"message"')
+
+
+def test_the_redactor_sees_each_message_once_and_cannot_take_the_references(tmp_path: Path) -> None:
+    seen: List[Dict[str, Any]] = []
+
+    def redact(data: Dict[str, Any]) -> Dict[str, Any]:
+        seen.append(data)
+        if "message" in data:
+            return {"message": json.loads(json.dumps(data["message"]).replace("secret", "[gone]"))}
+        return data
+
+    path = tmp_path / "s.jsonl"
+    context = [stamped("user", "my secret"), stamped("assistant", "ok")]
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(context[:1])))
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
+    assert [sorted(d) for d in seen] == [
+        ["message"],
+        ["execution", "request"],
+        ["message"],
+        ["execution", "request"],
+    ]
+    assert b"secret" not in path.read_bytes()
+    assert [len(r.data["request"]["messages"]) for r in requests(path)] == [1, 2]
+    bad = tmp_path / "bad.jsonl"
+    s = session.create(bad, redact=lambda data: {**data, "messages": []})
+    run = s.begin_run()
+    with pytest.raises(RecordingError, match=r"redact may not add data\.messages"):
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
+    with pytest.raises(RecordingError):
+        s.close()
+    assert [r.type for r in records(bad)] == ["session_start", "run_start"]
+
+
+def test_show_prints_a_request_with_its_messages_in_place(tmp_path: Path) -> None:
+    one, two = record_both(
+        tmp_path, contexts_of([("grow", 0), ("grow", 1), ("tools", 1), ("call", 0), ("grow", 3)])
+    )
+    for path in (one, two):
+        shown = run_cli("show", str(path), "--type", "model_request", "--execution", "m1")
+        [line] = shown.stdout.splitlines()
+        obj = json.loads(line)
+        assert obj["data"] == requests(one)[1].data and obj["seq"] == requests(path)[1].seq
+    as_written = run_cli("show", str(two), "--type", "model_request", "--as-written").stdout.splitlines()
+    assert [json.loads(line)["data"]["messages"] for line in as_written][-1] == requests(two, resolve=False)[
+        -1
+    ].data["messages"]
+    piped = subprocess.run(
+        [sys.executable, str(MODULE), "show", "-", "--type", "model_request"],
+        input=two.read_bytes(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert piped.returncode == 0 and [json.loads(line)["data"] for line in piped.stdout.splitlines()] == [
+        r.data for r in requests(one)
+    ]

@@ -890,11 +890,11 @@ def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path
         )
     page = html_page(path)
     seqs = [(r.type, r.seq) for r in records(path)]
-    request, end, _, tool_start, result = [seq for kind, seq in seqs if kind not in ("message", "tools")][2:7]
+    request, end, _, tool_start, answer = [seq for kind, seq in seqs if kind not in ("message", "tools")][2:7]
     assert page.count("question") == 1
     assert f'the same message as <a href="#seq-{end}">#{end}</a>' in page  # message_end = the response
     new = 'new: <span class="role">{}</span> message as recorded in <a href="#seq-{}">#{}</a>'
-    assert new.format("assistant", end, end) in page and new.format("tool", result, result) in page
+    assert new.format("assistant", end, end) in page and new.format("tool", answer, answer) in page
     assert f'id <a href="#seq-{tool_start}"><code>call-1</code></a>' in page  # links to the tool
     assert f'asked for by <a href="#seq-{request}">model call <code>m1</code></a>' in page
 
