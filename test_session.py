@@ -3626,6 +3626,60 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
         assert n > 500 and len(indices) == len(set(indices))  # a point for each bytecode, none twice
         assert set(returned) <= set(indices) and [i for i in indices if i < 0] == list(range(-1, -n, -1))
 
+    @pytest.mark.parametrize("handler_does", ["interrupt", "record a request", "close the run"])
+    def test_a_signal_at_any_call_of_a_version_2_request_leaves_every_reference_right(
+        tmp_path: Path, quick_steps: List[int], handler_does: str
+    ) -> None:
+        """At each call made recording a request whose messages are partly new: Ctrl-C, a
+        handler that records a request of its own, or one that closes the run.  The file is
+        always valid, and every request in it reads back as the messages it was asked with."""
+        asked = {
+            "before": POOL[:2],
+            "mine": [*POOL[:2], POOL[2], dataclasses.replace(POOL[3]), POOL[2]],
+            "theirs": [POOL[1], POOL[4], POOL[2]],
+        }
+
+        def ask(run: session.Run, name: str) -> None:
+            run.record(
+                Event("model_request", execution=Execution(name, "model"), request=ModelRequest(asked[name]))
+            )
+
+        for n in itertools.count(1):
+            path = tmp_path / f"s{n}.jsonl"
+            s = session.create(path)
+            run = s.begin_run()
+            ask(run, "before")
+
+            def handler(signum: int, frame: Any, run: session.Run = run) -> None:
+                if handler_does == "interrupt":
+                    raise KeyboardInterrupt
+                if handler_does == "record a request":
+                    ask(run, "theirs")
+                else:
+                    run.close()
+
+            previous = signal.signal(signal.SIGUSR1, handler)
+            try:
+                # at each call: where 3.10 and later check for signals (and 3.8 too, most often)
+                with a_signal_at_step(n, signal.SIGUSR1, opcodes=False) as fired, contextlib.suppress(
+                    KeyboardInterrupt, ValueError
+                ):
+                    ask(run, "mine")
+            finally:
+                signal.signal(signal.SIGUSR1, previous)
+            with contextlib.suppress(ValueError):  # the run may be closed
+                ask(run, "mine")  # the next record settles what an interrupt cut short
+            s.close()
+            session.open(path).close()
+            codec = JSONCodec()
+            for r in requests(path):
+                assert r.data["request"]["messages"] == [
+                    codec.encode(m) for m in asked[r.data["execution"]["id"]]
+                ]
+            if not fired:
+                break
+        assert n > 50
+
     def test_load_checkpoint_agrees_with_the_file_after_an_interrupted_save(tmp_path: Path) -> None:
         path = tmp_path / "s.jsonl"
         s = session.create(path)
