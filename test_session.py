@@ -4911,16 +4911,20 @@ def test_summary_json(tmp_path: Path) -> None:
     assert failed.returncode == 1 and json.loads(failed.stdout)["ok"] is False
 
 
-def busy_file(path: Path, calls: int, seed: int) -> Path:
+def busy_file(path: Path, calls: int, seed: int, version: int = 2) -> Path:
     """A valid session of two runs of *calls* model calls, each followed by a tool call; a
-    model call in four fails, about a tool call in three; usage has integer and other values."""
+    model call in four fails, about a tool call in three; usage has integer and other values;
+    each call asks with the context so far."""
     rng = random.Random(seed)
-    with session.create(path) as s:
+    context = [Message("user", [session.text_block(f"task {seed}")], timestamp=T0)]
+    with session.create(path, version=version) as s:
         for _ in range(2):
             with s.begin_run() as run:
                 for n in range(calls):
                     model = Execution(f"m{n}", "model")
                     run.record(Event("model_exec_start", execution=model))
+                    request = ModelRequest(context, [{"name": "ls"}, {"name": "rm"}])
+                    run.record(Event("model_request", execution=model, request=request))
                     if n % 4 == 3:
                         run.record(Event("model_exec_end", execution=model, error=RuntimeError("overloaded")))
                         continue
@@ -4929,6 +4933,7 @@ def busy_file(path: Path, calls: int, seed: int) -> Path:
                     text: List[session.ContentBlock] = [session.text_block("é" * rng.randrange(200))]
                     message = Message("assistant", text, "stop", usage)
                     run.record(Event("model_exec_end", execution=model, message=message))
+                    context = [*context, message, Message("user", [session.text_block(f"then {n}")])]
                     tool = Execution(f"t{n}", "tool", parent_id=f"m{n}")
                     if rng.random() < 0.3:
                         run.record(

@@ -53,8 +53,8 @@ def damaged_corpus(folder: Path) -> Dict[str, bool]:
     the library; file name -> whether ``validate`` calls it valid."""
     (folder / "sub").mkdir(parents=True)
     valid = dict.fromkeys(("clean-0.jsonl", "clean-1.jsonl", "sub/clean-2.jsonl", "gappy.jsonl"), True)
-    for n, name in enumerate(valid):
-        busy_file(folder / name, 6 + n, seed=n) if n < 3 else gappy_file(folder / name)
+    for n, name in enumerate(valid):  # the third in version 1
+        busy_file(folder / name, 6 + n, seed=n, version=2 - n // 2) if n < 3 else gappy_file(folder / name)
     seeds = iter(range(10, 100))
 
     def lines() -> List[bytes]:  # a new session's
@@ -307,6 +307,26 @@ def documented_blocks(language: str) -> List[str]:
     return re.findall(rf"```{language}\n(.*?)```", page, re.S)
 
 
+def requests_in_export(folder: Path) -> List[Tuple[List[Any], List[Any]]]:
+    """Every model call of the sessions *folder*'s export holds, of version 1 and 2 files: its
+    CallRef's fields, and the messages ``read`` gives its request."""
+    calls = []
+    for line in (folder / "export.jsonl.manifest.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if entry["out"]:
+            for r in session.iter_records(folder / entry["file"]):
+                if r.type == "model_request":
+                    ref = [r.session_id, r.run_id, r.data["execution"]["id"], r.data["execution"]["attempt"]]
+                    calls.append((ref, r.data["request"]["messages"]))
+    versions = {
+        json.loads(line)["data"]["version"]
+        for line in (folder / "export.jsonl").read_text().splitlines()
+        if '"session_start"' in line
+    }
+    assert versions == {1, 2} and len(calls) > 20
+    return calls
+
+
 def exported_corpus(folder: Path) -> Tuple[Dict[str, Dict[str, int]], List[Tuple[Any, ...]]]:
     """Export a damaged corpus in *folder* with the documented command; what ``summarize`` and
     ``read`` say of each exported session: usage by session, the failed tool calls."""
@@ -438,7 +458,7 @@ def test_the_documented_duckdb_queries_over_the_export_agree_with_summarize(
     import duckdb
 
     usage, failed = exported_corpus(tmp_path)
-    view, tokens, failures, parquet = documented_blocks("sql")
+    view, tokens, failures, full_input, parquet = documented_blocks("sql")
     monkeypatch.chdir(tmp_path)
     con = duckdb.connect()
     con.execute(view)
@@ -447,6 +467,11 @@ def test_the_documented_duckdb_queries_over_the_export_agree_with_summarize(
         found.setdefault(session_id, {})[kind] = total
     assert found == {sid: counts for sid, counts in usage.items() if counts}
     assert sorted(con.execute(failures).fetchall()) == failed
+    set_call, query = full_input.split(";\n", 1)
+    assert con.execute(set_call).fetchall() is not None and not con.execute(query).fetchall()  # no such call
+    for call, messages in requests_in_export(tmp_path):
+        con.execute("SET VARIABLE call = {session_id: $1, run_id: $2, execution: $3, attempt: $4}", call)
+        assert [json.loads(message) for _, _, message in con.execute(query).fetchall()] == messages
     con.execute(parquet)
     groups = con.execute("SELECT max(row_group_num_rows) FROM parquet_metadata('export.parquet')").fetchone()
     assert groups is not None and groups[0] <= 4096
@@ -464,7 +489,7 @@ def test_the_documented_spark_queries_over_the_export_and_its_parquet_agree_with
     from pyspark.sql import SparkSession
 
     usage, failed = exported_corpus(tmp_path)
-    view, _, _, parquet = documented_blocks("sql")
+    view, _, _, _, parquet = documented_blocks("sql")
     monkeypatch.chdir(tmp_path)
     con = duckdb.connect()
     con.execute(view)
@@ -485,6 +510,10 @@ def test_the_documented_spark_queries_over_the_export_and_its_parquet_agree_with
                 found.setdefault(row.session_id, {})[row.kind] = row.tokens
             assert found == {sid: counts for sid, counts in usage.items() if counts}
             assert sorted(tuple(row) for row in scope["failed"].collect()) == failed
+            for call, messages in requests_in_export(tmp_path)[:: 4 if source is from_json else 9]:
+                fields = dict(zip(("session_id", "run_id", "execution", "attempt"), call))
+                found_messages = [json.loads(row.message) for row in scope["full_input"](fields).collect()]
+                assert found_messages == messages, call
     finally:
         spark.stop()
 
