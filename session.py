@@ -1581,7 +1581,8 @@ def _read_content(codec: JSONCodec, content: Any) -> Any:
 
 
 def _write_messages(codec: JSONCodec, items: Any, step: str) -> Any:
-    """*items* each encoded as a tagged value: Go reads these lists as ``AgentMessage``."""
+    """*items* each encoded as a tagged value: Go reads these lists as ``AgentMessage`` (or
+    ``Artifact``)."""
     if items is None:
         return None
     if type(items) is not list and type(items) is not tuple:
@@ -1597,8 +1598,8 @@ def _write_messages(codec: JSONCodec, items: Any, step: str) -> Any:
 
 def _write_state(codec: JSONCodec, state: AgentState) -> Dict[str, Any]:
     out = {"messages": _write_messages(codec, state.messages, ".messages")}
-    if state.artifacts:  # agentgo's AgentState has no such field: Go would drop them unread
-        raise _fault("agentgo's AgentState has no artifacts: Go would drop them unread", ".artifacts")
+    if state.artifacts:  # Go: omitempty; each a registered, tagged value (an Artifact)
+        out["artifacts"] = _write_messages(codec, state.artifacts, ".artifacts")
     if state.total_usage is not None:
         out["total_usage"] = _checked_usage(state.total_usage, ".total_usage")
     if state.progress is not None:

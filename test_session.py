@@ -1293,7 +1293,10 @@ def message_with(**fields: Any) -> Message:
             AgentState([{"role": "user", "content": []}]),
             r"a plain dict where agentgo needs a tagged value .* at \$\.messages\[0\]",
         ),
-        (AgentState([message_with()], artifacts=[message_with()]), r"has no artifacts.* at \$\.artifacts"),
+        (
+            AgentState([message_with()], artifacts=[{"id": "a1", "kind": "note"}]),
+            r"a plain dict where agentgo needs a tagged value .* at \$\.artifacts\[0\]",
+        ),
         (AgentState([message_with(content="x")]), r"at \$\.messages\[0\]\.content"),
         (AgentState(total_usage={"input": 0.5}), r"at \$\.total_usage\.input"),
         (
@@ -1508,8 +1511,15 @@ type RunProgress struct {
 
 type AgentState struct {
 	Messages   []Tagged    `json:"messages"`
+	Artifacts  []Tagged    `json:"artifacts,omitempty"`
 	TotalUsage Usage       `json:"total_usage"`
 	Progress   RunProgress `json:"progress"`
+}
+
+type Finding struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	Text string `json:"text,omitempty"`
 }
 
 type AgentSnapshot struct {
@@ -1544,6 +1554,8 @@ func (t *Tagged) UnmarshalJSON(data []byte) error {
 		t.Value = &AgentState{}
 	case "agentgo.agent-snapshot.v1":
 		t.Value = &AgentSnapshot{}
+	case "example.finding.v1": // an application's Artifact, registered with the codec
+		t.Value = &Finding{}
 	default:
 		return fmt.Errorf("codec type %q is not registered", t.ID)
 	}
@@ -1639,6 +1651,18 @@ def go_kept(written: Any, read: Any) -> bool:
     return written == read and (type(written) is bool) == (type(read) is bool)  # Go writes 1.0 as 1
 
 
+@dataclasses.dataclass
+class Finding:
+    """An application's artifact, as agentgo's Artifact interface wants one: an id and a kind."""
+
+    id: str
+    kind: str
+    text: str = ""
+
+
+FINDINGS = session.TypeSpec("example.finding.v1", Finding)
+
+
 def every_shape() -> List[Any]:
     """A value of each shape, with every block and every optional key."""
     blocks: List[session.ContentBlock] = [
@@ -1668,7 +1692,7 @@ def every_shape() -> List[Any]:
         "consecutive_tool_errors": {"ls": 1},
         "pending_messages": [result],
     }
-    state = AgentState([assistant, result, empty], total_usage={"input": 3}, progress=progress)
+    state = AgentState([assistant, result, empty], [Finding("f1", "note", "kept")], {"input": 3}, progress)
     return [
         assistant,
         result,
@@ -1680,8 +1704,13 @@ def every_shape() -> List[Any]:
 
 
 def test_go_reads_everything_python_writes(go_mirror: Path) -> None:
-    codec = JSONCodec()
+    codec = JSONCodec(FINDINGS)
     lines = [session._dumps(codec.encode(value)) for value in every_shape()]
+    assert codec.decode(json.loads(lines[3])).artifacts == [Finding("f1", "note", "kept")]
+    assert (
+        '"artifacts":[{"$type":"example.finding.v1","value":{"id":"f1","kind":"note","text":"kept"}}]'
+        in lines[3]
+    )
     for written, read in zip(lines, through_go(go_mirror, lines)):
         assert go_kept(go_time(json.loads(written)), go_time(json.loads(read))), (written, read)
 
