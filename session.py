@@ -4849,7 +4849,7 @@ _COMMANDS = [
     ),
     _Command(
         "show",
-        "print the matching records' lines as they are in the file",
+        "print the matching records' lines (a request with its messages in place)",
         "0 valid; 1 invalid or unreadable (the records before the bad line are printed)",
         False,
         _show_options,
