@@ -3097,11 +3097,7 @@ def _records(
     readline = f.readline
     base, raw, header = _first_line(f, name, limit, keys, room)
     session_id = _check_header(header, name, base)
-    if header["data"]["version"] > 1:
-        index = index or _Index(f)
-        index.version = 2
-    else:
-        index = None
+    index = _index_for(header, index, f)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
     yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
     seq = 1
@@ -3130,15 +3126,8 @@ def _records(
             or type(data) is not dict
         ):
             raise FormatError(_envelope_problem(obj, session_id, seq + 1), name, seq + 1, offset)
-        if kind == "run_start":
-            if run_id in seen:
-                raise FormatError(f"run_start reuses run_id {run_id!r}", name, seq + 1, offset)
-            seen.add(run_id)
-            open_run = run_id
-        elif run_id != open_run or kind == "session_start":
-            raise FormatError(_run_problem(kind, run_id, open_run, seen), name, seq + 1, offset)
-        elif kind == "run_close":
-            open_run = None
+        if run_id != open_run or kind in _RUN_CHANGES:
+            open_run = _open_run(kind, run_id, open_run, seen, name, seq + 1, offset)
         if index is not None and kind in _INDEXED:
             data = index.take(kind, seq + 1, offset, raw, data, name)
         seq += 1
@@ -3161,6 +3150,40 @@ def _first_line(
     if raw[-1:] != b"\n":
         raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
     return base, raw, _parse_line(raw, name, 1, base, keys, room)
+
+
+def _index_for(header: Dict[str, Any], index: Optional[_Index], f: _Lines) -> Optional[_Index]:
+    """The index that checks (*index*, or a new one) a version-2 file's references; ``None``
+    for version 1."""
+    if header["data"]["version"] < 2:
+        return None
+    index = index or _Index(f)
+    index.version = 2
+    return index
+
+
+_RUN_CHANGES = frozenset({"run_start", "run_close", "session_start"})
+
+
+def _open_run(
+    kind: str,
+    run_id: str,
+    open_run: Optional[str],
+    seen: Set[str],
+    name: Optional[str],
+    line: int,
+    offset: int,
+) -> Optional[str]:
+    """The run open after the record *line* of type *kind* and run *run_id*, when it is not
+    simply the run already open; ``FormatError`` if rule 5 forbids the record."""
+    if kind == "run_start":
+        if run_id in seen:
+            raise FormatError(f"run_start reuses run_id {run_id!r}", name, line, offset)
+        seen.add(run_id)
+        return run_id
+    if run_id != open_run or kind == "session_start":
+        raise FormatError(_run_problem(kind, run_id, open_run, seen), name, line, offset)
+    return None  # run_close
 
 
 def _room_again(room: int, frames: int) -> Tuple[int, int]:

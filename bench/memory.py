@@ -1,7 +1,9 @@
-"""Peak memory of the readers on a file whose one long line is hostile.
+"""Peak memory of the readers on a file whose one long line is hostile, and on a long
+version-2 session.
 
     python3 bench/memory.py               # 64 MB lines; about 10 minutes
     python3 bench/memory.py --mb 250      # the size of the review's report (needs ~8 GB free)
+    python3 bench/memory.py --version-2 200000  # a session of 200,000 messages (~250 MB)
 
 Each shape fills the data of one record of a valid session with a long array: ``{},`` (a
 dict per 3 bytes), ``1.5,`` (a float per 4), ``0,`` (a list slot per 2), and, for a
@@ -20,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = {"{},": b"{},", "1.5,": b"1.5,", "0,": b"0,", "string": b"x"}
@@ -77,11 +80,64 @@ def hostile_file(folder: Path, shape: str, size: int) -> Path:
     return path
 
 
+WINDOW = 40  # messages each request sends: the latest ones, as a context kept short does
+
+
+def version_2_file(folder: Path, messages: int) -> Path:
+    """A version-2 session of *messages* distinct messages of about 1 KB, each model call
+    sending the latest ``WINDOW`` of them: what a reader of version 2 indexes (every message
+    record) and resolves (every request)."""
+    sys.path.insert(0, str(ROOT))
+    import session
+
+    path = folder / "version-2.jsonl"
+    sent: list = []
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(messages):
+            sent = [*sent[-WINDOW + 1 :], session.Message("user", [session.text_block(f"{n} " + "x" * 1000)])]
+            call = session.Execution(f"m{n}", "model")
+            run.record(session.Event("model_request", execution=call, request=session.ModelRequest(sent)))
+            run.record(
+                session.Event("model_exec_end", execution=call, message=session.Message("assistant", []))
+            )
+    return path
+
+
+def measure(reader: str, path: Path) -> Tuple[int, float]:
+    """The peak (KB over ``import session``) and seconds of *reader* on *path*, in a fresh process."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(ROOT), reader, str(path)], capture_output=True, text=True
+    )
+    if done.returncode:
+        raise SystemExit(f"{reader} failed on {path.name}:\n{done.stderr}")
+    return int(done.stdout.split()[-1]), time.monotonic() - began
+
+
+def bench_version_2(messages: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = version_2_file(Path(folder), messages)
+        size = path.stat().st_size
+        print(f"a version-2 session of {messages} messages, {size / 1e6:.0f} MB; each request sends {WINDOW}")
+        print(f"{'reader':10}{'peak MB':>10}{'bytes per message':>20}{'seconds':>10}")
+        for reader in READERS:
+            peak, seconds = measure(reader, path)
+            print(
+                f"{reader:10}{peak / 1024:>10.1f}{peak * 1024 / messages:>20.1f}{seconds:>10.1f}", flush=True
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--mb", type=int, default=64, help="size of the long line, in MB")
     parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="only these shapes")
+    parser.add_argument(
+        "--version-2", type=int, metavar="MESSAGES", help="measure a version-2 session instead"
+    )
     args = parser.parse_args()
+    if args.version_2:
+        bench_version_2(args.version_2)
+        return 0
     size = args.mb << 20
     print(f"peak memory over `import session`, as a multiple of a {args.mb} MB line")
     print(f"{'shape':8}" + "".join(f"{reader:>10}" for reader in READERS) + "   seconds")
@@ -91,16 +147,9 @@ def main() -> int:
             line = max(len(line) for line in path.read_bytes().split(b"\n"))
             ratios, seconds = [], []
             for reader in READERS:
-                began = time.monotonic()
-                done = subprocess.run(
-                    [sys.executable, "-c", MEASURE, str(ROOT), reader, str(path)],
-                    capture_output=True,
-                    text=True,
-                )
-                if done.returncode:
-                    raise SystemExit(f"{reader} failed on {shape}:\n{done.stderr}")
-                seconds.append(time.monotonic() - began)
-                ratios.append(int(done.stdout.split()[-1]) * 1024 / line)
+                peak, took = measure(reader, path)
+                seconds.append(took)
+                ratios.append(peak * 1024 / line)
             path.unlink()
             cells = "".join(f"{ratio:>9.2f}x" for ratio in ratios)
             print(f"{shape:8}{cells}   {' '.join(f'{s:.0f}' for s in seconds)}", flush=True)
