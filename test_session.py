@@ -6959,3 +6959,75 @@ def test_show_prints_a_request_with_its_messages_in_place(tmp_path: Path) -> Non
     assert piped.returncode == 0 and [json.loads(line)["data"] for line in piped.stdout.splitlines()] == [
         r.data for r in requests(one)
     ]
+
+
+class TeeRun:
+    """A run that records every call in two runs: one of each version."""
+
+    def __init__(self, runs: List[session.Run]) -> None:
+        self.runs = runs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runs[1], name)
+
+    def __enter__(self) -> TeeRun:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def record(self, event: Event) -> bool:
+        return [run.record(event) for run in self.runs][1]
+
+    def save_checkpoint(self, snapshot: Any) -> None:
+        for run in self.runs:
+            run.save_checkpoint(snapshot)
+
+    def close(self) -> None:
+        for run in self.runs:
+            run.close()
+
+
+class TeeSession(TeeRun):
+    """A session that writes what it is given to a version-1 file beside its version-2 one."""
+
+    def __init__(self, path: Any, opener: Callable[[Path], session.Session]) -> None:
+        super().__init__([opener(Path(f"{path}.v1")), opener(Path(path))])
+
+    def begin_run(self) -> TeeRun:
+        return TeeRun([s.begin_run() for s in self.runs])  # type: ignore[attr-defined]
+
+
+def test_the_example_reads_back_alike_in_both_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sys.path.insert(0, str(HERE / "examples"))
+    try:
+        import agent_loop
+    finally:
+        sys.path.remove(str(HERE / "examples"))
+    real_create, real_open = session.create, session.open
+    created: List[int] = []
+
+    def create(path: Any, **options: Any) -> TeeSession:
+        created.append(1)
+        return TeeSession(path, lambda p: real_create(p, version=1 if p.suffix == ".v1" else 2))
+
+    monkeypatch.setattr(session, "create", create)
+    monkeypatch.setattr(session, "open", lambda path, **options: TeeSession(path, real_open))
+    path = tmp_path / "demo.jsonl"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert agent_loop.main([str(path)]) == 0
+    monkeypatch.undo()
+    one, two = Path(f"{path}.v1"), path
+
+    def events(p: Path) -> List[Tuple[str, Dict[str, Any]]]:
+        return [
+            (r.type, r.data)
+            for r in session.iter_records(p)
+            if r.type not in ("message", "tools", "session_start")
+        ]
+
+    assert created and events(one) == events(two) and len(requests(two)) >= 6
+    assert records(one)[0].data == {"version": 1} and records(two)[0].data == {"version": 2}
+    assert two.stat().st_size < one.stat().st_size
