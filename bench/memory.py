@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Tuple
+from typing import Any, List, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = {"{},": b"{},", "1.5,": b"1.5,", "0,": b"0,", "string": b"x"}
@@ -91,7 +91,7 @@ def version_2_file(folder: Path, messages: int) -> Path:
     import session
 
     path = folder / "version-2.jsonl"
-    sent: list = []
+    sent: List[Any] = []
     with session.create(path) as s, s.begin_run() as run:
         for n in range(messages):
             sent = [*sent[-WINDOW + 1 :], session.Message("user", [session.text_block(f"{n} " + "x" * 1000)])]
