@@ -2217,7 +2217,7 @@ class _CheckpointAt(NamedTuple):
 
 
 _Redact = Callable[[Dict[str, Any]], Dict[str, Any]]
-_Place = Tuple[int, int]  # a message record's seq, and how many message records come before it
+_Place = Tuple[int, int, int]  # a message record's seq, the message records before it, its line's size
 
 
 class _Written:
@@ -2232,28 +2232,28 @@ class _Written:
 
         self._hash = hashlib.blake2b
         self.messages: Dict[bytes, _Place] = {}
-        self.tools: Dict[bytes, int] = {}  # digest -> seq
+        self.tools: Dict[bytes, Tuple[int, int]] = {}  # digest -> (seq, size)
         self.mark = (0, 0)  # message records in the file, and the latest one's seq: set at once
         self.latest: Dict[int, Tuple[Any, _Place]] = {}  # id -> (Message, place)
 
     def digest(self, text: str) -> bytes:
         return self._hash(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
-    def add(self, kind: str, key: Optional[bytes], seq: int) -> None:
-        """Note the record *seq* of *kind* whose content has digest *key* (``None``: not to be
-        referred to); idempotent."""
+    def add(self, kind: str, key: Optional[bytes], seq: int, size: int) -> None:
+        """Note the record *seq* of *kind*, *size* bytes, whose content has digest *key*
+        (``None``: not to be referred to); idempotent."""
         if kind == "tools":
             if key is not None:
-                self.tools[key] = seq
+                self.tools[key] = (seq, size)
             return
         count, last = self.mark
         if seq > last:
             count += 1
             self.mark = (count, seq)
         if key is not None:
-            self.messages[key] = (seq, count - 1)
+            self.messages[key] = (seq, count - 1, size)
 
-    def plan(self, messages: Sequence[Any], codec: Codec) -> Tuple[List[Any], Dict[bytes, Any]]:
+    def plan(self, messages: List[Any], codec: Codec) -> Tuple[List[Any], Dict[bytes, Any]]:
         """Each message's place if it is written already, else its digest; and the JSON of the
         new ones by digest, in order."""
         latest, known = self.latest, self.messages
@@ -2278,7 +2278,7 @@ class _Written:
         return places, fresh
 
     def tool_list(self, tools: Sequence[Any]) -> Tuple[Any, Any]:
-        """The seq of the record of *tools* if it is written already, else its digest and JSON;
+        """Where the record of *tools* is if it is written already, else its digest and JSON;
         ``(None, None)`` for no tools."""
         value = list(tools)
         if not value:
@@ -2287,13 +2287,14 @@ class _Written:
             key = self.digest(_dumps(value))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"data.request.tools: {exc}") from exc
-        seq = self.tools.get(key)
-        return (key, value) if seq is None else (seq, None)
+        place = self.tools.get(key)
+        return (key, value) if place is None else (place, None)
 
-    def request_text(self, text: str, places: List[Any], tools: Any, messages: Sequence[Any]) -> str:
+    def request_text(self, text: str, places: List[Any], tools: Any, messages: List[Any]) -> Tuple[str, int]:
         """The data *text* of a request with its references: ``messages``, the seq ranges of
         the message records that hold its messages in order, and ``tools``, the seq of its
-        tool list.  Called as its line is written, when the new ones are in the file."""
+        tool list; and the bytes of the lines they refer to.  Called as its line is written,
+        when the new ones are in the file."""
         try:
             if type(tools) is bytes:
                 tools = self.tools[tools]
@@ -2301,7 +2302,7 @@ class _Written:
         except KeyError:
             raise ValueError("a message or tool list of this request is not in the file") from None
         ranges: List[str] = []
-        first = last = (0, -2)
+        first = last = (0, -2, 0)
         for place in places:
             if place[1] != last[1] + 1:  # not the message record after the last one
                 if last[0]:
@@ -2311,8 +2312,9 @@ class _Written:
         if last[0]:
             ranges.append(f"[{first[0]},{last[0]}]")
         self.latest = {id(m): (m, place) for m, place in zip(messages, places) if type(m) is Message}
-        tail = f',"messages":[{",".join(ranges)}]' + ("" if tools is None else f',"tools":{tools}')
-        return f"{text[:-1]}{tail}}}" if text != "{}" else f"{{{tail[1:]}}}"
+        tail = f',"messages":[{",".join(ranges)}]' + ("" if tools is None else f',"tools":{tools[0]}')
+        referred = sum(place[2] for place in places) + (0 if tools is None else tools[1])
+        return (f"{text[:-1]}{tail}}}" if text != "{}" else f"{{{tail[1:]}}}"), referred
 
 
 def _line_head(session_id: str) -> str:
@@ -2468,8 +2470,21 @@ def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> No
     tally(record)
     kind = record.type
     if kind in _POOLED and index.version > 1:
-        whole = index.last_size <= _BIG_LINE
-        written.add(kind, written.digest(_dumps(record.data[kind])) if whole else None, record.seq)
+        key = None
+        if index.last_size <= _BIG_LINE:
+            value = record.data[kind]
+            with contextlib.suppress(_NestedTooDeeply):  # no digest: never referred to
+                key = written.digest(_anywhere(_dumps, value, functools.partial(_nesting, value)))
+        written.add(kind, key, record.seq, index.last_size)
+
+
+def _too_long(size: int, referred: int) -> str:
+    if not referred:
+        return f"a line of {size - 1} bytes is longer than max_line_bytes"
+    whole = size + referred - 1
+    return (
+        f"a request of {size - 1} bytes, {whole} with the lines it refers to, is longer than max_line_bytes"
+    )
 
 
 class _Pending(NamedTuple):
@@ -2718,7 +2733,7 @@ class Session:
             self._seq, self._size, self._run = pending.seq, end, pending.run
             self._checkpoint = pending.checkpoint
             if pending.key is not None:
-                self._written.add(pending.kind, pending.key, pending.seq)  # type: ignore[union-attr]
+                self._written.add(pending.kind, pending.key, pending.seq, len(pending.line))  # type: ignore[union-attr]
         self._pending = None
 
     def _append(
@@ -2726,15 +2741,16 @@ class Session:
         run: Run,
         kind: str,
         time: str,
-        data: Union[str, Callable[[], str]],
+        data: Union[str, Callable[[], Tuple[str, int]]],
         sync: bool = False,
         key: Optional[bytes] = None,
     ) -> None:
         """Write one record of *run* with the next seq, if the file allows it now: checked
         here, where it is written, since a signal handler may close the run or the session
-        after the caller's own check.  *data* is its text, or makes it (a request's, whose
-        references are known only now); *key* notes a message or tool list as written.
-        (Inline: a record made deep in the stack has no level to spare.)"""
+        after the caller's own check.  *data* is its text, or makes it and counts the bytes
+        of the lines it refers to (a request's, whose references are known only now); *key*
+        notes a message or tool list as written.  (Inline: a record made deep in the stack
+        has no level to spare.)"""
         self._check_failure()  # an interrupting call may have failed the session
         if self._file.closed:
             raise ValueError(f"{self.path}: session is closed")
@@ -2743,8 +2759,12 @@ class Session:
             raise RunOpenError(f"{self.path}: run {open_run.run_id} is still open; close it first")
         if kind != "run_start" and open_run is not run:
             raise ValueError(f"{self.path}: run {run.run_id} is closed")
+        referred = 0
         if not isinstance(data, str):
-            data = data()
+            try:
+                data, referred = data()
+            except ValueError as exc:
+                raise self._fail(exc, "cannot write") from exc
         seq = self._seq + 1
         run_id = run.run_id
         text = (
@@ -2754,8 +2774,8 @@ class Session:
             line = text.encode()
         except UnicodeEncodeError:  # a lone surrogate: escape it, and the file stays UTF-8
             line = _escaped_utf8(text)
-        if len(line) > self._max_line_bytes + 1:
-            too_long = ValueError(f"a line of {len(line) - 1} bytes is longer than max_line_bytes")
+        if len(line) + referred > self._max_line_bytes + 1:  # a request: no bigger whole than a line
+            too_long = ValueError(_too_long(len(line), referred))
             raise self._fail(too_long, "cannot write") from too_long
         offset = self._size
         end = offset + len(line)
@@ -2771,7 +2791,7 @@ class Session:
             raise self._fail(exc, "cannot write") from exc
         self._seq, self._size, self._run = seq, end, after
         if key is not None:
-            self._written.add(kind, key, seq)  # type: ignore[union-attr]
+            self._written.add(kind, key, seq, len(line))  # type: ignore[union-attr]
         if sync:
             self._sync()
         # A checkpoint is the latest once synced (a failed sync clears _pending); if an
@@ -2836,34 +2856,43 @@ class Session:
         return text
 
     def _request_writes(
-        self, run: Run, time: str, data: Dict[str, Any], request: ModelRequest
+        self, run: Run, time: str, data: Dict[str, Any], request: Optional[ModelRequest]
     ) -> List[Callable[[], None]]:
         """The writes that record a model_request in version 2: a ``message`` record for each
         message not written before and a ``tools`` record for a new tool list (each passed
         through the redactor alone, once), then the request, which refers to them."""
         written = self._written
         assert written is not None
-        places, fresh = written.plan(request.messages, self._codec)
-        tools, new_tools = written.tool_list(request.tools)
         writes: List[Callable[[], None]] = []
-        for key, value in fresh.items():
-            text = self._data_text({"message": value})
-            writes.append(functools.partial(self._append, run, "message", time, text, key=key))
-        if new_tools is not None:
-            text = self._data_text({"tools": new_tools})
-            writes.append(functools.partial(self._append, run, "tools", time, text, key=tools))
+        if request is not None:
+            messages = list(request.messages)  # once: another thread may change the host's list
+            places, fresh = written.plan(messages, self._codec)
+            tools, new_tools = written.tool_list(request.tools)
+            pooled = [("message", key, value) for key, value in fresh.items()]
+            if new_tools is not None:
+                pooled.append(("tools", tools, new_tools))
+            for kind, key, value in pooled:
+                text = self._pooled_text(kind, value)
+                writes.append(functools.partial(self._append, run, kind, time, text, key=key))
         data = self._redacted(data)
-        if "messages" in data or "tools" in data:
+        if data.keys() & _POOLED_KEYS:
             raise ValueError(
                 "redact may not add data.messages or data.tools: the writer puts references there"
             )
         text = self._encoded(data)
-        if "request" in data:  # the redactor may have dropped it
-            later = functools.partial(written.request_text, text, places, tools, request.messages)
+        if request is not None and type(data.get("request")) is dict:  # else the redactor took it
+            later = functools.partial(written.request_text, text, places, tools, messages)
             writes.append(functools.partial(self._append, run, "model_request", time, later))
         else:
             writes.append(functools.partial(self._append, run, "model_request", time, text))
         return writes
+
+    def _pooled_text(self, kind: str, value: Any) -> str:
+        """The data text of a message or tool list record, which must keep its value."""
+        data = self._redacted({kind: value})
+        if kind not in data:
+            raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
+        return self._encoded(data)
 
     def _forked(self) -> None:
         """In a forked child: never write through the parent's descriptor, nor keep it (the
@@ -2953,8 +2982,8 @@ class Run:
                 if data is None:
                     return False
                 time = _utc_text(event.timestamp)
-                if session._written is not None and kind == "model_request" and "request" in data:
-                    writes = session._request_writes(self, time, data, event.request)  # type: ignore[arg-type]
+                if session._written is not None and kind == "model_request":
+                    writes = session._request_writes(self, time, data, event.request)
                 else:
                     text = session._data_text(data)
                     writes = [lambda: session._append(self, kind, time, text)]
@@ -3097,7 +3126,7 @@ def _records(
     readline = f.readline
     base, raw, header = _first_line(f, name, limit, keys, room)
     session_id = _check_header(header, name, base)
-    index = _index_for(header, index, f)
+    index = _index_for(header, index, f, limit)
     new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
     yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
     seq = 1
@@ -3152,13 +3181,14 @@ def _first_line(
     return base, raw, _parse_line(raw, name, 1, base, keys, room)
 
 
-def _index_for(header: Dict[str, Any], index: Optional[_Index], f: _Lines) -> Optional[_Index]:
-    """The index that checks (*index*, or a new one) a version-2 file's references; ``None``
-    for version 1."""
+def _index_for(header: Dict[str, Any], index: Optional[_Index], f: _Lines, limit: int) -> Optional[_Index]:
+    """The index that checks (*index*, or a new one) a version-2 file's references, a request
+    with the lines it refers to taking no more than *limit* bytes; ``None`` for version 1."""
     if header["data"]["version"] < 2:
         return None
     index = index or _Index(f)
     index.version = 2
+    index.limit = limit
     return index
 
 
@@ -3678,12 +3708,13 @@ class _Index:
 
     def __init__(self, f: Any, resolving: bool = False, keep: Optional[bool] = None) -> None:
         self.version = 1
+        self.limit = _MAX_LINE_BYTES + 1  # bytes a request may take with what it refers to
         self.resolving = resolving
         self.last_size = 0  # of the latest message or tool list line
         self._f = f
         self._seqs = array("q")  # of the message records, ...
         self._places = array("q")  # ... where their lines start, ...
-        self._sizes = array("q")  # ... and how long those are
+        self._sums = array("q", [0])  # ... and the bytes of the lines before each, and of all
         self._tools: Dict[int, Tuple[int, int]] = {}  # seq -> (offset, size)
         self._seekable = _seekable(f)
         self._keep = resolving if keep is None else keep
@@ -3695,16 +3726,18 @@ class _Index:
     ) -> Dict[str, Any]:
         """*data* of the record *seq*, checked (``FormatError``), and resolved if asked to."""
         if kind == "model_request":
-            problem = self._check(seq, data)
+            problem = self._check(seq, len(raw), data) if data.keys() & _POOLED_KEYS else ""
             if problem:
                 raise FormatError(problem, name, seq, offset)
-            return self.resolved(data, name) if self.resolving and "request" in data else data
+            return self.resolved(data, name) if self.resolving and "messages" in data else data
         if kind not in data:
             raise FormatError(f"a {kind} record needs data.{kind}", name, seq, offset)
+        if kind == "tools" and type(data[kind]) is not list:
+            raise FormatError("data.tools of a tools record must be an array", name, seq, offset)
         if kind == "message":
             self._seqs.append(seq)
             self._places.append(offset)
-            self._sizes.append(len(raw))
+            self._sums.append(self._sums[-1] + len(raw))
         else:
             self._tools[seq] = (offset, len(raw))
         self.last_size = len(raw)
@@ -3712,12 +3745,10 @@ class _Index:
             self._hold(seq, raw)
         return data
 
-    def _check(self, seq: int, data: Dict[str, Any]) -> str:
-        """What is wrong with the references of the model_request *seq*, or ``""``."""
-        if "request" not in data:
-            return "data.messages and data.tools come with data.request" if data.keys() & _POOLED_KEYS else ""
-        if type(data["request"]) is not dict:
-            return f"request must be an object, found {_json_kind(type(data['request']))}"
+    def _check(self, seq: int, size: int, data: Dict[str, Any]) -> str:
+        """What is wrong with the references of the model_request *seq*, *size* bytes, or ``""``."""
+        if type(data.get("request")) is not dict:
+            return "data.messages and data.tools come with data.request, an object"
         ranges = data.get("messages")
         if type(ranges) is not list:
             return _RANGES
@@ -3727,13 +3758,20 @@ class _Index:
             first, last = item
             if not first <= last < seq:
                 return f"data.messages: [{first}, {last}] is no range of records before this one"
-            for end in item:
-                at = bisect_left(self._seqs, end)
+            ends = [bisect_left(self._seqs, end) for end in item]
+            for end, at in zip(item, ends):
                 if at == len(self._seqs) or self._seqs[at] != end:
                     return f"data.messages: record {end} is no message record"
-        tools = data.get("tools")
-        if "tools" in data and (type(tools) is not int or tools not in self._tools):
-            return "data.tools must be the seq of a tool list record before this one"
+            size += self._sums[ends[1] + 1] - self._sums[ends[0]]
+        if "tools" in data:
+            tools = data["tools"]
+            if type(tools) is not int or tools not in self._tools:
+                return "data.tools must be the seq of a tool list record before this one"
+            size += self._tools[tools][1]
+        if size > self.limit:  # what the writer refuses, as version 1 refuses so long a line
+            return (
+                f"the request takes {size - 1} bytes with the lines it refers to: longer than max_line_bytes"
+            )
         return ""
 
     def _hold(self, seq: int, raw: bytes) -> None:
@@ -3748,7 +3786,8 @@ class _Index:
         messages = []
         for first, last in data["messages"]:
             for at in range(bisect_left(seqs, first), bisect_right(seqs, last)):
-                messages.append(self._content("message", seqs[at], self._places[at], self._sizes[at], name))
+                size = self._sums[at + 1] - self._sums[at]
+                messages.append(self._content("message", seqs[at], self._places[at], size, name))
         tools = data.get("tools")
         out = {key: value for key, value in data.items() if key not in _POOLED_KEYS}
         tool_list = [] if tools is None else self._content("tools", tools, *self._tools[tools], name)
@@ -3771,15 +3810,11 @@ class _Index:
         return data[kind]
 
     def _line_at(self, offset: int, size: int) -> bytes:
-        """The line at *offset* read again: from the descriptor, which leaves the file's
-        position alone, or else seeking there and back."""
+        """The line at *offset* read again: from a plain file's descriptor, which leaves the
+        file's position alone, or else seeking there and back."""
         f = self._f
-        try:
-            fd = f.fileno() if hasattr(os, "pread") else -1
-        except (AttributeError, OSError, ValueError):  # a file object with no descriptor
-            fd = -1
-        if fd >= 0:
-            return _read_at(fd, offset, size)
+        if hasattr(os, "pread") and type(f) in (io.BufferedReader, io.FileIO):  # not gzip's, say
+            return _read_at(f.fileno(), offset, size)
         here = f.tell()
         f.seek(offset)
         raw = f.read(size)
@@ -3893,7 +3928,7 @@ def find(
 
 
 def _resolved(record: Record, index: _Index, name: Optional[str]) -> Record:
-    if record.type != "model_request" or "request" not in record.data:
+    if record.type != "model_request" or "messages" not in record.data:
         return record
     return record._replace(data=index.resolved(record.data, name))
 
@@ -4383,7 +4418,8 @@ def _show_command(args: Any) -> int:
         if not args.as_written and index.version > 1:
             resolved = _resolved(record, index, args.file)
             if resolved is not record:
-                record, line = resolved, _record_line(resolved)
+                record = resolved
+                line = b"" if args.pretty else _record_line(resolved, args.file)
         if args.pretty:
             line = _for_terminal(_transcript(record), newlines=True).encode(errors="backslashreplace")
         try:
@@ -4446,11 +4482,16 @@ class _Tap:
         return self.last
 
 
-def _record_line(record: Record) -> bytes:
+def _record_line(record: Record, name: str) -> bytes:
     """*record* as one line of JSON (a version-2 request as version 1 writes it)."""
     obj = {"session_id": record.session_id, "seq": record.seq, "type": record.type, "time": record.time}
     obj.update(run_id=record.run_id, data=record.data)
-    return _escaped_utf8(_dumps(obj) + "\n")
+    try:
+        text = _anywhere(_dumps, obj, functools.partial(_nesting, obj))
+    except _NestedTooDeeply:  # two levels deeper than its deepest message: the reader's limit
+        problem = "nested too deeply to print with its messages in place: --as-written prints it"
+        raise FormatError(problem, name, record.seq, record.offset) from None
+    return _escaped_utf8(text + "\n")
 
 
 def _transcript(record: Record) -> str:

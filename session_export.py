@@ -1229,7 +1229,7 @@ class _Page:
         self.shown += 1
         data = obj["data"]
         index = self.facts.index
-        if obj["type"] == "model_request" and index.version > 1 and "request" in data:
+        if obj["type"] == "model_request" and index.version > 1 and "messages" in data:
             data = index.resolved(data, self.name)
         return Record(obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), data, offset)
 

@@ -6792,6 +6792,7 @@ def a_v2_file(path: Path) -> List[Dict[str, Any]]:
     return objs
 
 
+NO_REQUEST = "data.messages and data.tools come with data.request, an object"
 BAD_REFERENCES = [
     ("ahead", {"messages": [[3, 6]]}, "data.messages: [3, 6] is no range of records before this one"),
     (
@@ -6820,11 +6821,12 @@ BAD_REFERENCES = [
         {"tools": [{"n": 1}]},
         "data.tools must be the seq of a tool list record before this one",
     ),
-    ("a request that is no object", {"request": []}, "request must be an object, found an array"),
+    ("a request that is no object", {"request": []}, NO_REQUEST),
+    ("references without a request", {"request": None}, NO_REQUEST),
     (
-        "references without a request",
-        {"request": None},
-        "data.messages and data.tools come with data.request",
+        "tools without messages",
+        {"messages": None},
+        "data.messages must be a list of [first, last] seq ranges",
     ),
 ]
 
@@ -7031,3 +7033,124 @@ def test_the_example_reads_back_alike_in_both_versions(
     assert created and events(one) == events(two) and len(requests(two)) >= 6
     assert records(one)[0].data == {"version": 1} and records(two)[0].data == {"version": 2}
     assert two.stat().st_size < one.stat().st_size
+
+
+def test_a_tools_record_holds_an_array(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    objs = a_v2_file(path)
+    objs[4]["data"]["tools"] = 5
+    path.write_bytes(blob_of(objs))
+    with pytest.raises(FormatError, match=r"data\.tools of a tools record must be an array") as info:
+        records(path)
+    assert info.value.line == 5
+
+
+def test_a_request_no_bigger_whole_than_a_line_may_be(tmp_path: Path) -> None:
+    """A few bytes of references cannot stand for more than a line may hold: the reader
+    refuses such a request, and the writer never writes one."""
+    path = tmp_path / "s.jsonl"
+    objs = a_v2_file(path)
+    objs[5]["data"]["messages"] = [[3, 4]] * 40  # 40 times two message lines of ~250 bytes
+    path.write_bytes(blob_of(objs))
+    assert len(records(path)) == 7  # within the default limit
+    with pytest.raises(FormatError, match="with the lines it refers to: longer than max_line_bytes") as info:
+        session.read(path, lambda r: None, max_line_bytes=10_000)
+    assert info.value.line == 6
+    assert run_cli("validate", str(path), "--max-line-bytes", "10000").returncode == 1
+    written = tmp_path / "w.jsonl"
+    s = session.create(written, max_line_bytes=2_000)
+    run = s.begin_run()
+    run.record(Event("model_request", execution=MODEL, request=ModelRequest(POOL[:4])))  # 4 short lines
+    with pytest.raises(RecordingError, match="with the lines it refers to, is longer than max_line_bytes"):
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(POOL[:4] * 5)))
+    with pytest.raises(RecordingError):
+        s.close()
+    assert [len(r.data["request"]["messages"]) for r in requests(written)] == [4]
+    session.read(written, lambda r: None, max_line_bytes=2_000)  # what it wrote, it reads
+
+
+def test_a_redactor_cannot_make_a_file_the_reader_refuses(tmp_path: Path) -> None:
+    def allow(data: Dict[str, Any]) -> Dict[str, Any]:  # written for version 1's keys
+        return {key: value for key, value in data.items() if key in session.EventData.__annotations__}
+
+    tools = [{"name": "search"}]
+    path = tmp_path / "allow.jsonl"
+    s = session.create(path, redact=allow)
+    run = s.begin_run()
+    with pytest.raises(RecordingError, match=r"redact took data\.tools of a tools record"):
+        run.record(Event("model_request", execution=MODEL, request=ModelRequest(POOL[:1], tools)))
+    with pytest.raises(RecordingError):
+        s.close()
+    assert [r.type for r in records(path)] == ["session_start", "run_start"]  # nothing of it written
+
+    def mask(data: Dict[str, Any]) -> Dict[str, Any]:
+        return {**data, "request": "[redacted]"} if "request" in data else data
+
+    def add(data: Dict[str, Any]) -> Dict[str, Any]:
+        return {**data, "request": {"config": {}}} if "execution" in data else data
+
+    for redact in (mask, add):
+        path = tmp_path / f"{redact.__name__}.jsonl"
+        with session.create(path, redact=redact) as s, s.begin_run() as run:
+            run.record(Event("model_request", execution=MODEL, request=ModelRequest(POOL[:1], tools)))
+            run.record(Event("model_request", execution=MODEL))
+        session.open(path).close()
+        got: List[Any] = [r.data.get("request") for r in requests(path)]
+        if redact is mask:
+            assert got == ["[redacted]", None]
+        else:
+            assert got[1] == {"config": {}} and got[0]["tools"] == tools and len(got[0]["messages"]) == 1
+
+
+def test_a_list_the_host_changes_while_its_request_is_recorded_is_taken_as_it_was(tmp_path: Path) -> None:
+    context = [stamped("user", "A"), stamped("user", "B")]
+
+    def redact(data: Dict[str, Any]) -> Dict[str, Any]:
+        if "message" in data and len(context) == 2:
+            context.insert(0, stamped("user", "C"))  # another thread, say, as the line is made
+        return data
+
+    path = tmp_path / "s.jsonl"
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        for _ in range(2):
+            run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
+    texts = [
+        [m["value"]["content"][0]["text"] for m in r.data["request"]["messages"]] for r in requests(path)
+    ]
+    assert texts == [["A", "B"], ["C", "A", "B"]]
+
+
+@pytest.mark.parametrize("opener", ["gzip", "bz2", "lzma"])
+def test_find_in_a_compressed_file_resolves_its_request(tmp_path: Path, opener: str) -> None:
+    import importlib
+
+    one, two = record_both(tmp_path, contexts_of([("grow", 0), ("grow", 1), ("call", 0), ("grow", 2)]))
+    module = importlib.import_module(opener)
+    packed = tmp_path / f"s.jsonl.{opener}"
+    packed.write_bytes(module.compress(two.read_bytes()))
+    ref = CallRef(records(two)[0].session_id, records(two)[1].run_id or "", "m1", 1)
+    with module.open(packed, "rb") as f:
+        [request] = [r for r in session.find(f, ref) if r.type == "model_request"]
+    assert request.data == requests(one)[1].data
+
+
+def test_a_message_as_deep_as_the_reader_takes_opens_and_shows(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    objs = a_v2_file(path)
+    depth = session._parse_depth_limit() - 4  # in a message line: three levels more
+    objs[2]["data"]["message"] = "DEEP"
+    blob = blob_of(objs).replace(b'"DEEP"', b"[" * depth + b"]" * depth)
+    path.write_bytes(blob)
+    assert run_cli("validate", str(path)).returncode == 0
+
+    def deep(levels: int) -> None:
+        if levels:
+            deep(levels - 1)
+        else:
+            session.open(path).close()
+            assert len(list(session.iter_records(path))) == 7
+
+    deep(sys.getrecursionlimit() // 2)
+    assert (
+        run_cli("show", str(path)).returncode == 0 and run_cli("show", str(path), "--pretty").returncode == 0
+    )
