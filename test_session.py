@@ -3614,7 +3614,9 @@ if sys.platform != "win32":  # SIGUSR1, SIGALRM and setitimer are POSIX
             return step if opcodes and not fired else None
 
         def enter(frame: Any, event: str, arg: Any) -> Any:
-            if fired or frame.f_code.co_filename != code:
+            # __del__: the finalizer of an earlier session, when the collector runs here (what
+            # a handler raises there, Python prints and drops)
+            if fired or frame.f_code.co_filename != code or frame.f_code.co_name == "__del__":
                 return None
             return step(frame, event, arg)
 
