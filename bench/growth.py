@@ -12,9 +12,10 @@ of tool declarations.  Each turn records ``turn_start``, ``model_exec_start``,
 ``tool_exec_end`` and ``turn_end``.  Version 1 writes every request with its whole context, so
 its file grows with the square of the turns; version 2 writes each message once.
 
-Every event is built before the clock starts: "record" is the wall time of the ``Run.record``
-calls alone.  "validate" is ``session.main(["validate", FILE])`` (``python -m session
-validate``, in this process, its output thrown away); "iter_records" is
+Every message is built before the clock starts, and each turn's events just before the
+turn: "record" is the wall time of the ``Run.record`` calls alone, summed over the turns.
+"validate" is ``session.main(["validate", FILE])`` (``python -m session validate``, in this
+process, its output thrown away), per MB; "iter_records" is
 ``for r in session.iter_records(FILE): pass``, which gives each version-2 request back whole.
 Every ratio is the median of interleaved pairs (v1 then v2, v2 then v1, ...), and every time
 the median of its runs, because these machines are noisy.  Standard library only.
@@ -27,12 +28,13 @@ import contextlib
 import datetime as dt
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,7 +46,11 @@ TEXT = "The quick brown fox jumps over the lazy dog; sphinx of black quartz, jud
 TOOLS = [
     {"name": "read_file", "description": "Read a file of the project", "parameters": {"path": "string"}},
     {"name": "list_files", "description": "List a folder of the project", "parameters": {"folder": "string"}},
-    {"name": "grep", "description": "Search the project", "parameters": {"pattern": "string", "path": "string"}},
+    {
+        "name": "grep",
+        "description": "Search the project",
+        "parameters": {"pattern": "string", "in": "string"},
+    },
     {"name": "run_tests", "description": "Run the test suite", "parameters": {"select": "string"}},
 ]
 GOALS = {"size": 0.02, "speed-up": 20.0, "validate": 1.0}  # held at the largest number of turns
@@ -74,20 +80,27 @@ def timed(work: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def conversation(turns: int) -> List[session.Event]:
-    """Every event of *turns* turns, in order, built as a host builds them: the context grows by
-    an assistant reply and a tool result (~2 KB) a turn, and each request is a new list of the
-    host's same ``Message`` objects."""
-    messages: List[session.Message] = [
-        session.Message("system", [session.text_block("You are a careful coding agent.")], timestamp=T0),
-        session.Message("user", [session.text_block("Find what makes the tests slow.")], timestamp=T0),
-    ]
-    events: List[session.Event] = []
+class Turn(NamedTuple):
+    """What one turn adds to the context, built before any clock starts."""
+
+    number: int
+    reply: session.Message  # the assistant's: ~1 KB of text and a tool call
+    result: session.Message  # the tool's: ~1 KB
+    path: str
+    output: str
+
+
+HEAD = [
+    session.Message("system", [session.text_block("You are a careful coding agent.")], timestamp=T0),
+    session.Message("user", [session.text_block("Find what makes the tests slow.")], timestamp=T0),
+]
+
+
+def conversation(turns: int) -> List[Turn]:
+    """The messages of *turns* turns: the context grows by ~2 KB a turn."""
+    script = []
     for turn in range(1, turns + 1):
-        model = session.Execution(f"model-{turn}", "model", turn_index=turn)
-        call_id = f"call-{turn}"
-        tool = session.Execution(call_id, "tool", parent_id=model.id, turn_index=turn)
-        path = f"src/module_{turn}.py"
+        call_id, path = f"call-{turn}", f"src/module_{turn}.py"
         reply = session.Message(
             "assistant",
             [
@@ -99,36 +112,53 @@ def conversation(turns: int) -> List[session.Event]:
             timestamp=T0,
         )
         output = "".join(f"{n:4d}  {TEXT}\n" for n in range(turn, turn + 12))[:1000]
-        result = session.tool_result(call_id, output, timestamp=T0)
-        events += [
-            session.Event("turn_start", timestamp=T0, turn_index=turn),
-            session.Event("model_exec_start", timestamp=T0, execution=model),
-            session.Event(
-                "model_request", timestamp=T0, execution=model, request=session.ModelRequest(list(messages), TOOLS)
-            ),
-            session.Event("model_exec_end", timestamp=T0, execution=model, message=reply),
-            session.Event("message_end", timestamp=T0, execution=model, message=reply),
-            session.Event(
-                "tool_exec_start", timestamp=T0, execution=tool, tool_id=call_id, tool="read_file",
-                tool_label="Read file", args={"path": path},
-            ),
-            session.Event(
-                "tool_exec_end", timestamp=T0, execution=tool, tool_id=call_id, tool="read_file",
-                tool_label="Read file", result={"content": [{"type": "text", "text": output}]},
-            ),
-            session.Event("turn_end", timestamp=T0, turn_index=turn),
-        ]  # fmt: skip
-        messages += [reply, result]
-    return events
+        script.append(Turn(turn, reply, session.tool_result(call_id, output, timestamp=T0), path, output))
+    return script
 
 
-def record(path: Path, version: int, events: Sequence[session.Event]) -> float:
-    """Seconds to record *events* into a new session at *path* (replaced), version *version*:
-    the ``record`` calls only, not ``create`` (which syncs its first line) nor ``close``."""
+def turn_events(turn: Turn, context: List[session.Message]) -> List[session.Event]:
+    """The events of one turn, as a host's kernel hands them over: the request a new list of
+    the host's same ``Message`` objects, *context*."""
+    model = session.Execution(f"model-{turn.number}", "model", turn_index=turn.number)
+    call_id = f"call-{turn.number}"
+    tool = session.Execution(call_id, "tool", parent_id=model.id, turn_index=turn.number)
+    request = session.ModelRequest(list(context), TOOLS)
+    return [
+        session.Event("turn_start", timestamp=T0, turn_index=turn.number),
+        session.Event("model_exec_start", timestamp=T0, execution=model),
+        session.Event("model_request", timestamp=T0, execution=model, request=request),
+        session.Event("model_exec_end", timestamp=T0, execution=model, message=turn.reply),
+        session.Event("message_end", timestamp=T0, execution=model, message=turn.reply),
+        session.Event(
+            "tool_exec_start", timestamp=T0, execution=tool, tool_id=call_id, tool="read_file",
+            tool_label="Read file", args={"path": turn.path},
+        ),
+        session.Event(
+            "tool_exec_end", timestamp=T0, execution=tool, tool_id=call_id, tool="read_file",
+            tool_label="Read file", result={"content": [{"type": "text", "text": turn.output}]},
+        ),
+        session.Event("turn_end", timestamp=T0, turn_index=turn.number),
+    ]  # fmt: skip
+
+
+def record(path: Path, version: int, script: Sequence[Turn]) -> float:
+    """Seconds to record *script* into a new session at *path* (replaced), version *version*:
+    the ``record`` calls only, summed turn by turn; not building each turn's events (done
+    just before it, so that the process holds what a host holds: its messages and the
+    latest request), nor ``create`` (which syncs its first line) nor ``close``."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+    context = list(HEAD)
+    elapsed = 0.0
     with session.create(path, version=version) as s, s.begin_run() as run:
-        return timed(lambda: [run.record(event) for event in events])
+        for turn in script:
+            events = turn_events(turn, context)
+            start = time.perf_counter()
+            for event in events:
+                run.record(event)
+            elapsed += time.perf_counter() - start
+            context += [turn.reply, turn.result]
+    return elapsed
 
 
 def validate(path: Path) -> float:
@@ -157,37 +187,47 @@ def same_content(v1: Path, v2: Path) -> None:
     skip = {"session_start", "run_start", "run_close", "message", "tools"}
 
     def events(path: Path) -> List[Tuple[str, str, Any]]:
-        return [
-            (r.type, r.time, r.data) for r in session.iter_records(path) if r.type not in skip
-        ]
+        return [(r.type, r.time, r.data) for r in session.iter_records(path) if r.type not in skip]
 
     if events(v1) != events(v2):
         raise RuntimeError(f"{v1} and {v2} do not hold the same events")
 
 
+Times = Dict[str, List[float]]  # every run's seconds (validate: per MB) by what and version
+
+
+def measured(
+    times: Times, key: str, version: int, path: Path, work: Callable[[Path], float]
+) -> Callable[[], float]:
+    """*work* on *path*, its time kept in *times* as ``key + version``."""
+
+    def run() -> float:
+        elapsed = work(path)
+        times.setdefault(f"{key}{version}", []).append(elapsed)
+        return elapsed
+
+    return run
+
+
+def bench_record(paths: Dict[int, Path], turns: int, runs: int, times: Times) -> float:
+    """The speed-up of recording, v1 time over v2 time; leaves the last files at *paths*."""
+    script = conversation(turns)  # let go on return: the readers run without it
+
+    def recorder(version: int) -> Callable[[], float]:
+        return measured(times, "record", version, paths[version], lambda path: record(path, version, script))
+
+    return median_ratio(runs, recorder(1), recorder(2))
+
+
 def bench_turns(folder: Path, turns: int, runs: int) -> Dict[str, float]:
-    events = conversation(turns)
     paths = {version: folder / f"v{version}-{turns}.jsonl" for version in (1, 2)}
-    times: Dict[str, List[float]] = {key: [] for key in ("record1", "record2", "validate1", "validate2")}
-    times.update(iterate1=[], iterate2=[])
-
-    def measure(key: str, version: int, work: Callable[[Path], float]) -> Callable[[], float]:
-        def run() -> float:
-            elapsed = work(paths[version])
-            times[f"{key}{version}"].append(elapsed)
-            return elapsed
-
-        return run
-
-    def recorder(path: Path) -> float:
-        return record(path, 1 if path == paths[1] else 2, events)
-
-    figures: Dict[str, float] = {}
-    figures["speed-up"] = median_ratio(runs, measure("record", 1, recorder), measure("record", 2, recorder))
+    times: Times = {}
+    figures = {"speed-up": bench_record(paths, turns, runs, times)}
     if turns <= 100:  # reading the 1,000-turn version 1 into a list would take gigabytes
         same_content(paths[1], paths[2])
-    figures["validate"] = median_ratio(runs, measure("validate", 2, validate), measure("validate", 1, validate))
-    figures["iterate"] = median_ratio(runs, measure("iterate", 2, iterate), measure("iterate", 1, iterate))
+    for key, work in (("validate", validate), ("iterate", iterate)):
+        v2, v1 = (measured(times, key, version, paths[version], work) for version in (2, 1))
+        figures[key] = median_ratio(runs, v2, v1)
     figures.update({key: statistics.median(values) for key, values in times.items()})
     figures["bytes1"], figures["bytes2"] = (paths[v].stat().st_size for v in (1, 2))
     figures["size"] = figures["bytes2"] / figures["bytes1"]
@@ -236,7 +276,7 @@ def row(turns: int, f: Dict[str, float]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="10 and 100 turns only: a smoke test")
-    parser.add_argument("--dir", type=Path, default=None, help="where to write the files (default: the system's)")
+    parser.add_argument("--dir", type=Path, default=None, help="where the files go (default: the system's)")
     args = parser.parse_args(argv)
     plan = [(10, 5), (100, 5)] if args.quick else [(10, 15), (100, 9), (1000, 3)]
     need = 50 << 20 if args.quick else 2 << 30  # the 1,000-turn version-1 file is ~1.3 GB
@@ -252,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(HEADER, flush=True)
     largest: Dict[str, float] = {}
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # remove the files
     with tempfile.TemporaryDirectory(prefix="growth-", dir=where) as scratch:
         for turns, runs in plan:
             largest = bench_turns(Path(scratch), turns, runs)
