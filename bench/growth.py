@@ -1,6 +1,6 @@
 """The growth run: format version 1 against version 2 on a context that grows every turn.
 
-    python3 bench/growth.py            # 10, 100 and 1,000 turns: ~10 minutes, a 1.3 GB file at its peak
+    python3 bench/growth.py            # 10, 100 and 1,000 turns: about 10 minutes, a 1.2 GB file at its peak
     python3 bench/growth.py --quick    # 10 and 100 turns only: a smoke test of a few seconds
     python3 bench/growth.py --dir /big/disk  # where the files go (default: the system's temporary folder)
 
