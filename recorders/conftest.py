@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -152,3 +153,73 @@ def check_conversation(path: Path, answer: str) -> None:
     text = transcript(path)
     assert "user: add 2 and 3, and look up x" in text
     assert f"assistant: {answer}" in text
+
+
+def as_read(message: session.Message) -> Any:
+    """*message* as a reader gives it back from a file: its codec value, raw JSON parsed."""
+    encoded = session.JSONCodec().encode(message)
+    return json.loads(json.dumps(encoded, default=lambda raw: json.loads(raw.text)))
+
+
+def unstamped(value: Any) -> Any:
+    """A message as read back, without its timestamp."""
+    return {**value, "value": {k: v for k, v in value["value"].items() if k != "timestamp"}}
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def check_each_message_once(path: Path) -> dict[str, int]:
+    """Every message of the file's requests is written once (format version 2): one
+    ``message`` record per distinct message the requests send, in the order first sent, and
+    no two of them alike but for their timestamps (a message sent again, also by a later run
+    that resumed the conversation, is the one written before).  The figures: ``requests``,
+    ``messages`` (records), ``request_bytes`` (the lines of the requests and of the records
+    they refer to), ``whole_bytes`` (the requests' JSON, whole, as version 1 writes it),
+    ``checkpoint_bytes`` and ``file_bytes``."""
+    check_file(path)
+    records = list(session.iter_records(path))
+    requests = [r for r in records if r.type == "model_request"]
+    sent = [m for r in requests for m in r.data["request"]["messages"]]
+    written = [r for r in records if r.type == "message"]
+    assert [_text(r.data["message"]) for r in written] == list(dict.fromkeys(_text(m) for m in sent))
+    assert len(written) == len({_text(unstamped(m)) for m in sent})
+    sizes: dict[str, int] = {}
+    for line in path.read_bytes().splitlines(keepends=True):
+        kind = json.loads(line)["type"]
+        sizes[kind] = sizes.get(kind, 0) + len(line)
+    figures = {
+        "requests": len(requests),
+        "messages": len(written),
+        "request_bytes": sum(sizes.get(kind, 0) for kind in ("model_request", "message", "tools")),
+        "whole_bytes": sum(len(json.dumps(r.data, separators=(",", ":"))) for r in requests),
+        "checkpoint_bytes": sizes.get("checkpoint", 0),
+        "file_bytes": path.stat().st_size,
+    }
+    return figures
+
+
+@pytest.fixture
+def sent_messages(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[list[session.Message]]]:
+    """The messages of every model request recorded from here on, as given to ``Run.record``,
+    by run id."""
+    sent: dict[str, list[list[session.Message]]] = {}
+    record = session.Run.record
+
+    def spy(run: session.Run, event: session.Event) -> bool:
+        if event.type == "model_request" and isinstance(event.request, session.ModelRequest):
+            sent.setdefault(run.run_id, []).append(list(event.request.messages))
+        return record(run, event)
+
+    monkeypatch.setattr(session.Run, "record", spy)
+    return sent
+
+
+def check_converted_once(sent: dict[str, list[list[session.Message]]]) -> None:
+    """Within each run, a message sent again is the same ``session.Message`` object (the
+    writer of a version-2 file then neither checks nor encodes it again): as many objects as
+    distinct messages."""
+    for requests in sent.values():
+        objects = {id(message): message for messages in requests for message in messages}
+        assert len(objects) == len({_text(as_read(message)) for message in objects.values()})

@@ -45,7 +45,7 @@ import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pydantic
 import pydantic_core
@@ -126,6 +126,70 @@ def _unknown(value: Any) -> Any:
 _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
+_T = TypeVar("_T")
+
+
+def _content_key(value: Any) -> str:
+    """*value*'s content as text: its JSON (``to_json``), keys sorted."""
+    return json.dumps(to_json(value), sort_keys=True)
+
+
+def _fields(value: Any) -> tuple[int, ...]:
+    """The identities of the values of *value*'s fields (or items): changed when one of them
+    is given a new value."""
+    fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
+    return tuple(map(id, fields.values()))
+
+
+class _Converted(Generic[_T]):
+    """The conversation's messages as this recorder converted them the first time it saw
+    them (one per recorder).  A framework message sent again, the same object or one whose
+    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
+    is neither converted again nor, in a version-2 file, written or encoded again (the writer
+    knows a ``session.Message`` of the request before by the object).  Of equal messages in
+    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
+    fields was given a new value since is looked up by its content again (a value changed in
+    place, a list appended to, is not seen: replace it).  It keeps each distinct message
+    converted, and the framework's object, so that its id is not reused."""
+
+    def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
+        self._key = key
+        self._convert = convert
+        # id -> (the object, its fields' identities, its key, converted)
+        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
+        self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+
+    def all(self, sources: Sequence[Any]) -> list[_T]:
+        """Each of *sources*, one request's messages in order, as first converted."""
+        counts: dict[str, int] = {}
+        out: list[_T] = []
+        for source in sources:
+            hit = self._objects.get(id(source))
+            known = hit is not None and hit[0] is source
+            if hit is not None and known and hit[1] == _fields(source):
+                counts[hit[2]] = counts.get(hit[2], 0) + 1
+                out.append(hit[3])
+                continue
+            key = self._key(source)
+            nth = counts.get(key, 0)
+            counts[key] = nth + 1
+            seen = self._contents.setdefault(key, [])
+            fresh = nth >= len(seen)
+            if fresh:
+                seen.append(self._convert(source))
+            converted = seen[-1] if fresh else seen[nth]
+            if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                self._objects[id(source)] = (source, _fields(source), key, converted)
+            out.append(converted)
+        return out
+
+    def add(self, source: Any, converted: _T) -> None:
+        """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
+        key = self._key(source)
+        self._contents.setdefault(key, []).append(converted)
+        self._objects[id(source)] = (source, _fields(source), key, converted)
+
+
 def _aware(moment: datetime) -> datetime:
     """A naive time read as local time, as ``datetime.astimezone`` does; aware ones unchanged."""
     return moment if moment.tzinfo is not None else moment.astimezone()
@@ -137,9 +201,16 @@ def _aware(moment: datetime) -> datetime:
 def to_messages(message: pm.ModelMessage) -> list[session.Message]:
     """One pydantic-ai message as agentgo-shaped messages: a response is one assistant
     message; a request is one message per part (system, user, tool results)."""
-    if isinstance(message, pm.ModelResponse):
-        return [_response_message(message)]
-    return [_request_part_message(part) for part in message.parts]
+    return [_unit_message(unit) for unit in _units(message)]
+
+
+def _units(message: pm.ModelMessage) -> list[Any]:
+    """What ``to_messages`` makes one message of: a response, or each part of a request."""
+    return [message] if isinstance(message, pm.ModelResponse) else list(message.parts)
+
+
+def _unit_message(unit: Any) -> session.Message:
+    return _response_message(unit) if isinstance(unit, pm.ModelResponse) else _request_part_message(unit)
 
 
 def _request_part_message(part: Any) -> session.Message:
@@ -236,7 +307,7 @@ def _usage(response: pm.ModelResponse) -> session.Usage:
 
 
 def _request(
-    messages: Sequence[pm.ModelMessage],
+    messages: list[session.Message],
     settings: ModelSettings | None,
     params: ModelRequestParameters,
     model: str,
@@ -254,7 +325,7 @@ def _request(
     config = session.CallConfig(
         max_tokens=limit if isinstance(limit, int) else 0, extra={"model": model, **extra}
     )
-    return session.ModelRequest([m for message in messages for m in to_messages(message)], tools, config)
+    return session.ModelRequest(messages, tools, config)
 
 
 # ---------------------------------------------------------------------------- the capability
@@ -283,6 +354,11 @@ class SessionRecorder(AbstractCapability[Any]):
     _tools: dict[str, session.Execution] = field(default_factory=dict, init=False)
     _tool_calls: int = field(default=0, init=False)
     _tool_errors: int = field(default=0, init=False)
+    # every response and request part converted once: the same object whenever it is sent again
+    # (per part: pydantic-ai and capabilities add parts to a request after the hooks saw it)
+    _converted: _Converted[session.Message] = field(
+        default_factory=lambda: _Converted(_content_key, _unit_message), init=False
+    )
 
     def history(self) -> list[pm.ModelMessage]:
         """The message history of the session's latest checkpoint; empty when it has none."""
@@ -420,11 +496,11 @@ class SessionRecorder(AbstractCapability[Any]):
 
     def _commit(self, history: Sequence[pm.ModelMessage]) -> None:
         """``message_end`` for every history message not yet written."""
-        for message in history[max(self._seen, 0) :]:
-            for converted in to_messages(message):
-                self._record(
-                    "message_end", execution=self._execution_of(message, converted), message=converted
-                )
+        units = [(at, unit) for at, message in enumerate(history) for unit in _units(message)]
+        for (at, _), converted in zip(units, self._converted.all([unit for _, unit in units])):
+            if at >= max(self._seen, 0):
+                execution = self._execution_of(history[at], converted)
+                self._record("message_end", execution=execution, message=converted)
         self._seen = len(history)
 
     def _execution_of(self, message: pm.ModelMessage, converted: session.Message) -> session.Execution | None:
@@ -458,9 +534,8 @@ class SessionRecorder(AbstractCapability[Any]):
             self._record("retry", execution=execution, retry=info, error=self._last_error)
         self._model = execution
         self._record("model_exec_start", execution=execution)
-        self._record(
-            "model_request", execution=execution, request=_request(messages, settings, params, model)
-        )
+        sent = self._converted.all([unit for message in messages for unit in _units(message)])
+        self._record("model_request", execution=execution, request=_request(sent, settings, params, model))
         return execution
 
     def _attempt_end(

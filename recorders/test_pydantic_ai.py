@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
@@ -13,8 +14,11 @@ from typing import Any
 import pytest
 from conftest import (
     SECRET,
+    as_read,
     check_aborted,
     check_conversation,
+    check_converted_once,
+    check_each_message_once,
     check_file,
     check_redacted,
     check_tool_failures,
@@ -26,17 +30,20 @@ from conftest import (
 
 need("pydantic_ai")
 
-from pydantic_ai import Agent, ModelRetry, ToolFailed
-from pydantic_ai.capabilities import ModelFallback
+from pydantic_ai import Agent, ModelRetry, RunContext, ToolFailed
+from pydantic_ai.capabilities import AbstractCapability, ModelFallback
 from pydantic_ai.exceptions import ModelRateLimitError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    ModelResponsePart,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
@@ -243,6 +250,97 @@ def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> Non
     ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
     assert ids == ["model-1", "model-2"]  # the resumed run goes on counting turns
     assert [m.role for m in messages(path)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_each_message_is_written_once(
+    tmp_path: Path, sent_messages: dict[str, list[list[session.Message]]]
+) -> None:
+    """Seven model calls over two runs, the second resuming the first's conversation: each
+    message is written once, and every request reads back as the messages the model got."""
+    path = tmp_path / "chat.jsonl"
+    plan: list[list[ModelResponsePart]] = [
+        [ToolCallPart("read", {"page": 1}, "call-1"), ToolCallPart("read", {"page": 2}, "call-2")],
+        [ToolCallPart("read", '{"page": 3}', "call-3")],
+        [ToolCallPart("read", {"page": 4}, "call-4")],
+        [TextPart("read 4 pages")],
+        [ToolCallPart("read", {"page": 5}, "call-5")],
+        [ToolCallPart("read", {"page": 6}, "call-6")],
+        [TextPart("read 6 pages")],
+    ]
+    sent: list[list[Any]] = []  # what each model call got, as the file would hold it
+
+    def read_on(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(as_sent(messages))
+        return ModelResponse(plan[len(sent) - 1], usage=RequestUsage(input_tokens=10, output_tokens=2))
+
+    agent = Agent(FunctionModel(read_on), system_prompt="Read what you are asked to.")
+
+    @agent.tool_plain
+    def read(page: int) -> str:
+        return f"page {page}: " + "lorem ipsum " * 300
+
+    async def turn(prompt: str) -> str:
+        async with recording(path, checkpoint=True) as recorder:
+            result = await agent.run(prompt, message_history=recorder.history(), capabilities=[recorder])
+        return result.output
+
+    assert asyncio.run(turn("read pages 1 to 4")) == "read 4 pages"
+    assert asyncio.run(turn("and pages 5 and 6")) == "read 6 pages"
+
+    figures = check_each_message_once(path)
+    # system, prompt, 3 x (calls, results), answer; prompt, 2 x (call, result)
+    assert (figures["requests"], figures["messages"]) == (7, 15)
+    assert figures["request_bytes"] * 3 < figures["whole_bytes"], figures  # 3.1 to 3.4 times less
+    assert [e.request["messages"] if e.request else None for e in events(path, "model_request")] == sent
+    written = Counter(r.run_id for r in session.iter_records(path) if r.type == "message")
+    assert list(written.values()) == [9, 6]  # the resumed run wrote its new messages only
+    assert [len(requests) for requests in sent_messages.values()] == [4, 3]
+    check_converted_once(sent_messages)
+
+
+def as_sent(messages: list[ModelMessage]) -> list[Any]:
+    """*messages* converted anew, as a file would hold them."""
+    return [as_read(m) for message in messages for m in to_messages(message)]
+
+
+@dataclasses.dataclass
+class Remind(AbstractCapability[Any]):
+    """A capability that adds a part to each request after the recorder's hook saw it."""
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        last = request_context.messages[-1]
+        assert isinstance(last, ModelRequest)
+        last.parts = [*last.parts, UserPromptPart(f"reminder {len(request_context.messages)}")]
+        return request_context
+
+
+def test_a_part_added_after_the_recorders_hook_is_sent(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    sent: list[list[Any]] = []
+
+    def add_twice(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(as_sent(messages))
+        if len(sent) < 3:
+            return ModelResponse([ToolCallPart("add", {"a": len(sent), "b": 1}, f"call-{len(sent)}")])
+        return ModelResponse([TextPart("done")])
+
+    agent = Agent(FunctionModel(add_twice))
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await agent.run("add", capabilities=[recorder, Remind()])
+
+    asyncio.run(main())
+    requests = [e.request["messages"] if e.request else None for e in events(path, "model_request")]
+    assert [len(request or []) for request in requests] == [2, 5, 8]  # a reminder in each
+    assert requests == sent
+    check_each_message_once(path)
 
 
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
