@@ -46,9 +46,10 @@ import functools
 import json
 import os
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 import pydantic
@@ -128,6 +129,144 @@ _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 # ---------------------------------------------------------------------------- messages
+
+_T = TypeVar("_T")
+
+
+def _content_key(value: Any) -> str:
+    """*value*'s content as text: its JSON (``to_json``), keys sorted."""
+    return json.dumps(to_json(value), sort_keys=True)
+
+
+def _fields(value: Any) -> tuple[int, ...]:
+    """The identities of the values of *value*'s fields (or items): changed when one of them
+    is given a new value."""
+    fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
+    return tuple(map(id, fields.values()))
+
+
+class _Converted(Generic[_T]):
+    """The conversation's messages as this recorder converted them the first time it saw
+    them (one per recorder).  A framework message sent again, the same object or one whose
+    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
+    is neither converted again nor, in a version-2 file, written or encoded again (the writer
+    knows a ``session.Message`` of the request before by the object).  Of equal messages in
+    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
+    fields was given a new value since is looked up by its content again (a value changed in
+    place, a list appended to, is not seen: replace it).  It keeps each distinct message
+    converted, and the framework's object, so that its id is not reused."""
+
+    def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
+        self._key = key
+        self._convert = convert
+        # id -> (the object, its fields' identities, its key, converted)
+        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
+        self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+
+    def all(self, sources: Sequence[Any]) -> list[_T]:
+        """Each of *sources*, one request's messages in order, as first converted."""
+        counts: dict[str, int] = {}
+        out: list[_T] = []
+        for source in sources:
+            hit = self._objects.get(id(source))
+            known = hit is not None and hit[0] is source
+            if hit is not None and known and hit[1] == _fields(source):
+                counts[hit[2]] = counts.get(hit[2], 0) + 1
+                out.append(hit[3])
+                continue
+            key = self._key(source)
+            nth = counts.get(key, 0)
+            counts[key] = nth + 1
+            seen = self._contents.setdefault(key, [])
+            fresh = nth >= len(seen)
+            if fresh:
+                seen.append(self._convert(source))
+            converted = seen[-1] if fresh else seen[nth]
+            if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                self._objects[id(source)] = (source, _fields(source), key, converted)
+            out.append(converted)
+        return out
+
+    def add(self, source: Any, converted: _T) -> None:
+        """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
+        key = self._key(source)
+        self._contents.setdefault(key, []).append(converted)
+        self._objects[id(source)] = (source, _fields(source), key, converted)
+
+
+_CODEC = session.JSONCodec()
+
+
+class _Recalled:
+    """When the messages of a resumed conversation were first recorded: those of the latest
+    model request before the checkpoint its history comes from, by their content.  A history
+    message converted anew (this framework's messages carry no time of their own) takes the
+    time it was recorded with, so that a version-2 file refers to the record it holds rather
+    than writing the message again."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, deque[datetime | None]] = {}
+        self._left = 0
+
+    def load(self, path: str, before: int) -> None:
+        """Learn the messages of the latest model request before the record *before* of the
+        session file at *path* (it reads the file: call it in a worker thread); a file that
+        cannot be read teaches nothing."""
+        try:
+            sent = _sent_before(path, before)
+        except (OSError, ValueError, session.SessionError):
+            return
+        for value in sent:
+            with contextlib.suppress(session.CodecError, TypeError, ValueError):
+                message = _CODEC.decode(value)
+                if isinstance(message, session.Message):
+                    self._times.setdefault(_unstamped(value), deque()).append(message.timestamp)
+                    self._left += 1
+
+    def stamp(self, message: session.Message) -> session.Message:
+        """*message*, given the time it was recorded with if it is one of those learnt."""
+        if self._left:
+            with contextlib.suppress(session.CodecError, TypeError, ValueError):
+                times = self._times.get(_unstamped(_CODEC.encode(message)))
+                if times:
+                    message.timestamp = times.popleft()
+                    self._left -= 1
+        return message
+
+
+def _sent_before(path: str, before: int) -> list[Any]:
+    """The messages, as read back, of the latest model request before the record *before* of
+    the session file at *path*; an empty list when there is none."""
+    latest: session.Record | None = None
+    for record in session.iter_records(path, resolve=False):
+        if record.seq >= before:
+            break
+        if record.type == "model_request":
+            latest = record
+    ref = latest.ref if latest is not None else None
+    if latest is None or ref is None:
+        return []
+    for record in session.find(path, ref):
+        request = record.data.get("request")
+        if record.seq == latest.seq and isinstance(request, dict):
+            messages = request.get("messages")
+            return messages if isinstance(messages, list) else []
+    return []
+
+
+def _unstamped(value: Any) -> str:
+    """A message's codec value as text without its timestamp: raw JSON parsed, keys sorted."""
+    inner = value.get("value") if isinstance(value, dict) else None
+    if isinstance(inner, dict):
+        value = {**value, "value": {key: item for key, item in inner.items() if key != "timestamp"}}
+    return json.dumps(value, sort_keys=True, default=_parsed)
+
+
+def _parsed(value: Any) -> Any:
+    if isinstance(value, session.RawJSON):
+        return json.loads(value.text)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
 
 _STOP_REASONS = {"stop": "stop", "end_turn": "stop", "length": "length", "max_tokens": "length"}
 
@@ -209,7 +348,7 @@ def _usage(message: AIMessage) -> session.Usage | None:
     }
 
 
-def _request(messages: Sequence[BaseMessage], params: dict[str, Any]) -> session.ModelRequest:
+def _request(messages: list[session.Message], params: dict[str, Any]) -> session.ModelRequest:
     tools = [to_json(tool) for tool in params.get("tools") or []]
     rest = {key: value for key, value in params.items() if key not in ("tools", "tool_choice", "max_tokens")}
     config = session.CallConfig(
@@ -217,7 +356,7 @@ def _request(messages: Sequence[BaseMessage], params: dict[str, Any]) -> session
         tool_choice=to_json(params.get("tool_choice")),
         extra=to_json(rest),
     )
-    return session.ModelRequest([to_message(message) for message in messages], tools, config)
+    return session.ModelRequest(messages, tools, config)
 
 
 # ---------------------------------------------------------------------------- the handler
@@ -253,12 +392,17 @@ class SessionRecorder(AsyncCallbackHandler):
         self._finished: dict[str, session.Execution] = {}  # tool call id -> its execution
         self._tool_calls = 0
         self._tool_errors = 0
+        # every message converted once: the same object whenever it is sent again
+        self._converted = _Converted(_content_key, self._first_seen)
+        self._recalled = _Recalled()  # when the history's messages were recorded
+        self._recall = 0  # the seq of the checkpoint the history came from, until recalled
 
     def history(self) -> list[BaseMessage]:
         """The messages of the session's latest checkpoint; empty when it has none."""
         saved = self._source.load_checkpoint() if self._source is not None else None
         messages = [] if saved is None else messages_from_dict(saved.snapshot)
         self._history = len(messages)
+        self._recall = 0 if saved is None else saved.seq
         return messages
 
     def ref(self, execution: session.Execution) -> session.CallRef:
@@ -289,7 +433,7 @@ class SessionRecorder(AsyncCallbackHandler):
         messages = outputs.get("messages") if isinstance(outputs, dict) else None
         with self._lock:
             if isinstance(messages, list):
-                self._commit(messages)
+                self._commit(messages, self._converted.all(messages))
             self._end_turn()
         if self.checkpoint and isinstance(messages, list):
             await asyncio.to_thread(self.run.save_checkpoint, to_json(messages_to_dict(messages)))
@@ -317,9 +461,13 @@ class SessionRecorder(AsyncCallbackHandler):
         **kwargs: Any,
     ) -> None:
         sent = messages[0] if messages else []
+        if self._recall and self._source is not None:
+            before, self._recall = self._recall, 0
+            await asyncio.to_thread(self._recalled.load, self._source.path, before)
         with self._lock:
+            converted = self._converted.all(sent)
             retry = self._failed and self._model is not None
-            ended = not retry and self._close_turn(sent)
+            ended = not retry and self._close_turn(sent, converted)
         if ended and self.checkpoint:
             await asyncio.to_thread(self.run.save_checkpoint, to_json(messages_to_dict(sent)))
         with self._lock:
@@ -336,7 +484,7 @@ class SessionRecorder(AsyncCallbackHandler):
             self._calls[run_id] = execution
             self._record("model_exec_start", execution=execution)
             params = to_json(kwargs.get("invocation_params") or {})
-            self._record("model_request", execution=execution, request=_request(sent, params))
+            self._record("model_request", execution=execution, request=_request(converted, params))
 
     async def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         generation = response.generations[0][0] if response.generations and response.generations[0] else None
@@ -344,7 +492,11 @@ class SessionRecorder(AsyncCallbackHandler):
         with self._lock:
             if run_id not in self._calls:
                 return
-            converted = to_message(message) if message is not None else session.Message("assistant", [])
+            if message is None:
+                converted = session.Message("assistant", [])
+            else:  # the next request sends this message as it is now: with the time it came
+                converted = to_message(message)
+                self._converted.add(message, converted)
             self._end_call(run_id, converted, None)
             self._record("message_end", execution=self._model, message=converted)
 
@@ -395,12 +547,12 @@ class SessionRecorder(AsyncCallbackHandler):
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
 
-    def _close_turn(self, sent: Sequence[BaseMessage]) -> bool:
-        """Commit what *sent* adds and end the turn before; whether there was one."""
+    def _close_turn(self, sent: Sequence[BaseMessage], converted: list[session.Message]) -> bool:
+        """Commit what *sent* (*converted*) adds and end the turn before; whether there was one."""
         if self._seen < 0:  # the first call: what came from the checkpoint is history
             self._seen = self._history
             self._turn = sum(isinstance(message, AIMessage) for message in sent[: self._history])
-        self._commit(sent)
+        self._commit(sent, converted)
         ended = self._model is not None
         self._end_turn()
         return ended
@@ -431,15 +583,21 @@ class SessionRecorder(AsyncCallbackHandler):
             error=error,
         )
 
-    def _commit(self, messages: Sequence[BaseMessage]) -> None:
-        """``message_end`` for the input messages not yet written; a model's own messages were
-        written when its response came (``on_llm_end``)."""
-        for message in messages[max(self._seen, 0) :]:
+    def _commit(self, messages: Sequence[BaseMessage], converted: list[session.Message]) -> None:
+        """``message_end`` for the input messages (*converted*) not yet written; a model's own
+        messages were written when its response came (``on_llm_end``)."""
+        start = max(self._seen, 0)
+        for message, sent in zip(messages[start:], converted[start:]):
             if isinstance(message, AIMessage):
                 continue
             call_id = message.tool_call_id if isinstance(message, ToolMessage) else ""
-            self._record("message_end", execution=self._finished.get(call_id), message=to_message(message))
+            self._record("message_end", execution=self._finished.get(call_id), message=sent)
         self._seen = len(messages)
+
+    def _first_seen(self, message: BaseMessage) -> session.Message:
+        """*message* converted, the first time it is seen: a message of the history takes the
+        time it was recorded with."""
+        return self._recalled.stamp(to_message(message))
 
     def _end_turn(self) -> None:
         if self._turn and self._model is not None:

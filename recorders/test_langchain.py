@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+from collections import Counter
 from collections.abc import AsyncGenerator, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -14,8 +15,11 @@ from typing import Any, cast
 import pytest
 from conftest import (
     SECRET,
+    as_read,
     check_aborted,
     check_conversation,
+    check_converted_once,
+    check_each_message_once,
     check_file,
     check_redacted,
     check_tool_failures,
@@ -23,19 +27,21 @@ from conftest import (
     messages,
     need,
     scrub,
+    unstamped,
 )
 
 need("langgraph")
 
+from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import BaseTool, tool
 from langgraph.errors import NodeCancelledError
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from session_langchain import SessionRecorder, recording
+from session_langchain import SessionRecorder, recording, to_message
 
 import session
 
@@ -255,6 +261,109 @@ def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> Non
     ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
     assert ids == ["model-1", "model-2"]  # the resumed run goes on counting turns
     assert [m.role for m in messages(path)] == ["user", "assistant", "user", "assistant"]
+
+
+@tool
+def read(page: int) -> str:
+    """Read a page."""
+    return f"page {page}: " + "lorem ipsum " * 300
+
+
+class Sent(AsyncCallbackHandler):
+    """The messages of every chat model call, as the model got them, converted anew as a
+    file would hold them, without their timestamps."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        self.calls: list[list[Any]] = []
+
+    async def on_chat_model_start(
+        self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
+    ) -> None:
+        self.calls.append([unstamped(as_read(to_message(m))) for m in messages[0]])
+
+
+def unstamped_requests(path: Path) -> list[list[Any]]:
+    """The messages of every model request of the file at *path*, without their timestamps."""
+    return [
+        [unstamped(m) for m in e.request["messages"]] if e.request else []
+        for e in events(path, "model_request")
+    ]
+
+
+def test_each_message_is_written_once(
+    tmp_path: Path, sent_messages: dict[str, list[list[session.Message]]]
+) -> None:
+    """Seven model calls over two runs, the second resuming the first's conversation: each
+    message is written once, with the time it was first seen, and every request reads back as
+    the messages the model got."""
+    path = tmp_path / "chat.jsonl"
+
+    def read_calls(*pages: int) -> AIMessage:
+        calls = [{"name": "read", "args": {"page": n}, "id": f"call-{n}", "type": "tool_call"} for n in pages]
+        return reply(tokens=10, calls=calls)
+
+    first_run = (read_calls(1, 2), read_calls(3), read_calls(4), reply("read 4 pages"))
+    script = Script(*first_run, read_calls(5), read_calls(6), reply("read 6 pages"))
+    graph = agent(GenericFakeChatModel(messages=script), [read])
+    sent = Sent()
+
+    async def turn(*messages: BaseMessage) -> Any:
+        async with recording(path, checkpoint=True) as recorder:
+            state = await graph.ainvoke(
+                {"messages": [*recorder.history(), *messages]}, {"callbacks": [recorder, sent]}
+            )
+        return state["messages"][-1].content
+
+    first = (SystemMessage("Read what you are asked to."), HumanMessage("read pages 1 to 4"))
+    assert asyncio.run(turn(*first)) == "read 4 pages"
+    assert asyncio.run(turn(HumanMessage("and pages 5 and 6"))) == "read 6 pages"
+
+    figures = check_each_message_once(path)
+    # system, prompt, 3 x (calls, results), answer; prompt, 2 x (call, result)
+    assert (figures["requests"], figures["messages"]) == (7, 15)
+    assert figures["request_bytes"] * 3 < figures["whole_bytes"], figures  # 3.1 to 3.4 times less
+    assert unstamped_requests(path) == sent.calls
+    requests = [e.request["messages"] if e.request else [] for e in events(path, "model_request")]
+    for request in requests:  # each message has the time it was first seen
+        times = [m["value"]["timestamp"] for m in request]
+        assert times == sorted(times)
+    written = Counter(r.run_id for r in session.iter_records(path) if r.type == "message")
+    assert list(written.values()) == [9, 6]  # the resumed run wrote its new messages only
+    assert [len(requests) for requests in sent_messages.values()] == [4, 3]
+    check_converted_once(sent_messages)
+
+
+def test_a_message_changed_in_place_is_sent_as_it_is_now(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [[{"name": "read", "args": {"page": n}, "id": f"call-{n}", "type": "tool_call"}] for n in (1, 2)]
+    model = GenericFakeChatModel(messages=Script(reply(calls=calls[0]), reply(calls=calls[1]), reply("done")))
+    called = 0
+
+    def clear_the_first_page(messages: list[BaseMessage]) -> list[BaseMessage]:
+        nonlocal called
+        called += 1
+        if called == 3:  # what a host trimming its context may do
+            messages[2].content = "[cleared]"
+        return messages
+
+    async def aclear_the_first_page(messages: list[BaseMessage]) -> list[BaseMessage]:
+        return clear_the_first_page(messages)
+
+    graph = agent(RunnableLambda(clear_the_first_page, afunc=aclear_the_first_page) | model, [read])
+    sent = Sent()
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await graph.ainvoke(
+                {"messages": [HumanMessage("read two pages")]}, {"callbacks": [recorder, sent]}
+            )
+
+    asyncio.run(main())
+    assert unstamped_requests(path) == sent.calls
+    assert sent.calls[2][2]["value"]["content"] == [{"type": "text", "text": "[cleared]"}]
+    assert check_each_message_once(path)["messages"] == 6  # the page, and the page cleared
 
 
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
