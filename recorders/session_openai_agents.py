@@ -47,9 +47,10 @@ import functools
 import json
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pydantic
 import pydantic_core
@@ -146,6 +147,144 @@ _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 # ---------------------------------------------------------------------------- messages
 
+_T = TypeVar("_T")
+
+
+def _content_key(value: Any) -> str:
+    """*value*'s content as text: its JSON (``to_json``), keys sorted."""
+    return json.dumps(to_json(value), sort_keys=True)
+
+
+def _fields(value: Any) -> tuple[int, ...]:
+    """The identities of the values of *value*'s fields (or items): changed when one of them
+    is given a new value."""
+    fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
+    return tuple(map(id, fields.values()))
+
+
+class _Converted(Generic[_T]):
+    """The conversation's messages as this recorder converted them the first time it saw
+    them (one per recorder).  A framework message sent again, the same object or one whose
+    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
+    is neither converted again nor, in a version-2 file, written or encoded again (the writer
+    knows a ``session.Message`` of the request before by the object).  Of equal messages in
+    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
+    fields was given a new value since is looked up by its content again (a value changed in
+    place, a list appended to, is not seen: replace it).  It keeps each distinct message
+    converted, and the framework's object, so that its id is not reused."""
+
+    def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
+        self._key = key
+        self._convert = convert
+        # id -> (the object, its fields' identities, its key, converted)
+        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
+        self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+
+    def all(self, sources: Sequence[Any]) -> list[_T]:
+        """Each of *sources*, one request's messages in order, as first converted."""
+        counts: dict[str, int] = {}
+        out: list[_T] = []
+        for source in sources:
+            hit = self._objects.get(id(source))
+            known = hit is not None and hit[0] is source
+            if hit is not None and known and hit[1] == _fields(source):
+                counts[hit[2]] = counts.get(hit[2], 0) + 1
+                out.append(hit[3])
+                continue
+            key = self._key(source)
+            nth = counts.get(key, 0)
+            counts[key] = nth + 1
+            seen = self._contents.setdefault(key, [])
+            fresh = nth >= len(seen)
+            if fresh:
+                seen.append(self._convert(source))
+            converted = seen[-1] if fresh else seen[nth]
+            if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                self._objects[id(source)] = (source, _fields(source), key, converted)
+            out.append(converted)
+        return out
+
+    def add(self, source: Any, converted: _T) -> None:
+        """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
+        key = self._key(source)
+        self._contents.setdefault(key, []).append(converted)
+        self._objects[id(source)] = (source, _fields(source), key, converted)
+
+
+_CODEC = session.JSONCodec()
+
+
+class _Recalled:
+    """When the messages of a resumed conversation were first recorded: those of the latest
+    model request before the checkpoint its history comes from, by their content.  A history
+    message converted anew (this framework's messages carry no time of their own) takes the
+    time it was recorded with, so that a version-2 file refers to the record it holds rather
+    than writing the message again."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, deque[datetime | None]] = {}
+        self._left = 0
+
+    def load(self, path: str, before: int) -> None:
+        """Learn the messages of the latest model request before the record *before* of the
+        session file at *path* (it reads the file: call it in a worker thread); a file that
+        cannot be read teaches nothing."""
+        try:
+            sent = _sent_before(path, before)
+        except (OSError, ValueError, session.SessionError):
+            return
+        for value in sent:
+            with contextlib.suppress(session.CodecError, TypeError, ValueError):
+                message = _CODEC.decode(value)
+                if isinstance(message, session.Message):
+                    self._times.setdefault(_unstamped(value), deque()).append(message.timestamp)
+                    self._left += 1
+
+    def stamp(self, message: session.Message) -> session.Message:
+        """*message*, given the time it was recorded with if it is one of those learnt."""
+        if self._left:
+            with contextlib.suppress(session.CodecError, TypeError, ValueError):
+                times = self._times.get(_unstamped(_CODEC.encode(message)))
+                if times:
+                    message.timestamp = times.popleft()
+                    self._left -= 1
+        return message
+
+
+def _sent_before(path: str, before: int) -> list[Any]:
+    """The messages, as read back, of the latest model request before the record *before* of
+    the session file at *path*; an empty list when there is none."""
+    latest: session.Record | None = None
+    for record in session.iter_records(path, resolve=False):
+        if record.seq >= before:
+            break
+        if record.type == "model_request":
+            latest = record
+    ref = latest.ref if latest is not None else None
+    if latest is None or ref is None:
+        return []
+    for record in session.find(path, ref):
+        request = record.data.get("request")
+        if record.seq == latest.seq and isinstance(request, dict):
+            messages = request.get("messages")
+            return messages if isinstance(messages, list) else []
+    return []
+
+
+def _unstamped(value: Any) -> str:
+    """A message's codec value as text without its timestamp: raw JSON parsed, keys sorted."""
+    inner = value.get("value") if isinstance(value, dict) else None
+    if isinstance(inner, dict):
+        value = {**value, "value": {key: item for key, item in inner.items() if key != "timestamp"}}
+    return json.dumps(value, sort_keys=True, default=_parsed)
+
+
+def _parsed(value: Any) -> Any:
+    if isinstance(value, session.RawJSON):
+        return json.loads(value.text)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 _MODEL_ITEMS = {"function_call", "reasoning", "computer_call", "web_search_call", "file_search_call"}
 
 
@@ -159,19 +298,31 @@ def to_messages(items: Sequence[Any], usage: session.Usage | None = None) -> lis
     model-produced items is one assistant message (with *usage*, if given); user, system and
     developer messages and tool outputs are one message each."""
     now = datetime.now(timezone.utc)
-    out: list[session.Message] = []
-    assistant: list[session.ContentBlock] = []
-    for item in (to_json(item) for item in items):
+    return [_unit_message(unit, usage, now) for _, unit in _units(items)]
+
+
+def _units(items: Sequence[Any]) -> list[tuple[int, Any]]:
+    """*items* as JSON, one unit per message ``to_messages`` makes: a run of model-produced
+    items as a tuple, any other item alone; each with the index of its first item."""
+    out: list[tuple[int, Any]] = []
+    run: list[Any] = []
+    for at, item in enumerate(to_json(item) for item in items):
         if isinstance(item, dict) and _is_model_item(item):
-            assistant += _assistant_blocks(item)
+            run.append(item)
             continue
-        if assistant:
-            out.append(_assistant(assistant, usage, now))
-            assistant = []
-        out.append(_input_message(item, now))
-    if assistant:
-        out.append(_assistant(assistant, usage, now))
+        if run:
+            out.append((at - len(run), tuple(run)))
+            run = []
+        out.append((at, item))
+    if run:
+        out.append((len(items) - len(run), tuple(run)))
     return out
+
+
+def _unit_message(unit: Any, usage: session.Usage | None, now: datetime) -> session.Message:
+    if isinstance(unit, tuple):
+        return _assistant([block for item in unit for block in _assistant_blocks(item)], usage, now)
+    return _input_message(unit, now)
 
 
 def _response_message(response: ModelResponse) -> session.Message:
@@ -270,18 +421,19 @@ def _tool_json(tool: Tool) -> dict[str, Any]:
     return {"name": tool.name, "type": type(tool).__name__}
 
 
+def _input_list(system: str | None, items: str | list[TResponseInputItem]) -> list[Any]:
+    """What a model call sends, as input items: the system instructions first."""
+    listed: list[Any] = [{"role": "user", "content": items}] if isinstance(items, str) else items
+    return [{"role": "system", "content": system}, *listed] if system else listed
+
+
 def _request(
-    system: str | None,
-    items: str | list[TResponseInputItem],
+    messages: list[session.Message],
     settings: ModelSettings,
     tools: list[Tool],
     output: AgentOutputSchemaBase | None,
     model: str,
 ) -> session.ModelRequest:
-    listed: list[Any] = [{"role": "user", "content": items}] if isinstance(items, str) else items
-    messages = ([session.Message("system", [session.text_block(system)])] if system else []) + to_messages(
-        listed
-    )
     config = session.CallConfig(
         max_tokens=settings.max_tokens if isinstance(settings.max_tokens, int) else 0,
         tool_choice=to_json(settings.tool_choice),
@@ -326,12 +478,17 @@ class SessionRecorder(RunHooks[Any]):
         self._begun: dict[str, float] = {}  # when a tool call started (on_tool_start), by call id
         self._tool_calls = 0
         self._tool_errors = 0
+        # every message converted once: the same object whenever it is sent again
+        self._converted = _Converted(_content_key, self._first_seen)
+        self._recalled = _Recalled()  # when the history's messages were recorded
+        self._recall = 0  # the seq of the checkpoint the history came from, until recalled
 
     def history(self) -> list[TResponseInputItem]:
         """The input list of the session's latest checkpoint; empty when it has none."""
         saved = self._source.load_checkpoint() if self._source is not None else None
         items: list[TResponseInputItem] = [] if saved is None else list(saved.snapshot)
         self._history = len(items)
+        self._recall = 0 if saved is None else saved.seq
         return items
 
     def ref(self, execution: session.Execution) -> session.CallRef:
@@ -386,11 +543,14 @@ class SessionRecorder(RunHooks[Any]):
         system_prompt: str | None,
         input_items: list[TResponseInputItem],
     ) -> None:
+        if self._recall and self._source is not None:
+            before, self._recall = self._recall, 0
+            await asyncio.to_thread(self._recalled.load, self._source.path, before)
         if self._turn == 0:  # the first call: what came from the checkpoint is history
             self._seen = self._history
             earlier = to_messages(input_items[: self._history])
             self._turn = sum(message.role == "assistant" for message in earlier)
-        self._commit(input_items)
+        self._commit(input_items, system_prompt)
         if self._in_turn:
             self._end_turn()
             if self.checkpoint:
@@ -456,16 +616,31 @@ class SessionRecorder(RunHooks[Any]):
             error=error,
         )
 
-    def _commit(self, items: Sequence[Any]) -> None:
+    def _commit(self, items: list[Any], system: str | None = None) -> None:
         """``message_end`` for the input items not yet written; a model's own items were
-        written when its response came (``on_llm_end``)."""
-        fresh = [item for item in items[max(self._seen, 0) :] if not _is_model_item(to_json(item))]
-        for message in to_messages(fresh):
+        written when its response came (``on_llm_end``).  The items of a model call are
+        converted here, in the order sent (its *system* instructions first)."""
+        units = _units(_input_list(system, items))
+        converted = self._converted.all([unit for _, unit in units])
+        first = max(self._seen, 0) + (1 if system else 0)
+        for (at, unit), message in zip(units, converted):
+            if at < first or isinstance(unit, tuple):
+                continue
             call_id = str((message.metadata or {}).get("tool_call_id"))
             if call_id in self._failed:  # the SDK's output item does not say the call failed
-                message.metadata = {**(message.metadata or {}), "is_error": True}
+                metadata = {**(message.metadata or {}), "is_error": True}
+                message = dataclasses.replace(message, metadata=metadata)
             self._record("message_end", execution=self._finished.get(call_id), message=message)
         self._seen = len(items)
+
+    def _first_seen(self, unit: Any) -> session.Message:
+        """The message of *unit* (of ``_units``), the first time it is seen: one of the history
+        takes the time it was recorded with."""
+        return self._recalled.stamp(_unit_message(unit, None, datetime.now(timezone.utc)))
+
+    def _sent(self, system: str | None, items: str | list[TResponseInputItem]) -> list[session.Message]:
+        """The messages of a model call, each as first converted."""
+        return self._converted.all([unit for _, unit in _units(_input_list(system, items))])
 
     def _end_turn(self) -> None:
         if self._in_turn:
@@ -536,7 +711,8 @@ class _RecordingModel(Model):
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
         recorder = self._recorder
-        request = _request(system_instructions, input, model_settings, tools, output_schema, self._name)
+        messages = recorder._sent(system_instructions, input)
+        request = _request(messages, model_settings, tools, output_schema, self._name)
         execution = recorder._attempt_start(request)
         try:
             response = await self._wrapped.get_response(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,10 @@ from typing import Any
 import pytest
 from conftest import (
     SECRET,
+    as_read,
     check_conversation,
+    check_converted_once,
+    check_each_message_once,
     check_file,
     check_redacted,
     check_tool_failures,
@@ -20,6 +24,7 @@ from conftest import (
     messages,
     need,
     scrub,
+    unstamped,
 )
 
 need("agents")
@@ -44,7 +49,9 @@ from openai.types.responses import (
     ResponseOutputRefusal,
     ResponseOutputText,
 )
-from session_openai_agents import recording
+from session_openai_agents import recording, to_messages
+
+import session
 
 set_tracing_disabled(True)  # offline: nothing to export traces to
 
@@ -235,6 +242,69 @@ def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> Non
     ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
     assert ids == ["model-1", "model-2"]  # the resumed run goes on counting turns
     assert [m.role for m in messages(path)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_each_message_is_written_once(
+    tmp_path: Path, sent_messages: dict[str, list[list[session.Message]]]
+) -> None:
+    """Seven model calls over two runs, the second resuming the first's conversation: each
+    message is written once, with the time it was first seen, and every request reads back as
+    the messages the model got."""
+    path = tmp_path / "chat.jsonl"
+    calls: list[ModelCall] = []
+
+    def remember(step: ModelStep) -> ModelStep:
+        def respond(call: ModelCall) -> ModelStep:
+            calls.append(call)
+            return step
+
+        return ModelStep.respond(respond)
+
+    def read_calls(*pages: int) -> ModelStep:
+        output = [call(f"call-{n}", "read", f'{{"page": {n}}}') for n in pages]
+        return remember(ModelStep(output=output, usage=USAGE))
+
+    @function_tool
+    def read(page: int) -> str:
+        """Read a page."""
+        return f"page {page}: " + "lorem ipsum " * 300
+
+    model = ScriptedModel(
+        [
+            *(read_calls(1, 2), read_calls(3), read_calls(4), remember(answer("read 4 pages"))),
+            *(read_calls(5), read_calls(6), remember(answer("read 6 pages"))),
+        ]
+    )
+    agent = Agent(name="reader", instructions="Read what you are asked to.", model=model, tools=[read])
+
+    async def turn(prompt: str) -> Any:
+        async with recording(path, checkpoint=True) as recorder:
+            result = await recorder.run(agent, [*recorder.history(), {"role": "user", "content": prompt}])
+        return result.final_output
+
+    assert asyncio.run(turn("read pages 1 to 4")) == "read 4 pages"
+    assert asyncio.run(turn("and pages 5 and 6")) == "read 6 pages"
+    model.assert_complete()
+
+    figures = check_each_message_once(path)
+    # system, prompt, 3 x (calls, results), answer; prompt, 2 x (call, result)
+    assert (figures["requests"], figures["messages"]) == (7, 15)
+    assert figures["request_bytes"] * 3 < figures["whole_bytes"], figures  # 3.1 to 3.4 times less
+    requests = [e.request["messages"] if e.request else [] for e in events(path, "model_request")]
+    expected = [
+        [session.Message("system", [session.text_block(str(c.system_instructions))]), *to_messages(c.input)]
+        for c in calls
+    ]
+    assert [[unstamped(m) for m in request] for request in requests] == [
+        [unstamped(as_read(m)) for m in request] for request in expected
+    ]
+    for request in requests:  # each message has the time it was first seen
+        times = [m["value"]["timestamp"] for m in request]
+        assert times == sorted(times)
+    written = Counter(r.run_id for r in session.iter_records(path) if r.type == "message")
+    assert list(written.values()) == [9, 6]  # the resumed run wrote its new messages only
+    assert [len(requests) for requests in sent_messages.values()] == [4, 3]
+    check_converted_once(sent_messages)
 
 
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
