@@ -2747,10 +2747,9 @@ class Session:
     ) -> None:
         """Write one record of *run* with the next seq, if the file allows it now: checked
         here, where it is written, since a signal handler may close the run or the session
-        after the caller's own check.  *data* is its text, or makes it and counts the bytes
-        of the lines it refers to (a request's, whose references are known only now); *key*
-        notes a message or tool list as written.  (Inline: a record made deep in the stack
-        has no level to spare.)"""
+        after the caller's own check.  *data* is its text, or makes it and counts the bytes of
+        the lines it refers to (a request's, known only now); *key* notes a message or tool
+        list as written.  (Inline: a record made deep in the stack has no level to spare.)"""
         self._check_failure()  # an interrupting call may have failed the session
         if self._file.closed:
             raise ValueError(f"{self.path}: session is closed")
