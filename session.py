@@ -46,6 +46,7 @@ import io
 import json
 import json.scanner
 import math
+import operator
 import os
 import re
 import sys
@@ -2220,6 +2221,39 @@ _Redact = Callable[[Dict[str, Any]], Dict[str, Any]]
 _Place = Tuple[int, int, int]  # a message record's seq, the message records before it, its line's size
 
 
+class _Context(NamedTuple):
+    """The messages of the latest request written, if each is a ``Message``, and what its
+    references come to: the closed ranges' text, the open range's ends, the bytes referred
+    to.  A request that sends the same objects and more goes on from here: the messages
+    already written cost nothing again, so recording stays linear in the conversation."""
+
+    messages: List[Any]
+    ranges: Tuple[str, ...] = ()
+    first: _Place = (0, -2, 0)
+    last: _Place = (0, -2, 0)
+    size: int = 0
+
+    def extended(self, messages: List[Any], places: List[_Place]) -> _Context:
+        """The context of *messages*, which start with this one's, the rest at *places*."""
+        ranges, first, last = list(self.ranges), self.first, self.last
+        for place in places:
+            if place[1] != last[1] + 1:  # not the message record after the last one
+                if last[0]:
+                    ranges.append(f"[{first[0]},{last[0]}]")
+                first = place
+            last = place
+        size = self.size + sum(place[2] for place in places)
+        return _Context(messages, tuple(ranges), first, last, size)
+
+    def references(self) -> str:
+        """The seq ranges of the message records that hold these messages, in order."""
+        ranges = self.ranges + ((f"[{self.first[0]},{self.last[0]}]",) if self.last[0] else ())
+        return f'"messages":[{",".join(ranges)}]'
+
+
+_NO_CONTEXT = _Context([])
+
+
 class _Written:
     """What a version-2 writer has put in its file of messages and tool lists: the record of
     each, found by a digest of its JSON text, or, for a ``Message`` of the latest request, by
@@ -2235,6 +2269,7 @@ class _Written:
         self.tools: Dict[bytes, Tuple[int, int]] = {}  # digest -> (seq, size)
         self.mark = (0, 0)  # message records in the file, and the latest one's seq: set at once
         self.latest: Dict[int, Tuple[Any, _Place]] = {}  # id -> (Message, place)
+        self.context = _NO_CONTEXT
 
     def digest(self, text: str) -> bytes:
         return self._hash(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
@@ -2253,13 +2288,17 @@ class _Written:
         if key is not None:
             self.messages[key] = (seq, count - 1, size)
 
-    def plan(self, messages: List[Any], codec: Codec) -> Tuple[List[Any], Dict[bytes, Any]]:
-        """Each message's place if it is written already, else its digest; and the JSON of the
-        new ones by digest, in order."""
+    def plan(self, messages: List[Any], codec: Codec) -> Tuple[_Context, List[Any], Dict[bytes, Any]]:
+        """The context of the latest request if *messages* starts with its very objects (else
+        none); after it, each message's place if it is written already, else its digest; and
+        the JSON of the new ones by digest, in order."""
+        context = self.context
+        if len(messages) < len(context.messages) or not all(map(operator.is_, context.messages, messages)):
+            context = _NO_CONTEXT
         latest, known = self.latest, self.messages
         places: List[Any] = []
         fresh: Dict[bytes, Any] = {}
-        for message in messages:
+        for message in messages[len(context.messages) :]:
             hit = latest.get(id(message))
             if hit is not None and hit[0] is message:
                 places.append(hit[1])
@@ -2275,7 +2314,7 @@ class _Written:
                 places.append(key)
             else:
                 places.append(place)
-        return places, fresh
+        return context, places, fresh
 
     def tool_list(self, tools: Sequence[Any]) -> Tuple[Any, Any]:
         """Where the record of *tools* is if it is written already, else its digest and JSON;
@@ -2290,31 +2329,35 @@ class _Written:
         place = self.tools.get(key)
         return (key, value) if place is None else (place, None)
 
-    def request_text(self, text: str, places: List[Any], tools: Any, messages: List[Any]) -> Tuple[str, int]:
+    def request_text(
+        self, text: str, plan: Tuple[_Context, List[Any], Any], messages: List[Any]
+    ) -> Tuple[str, int]:
         """The data *text* of a request with its references: ``messages``, the seq ranges of
         the message records that hold its messages in order, and ``tools``, the seq of its
-        tool list; and the bytes of the lines they refer to.  Called as its line is written,
-        when the new ones are in the file."""
+        tool list; and the bytes of the lines they refer to.  *plan* is ``plan``'s context and
+        places, and ``tool_list``'s place.  Called as its line is written, when the new ones
+        are in the file; the request becomes the latest."""
+        context, places, tools = plan
         try:
             if type(tools) is bytes:
                 tools = self.tools[tools]
             places = [self.messages[place] if type(place) is bytes else place for place in places]
         except KeyError:
             raise ValueError("a message or tool list of this request is not in the file") from None
-        ranges: List[str] = []
-        first = last = (0, -2, 0)
-        for place in places:
-            if place[1] != last[1] + 1:  # not the message record after the last one
-                if last[0]:
-                    ranges.append(f"[{first[0]},{last[0]}]")
-                first = place
-            last = place
-        if last[0]:
-            ranges.append(f"[{first[0]},{last[0]}]")
-        self.latest = {id(m): (m, place) for m, place in zip(messages, places) if type(m) is Message}
-        tail = f',"messages":[{",".join(ranges)}]' + ("" if tools is None else f',"tools":{tools[0]}')
-        referred = sum(place[2] for place in places) + (0 if tools is None else tools[1])
+        new = messages[len(context.messages) :]
+        context = context.extended(messages, places)
+        self._remember(context, new, places)
+        tail = f",{context.references()}" + ("" if tools is None else f',"tools":{tools[0]}')
+        referred = context.size + (0 if tools is None else tools[1])
         return (f"{text[:-1]}{tail}}}" if text != "{}" else f"{{{tail[1:]}}}"), referred
+
+    def _remember(self, context: _Context, new: List[Any], places: List[_Place]) -> None:
+        """Make *context*, whose last messages are *new*, at *places*, the latest request's."""
+        if len(new) < len(context.messages):  # it went on from the latest request
+            self.latest.update((id(m), (m, place)) for m, place in zip(new, places) if type(m) is Message)
+        else:
+            self.latest = {id(m): (m, place) for m, place in zip(new, places) if type(m) is Message}
+        self.context = context if all(type(m) is Message for m in new) else _NO_CONTEXT
 
 
 def _line_head(session_id: str) -> str:
@@ -2865,7 +2908,7 @@ class Session:
         writes: List[Callable[[], None]] = []
         if request is not None:
             messages = list(request.messages)  # once: another thread may change the host's list
-            places, fresh = written.plan(messages, self._codec)
+            context, places, fresh = written.plan(messages, self._codec)
             tools, new_tools = written.tool_list(request.tools)
             pooled = [("message", key, value) for key, value in fresh.items()]
             if new_tools is not None:
@@ -2880,7 +2923,7 @@ class Session:
             )
         text = self._encoded(data)
         if request is not None and type(data.get("request")) is dict:  # else the redactor took it
-            later = functools.partial(written.request_text, text, places, tools, messages)
+            later = functools.partial(written.request_text, text, (context, places, tools), messages)
             writes.append(functools.partial(self._append, run, "model_request", time, later))
         else:
             writes.append(functools.partial(self._append, run, "model_request", time, text))

@@ -6670,6 +6670,37 @@ def test_version_2_writes_each_message_and_tool_list_once(tmp_path: Path) -> Non
     assert two.stat().st_size < one.stat().st_size
 
 
+def test_a_request_that_goes_on_from_the_previous_one_refers_to_what_it_did(tmp_path: Path) -> None:
+    """The writer carries the latest request's references on while the next one starts with its
+    very objects, and starts over from each message when it does not."""
+    a, b, c, d, e = POOL[:5]
+    contexts: List[Tuple[List[Any], List[Any]]] = [
+        ([a, b], []),
+        ([a, b, c], []),  # goes on
+        ([a, c, d], []),  # a message of the prefix replaced: the same length and more
+        ([a, c, d, {"role": "user", "text": "plain"}], []),  # goes on with a value not a Message
+        ([a, c, d, {"role": "user", "text": "plain"}, e], []),  # no object to go on from
+        ([a, c, d, {"role": "user", "text": "plain"}, e, a], []),
+        ([e, a], []),
+        ([e, a, b, dataclasses.replace(c)], []),  # goes on, with an equal copy of one written
+    ]
+    one, two = record_both(tmp_path, contexts)
+    same_events(one, two)
+    seq = [r.seq for r in records(two) if r.type == "message"]  # a, b, c, d, the plain one, e
+    raw = [r.data["messages"] for r in requests(two, resolve=False)]
+    a_, b_, c_, d_, plain, e_ = ([n, n] for n in seq)
+    assert raw == [
+        [[a_[0], b_[0]]],
+        [[a_[0], c_[0]]],
+        [a_, [c_[0], d_[0]]],
+        [a_, [c_[0], plain[0]]],
+        [a_, [c_[0], e_[0]]],
+        [a_, [c_[0], e_[0]], a_],
+        [e_, a_],
+        [e_, [a_[0], c_[0]]],
+    ]
+
+
 class CountingCodec(session.JSONCodec):
     """The default codec, counting what it encodes."""
 
