@@ -39,6 +39,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from measure import goal, median_ratio, timed  # noqa: E402
+
 import session  # noqa: E402
 
 T0 = dt.datetime(2026, 12, 2, 9, 27, 36, 123456, tzinfo=dt.timezone.utc)
@@ -54,30 +56,6 @@ TOOLS = [
     {"name": "run_tests", "description": "Run the test suite", "parameters": {"select": "string"}},
 ]
 GOALS = {"size": 0.02, "speed-up": 20.0, "validate": 1.0}  # held at the largest number of turns
-
-
-def median_ratio(runs: int, subject: Callable[[], float], baseline: Callable[[], float]) -> float:
-    """Median over *runs* interleaved pairs of subject / baseline (as bench/run.py)."""
-    ratios = []
-    for i in range(runs):
-        if i % 2:
-            b, s = baseline(), subject()
-        else:
-            s, b = subject(), baseline()
-        ratios.append(s / b)
-    return statistics.median(ratios)
-
-
-def goal(value: float, bound: float, unit: str = "x", at_least: bool = False) -> str:
-    """The goal *value* is held to, and whether this run met it (as bench/run.py)."""
-    met = value >= bound if at_least else value <= bound
-    return f" [goal {'>=' if at_least else '<='} {bound:g}{unit}: {'met' if met else 'NOT met'}]"
-
-
-def timed(work: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    work()
-    return time.perf_counter() - start
 
 
 class Turn(NamedTuple):

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import jsonlines  # noqa: E402 - the peer to compare with
+from measure import goal, median_ratio, timed  # noqa: E402
 
 import session  # noqa: E402
 
@@ -62,30 +63,6 @@ def events() -> Dict[str, session.Event]:
             disposition="continue",
         ),
     }  # fmt: skip
-
-
-def median_ratio(runs: int, subject: Callable[[], float], baseline: Callable[[], float]) -> float:
-    """Median over *runs* interleaved pairs of subject time / baseline time."""
-    ratios = []
-    for i in range(runs):
-        if i % 2:
-            b, s = baseline(), subject()
-        else:
-            s, b = subject(), baseline()
-        ratios.append(s / b)
-    return statistics.median(ratios)
-
-
-def goal(value: float, bound: float, unit: str = "x", at_least: bool = False) -> str:
-    """The goal *value* is held to, and whether this run met it."""
-    met = value >= bound if at_least else value <= bound
-    return f" [goal {'>=' if at_least else '<='} {bound:g}{unit}: {'met' if met else 'NOT met'}]"
-
-
-def timed(work: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    work()
-    return time.perf_counter() - start
 
 
 def _tuned_encoder() -> Callable[[Any, int], Sequence[str]]:
