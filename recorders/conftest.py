@@ -223,3 +223,38 @@ def check_converted_once(sent: dict[str, list[list[session.Message]]]) -> None:
     for requests in sent.values():
         objects = {id(message): message for messages in requests for message in messages}
         assert len(objects) == len({_text(as_read(message)) for message in objects.values()})
+
+
+@pytest.fixture
+def every_event(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[session.Event]]:
+    """Every event recorded from here on, as given to ``Run.record``, by run id."""
+    given: dict[str, list[session.Event]] = {}
+    record = session.Run.record
+
+    def spy(run: session.Run, event: session.Event) -> bool:
+        given.setdefault(run.run_id, []).append(event)
+        return record(run, event)
+
+    monkeypatch.setattr(session.Run, "record", spy)
+    return given
+
+
+def check_both_versions(given: dict[str, list[session.Event]], folder: Path) -> None:
+    """The events a recorder gave, recorded again in format version 1 and in version 2 (one
+    run each), read back alike: the same records with the same data, each message of a
+    request the same JSON text (version 2 read with its references resolved)."""
+    for run_id, events in list(given.items()):  # as given: recording them again adds runs
+        read = []
+        for version in (1, 2):
+            path = folder / f"again-{run_id}-v{version}.jsonl"
+            with session.create(path, version=version) as s, s.begin_run() as run:
+                for event in events:
+                    run.record(event)
+            kept = [r for r in session.iter_records(path) if r.type not in {"message", "tools"}]
+            read.append([(r.type, r.data) for r in kept[2:-1]])  # the events: no header, no run's ends
+        assert read[0] == read[1] and len(read[0]) == len(events)
+        for (kind, one), (_, two) in zip(*read):
+            if kind == "model_request":
+                assert [json.dumps(m) for m in one["request"]["messages"]] == [
+                    json.dumps(m) for m in two["request"]["messages"]
+                ]

@@ -17,6 +17,7 @@ from conftest import (
     SECRET,
     as_read,
     check_aborted,
+    check_both_versions,
     check_conversation,
     check_converted_once,
     check_each_message_once,
@@ -293,7 +294,9 @@ def unstamped_requests(path: Path) -> list[list[Any]]:
 
 
 def test_each_message_is_written_once(
-    tmp_path: Path, sent_messages: dict[str, list[list[session.Message]]]
+    tmp_path: Path,
+    sent_messages: dict[str, list[list[session.Message]]],
+    every_event: dict[str, list[session.Event]],
 ) -> None:
     """Seven model calls over two runs, the second resuming the first's conversation: each
     message is written once, with the time it was first seen, and every request reads back as
@@ -333,6 +336,7 @@ def test_each_message_is_written_once(
     assert list(written.values()) == [9, 6]  # the resumed run wrote its new messages only
     assert [len(requests) for requests in sent_messages.values()] == [4, 3]
     check_converted_once(sent_messages)
+    check_both_versions(every_event, tmp_path)
 
 
 def test_a_message_changed_in_place_is_sent_as_it_is_now(tmp_path: Path) -> None:
