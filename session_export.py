@@ -1742,15 +1742,15 @@ def _tool_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
     start = call.data.get("tool_exec_start", {})
     invoked = call.data.get("tool_invoke_start", start)
     end = call.data.get("tool_exec_end", {})
-    tool = next((d["tool"] for d in (end, start, invoked) if type(d.get("tool")) is str), "")
-    tool_id = next((d["tool_id"] for d in (end, start, invoked) if type(d.get("tool_id")) is str), "")
+    tool = _safe(next((d["tool"] for d in (end, start, invoked) if type(d.get("tool")) is str), ""))
+    tool_id = _safe(next((d["tool_id"] for d in (end, start, invoked) if type(d.get("tool_id")) is str), ""))
     attributes += [
         ("gen_ai.tool.type", "function"),
-        ("gen_ai.tool.name", _safe(tool)),
-        ("tool.name", _safe(tool)),
+        ("gen_ai.tool.name", tool),
+        ("tool.name", tool),
     ]
     if tool_id:
-        attributes.append(("gen_ai.tool.call.id", _safe(tool_id)))
+        attributes.append(("gen_ai.tool.call.id", tool_id))
     if content and "args" in invoked:
         attributes.append(("gen_ai.tool.call.arguments", _content(invoked["args"])))
     if content and "result" in end:
