@@ -1807,9 +1807,10 @@ def _request_attributes(request: Dict[str, Any], content: bool) -> Dict[str, _At
         return out
     messages = [_message_value(message) or {} for message in request.get("messages") or ()]
     system = [part for m in messages if m.get("role") == "system" for part in _otel_message(m)["parts"]]
-    out["content"] = [
-        ("gen_ai.input.messages", _content([_otel_message(m) for m in messages if m.get("role") != "system"]))
-    ]
+    chat, left_out = _latest_messages([m for m in messages if m.get("role") != "system"])
+    out["content"] = [("gen_ai.input.messages", chat)]
+    if left_out:
+        out["content"].append(("session_jsonl.input_messages_left_out", left_out))
     if system:
         out["content"].append(("gen_ai.system_instructions", _content(system)))
     tools = request.get("tools")
@@ -1850,10 +1851,33 @@ def _otel_part(block: Dict[str, Any]) -> Dict[str, Any]:
     return {"type": kind}  # an image or a tool reference: named, its data left out
 
 
+def _latest_messages(messages: List[Dict[str, Any]]) -> Tuple[str, int]:
+    """The JSON array of the latest *messages* that fit in the cap together (the latest one
+    alone is cut to fit), and how many older ones were left out: each request's whole context
+    would cost its length again and again."""
+    kept: List[str] = []
+    size = 2
+    for message in reversed(messages):
+        text = _json_content(_otel_message(message))
+        if kept and size + len(text) + 2 > _OTLP_CONTENT_CAP:
+            break
+        kept.append(text)
+        size += len(text) + 2
+    return _cut(f"[{', '.join(reversed(kept))}]"), len(messages) - len(kept)
+
+
 def _content(value: Any) -> str:
-    """*value* as JSON text for a content attribute: credentials dropped (the rule the
-    writer applies to a request's config), escaped for protobuf, cut at the cap."""
-    text = _safe(json.dumps(_without_credentials(value, "", []), ensure_ascii=False))
+    """*value* as JSON text for a content attribute, cut at the cap."""
+    return _cut(_json_content(value))
+
+
+def _json_content(value: Any) -> str:
+    """*value* as JSON text, credentials dropped (the rule the writer applies to a request's
+    config) and escaped for protobuf."""
+    return _safe(json.dumps(_without_credentials(value, "", []), ensure_ascii=False))
+
+
+def _cut(text: str) -> str:
     if len(text) > _OTLP_CONTENT_CAP:
         return f"{text[:_OTLP_CONTENT_CAP]}... [{len(text) - _OTLP_CONTENT_CAP} more characters cut]"
     return text
