@@ -1484,6 +1484,7 @@ def otlp_requests(
     content: bool = False,
     salt: str = "",
     service_name: str = "session.py",
+    resource: Optional[Dict[str, str]] = None,
     max_request_bytes: int = _OTLP_REQUEST_BYTES,
     max_line_bytes: int = _MAX_LINE_BYTES,
     entries: Optional[List[Dict[str, Any]]] = None,
@@ -1494,15 +1495,21 @@ def otlp_requests(
     Each run is a trace; its calls are spans (docs/otlp.md).  A body is protobuf, or with
     *protocol* ``"http/json"`` OTLP/JSON; its spans take at most *max_request_bytes* (one
     bigger span goes alone).  Ids are derived from the session, run, execution id and attempt
-    (and *salt*): the same file gives the same ids.  With *content*, the messages, system
-    instructions, tool definitions, arguments and results go along too, without credentials,
-    each attribute cut at 16,384 characters.  An invalid or unreadable file is left out; each
-    file's ``validate --json`` fields, with ``spans``, are appended to *entries* if given.
+    (and *salt*): the same file gives the same ids.  The resource holds *service_name* and
+    the attributes *resource* names (Phoenix's project: ``openinference.project.name``).
+    With *content*, the messages, system instructions, tool definitions, arguments and
+    results go along too, without credentials, each attribute at most 16,384 characters (the
+    latest input messages that fit; a longer value cut).  An invalid or unreadable file is
+    left out; each file's ``validate --json`` fields, with ``spans``, are appended to
+    *entries* if given.
     """
     if protocol not in _OTLP_PROTOCOLS:
         raise ValueError(f"protocol must be one of {', '.join(_OTLP_PROTOCOLS)}, not {protocol!r}")
     encode, wrap = (_span_json, _request_json) if protocol == "http/json" else (_span_proto, _request_proto)
-    resource = [("service.name", _safe(service_name))]
+    extra = {key: value for key, value in (resource or {}).items() if key != "service.name"}
+    resource_attributes = [
+        (_safe(key), _safe(value)) for key, value in {"service.name": service_name, **extra}.items()
+    ]
     batch: List[bytes] = []
     size = 0
     for name in _session_files(sources, set()):
@@ -1512,12 +1519,12 @@ def otlp_requests(
         for span in spans:
             encoded = encode(span)
             if batch and size + len(encoded) > max_request_bytes:
-                yield wrap(resource, batch)
+                yield wrap(resource_attributes, batch)
                 batch, size = [], 0
             batch.append(encoded)
             size += len(encoded) + 1  # and a comma, in JSON
     if batch:
-        yield wrap(resource, batch)
+        yield wrap(resource_attributes, batch)
 
 
 def _file_spans(
@@ -2118,9 +2125,8 @@ def _otlp_options(sub: Any) -> None:
     sub.add_argument("--salt", default="", help="mixed into every id: the same session again as new spans")
     sub.add_argument(
         "--service-name",
-        default="session.py",
         metavar="NAME",
-        help="the resource's service.name (default: %(default)s)",
+        help="the resource's service.name (default: OTEL_SERVICE_NAME, else session.py)",
     )
     sub.add_argument("--output", metavar="FILE", help="write the requests to FILE instead of sending them")
     sub.add_argument(
@@ -2150,17 +2156,17 @@ def _otlp_endpoint(args: Any) -> Optional[str]:
     return traces or (base.rstrip("/") + "/v1/traces" if base else None)
 
 
-def _otlp_headers(args: Any) -> Dict[str, str]:
-    """OTEL_EXPORTER_OTLP_HEADERS (``k=v,k2=v2``, values percent-encoded), then --header."""
+def _environment_pairs(variable: str) -> Dict[str, str]:
+    """The pairs of an OpenTelemetry environment *variable*: ``k=v,k2=v2``, values
+    percent-encoded (OTEL_EXPORTER_OTLP_HEADERS, OTEL_RESOURCE_ATTRIBUTES)."""
     import urllib.parse
 
-    headers = {}
-    for pair in os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", "").split(","):
+    pairs = {}
+    for pair in os.environ.get(variable, "").split(","):
         name, equals, value = pair.partition("=")
         if equals and name.strip():
-            headers[name.strip()] = urllib.parse.unquote(value.strip())
-    headers.update(args.header)
-    return headers
+            pairs[name.strip()] = urllib.parse.unquote(value.strip())
+    return pairs
 
 
 def _otlp_command(args: Any) -> int:
@@ -2174,14 +2180,15 @@ def _otlp_command(args: Any) -> int:
             args.files,
             max_line_bytes=args.max_line_bytes,
             entries=entries,
-            service_name=args.service_name,
+            service_name=args.service_name or os.environ.get("OTEL_SERVICE_NAME") or "session.py",
+            resource=_environment_pairs("OTEL_RESOURCE_ATTRIBUTES"),
             **options,
         )
         if args.output is not None:
             count, where = _write_requests(requests, args.output, args.protocol), args.output
         else:
             assert endpoint is not None
-            headers = _otlp_headers(args)
+            headers = dict(_environment_pairs("OTEL_EXPORTER_OTLP_HEADERS"), **dict(args.header))
             count = send_otlp(
                 requests, endpoint, protocol=args.protocol, headers=headers, timeout=args.timeout
             )

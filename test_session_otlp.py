@@ -367,21 +367,35 @@ def test_output_writes_the_requests_instead(demo: Path, tmp_path: Path) -> None:
     assert run_cli("otlp", str(demo)).returncode == 2  # neither an endpoint nor --output
 
 
-def test_endpoint_and_headers_from_the_environment(demo: Path) -> None:
+def test_endpoint_headers_and_resource_from_the_environment(demo: Path) -> None:
     with Receiver() as receiver:
-        base = receiver.url[: -len("/v1/traces")]
-        env = dict(
-            os.environ,
-            OTEL_EXPORTER_OTLP_ENDPOINT=base + "/",
+        done = otlp_with_environment(
+            demo,
+            "--header",
+            "x-team=2",
+            OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url[: -len("/v1/traces")] + "/",
             OTEL_EXPORTER_OTLP_HEADERS="api-key=a%20b,x-team=1",
+            OTEL_SERVICE_NAME="agents",
+            OTEL_RESOURCE_ATTRIBUTES="openinference.project.name=second%2C,service.name=x",
         )
-        done = subprocess.run(
-            [sys.executable, str(HERE / "session.py"), "otlp", str(demo), "--header", "x-team=2"],
-            capture_output=True, text=True, env=env, timeout=60,
-        )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    path, headers, _, _ = receiver.got[0]
+    path, headers, body, _ = receiver.got[0]
     assert path == "/v1/traces" and headers["api-key"] == "a b" and headers["x-team"] == "2"
+    (resource,) = decode_proto(body).resource_spans
+    assert attributes(resource.resource) == {
+        "service.name": "agents",
+        "openinference.project.name": "second,",
+    }
+
+
+def otlp_with_environment(path: Path, *args: str, **environment: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(HERE / "session.py"), "otlp", str(path), *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **environment),
+        timeout=60,
+    )
 
 
 def test_requests_are_batched_within_the_size_asked(demo: Path, tmp_path: Path) -> None:
@@ -463,30 +477,24 @@ def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
         os.environ, PHOENIX_WORKING_DIR=str(tmp_path), PHOENIX_PORT=str(port), PHOENIX_HOST="127.0.0.1"
     )
     env.update(PHOENIX_GRPC_PORT=str(grpc), PHOENIX_TELEMETRY_ENABLED="false")
-    serve = [
-        sys.executable,
-        "-c",
-        "from phoenix.server.main import main; main()",
-        "serve",
-    ]  # its console script
+    serve = [sys.executable, "-c", "from phoenix.server.main import main; main()", "serve"]  # fmt: skip
     with (tmp_path / "phoenix.log").open("wb") as log:
         server = subprocess.Popen(serve, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             base = f"http://127.0.0.1:{port}"
             wait_for(f"{base}/healthz", server, tmp_path / "phoenix.log")
-            for salt in ("", "", "again"):  # the same ids again are dropped; salted, new spans
-                done = run_cli("otlp", str(demo), "--endpoint", f"{base}/v1/traces", "--salt", salt)
+            for _ in range(2):  # the same ids again are not stored again
+                done = run_cli("otlp", str(demo), "--endpoint", f"{base}/v1/traces")
                 assert done.returncode == 0, done.stderr
-            salted = phoenix_spans(base, 26)  # in order: the repeated ones were taken (or not) before
-            assert len(salted) == 26
-            traces = {
-                span.trace_id.hex()
-                for span in spans_of(*map(decode_proto, session_export.otlp_requests([demo])))
-            }
-            spans = [span for span in salted if span["context"]["traceId"] in traces]
+            project = {"OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=second"}
+            salted = otlp_with_environment(demo, "--endpoint", f"{base}/v1/traces", "--salt", "2", **project)
+            assert salted.returncode == 0, salted.stderr
+            projects = phoenix_spans(base, 26)  # taken in order: the repeated spans were before these
         finally:
             server.terminate()
             server.wait(30)
+    assert {name: len(spans) for name, spans in projects.items()} == {"default": 13, "second": 13}
+    spans = projects["default"]
     kinds = sorted(span["spanKind"] for span in spans)
     assert kinds == ["agent"] * 2 + ["chain"] + ["llm"] * 6 + ["tool"] * 4, kinds
     by_id = {span["context"]["spanId"]: span for span in spans}
@@ -523,14 +531,14 @@ def wait_for(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
     raise AssertionError(f"Phoenix did not answer {url}: {log.read_text(errors='replace')[-2000:]}")
 
 
-def phoenix_spans(base: str, count: int) -> List[Dict[str, Any]]:
-    """The spans Phoenix stored, from its GraphQL API, once *count* arrived."""
+def phoenix_spans(base: str, count: int) -> Dict[str, List[Dict[str, Any]]]:
+    """The spans Phoenix stored, by project, from its GraphQL API, once *count* arrived."""
     import urllib.request
 
     query = """{ projects { edges { node { name spans(first: 1000) { edges { node {
         name spanKind statusCode parentId tokenCountPrompt tokenCountCompletion context { spanId traceId }
     } } } } } } }"""
-    found: List[Dict[str, Any]] = []
+    found: Dict[str, List[Dict[str, Any]]] = {}
     for _ in range(60):
         request = urllib.request.Request(
             f"{base}/graphql", json.dumps({"query": query}).encode(), {"Content-Type": "application/json"}
@@ -538,12 +546,11 @@ def phoenix_spans(base: str, count: int) -> List[Dict[str, Any]]:
         with urllib.request.urlopen(request, timeout=10) as answer:
             result = json.loads(answer.read())
         assert "errors" not in result, result
-        found = [
-            edge["node"]
+        found = {
+            project["node"]["name"]: [edge["node"] for edge in project["node"]["spans"]["edges"]]
             for project in result["data"]["projects"]["edges"]
-            for edge in project["node"]["spans"]["edges"]
-        ]
-        if len(found) >= count:
+        }
+        if sum(map(len, found.values())) >= count:
             return found
         time.sleep(0.5)
-    raise AssertionError(f"Phoenix holds {len(found)} spans, not {count}: {found}")
+    raise AssertionError(f"Phoenix holds fewer spans than {count}: {found}")
