@@ -2065,21 +2065,36 @@ def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, t
     import urllib.error
     import urllib.request
 
+    class Unredirected(urllib.request.HTTPRedirectHandler):
+        """A redirect is an error: urllib would follow it with a GET, dropping the spans."""
+
+        def redirect_request(self, *args: Any) -> None:
+            return None
+
     request = urllib.request.Request(endpoint, body, headers, method="POST")
+    opener = urllib.request.build_opener(Unredirected)
     for attempt in range(1, tries + 1):
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
+            with opener.open(request, timeout=timeout) as answer:
                 answer.read()
             return
         except urllib.error.HTTPError as exc:
-            told = exc.read(200).decode("utf-8", "replace").strip()
             if exc.code not in _RETRYABLE or attempt == tries:
-                said = f": {told}" if told else ""
-                raise OtlpError(f"{endpoint}: HTTP {exc.code} {exc.reason}{said}") from None
+                raise OtlpError(f"{endpoint}: HTTP {exc.code} {exc.reason}{_answer_text(exc)}") from None
             time.sleep(_retry_wait(exc.headers.get("Retry-After"), attempt))
         except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, TLS, timeout, bad URL
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             raise OtlpError(f"{endpoint}: {reason or type(reason).__name__}") from None
+
+
+def _answer_text(answer: Any) -> str:
+    """What an error answer says, for its message: where it redirects to, or its text."""
+    if answer.headers.get("Location"):
+        return f" (to {answer.headers['Location']})"
+    told = ""
+    with contextlib.suppress(OSError):
+        told = answer.read(200).decode("utf-8", "replace").strip()
+    return f": {told}" if told else ""
 
 
 def _retry_wait(retry_after: Optional[str], attempt: int) -> float:

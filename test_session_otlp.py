@@ -426,6 +426,9 @@ def test_an_endpoint_that_is_down_or_says_no_is_an_error_naming_it(demo: Path) -
         with Receiver(((status, {}),)) as receiver:
             assert f"HTTP {status} " in fails(demo, receiver.url)
         assert len(receiver.got) == 1  # not tried again
+    with Receiver(((302, {"Location": "/elsewhere"}),)) as receiver:  # urllib would GET it
+        assert "HTTP 302 Found (to /elsewhere)" in fails(demo, receiver.url)
+    assert len(receiver.got) == 1
 
 
 def test_429_and_503_are_tried_again_after_retry_after(demo: Path) -> None:
