@@ -14,12 +14,15 @@ import shutil
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 import session
 import session_export
@@ -317,6 +320,46 @@ def test_hostile_strings_are_escaped_never_a_crash(tmp_path: Path) -> None:
         json.loads(attributes(tool)["gen_ai.tool.call.result"]) == "ls\udc80\x1b[2J\x00\u202e"
     )  # JSON: equal
     assert tool.parent_span_id == next(s for s in spans if s.name == "chat").span_id
+
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+KEYS = ["execution", "message", "partial_message", "request", "messages", "tools", "error", "tool", "tool_id"]
+KEYS += ["args", "result", "is_error", "summary", "compaction", "turn_index", "retry"]
+
+
+@hypothesis.settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.data())
+def test_whatever_a_file_holds_is_exported_or_left_out_never_a_crash(demo: Path, data: Any) -> None:
+    """A record's data, or its execution's, replaced by any JSON value: the reader accepts the
+    file (then every encoding holds what protobuf reads back) or refuses it (then it is left
+    out), and the export never fails otherwise."""
+    lines = demo.read_bytes().splitlines(keepends=True)
+    row = data.draw(st.integers(2, len(lines) - 1))
+    record = json.loads(lines[row])
+    value = data.draw(VALUES)
+    if "execution" in record["data"] and data.draw(st.booleans()):
+        record["data"]["execution"][data.draw(st.sampled_from(["id", "kind", "parent_id", "attempt"]))] = (
+            value
+        )
+    else:
+        record["data"][data.draw(st.sampled_from(KEYS))] = value
+    lines[row] = json.dumps(record).encode() + b"\n"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "changed.jsonl"
+        path.write_bytes(b"".join(lines))
+        entries: List[Dict[str, Any]] = []
+        bodies = list(session_export.otlp_requests([path], content=True, entries=entries))
+        texts = list(session_export.otlp_requests([path], protocol="http/json", content=True))
+    hypothesis.event("accepted" if entries[0]["ok"] else "refused")
+    assert len(bodies) == len(texts) == (1 if entries[0]["ok"] else 0)
+    for body, text in zip(bodies, texts):
+        message = decode(body, "http/protobuf")
+        assert message.SerializeToString() == body and decode(text, "http/json") == message
+        assert len(spans_of(message)) == entries[0]["spans"]
 
 
 def test_ids_are_the_same_on_every_export_and_a_salt_changes_them(demo: Path) -> None:
