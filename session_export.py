@@ -32,6 +32,7 @@
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import contextlib
 import datetime
@@ -1539,7 +1540,7 @@ def _file_spans(
         traces.add(record)
 
     try:
-        result = read(name, visit, max_line_bytes=max_line_bytes, resolve=content)
+        result = read(name, visit, max_line_bytes=max_line_bytes, resolve=False)
     except (FormatError, OSError) as exc:
         return [], dict(_failure_fields(name, exc), spans=0)
     spans = list(traces.spans())
@@ -1556,7 +1557,7 @@ class _OtlpCall:
         self.start = self.last = start
         self.end: Optional[int] = None  # the time of its end record, if one was read
         self.data: Dict[str, Dict[str, Any]] = {}  # by record type: those _CALL_DATA names
-        self.request: Dict[str, Any] = {}
+        self.request: Dict[str, _Attributes] = {}  # "config", and "content" when asked
         self.links: List[bytes] = []
 
 
@@ -1572,7 +1573,7 @@ class _Traces:
     """The spans of one session file, gathered as its records are read."""
 
     def __init__(self, content: bool, salt: str) -> None:
-        self._content = content
+        self._content = _Contents() if content else None
         self._salt = salt
         self._session = ""
         self._time = 0  # of the latest record whose time could be read
@@ -1585,6 +1586,8 @@ class _Traces:
         if record.run_id is None:
             self._session = record.session_id
             return
+        if self._content is not None:
+            self._content.add(record)
         if record.type == "run_start":
             self._runs[record.run_id] = _OtlpRun(record.run_id, self._time)
         run = self._runs[record.run_id]  # the reader checks that the run was started
@@ -1612,7 +1615,11 @@ class _Traces:
         if record.type in _CALL_DATA or record.type in _CALL_DATA_COMPACT:
             call.data[record.type] = record.data
         elif record.type == "model_request" and type(record.data.get("request")) is dict:
-            call.request = _request_attributes(record.data["request"], self._content)
+            config = _object(record.data["request"].get("config"))
+            limit = _int64(config.get("max_tokens"))
+            call.request["config"] = [] if limit is None else [("gen_ai.request.max_tokens", limit)]
+            if self._content is not None:
+                call.request["content"] = self._content.of_request(record.data)
 
     def _new_call(self, run_id: str, execution: Execution) -> _OtlpCall:
         """The call's span, under its parent's latest attempt (or the run), linked to the
@@ -1664,7 +1671,7 @@ class _Traces:
     def _call_span(self, run_id: str, call: _OtlpCall) -> _OtlpSpan:
         execution = call.execution
         make = _CALL_SPANS.get(execution.kind, _other_call)
-        name, kind, attributes, error = make(call, self._common, self._content)
+        name, kind, attributes, error = make(call, self._common, self._content is not None)
         attributes.append(("session_jsonl.execution.id", _safe(execution.id)))
         attributes.append(("session_jsonl.execution.attempt", _int64(execution.attempt)))
         if execution.turn_index:
@@ -1803,28 +1810,72 @@ def _unfinished(end_type: str, attributes: _Attributes) -> str:
     return f"unfinished: the file holds no {end_type} for it"
 
 
-def _request_attributes(request: Dict[str, Any], content: bool) -> Dict[str, _Attributes]:
-    """What a model request gives its span: ``config`` (the token limit) and, with *content*,
-    ``content`` (the messages, system instructions and tool definitions, as the conventions
-    define them)."""
-    config = request.get("config")
-    limit = _int64(config.get("max_tokens")) if type(config) is dict else None
-    out: Dict[str, _Attributes] = {"config": [] if limit is None else [("gen_ai.request.max_tokens", limit)]}
-    if not content:
+class _OtlpMessage(NamedTuple):
+    """A message as the content attributes need it, made once per ``message`` record."""
+
+    role: Any
+    text: str  # the conventions' JSON of the message (a system message's, of its parts)
+    length: int  # of that JSON whole: *text* holds at most the cap of it, but a system message's
+
+
+def _otlp_message(value: Any) -> _OtlpMessage:
+    message = _message_value(value) or {}
+    role = message.get("role")
+    converted = _otel_message(message)
+    text = _json_content(converted["parts"] if role == "system" else converted)
+    return _OtlpMessage(role, text if role == "system" else text[:_OTLP_CONTENT_CAP], len(text))
+
+
+class _Contents:
+    """The content attributes of a file's model requests.  The file is read without resolving
+    its references: each ``message`` and ``tools`` record is turned into the conventions'
+    JSON once, as it is read, and a request takes the latest of its messages that fit, so
+    the cost grows with the file, not with each request's context again."""
+
+    def __init__(self) -> None:
+        self._messages: Dict[int, _OtlpMessage] = {}
+        self._seqs: List[int] = []  # of the message records, in order
+        self._tools: Dict[int, str] = {}
+
+    def add(self, record: Record) -> None:
+        if record.type == "message":
+            self._messages[record.seq] = _otlp_message(record.data.get("message"))
+            self._seqs.append(record.seq)
+        elif record.type == "tools":
+            self._tools[record.seq] = _tool_definitions(record.data.get("tools"))
+
+    def of_request(self, data: Dict[str, Any]) -> _Attributes:
+        """A ``model_request``'s messages, system instructions and tool definitions."""
+        request = data["request"]
+        if "messages" in request or "messages" not in data:  # version 1, or written whole
+            written = request.get("messages")
+            messages = [_otlp_message(m) for m in written] if type(written) is list else []
+            tools = _tool_definitions(request.get("tools"))
+        else:  # version 2: [first, last] ranges of message records, checked by the reader
+            seqs = self._seqs
+            messages = [
+                self._messages[seq]
+                for first, last in data["messages"]
+                for seq in seqs[bisect.bisect_left(seqs, first) : bisect.bisect_right(seqs, last)]
+            ]
+            tools = self._tools.get(data["tools"], "") if type(data.get("tools")) is int else ""
+        system = [m.text[1:-1] for m in messages if m.role == "system" and m.length > 2]
+        chat, left_out = _latest_messages([m for m in messages if m.role != "system"])
+        out: _Attributes = [("gen_ai.input.messages", chat)]
+        if left_out:
+            out.append(("session_jsonl.input_messages_left_out", left_out))
+        if system:
+            out.append(("gen_ai.system_instructions", _cut(f"[{', '.join(system)}]")))
+        if tools:
+            out.append(("gen_ai.tool.definitions", tools))
         return out
-    messages = [_message_value(message) or {} for message in request.get("messages") or ()]
-    system = [part for m in messages if m.get("role") == "system" for part in _otel_message(m)["parts"]]
-    chat, left_out = _latest_messages([m for m in messages if m.get("role") != "system"])
-    out["content"] = [("gen_ai.input.messages", chat)]
-    if left_out:
-        out["content"].append(("session_jsonl.input_messages_left_out", left_out))
-    if system:
-        out["content"].append(("gen_ai.system_instructions", _content(system)))
-    tools = request.get("tools")
-    if type(tools) is list and tools:
-        defined = [dict({"type": "function"}, **tool) if type(tool) is dict else tool for tool in tools]
-        out["content"].append(("gen_ai.tool.definitions", _content(defined)))
-    return out
+
+
+def _tool_definitions(tools: Any) -> str:
+    """A request's tools as the conventions' definitions (JSON), or ``""`` without any."""
+    if type(tools) is not list or not tools:
+        return ""
+    return _content([dict({"type": "function"}, **tool) if type(tool) is dict else tool for tool in tools])
 
 
 def _otel_message(message: Dict[str, Any]) -> Dict[str, Any]:
@@ -1858,19 +1909,19 @@ def _otel_part(block: Dict[str, Any]) -> Dict[str, Any]:
     return {"type": kind}  # an image or a tool reference: named, its data left out
 
 
-def _latest_messages(messages: List[Dict[str, Any]]) -> Tuple[str, int]:
+def _latest_messages(messages: List[_OtlpMessage]) -> Tuple[str, int]:
     """The JSON array of the latest *messages* that fit in the cap together (the latest one
     alone is cut to fit), and how many older ones were left out: each request's whole context
     would cost its length again and again."""
     kept: List[str] = []
     size = 2
     for message in reversed(messages):
-        text = _json_content(_otel_message(message))
-        if kept and size + len(text) + 2 > _OTLP_CONTENT_CAP:
+        if kept and size + message.length + 2 > _OTLP_CONTENT_CAP:
             break
-        kept.append(text)
-        size += len(text) + 2
-    return _cut(f"[{', '.join(reversed(kept))}]"), len(messages) - len(kept)
+        kept.append(message.text)
+        size += message.length + 2
+    whole = size - 2 if kept else size  # n messages, n - 1 separators
+    return _cut(f"[{', '.join(reversed(kept))}]", whole), len(messages) - len(kept)
 
 
 def _content(value: Any) -> str:
@@ -1884,9 +1935,11 @@ def _json_content(value: Any) -> str:
     return _safe(json.dumps(_without_credentials(value, "", []), ensure_ascii=False))
 
 
-def _cut(text: str) -> str:
-    if len(text) > _OTLP_CONTENT_CAP:
-        return f"{text[:_OTLP_CONTENT_CAP]}... [{len(text) - _OTLP_CONTENT_CAP} more characters cut]"
+def _cut(text: str, length: Optional[int] = None) -> str:
+    """*text* cut at the cap, saying how much of its *length* (its own, by default) is left."""
+    length = len(text) if length is None else length
+    if length > _OTLP_CONTENT_CAP:
+        return f"{text[:_OTLP_CONTENT_CAP]}... [{length - _OTLP_CONTENT_CAP} more characters cut]"
     return text
 
 

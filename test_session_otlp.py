@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import session
 import session_export
 from session import Event, Execution, Message, ModelRequest
-from test_session import HERE, T0, need, run_cli
+from test_session import HERE, T0, busy_file, need, run_cli
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -294,6 +294,31 @@ def test_content_is_opt_in_resolved_without_credentials_and_cut(demo: Path, tmp_
     assert json.loads(tool_attributes["gen_ai.tool.call.arguments"]) == {"url": "u"}
     cut = tool_attributes["gen_ai.tool.call.result"]
     assert cut == '{"x": "' + "x" * (16384 - 7) + "... [23625 more characters cut]"
+
+
+def test_content_is_the_same_from_either_version_and_a_long_message_is_cut(tmp_path: Path) -> None:
+    def contents(path: Path) -> List[Dict[str, Any]]:
+        (body,) = session_export.otlp_requests([path], content=True)
+        spans = spans_of(decode_proto(body))
+        return [{k: v for k, v in attributes(s).items() if k.startswith(CONTENT)} for s in spans]
+
+    made = [
+        contents(busy_file(tmp_path / f"v{version}.jsonl", 12, seed=5, version=version)) for version in (1, 2)
+    ]
+    assert made[0] == made[1] and sum(len(found) for found in made[0]) > 40
+    path = tmp_path / "long.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model = Execution("m1", "model")
+        run.record(Event("model_exec_start", execution=model))
+        long = Message("user", [session.text_block("z" * 40000)], timestamp=T0)
+        run.record(Event("model_request", execution=model, request=ModelRequest([long])))
+    whole = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "z" * 40000}]}])
+    (chat,) = [found for found in contents(path) if found]
+    assert chat == {"gen_ai.input.messages": f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"}
+
+
+CONTENT: Tuple[str, ...] = ("gen_ai.input", "gen_ai.output", "gen_ai.system", "gen_ai.tool.definitions")
+CONTENT += ("gen_ai.tool.call.", "session_jsonl.input")
 
 
 def hostile_file(path: Path) -> Path:
