@@ -20,13 +20,15 @@
 # LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
 # OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
 # SOFTWARE.
-"""Exports of sessions recorded by ``session.py``: JSON Lines for query engines, and a page.
+"""Exports of sessions recorded by ``session.py``: JSON Lines for query engines, a page, and
+OpenTelemetry spans.
 
     import session_export
 
     session_export.export(["sessions/"], "all.jsonl")   # plus all.jsonl.manifest.jsonl
+    session_export.send_otlp(session_export.otlp_requests(["sessions/"]), "http://localhost:4318/v1/traces")
 
-``python -m session export|html`` run what is here when this file lies beside ``session.py``
+``python -m session export|html|otlp`` run what is here when this file lies beside ``session.py``
 (the wheel installs both; a vendored copy needs both files).  Standard library only.
 """
 
