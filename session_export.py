@@ -1889,7 +1889,7 @@ def _otel_message(message: Dict[str, Any]) -> Dict[str, Any]:
         text = "".join(b["text"] for b in blocks if type(b.get("text")) is str)
         return {
             "role": role,
-            "parts": [{"type": "tool_call_response", "id": metadata.get("tool_call_id"), "result": text}],
+            "parts": [{"type": "tool_call_response", "id": metadata.get("tool_call_id"), "response": text}],
         }
     return {"role": role, "parts": [_otel_part(block) for block in blocks]}
 

@@ -262,6 +262,8 @@ def test_content_is_opt_in_resolved_without_credentials_and_cut(demo: Path, tmp_
     third = json.loads(chats[2]["gen_ai.input.messages"])
     assert [m["role"] for m in third] == ["user", "assistant", "tool", "tool"]
     assert third[2]["parts"][0]["type"] == "tool_call_response" and third[2]["parts"][0]["id"] == "call-1"
+    failed = {"type": "tool_call_response", "id": "call-2", "response": "error: No such file or directory"}
+    assert third[3]["parts"] == [failed]
     assert json.loads(chats[1]["gen_ai.output.messages"])[0]["finish_reason"] == "tool_call"
     tools = [attributes(s) for s in spans if s.name.startswith("execute_tool")]
     assert json.loads(tools[0]["gen_ai.tool.call.arguments"]) == {"folder": "."}
