@@ -2097,25 +2097,30 @@ def send_otlp(
     headers: Optional[Dict[str, str]] = None,
     timeout: float = 10.0,
     tries: int = _OTLP_TRIES,
+    rejected: Optional[List[str]] = None,
 ) -> int:
     """POST each of *requests* (from ``otlp_requests``, in the same *protocol*) to the OTLP/HTTP
     *endpoint* (a URL ending in ``/v1/traces``), gzipped, with *headers*; return how many were
     sent.  An answer 429, 502, 503 or 504 is tried again, up to *tries* times in all, after
     its ``Retry-After`` (at most a minute) or else 1, 2, 4, ... seconds.  ``OtlpError`` naming
     the endpoint and the answer (or the reason there was none) when one cannot be sent; the
-    requests before it were."""
+    requests before it were.  An answer that accepted a request but rejected some of its
+    spans (OTLP's partial success) is not tried again: what it says goes to *rejected*."""
     import gzip
 
     fields = {"Content-Type": _OTLP_PROTOCOLS[protocol], "Content-Encoding": "gzip"}
     fields.update(headers or {})
     sent = 0
     for body in requests:
-        _post(endpoint, gzip.compress(body, 6), fields, timeout, tries)
+        refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries)
+        if refused and rejected is not None:
+            rejected.append(refused)
         sent += 1
     return sent
 
 
-def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, tries: int) -> None:
+def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, tries: int) -> str:
+    """Send one request; what the answer says of spans it rejected (``""``: none)."""
     import time
     import urllib.error
     import urllib.request
@@ -2128,18 +2133,73 @@ def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, t
 
     request = urllib.request.Request(endpoint, body, headers, method="POST")
     opener = urllib.request.build_opener(Unredirected)
-    for attempt in range(1, tries + 1):
+    attempt = 1
+    while True:
         try:
             with opener.open(request, timeout=timeout) as answer:
-                answer.read()
-            return
+                return _partial_success(answer.read(1 << 20), answer.headers.get("Content-Type", ""))
         except urllib.error.HTTPError as exc:
-            if exc.code not in _RETRYABLE or attempt == tries:
+            if exc.code not in _RETRYABLE or attempt >= tries:
                 raise OtlpError(f"{endpoint}: HTTP {exc.code} {exc.reason}{_answer_text(exc)}") from None
             time.sleep(_retry_wait(exc.headers.get("Retry-After"), attempt))
+            attempt += 1
         except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, TLS, timeout, bad URL
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             raise OtlpError(f"{endpoint}: {reason or type(reason).__name__}") from None
+
+
+def _partial_success(body: bytes, content_type: str) -> str:
+    """What an ExportTraceServiceResponse says of the spans it rejected (its partial_success:
+    rejected_spans 1, error_message 2), ``""`` when none or when it cannot be read."""
+    count: Any = 0
+    message: Any = ""
+    try:
+        if content_type.startswith("application/json"):
+            partial = json.loads(body or b"{}").get("partialSuccess") or {}
+            count, message = int(partial.get("rejectedSpans", 0)), partial.get("errorMessage", "")
+        elif content_type.startswith("application/x-protobuf"):
+            for number, value in _proto_fields(body):
+                if number == 1 and isinstance(value, bytes):  # partial_success
+                    fields = dict(_proto_fields(value))
+                    count, text = fields.get(1, 0), fields.get(2, b"")
+                    message = text.decode("utf-8", "replace") if isinstance(text, bytes) else ""
+    except (ValueError, TypeError, AttributeError, IndexError):
+        return ""
+    if not count and not message:
+        return ""
+    return f"the backend rejected {count} spans" + (f": {message}" if message else "")
+
+
+def _proto_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
+    """The fields of a protobuf message: (number, int or bytes); ``ValueError`` or
+    ``IndexError`` when it is not one."""
+    at = 0
+    while at < len(data):
+        key, at = _read_varint(data, at)
+        wire = key & 7
+        value: Union[int, bytes]
+        if wire == 0:
+            value, at = _read_varint(data, at)
+        elif wire == 2:
+            size, at = _read_varint(data, at)
+            value, at = data[at : at + size], at + size
+        elif wire in (1, 5):  # fixed64, fixed32
+            size = 8 if wire == 1 else 4
+            value, at = data[at : at + size], at + size
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+        yield key >> 3, value
+
+
+def _read_varint(data: bytes, at: int) -> Tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        shift += 7
+        if byte < 0x80:
+            return value, at
 
 
 def _answer_text(answer: Any) -> str:
@@ -2244,40 +2304,49 @@ def _otlp_command(args: Any) -> int:
     if endpoint is None and args.output is None:
         args.usage_error("give --endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT), or --output FILE")
     entries: List[Dict[str, Any]] = []
-    options = {"protocol": args.protocol, "content": args.content, "salt": args.salt}
+    rejected: List[str] = []
     try:
         requests = otlp_requests(
             args.files,
-            max_line_bytes=args.max_line_bytes,
-            entries=entries,
+            protocol=args.protocol,
+            content=args.content,
+            salt=args.salt,
             service_name=args.service_name or os.environ.get("OTEL_SERVICE_NAME") or "session.py",
             resource=_environment_pairs("OTEL_RESOURCE_ATTRIBUTES"),
-            **options,
+            max_line_bytes=args.max_line_bytes,
+            entries=entries,
         )
-        if args.output is not None:
-            count, where = _write_requests(requests, args.output, args.protocol), args.output
-        else:
+        if args.output is None:
             assert endpoint is not None
             headers = dict(_environment_pairs("OTEL_EXPORTER_OTLP_HEADERS"), **dict(args.header))
-            count = send_otlp(
-                requests, endpoint, protocol=args.protocol, headers=headers, timeout=args.timeout
-            )
-            where = endpoint
+            options = {"protocol": args.protocol, "headers": headers, "timeout": args.timeout}
+            count = send_otlp(requests, endpoint, rejected=rejected, **options)
+        else:
+            count, endpoint = _write_requests(requests, args.output, args.protocol), args.output
     except ValueError as exc:
         _print_error(f"{args.prog} otlp: error: {exc}")
         return 2
     except OtlpError as exc:
         _print_error(f"{args.prog} otlp: not sent: {exc}")
         return _EX_IOERR
+    return _otlp_report(args, endpoint, count, entries, rejected)
+
+
+def _otlp_report(
+    args: Any, where: str, count: int, entries: List[Dict[str, Any]], rejected: List[str]
+) -> int:
+    """Say what was left out, what the backend rejected and what was sent; the exit status."""
     for entry in entries:
         if not entry["ok"]:
             _print_error(f"{_failure_text(entry)} (left out)")
+    for said in rejected:
+        _print_error(f"{args.prog} otlp: {where}: {said}")
     spans = sum(entry["spans"] for entry in entries)
     kept = sum(1 for entry in entries if entry["ok"])
     _print_text(
         f"{where}: {spans} spans of {kept} files in {count} requests ({len(entries) - kept} left out)"
     )
-    return 0 if kept == len(entries) else 1
+    return 0 if kept == len(entries) and not rejected else 1
 
 
 def _write_requests(requests: Iterable[bytes], name: str, protocol: str) -> int:
@@ -2306,7 +2375,7 @@ COMMANDS.append(
     _Command(
         "otlp",
         _EXPORT_COMMANDS["otlp"],
-        "0 every file valid and sent (or written); 1 any left out (invalid or unreadable)",
+        "0 every file valid and sent (or written); 1 any left out (invalid or unreadable) or spans rejected",
         True,
         _otlp_options,
         _otlp_command,

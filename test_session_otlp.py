@@ -54,10 +54,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 class Receiver:
     """An OTLP/HTTP receiver on 127.0.0.1: answers each POST with the next of *answers*
-    (status, headers), then 200; keeps every request's path, headers, body (gunzipped) and
+    (status, headers[, body]), then 200; keeps every request's path, headers, body (gunzipped) and
     arrival time (header names in lowercase).  *delay*: seconds to wait before answering."""
 
-    def __init__(self, answers: Tuple[Tuple[int, Dict[str, str]], ...] = (), delay: float = 0.0) -> None:
+    def __init__(self, answers: Tuple[Tuple[Any, ...], ...] = (), delay: float = 0.0) -> None:
         self.answers = list(answers)
         self.got: List[Tuple[str, Dict[str, str], bytes, float]] = []
         receiver = self
@@ -71,12 +71,14 @@ class Receiver:
                     (self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
                 )
                 time.sleep(delay)
-                status, headers = receiver.answers.pop(0) if receiver.answers else (200, {})
+                status, headers, *said = receiver.answers.pop(0) if receiver.answers else (200, {})
+                answer = said[0] if said else b""
                 self.send_response(status)
                 for key, value in headers.items():
                     self.send_header(key, value)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
+                self.wfile.write(answer)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -510,6 +512,27 @@ def test_429_and_503_are_tried_again_after_retry_after(demo: Path) -> None:
     with Receiver(((503, {"Retry-After": "0"}),) * 5) as receiver:
         assert "HTTP 503 " in fails(demo, receiver.url)
     assert len(receiver.got) == 5
+
+
+def test_spans_a_backend_rejects_are_reported(demo: Path) -> None:
+    proto()  # or a skip
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    answer = trace_service_pb2.ExportTraceServiceResponse()
+    answer.partial_success.rejected_spans = 3
+    answer.partial_success.error_message = "too \x1b[31mold"
+    protobuf, json_type = {"Content-Type": "application/x-protobuf"}, {"Content-Type": "application/json"}
+    accepted = (200, json_type, b'{"partialSuccess":{}}')
+    cases = [
+        ((200, protobuf, answer.SerializeToString()), "rejected 3 spans: too \\x1b[31mold"),  # escaped
+        ((200, json_type, b'{"partialSuccess":{"rejectedSpans":"2"}}'), "rejected 2 spans"),
+    ]
+    for reply, said in cases:
+        with Receiver((reply,)) as receiver:
+            done = run_cli("otlp", str(demo), "--endpoint", receiver.url)
+        assert done.returncode == 1 and f"{receiver.url}: the backend {said}\n" in done.stderr, done.stderr
+    with Receiver((accepted,)) as receiver:
+        assert run_cli("otlp", str(demo), "--endpoint", receiver.url).returncode == 0
 
 
 def test_a_slow_receiver_times_out(demo: Path) -> None:
