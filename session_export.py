@@ -1456,9 +1456,23 @@ _CALL_ENDS = {
     "tool": ("tool_exec_end",),
     "compact": ("context_compacted", "context_prepare_end"),
 }
-_CALL_DATA = frozenset(("model_exec_end", "tool_exec_start", "tool_invoke_start", "tool_exec_end"))
-_CALL_DATA_COMPACT = frozenset(("context_compacted", "context_prepare_end"))
+# The records whose data a call's span reads (a model request's is read as it comes).
+_CALL_DATA = frozenset(
+    (
+        "model_exec_end",
+        "tool_exec_start",
+        "tool_invoke_start",
+        "tool_exec_end",
+        "context_compacted",
+        "context_prepare_end",
+    )
+)
 _FINISH_REASONS = {"toolUse": "tool_call", "safety": "content_filter"}  # agentgo's -> the conventions'
+
+
+_Attributes = List[Tuple[str, Any]]  # values: str, int (int64), bool, or a list of str
+_Common = Callable[[str, str], _Attributes]
+_CallSpan = Tuple[str, int, _Attributes, Optional[str]]  # name, kind, attributes, error
 
 
 class OtlpError(Exception):
@@ -1475,7 +1489,7 @@ class _OtlpSpan(NamedTuple):
     kind: int
     start: int  # Unix time in nanoseconds
     end: int
-    attributes: List[Tuple[str, Any]]  # str, int, bool or a list of str
+    attributes: _Attributes
     links: List[Tuple[bytes, bytes]]  # (trace id, span id)
     error: Optional[str]  # the status message of a span that failed, else None
 
@@ -1614,12 +1628,12 @@ class _Traces:
         call.last = self._time
         if record.type in _CALL_ENDS.get(execution.kind, ()):
             call.end = self._time
-        if record.type in _CALL_DATA or record.type in _CALL_DATA_COMPACT:
+        if record.type in _CALL_DATA:
             call.data[record.type] = record.data
         elif record.type == "model_request" and type(record.data.get("request")) is dict:
+            call.request["config"] = []
             config = _object(record.data["request"].get("config"))
-            limit = _int64(config.get("max_tokens"))
-            call.request["config"] = [] if limit is None else [("gen_ai.request.max_tokens", limit)]
+            _put_count(call.request["config"], "gen_ai.request.max_tokens", config.get("max_tokens"))
             if self._content is not None:
                 call.request["content"] = self._content.of_request(record.data)
 
@@ -1675,9 +1689,9 @@ class _Traces:
         make = _CALL_SPANS.get(execution.kind, _other_call)
         name, kind, attributes, error = make(call, self._common, self._content is not None)
         attributes.append(("session_jsonl.execution.id", _safe(execution.id)))
-        attributes.append(("session_jsonl.execution.attempt", _int64(execution.attempt)))
+        _put_count(attributes, "session_jsonl.execution.attempt", execution.attempt)
         if execution.turn_index:
-            attributes.append(("session_jsonl.turn_index", _int64(execution.turn_index)))
+            _put_count(attributes, "session_jsonl.turn_index", execution.turn_index)
         ends = _CALL_ENDS.get(execution.kind)
         if call.end is None and ends is not None and error is None:
             error = _unfinished(ends[0], attributes)
@@ -1688,7 +1702,7 @@ class _Traces:
             trace_id, call.span_id, call.parent, name, kind, call.start, end, attributes, links, error
         )
 
-    def _common(self, operation: str, openinference_kind: str) -> List[Tuple[str, Any]]:
+    def _common(self, operation: str, openinference_kind: str) -> _Attributes:
         """The attributes every span has: the operation, the session, Phoenix's span kind."""
         return [
             ("gen_ai.operation.name", operation),
@@ -1696,11 +1710,6 @@ class _Traces:
             ("session.id", self._session),
             ("openinference.span.kind", openinference_kind),
         ]
-
-
-_Attributes = List[Tuple[str, Any]]
-_Common = Callable[[str, str], _Attributes]
-_CallSpan = Tuple[str, int, _Attributes, Optional[str]]  # name, kind, attributes, error
 
 
 def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
@@ -1724,9 +1733,8 @@ def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
         ]
     attributes += call.request.get("config", [])
     for key, names in _USAGE_ATTRIBUTES:
-        count = _int64(usage.get(key))
-        if count is not None:
-            attributes += [(name, count) for name in names]
+        for name in names:
+            _put_count(attributes, name, usage.get(key))
     stop = message.get("stop_reason")
     reason = _safe(_FINISH_REASONS.get(stop, stop)) if type(stop) is str and stop else ""
     if reason:
@@ -1957,6 +1965,13 @@ def _safe(text: str) -> str:
 
 def _object(value: Any) -> Dict[str, Any]:
     return value if type(value) is dict else {}
+
+
+def _put_count(attributes: _Attributes, key: str, value: Any) -> None:
+    """Add the attribute *key* when *value* is an integer protobuf's int64 holds."""
+    count = _int64(value)
+    if count is not None:
+        attributes.append((key, count))
 
 
 def _int64(value: Any) -> Optional[int]:
