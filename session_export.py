@@ -1712,6 +1712,18 @@ class _Traces:
         ]
 
 
+_USAGE_ATTRIBUTES = (
+    ("input", ("gen_ai.usage.input_tokens", "llm.token_count.prompt")),
+    ("output", ("gen_ai.usage.output_tokens", "llm.token_count.completion")),
+    ("cache_read", ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")),
+    (
+        "cache_write",
+        ("gen_ai.usage.cache_creation.input_tokens", "llm.token_count.prompt_details.cache_write"),
+    ),
+    ("total_tokens", ("llm.token_count.total",)),
+)
+
+
 def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
     """A model call's attempt: a ``chat`` span with its model, usage and finish reason."""
     attributes = common("chat", "LLM")
@@ -1742,22 +1754,12 @@ def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
     if content:
         attributes += call.request.get("content", [])
         if message:
-            output = [dict(_otel_message(message), finish_reason=reason or "stop")]
+            output = [
+                dict(_otel_message(message), finish_reason=reason or ("error" if "error" in end else "stop"))
+            ]
             attributes.append(("gen_ai.output.messages", _content(output)))
     error = _error_status(end.get("error"), attributes)
     return f"chat {model}" if model else "chat", _CLIENT, attributes, error
-
-
-_USAGE_ATTRIBUTES = (
-    ("input", ("gen_ai.usage.input_tokens", "llm.token_count.prompt")),
-    ("output", ("gen_ai.usage.output_tokens", "llm.token_count.completion")),
-    ("cache_read", ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")),
-    (
-        "cache_write",
-        ("gen_ai.usage.cache_creation.input_tokens", "llm.token_count.prompt_details.cache_write"),
-    ),
-    ("total_tokens", ("llm.token_count.total",)),
-)
 
 
 def _tool_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
@@ -1786,10 +1788,11 @@ def _tool_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
 
 
 def _compact_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
-    """A compaction: a span of its own, with what the compaction recorded."""
+    """A compaction: a span of its own, with what the compaction recorded if *content* (it
+    may hold a summary of the conversation)."""
     attributes = common("compact", "CHAIN")
     compaction = call.data.get("context_compacted", {}).get("compaction")
-    if compaction is not None:
+    if content and compaction is not None:
         attributes.append(("session_jsonl.compaction", _content(compaction)))
     error = _error_status(call.data.get("context_prepare_end", {}).get("error"), attributes)
     return "compact", _INTERNAL, attributes, error
