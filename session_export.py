@@ -2123,9 +2123,13 @@ def send_otlp(
     its ``Retry-After`` (at most a minute) or else 1, 2, 4, ... seconds.  ``OtlpError`` naming
     the endpoint and the answer (or the reason there was none) when one cannot be sent; the
     requests before it were.  An answer that accepted a request but rejected some of its
-    spans (OTLP's partial success) is not tried again: what it says goes to *rejected*."""
+    spans (OTLP's partial success) is not tried again: what it says goes to *rejected*.
+    ``ValueError`` for an *endpoint* that is not an http or https URL."""
     import gzip
+    import urllib.parse
 
+    if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
+        raise ValueError(f"the endpoint must be an http:// or https:// URL, not {endpoint!r}")
     fields = {"Content-Type": _OTLP_PROTOCOLS[protocol], "Content-Encoding": "gzip"}
     fields.update(headers or {})
     sent = 0
