@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Set, Tuple
 
 import hypothesis
 import pytest
@@ -180,64 +180,95 @@ def test_the_demo_session_arrives_as_spans_by_the_genai_conventions(demo: Path, 
     by_id = {s.span_id: s for s in spans}
     run_of = {span.trace_id: str(record.run_id) for span, record in zip(runs, runs_in_file[::2])}
     calls = call_records(demo)
-    ids = {(s.trace_id, *execution_of(s)): s for s in spans}
     assert len(spans) == len(runs) + len(calls) == 13
     for span in spans:
         a = attributes(span)
         assert a["gen_ai.conversation.id"] == a["session.id"] == runs_in_file[0].session_id
-        assert not [key for key in a if key.startswith(("gen_ai.input", "gen_ai.output"))]
         if span in runs:
-            assert a["gen_ai.operation.name"] == "invoke_agent" and a["openinference.span.kind"] == "AGENT"
+            assert set(a) == keys_of("run", False) and a["openinference.span.kind"] == "AGENT"
             continue
-        run = next(r for r in runs if r.trace_id == span.trace_id)
-        records = calls[
-            run_of[span.trace_id], a["session_jsonl.execution.id"], a["session_jsonl.execution.attempt"]
-        ]
+        run_id, (execution_id, attempt) = run_of[span.trace_id], execution_of(span)
+        records = calls[run_id, execution_id, attempt]
         assert span.start_time_unix_nano == nanos(records[0].time)
         data = {r.type: r.data for r in records}
-        execution = data[records[0].type]["execution"]
+        execution = records[0].data["execution"]
         parent = by_id[span.parent_span_id]
         assert parent.trace_id == span.trace_id
         if execution["kind"] == "model":
-            assert span.name == "chat" and span.kind == 3 and a["openinference.span.kind"] == "LLM"
-            assert span.end_time_unix_nano == nanos(
-                next(r.time for r in records if r.type == "model_exec_end")
-            )
-            assert parent == run and a["gen_ai.request.max_tokens"] == 1024
-            end = data["model_exec_end"]
-            if "error" in end:
-                assert span.status.code == 2 and span.status.message == end["error"]["message"]
-                assert a["error.type"] == end["error"]["type"] == "RateLimited"
-            else:
-                usage = end["message"]["value"]["usage"]
-                assert a["gen_ai.usage.input_tokens"] == a["llm.token_count.prompt"] == usage["input"]
-                assert a["gen_ai.usage.output_tokens"] == a["llm.token_count.completion"] == usage["output"]
-                stop = end["message"]["value"]["stop_reason"]
-                assert a["gen_ai.response.finish_reasons"] == [{"toolUse": "tool_call"}.get(stop, stop)]
-                assert span.status.code == 0 and "error.type" not in a
-            if execution["attempt"] > 1:
-                before = ids[span.trace_id, execution["id"], execution["attempt"] - 1]
-                assert [(link.trace_id, link.span_id) for link in span.links] == [
-                    (span.trace_id, before.span_id)
-                ]
-                assert before.parent_span_id == span.parent_span_id  # siblings
+            check_model_span(span, data, spans)
+            assert parent.name == "invoke_agent"
         elif execution["kind"] == "tool":
-            assert span.name == f"execute_tool {data['tool_exec_end']['tool']}" and span.kind == 1
-            assert (
-                a["gen_ai.tool.name"] == data["tool_exec_end"]["tool"]
-                and a["openinference.span.kind"] == "TOOL"
-            )
-            assert a["gen_ai.tool.call.id"] == data["tool_exec_end"]["tool_id"]
-            assert (
-                parent.name == "chat"
-                and attributes(parent)["session_jsonl.execution.id"] == execution["parent_id"]
-            )
+            check_tool_span(span, data)
+            attempts = [key[2] for key in calls if key[:2] == (run_id, execution["parent_id"])]
+            assert parent.name == "chat" and execution_of(parent) == (execution["parent_id"], max(attempts))
             assert parent.status.code == 0  # the attempt that asked for it
-            failed = data["tool_exec_end"].get("error")
-            assert (span.status.code, a.get("error.type")) == ((2, failed["type"]) if failed else (0, None))
         else:
-            assert execution["kind"] == "compact" and span.name == "compact" and parent == run
-            assert "session_jsonl.compaction" not in a  # it may summarize the conversation: content
+            assert execution["kind"] == "compact" and span.name == "compact" and parent.name == "invoke_agent"
+            assert set(a) == keys_of("compact", False)  # and no compaction: it may summarize, it is content
+
+
+def keys_of(kind: str, failed: bool) -> Set[str]:
+    """Every attribute a span of *kind* has in the demo session, without content."""
+    common = {"gen_ai.operation.name", "gen_ai.conversation.id", "session.id", "openinference.span.kind"}
+    call = common | {
+        "session_jsonl.execution.id",
+        "session_jsonl.execution.attempt",
+        "session_jsonl.turn_index",
+    }
+    usage = {"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.response.finish_reasons"}
+    usage |= {"llm.token_count.prompt", "llm.token_count.completion", "llm.token_count.total"}
+    error = {"error.type"} if failed else set()
+    return {
+        "run": common | {"session_jsonl.end_reason"},
+        "model": call | {"gen_ai.request.max_tokens"} | (error or usage),
+        "tool": call | {"gen_ai.tool.type", "gen_ai.tool.name", "tool.name", "gen_ai.tool.call.id"} | error,
+        "compact": call,
+    }[kind]
+
+
+def check_model_span(span: Any, data: Dict[str, Dict[str, Any]], spans: List[Any]) -> None:
+    """A model call's attempt: a chat span with the usage of its end, or its error; an
+    attempt after the first a sibling of the one before, linked to it."""
+    a, end = attributes(span), data["model_exec_end"]
+    assert set(a) == keys_of("model", "error" in end)
+    assert span.name == "chat" and span.kind == 3 and a["openinference.span.kind"] == "LLM"
+    assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.request.max_tokens"] == 1024
+    if "error" in end:
+        assert span.status.code == 2 and span.status.message == end["error"]["message"]
+        assert a["error.type"] == end["error"]["type"] == "RateLimited"
+    else:
+        usage, stop = end["message"]["value"]["usage"], end["message"]["value"]["stop_reason"]
+        assert a["gen_ai.usage.input_tokens"] == a["llm.token_count.prompt"] == usage["input"]
+        assert a["gen_ai.usage.output_tokens"] == a["llm.token_count.completion"] == usage["output"]
+        assert a["llm.token_count.total"] == usage["total_tokens"]
+        assert a["gen_ai.response.finish_reasons"] == [{"toolUse": "tool_call"}.get(stop, stop)]
+        assert span.status.code == 0
+    execution_id, attempt = execution_of(span)
+    if attempt > 1:
+        (before,) = [
+            s for s in spans if s.trace_id == span.trace_id and execution_of(s) == (execution_id, attempt - 1)
+        ]
+        assert [(link.trace_id, link.span_id) for link in span.links] == [(span.trace_id, before.span_id)]
+        assert before.parent_span_id == span.parent_span_id  # siblings
+    else:
+        assert not span.links
+
+
+def check_tool_span(span: Any, data: Dict[str, Dict[str, Any]]) -> None:
+    """A tool call: an execute_tool span with its tool's name and call id, failed as it did."""
+    a, end = attributes(span), data["tool_exec_end"]
+    failed = end.get("error")
+    assert set(a) == keys_of("tool", failed is not None)
+    assert (
+        span.name == f"execute_tool {end['tool']}"
+        and span.kind == 1
+        and a["openinference.span.kind"] == "TOOL"
+    )
+    assert a["gen_ai.operation.name"] == "execute_tool" and a["gen_ai.tool.type"] == "function"
+    assert (
+        a["gen_ai.tool.name"] == a["tool.name"] == end["tool"] and a["gen_ai.tool.call.id"] == end["tool_id"]
+    )
+    assert (span.status.code, a.get("error.type")) == ((2, failed["type"]) if failed else (0, None))
 
 
 def test_the_encoder_writes_what_protobuf_writes_and_json_says_the_same(demo: Path, tmp_path: Path) -> None:
