@@ -44,6 +44,7 @@ import io
 import json
 import os
 import re
+import stat
 import struct
 import sys
 from typing import (
@@ -2260,8 +2261,8 @@ def _otlp_options(sub: Any) -> None:
     sub.add_argument(
         "--protocol",
         choices=list(_OTLP_PROTOCOLS),
-        default="http/protobuf",
-        help="the encoding (default: %(default)s)",
+        help="the encoding (default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, "
+        "else http/protobuf)",
     )
     sub.add_argument(
         "--header",
@@ -2308,6 +2309,17 @@ def _otlp_endpoint(args: Any) -> Optional[str]:
     return traces or (base.rstrip("/") + "/v1/traces" if base else None)
 
 
+def _otlp_protocol(args: Any) -> str:
+    """--protocol, else the one the environment names (OTLP's variables), else protobuf."""
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        named = os.environ.get(variable, "").strip()
+        if named and not args.protocol:
+            if named not in _OTLP_PROTOCOLS:
+                args.usage_error(f"{variable}={named}: this command sends {' or '.join(_OTLP_PROTOCOLS)}")
+            return named
+    return str(args.protocol or "http/protobuf")
+
+
 def _environment_pairs(variable: str) -> Dict[str, str]:
     """The pairs of an OpenTelemetry environment *variable*: ``k=v,k2=v2``, values
     percent-encoded (OTEL_EXPORTER_OTLP_HEADERS, OTEL_RESOURCE_ATTRIBUTES)."""
@@ -2325,6 +2337,7 @@ def _otlp_command(args: Any) -> int:
     endpoint = _otlp_endpoint(args)
     if endpoint is None and args.output is None:
         args.usage_error("give --endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT), or --output FILE")
+    args.protocol = _otlp_protocol(args)
     entries: List[Dict[str, Any]] = []
     rejected: List[str] = []
     try:
@@ -2372,24 +2385,34 @@ def _otlp_report(
 
 
 def _write_requests(requests: Iterable[bytes], name: str, protocol: str) -> int:
-    """Write *requests* to the file *name*, in place once complete: protobuf requests one after
+    """Write *requests* to the file *name*, in place once complete (a device or a pipe, such
+    as /dev/stdout, is written straight into, never replaced): protobuf requests one after
     another (which protobuf reads as one request), JSON ones a line each."""
-    temp = f"{name}.{_new_id()[:12]}.tmp"
-    f = _new_file(temp)
-    count = 0
     try:
-        for body in requests:
-            f.write(body + b"\n" if protocol == "http/json" else body)
-            count += 1
-        _finish(f)
-        os.replace(temp, name)
-    except BaseException as exc:
-        f.close()
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        if isinstance(exc, OSError):
-            raise _OutputError(exc) from exc
-        raise
+        if os.path.exists(name) and not stat.S_ISREG(os.stat(name).st_mode):
+            with builtins.open(name, "wb") as device:
+                return _write_each(requests, device, protocol)
+        temp = f"{name}.{_new_id()[:12]}.tmp"
+        f = _new_file(temp)
+        try:
+            count = _write_each(requests, f, protocol)
+            _finish(f)
+            os.replace(temp, name)
+        except BaseException:
+            f.close()
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+    except OSError as exc:
+        raise _OutputError(exc) from exc
+    return count
+
+
+def _write_each(requests: Iterable[bytes], f: BinaryIO, protocol: str) -> int:
+    count = 0
+    for body in requests:
+        f.write(body + b"\n" if protocol == "http/json" else body)
+        count += 1
     return count
 
 

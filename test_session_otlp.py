@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import ssl
+import stat
 import subprocess
 import sys
 import tempfile
@@ -472,6 +473,14 @@ def test_output_writes_the_requests_instead(demo: Path, tmp_path: Path) -> None:
         bodies = [written] if protocol == "http/protobuf" else written.splitlines()
         assert spans_of(*(decode(body, protocol) for body in bodies)) == spans
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl", "out.pb"]  # no temporary file left
+    if hasattr(os, "mkfifo"):  # a pipe (as /dev/stdout can be) is written into, not replaced
+        os.mkfifo(tmp_path / "pipe")
+        reader = subprocess.Popen(["cat", str(tmp_path / "pipe")], stdout=subprocess.PIPE)
+        done = run_cli("otlp", str(demo), "--output", str(tmp_path / "pipe"))
+        assert (
+            done.returncode == 0 and reader.communicate(timeout=60)[0] == (tmp_path / "out.pb").read_bytes()
+        )
+        assert stat.S_ISFIFO(os.stat(tmp_path / "pipe").st_mode)
     done = run_cli("otlp", str(demo), "--output", str(tmp_path / "missing" / "out.pb"))
     assert done.returncode == 74 and "cannot write the output" in done.stderr
     assert run_cli("otlp", str(demo)).returncode == 2  # neither an endpoint nor --output
@@ -490,15 +499,27 @@ def test_endpoint_headers_and_resource_from_the_environment(demo: Path) -> None:
             OTEL_EXPORTER_OTLP_HEADERS="api-key=a%20b,x-team=1",
             OTEL_SERVICE_NAME="agents",
             OTEL_RESOURCE_ATTRIBUTES="openinference.project.name=second%2C,service.name=x",
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
         )
     assert done.returncode == 0, done.stderr
     path, headers, body, _ = receiver.got[0]
     assert path == "/v1/traces" and headers["api-key"] == "a b" and headers["x-team"] == "2"
-    (resource,) = decode_proto(body).resource_spans
+    assert headers["content-type"] == "application/json"
+    (resource,) = decode(body, "http/json").resource_spans
     assert attributes(resource.resource) == {
         "service.name": "agents",
         "openinference.project.name": "second,",
     }
+
+
+def test_a_protocol_the_command_does_not_send_is_a_usage_error(demo: Path) -> None:
+    out = str(demo.parent / "out.jsonl")
+    grpc = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    done = otlp_with_environment(demo, "--output", out, **grpc)
+    assert done.returncode == 2 and "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this command sends" in done.stderr
+    done = otlp_with_environment(demo, "--protocol", "http/json", "--output", out, **grpc)
+    assert done.returncode == 0, done.stderr  # --protocol wins
+    os.unlink(out)
 
 
 def otlp_with_environment(path: Path, *args: str, **environment: str) -> subprocess.CompletedProcess[str]:
