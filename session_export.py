@@ -2341,6 +2341,8 @@ def _otlp_command(args: Any) -> int:
     entries: List[Dict[str, Any]] = []
     rejected: List[str] = []
     try:
+        if args.output is not None:  # not among the inputs, as export checks its own
+            _session_files(args.files, {os.path.realpath(args.output)})
         requests = otlp_requests(
             args.files,
             protocol=args.protocol,

@@ -484,6 +484,8 @@ def test_output_writes_the_requests_instead(demo: Path, tmp_path: Path) -> None:
     done = run_cli("otlp", str(demo), "--output", str(tmp_path / "missing" / "out.pb"))
     assert done.returncode == 74 and "cannot write the output" in done.stderr
     assert run_cli("otlp", str(demo)).returncode == 2  # neither an endpoint nor --output
+    done = run_cli("otlp", str(tmp_path), "--output", str(tmp_path / "out.jsonl"), "--protocol", "http/json")
+    assert done.returncode == 2 and "the export's own output" in done.stderr, done.stderr
     for url in ("localhost:4318/v1/traces", "ftp://127.0.0.1/v1/traces"):
         done = run_cli("otlp", str(demo), "--endpoint", url)
         assert done.returncode == 2 and "must be an http:// or https:// URL" in done.stderr, done.stderr
