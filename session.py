@@ -4883,6 +4883,7 @@ def _no_options(sub: Any) -> None:
 _EXPORT_COMMANDS = {  # session_export.py's, by name, for the list of commands when it is missing
     "export": "copy sessions' complete records to JSON Lines, with a manifest",
     "html": "one self-contained HTML page to look at a session",
+    "otlp": "send sessions' runs and calls to an OpenTelemetry backend as spans (OTLP/HTTP)",
 }
 
 

@@ -20,25 +20,32 @@
 # LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
 # OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
 # SOFTWARE.
-"""Exports of sessions recorded by ``session.py``: JSON Lines for query engines, and a page.
+"""Exports of sessions recorded by ``session.py``: JSON Lines for query engines, a page, and
+OpenTelemetry spans.
 
     import session_export
 
     session_export.export(["sessions/"], "all.jsonl")   # plus all.jsonl.manifest.jsonl
+    session_export.send_otlp(session_export.otlp_requests(["sessions/"]), "http://localhost:4318/v1/traces")
 
-``python -m session export|html`` run what is here when this file lies beside ``session.py``
+``python -m session export|html|otlp`` run what is here when this file lies beside ``session.py``
 (the wheel installs both; a vendored copy needs both files).  Standard library only.
 """
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import contextlib
+import datetime
 import errno
+import hashlib
 import io
 import json
 import os
 import re
+import stat
+import struct
 import sys
 from typing import (
     Any,
@@ -59,6 +66,7 @@ from typing import (
 # The core's own helpers this module shares, so that an export reads, checks and reports as
 # the core's commands do.  They are private to the two modules: nothing else should use them.
 from session import (
+    _EX_IOERR,
     _EXPORT_COMMANDS,
     _MAX_LINE_BYTES,
     _O_BINARY,
@@ -95,9 +103,11 @@ from session import (
     _sync_directory,
     _Tally,
     _valid_fields,
+    _without_credentials,
+    read,
 )
 
-__all__ = ["export"]
+__all__ = ["export", "otlp_requests", "send_otlp", "OtlpError"]
 
 __version__ = "1.0.0"
 
@@ -1423,3 +1433,998 @@ COMMANDS = [  # what python -m session takes from this module
         _html_command,
     ),
 ]
+
+
+# ---------------------------------------------------------------------------- OpenTelemetry
+# ``python -m session otlp FILE... --endpoint URL``: each run becomes a trace of spans named
+# and described by the OpenTelemetry GenAI semantic conventions (docs/otlp.md has the mapping
+# and the version followed), encoded here as OTLP's ExportTraceServiceRequest, in protobuf or
+# in OTLP/JSON, and sent over HTTP.  A file's spans are built as it is read and kept until it
+# proves valid: only the complete records of a valid file are exported, as ``export`` does.
+
+_OTLP_PROTOCOLS = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
+_OTLP_REQUEST_BYTES = 4 << 20  # spans per request, encoded, at most (a bigger span goes alone)
+_OTLP_CONTENT_CAP = 16384  # characters of one content attribute; the rest is cut
+_OTLP_TRIES = 5  # of one request answered 429, 502, 503 or 504
+_OTLP_LONGEST_WAIT = 60.0  # seconds: a longer Retry-After is waited this long
+_RETRYABLE = (429, 502, 503, 504)  # the OTLP specification's transient answers
+_INTERNAL, _CLIENT = 1, 3  # Span.SpanKind
+_STATUS_ERROR = 2  # Status.StatusCode
+_INT64 = 1 << 63
+# A call's span ends at the latest of these records; without one, it is unfinished.
+_CALL_ENDS = {
+    "model": ("model_exec_end",),
+    "tool": ("tool_exec_end",),
+    "compact": ("context_compacted", "context_prepare_end"),
+}
+# The records whose data a call's span reads (a model request's is read as it comes).
+_CALL_DATA = frozenset(
+    (
+        "model_exec_end",
+        "tool_exec_start",
+        "tool_invoke_start",
+        "tool_exec_end",
+        "context_compacted",
+        "context_prepare_end",
+    )
+)
+_FINISH_REASONS = {"toolUse": "tool_call", "safety": "content_filter"}  # agentgo's -> the conventions'
+
+
+_Attributes = List[Tuple[str, Any]]  # values: str, int (int64), bool, or a list of str
+_Common = Callable[[str, str], _Attributes]
+_CallSpan = Tuple[str, int, _Attributes, Optional[str]]  # name, kind, attributes, error
+
+
+class OtlpError(Exception):
+    """Sending to an OTLP endpoint failed: the message names the endpoint and the answer."""
+
+
+class _OtlpSpan(NamedTuple):
+    """One span, every string already one protobuf can carry (see ``_safe``)."""
+
+    trace_id: bytes
+    span_id: bytes
+    parent_id: bytes  # b"" for a run's span, the root of its trace
+    name: str
+    kind: int
+    start: int  # Unix time in nanoseconds
+    end: int
+    attributes: _Attributes
+    links: List[Tuple[bytes, bytes]]  # (trace id, span id)
+    error: Optional[str]  # the status message of a span that failed, else None
+
+
+def otlp_requests(
+    sources: Iterable[Union[str, os.PathLike[str]]],
+    *,
+    protocol: str = "http/protobuf",
+    content: bool = False,
+    salt: str = "",
+    service_name: str = "session.py",
+    resource: Optional[Dict[str, str]] = None,
+    max_request_bytes: int = _OTLP_REQUEST_BYTES,
+    max_line_bytes: int = _MAX_LINE_BYTES,
+    entries: Optional[List[Dict[str, Any]]] = None,
+) -> Iterator[bytes]:
+    """Yield OTLP ``ExportTraceServiceRequest`` bodies holding the spans of session files.
+
+    *sources* are taken as ``export`` takes them (files, and directories' ``*.jsonl`` files).
+    Each run is a trace; its calls are spans (docs/otlp.md).  A body is protobuf, or with
+    *protocol* ``"http/json"`` OTLP/JSON; its spans take at most *max_request_bytes* (one
+    bigger span goes alone).  Ids are derived from the session, run, execution id and attempt
+    (and *salt*): the same file gives the same ids.  The resource holds *service_name* and
+    the attributes *resource* names (Phoenix's project: ``openinference.project.name``).
+    With *content*, the messages, system instructions, tool definitions, arguments and
+    results go along too, without credentials, each attribute at most 16,384 characters (the
+    latest input messages that fit; a longer value cut).  An invalid or unreadable file is
+    left out; each file's ``validate --json`` fields, with ``spans``, are appended to
+    *entries* if given.
+    """
+    if protocol not in _OTLP_PROTOCOLS:
+        raise ValueError(f"protocol must be one of {', '.join(_OTLP_PROTOCOLS)}, not {protocol!r}")
+    encode, wrap = (_span_json, _request_json) if protocol == "http/json" else (_span_proto, _request_proto)
+    extra = {key: value for key, value in (resource or {}).items() if key != "service.name"}
+    resource_attributes = [
+        (_safe(key), _safe(value)) for key, value in {"service.name": service_name, **extra}.items()
+    ]
+    batch: List[bytes] = []
+    size = 0
+    for name in _session_files(sources, set()):
+        spans, entry = _file_spans(name, content, salt, max_line_bytes)
+        if entries is not None:
+            entries.append(entry)
+        for span in spans:
+            encoded = encode(span)
+            if batch and size + len(encoded) > max_request_bytes:
+                yield wrap(resource_attributes, batch)
+                batch, size = [], 0
+            batch.append(encoded)
+            size += len(encoded) + 1  # and a comma, in JSON
+    if batch:
+        yield wrap(resource_attributes, batch)
+
+
+def _file_spans(
+    name: str, content: bool, salt: str, max_line_bytes: int
+) -> Tuple[List[_OtlpSpan], Dict[str, Any]]:
+    """The spans of the file *name* (none when it is invalid), and its manifest entry."""
+    traces = _Traces(content, salt)
+    tally = _Tally()
+
+    def visit(record: Record) -> None:
+        tally(record)
+        traces.add(record)
+
+    try:
+        result = read(name, visit, max_line_bytes=max_line_bytes, resolve=False)
+    except (FormatError, OSError) as exc:
+        return [], dict(_failure_fields(name, exc), spans=0)
+    spans = list(traces.spans())
+    return spans, dict(_valid_fields(name, result, tally), spans=len(spans))
+
+
+class _OtlpCall:
+    """What one attempt of a call left in the file, as far as its span needs it."""
+
+    def __init__(self, execution: Execution, span_id: bytes, parent: bytes, start: int) -> None:
+        self.execution = execution
+        self.span_id = span_id
+        self.parent = parent
+        self.start = self.last = start
+        self.end: Optional[int] = None  # the time of its end record, if one was read
+        self.data: Dict[str, Dict[str, Any]] = {}  # by record type: those _CALL_DATA names
+        self.request: Dict[str, _Attributes] = {}  # "config", and "content" when asked
+        self.links: List[bytes] = []
+
+
+class _OtlpRun:
+    def __init__(self, run_id: str, start: int) -> None:
+        self.run_id = run_id
+        self.start = self.last = start
+        self.closed = False
+        self.agent_end: Dict[str, Any] = {}
+
+
+class _Traces:
+    """The spans of one session file, gathered as its records are read."""
+
+    def __init__(self, content: bool, salt: str) -> None:
+        self._content = _Contents() if content else None
+        self._salt = salt
+        self._session = ""
+        self._time = 0  # of the latest record whose time could be read
+        self._runs: Dict[str, _OtlpRun] = {}
+        self._calls: Dict[Tuple[str, str, int], _OtlpCall] = {}
+        self._latest: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> latest attempt
+
+    def add(self, record: Record) -> None:
+        self._time = _unix_nanos(record.time, self._time)
+        if record.run_id is None:
+            self._session = record.session_id
+            return
+        if self._content is not None:
+            self._content.add(record)
+        if record.type == "run_start":
+            self._runs[record.run_id] = _OtlpRun(record.run_id, self._time)
+        run = self._runs[record.run_id]  # the reader checks that the run was started
+        run.last = self._time
+        if record.type == "run_close":
+            run.closed = True
+        elif record.type == "agent_end":
+            run.agent_end = record.data
+        elif "execution" in record.data:
+            self._add_to_call(record)
+
+    def _add_to_call(self, record: Record) -> None:
+        try:
+            execution = _execution_from_json(record.data["execution"], record)
+        except (FormatError, TypeError, ValueError):
+            return  # a shape the format does not write: no call to show it in
+        assert record.run_id is not None
+        key = (record.run_id, execution.id, execution.attempt)
+        call = self._calls.get(key)
+        if call is None:
+            call = self._calls[key] = self._new_call(record.run_id, execution)
+        call.last = self._time
+        if record.type in _CALL_ENDS.get(execution.kind, ()):
+            call.end = self._time
+        if record.type in _CALL_DATA:
+            call.data[record.type] = record.data
+        elif record.type == "model_request" and type(record.data.get("request")) is dict:
+            call.request["config"] = []
+            config = _object(record.data["request"].get("config"))
+            _put_count(call.request["config"], "gen_ai.request.max_tokens", config.get("max_tokens"))
+            if self._content is not None:
+                call.request["content"] = self._content.of_request(record.data)
+
+    def _new_call(self, run_id: str, execution: Execution) -> _OtlpCall:
+        """The call's span, under its parent's latest attempt (or the run), linked to the
+        attempt before it."""
+        parent = self._span_id(run_id)
+        parent_attempt = self._latest.get((run_id, execution.parent_id))
+        if execution.parent_id and parent_attempt is not None:
+            parent = self._span_id(run_id, execution.parent_id, parent_attempt)
+        span_id = self._span_id(run_id, execution.id, execution.attempt)
+        call = _OtlpCall(execution, span_id, parent, self._time)
+        before = self._calls.get((run_id, execution.id, execution.attempt - 1))
+        if before is not None:
+            call.links.append(before.span_id)
+        key = (run_id, execution.id)
+        self._latest[key] = max(self._latest.get(key, 0), execution.attempt)
+        return call
+
+    def _span_id(self, run_id: str, *call: Any) -> bytes:
+        return _otlp_id(8, self._salt, self._session, run_id, *call)
+
+    def spans(self) -> Iterator[_OtlpSpan]:
+        """Each run's span, then its calls', in the order they began."""
+        for run in self._runs.values():
+            yield self._run_span(run)
+        for (run_id, _, _), call in self._calls.items():
+            yield self._call_span(run_id, call)
+
+    def _run_span(self, run: _OtlpRun) -> _OtlpSpan:
+        attributes = self._common("invoke_agent", "AGENT")
+        summary = run.agent_end.get("summary")
+        if type(summary) is dict and type(summary.get("end_reason")) is str:
+            attributes.append(("session_jsonl.end_reason", _safe(summary["end_reason"])))
+        error = _error_status(run.agent_end.get("error"), attributes)
+        if error is None and not run.closed:
+            error = _unfinished("run_close", attributes)
+        return _OtlpSpan(
+            _otlp_id(16, self._salt, self._session, run.run_id),
+            self._span_id(run.run_id),
+            b"",
+            "invoke_agent",
+            _INTERNAL,
+            run.start,
+            run.last,
+            attributes,
+            [],
+            error,
+        )
+
+    def _call_span(self, run_id: str, call: _OtlpCall) -> _OtlpSpan:
+        execution = call.execution
+        make = _CALL_SPANS.get(execution.kind, _other_call)
+        name, kind, attributes, error = make(call, self._common, self._content is not None)
+        attributes.append(("session_jsonl.execution.id", _safe(execution.id)))
+        _put_count(attributes, "session_jsonl.execution.attempt", execution.attempt)
+        if execution.turn_index:
+            _put_count(attributes, "session_jsonl.turn_index", execution.turn_index)
+        ends = _CALL_ENDS.get(execution.kind)
+        if call.end is None and ends is not None and error is None:
+            error = _unfinished(ends[0], attributes)
+        trace_id = _otlp_id(16, self._salt, self._session, run_id)
+        links = [(trace_id, span_id) for span_id in call.links]
+        end = call.last if call.end is None else call.end
+        return _OtlpSpan(
+            trace_id, call.span_id, call.parent, name, kind, call.start, end, attributes, links, error
+        )
+
+    def _common(self, operation: str, openinference_kind: str) -> _Attributes:
+        """The attributes every span has: the operation, the session, Phoenix's span kind."""
+        return [
+            ("gen_ai.operation.name", operation),
+            ("gen_ai.conversation.id", self._session),
+            ("session.id", self._session),
+            ("openinference.span.kind", openinference_kind),
+        ]
+
+
+_USAGE_ATTRIBUTES = (
+    ("input", ("gen_ai.usage.input_tokens", "llm.token_count.prompt")),
+    ("output", ("gen_ai.usage.output_tokens", "llm.token_count.completion")),
+    ("cache_read", ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")),
+    (
+        "cache_write",
+        ("gen_ai.usage.cache_creation.input_tokens", "llm.token_count.prompt_details.cache_write"),
+    ),
+    ("total_tokens", ("llm.token_count.total",)),
+)
+
+
+def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
+    """A model call's attempt: a ``chat`` span with its model, usage and finish reason."""
+    attributes = common("chat", "LLM")
+    end = call.data.get("model_exec_end", {})
+    message = _message_value(end.get("message")) or _message_value(end.get("partial_message")) or {}
+    usage = _object(message.get("usage"))
+    model = usage.get("model") if type(usage.get("model")) is str else ""
+    if type(usage.get("provider")) is str:
+        attributes += [
+            ("gen_ai.provider.name", _safe(usage["provider"])),
+            ("llm.provider", _safe(usage["provider"])),
+        ]
+    if model:
+        model = _safe(model)
+        attributes += [
+            ("gen_ai.request.model", model),
+            ("gen_ai.response.model", model),
+            ("llm.model_name", model),
+        ]
+    attributes += call.request.get("config", [])
+    for key, names in _USAGE_ATTRIBUTES:
+        for name in names:
+            _put_count(attributes, name, usage.get(key))
+    stop = message.get("stop_reason")
+    reason = _safe(_FINISH_REASONS.get(stop, stop)) if type(stop) is str and stop else ""
+    if reason:
+        attributes.append(("gen_ai.response.finish_reasons", [reason]))
+    if content:
+        attributes += call.request.get("content", [])
+        if message:
+            output = [
+                dict(_otel_message(message), finish_reason=reason or ("error" if "error" in end else "stop"))
+            ]
+            attributes.append(("gen_ai.output.messages", _content(output)))
+    error = _error_status(end.get("error"), attributes)
+    return f"chat {model}" if model else "chat", _CLIENT, attributes, error
+
+
+def _tool_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
+    """A tool call's attempt: an ``execute_tool`` span with the tool's name and call id."""
+    attributes = common("execute_tool", "TOOL")
+    start = call.data.get("tool_exec_start", {})
+    invoked = call.data.get("tool_invoke_start", start)
+    end = call.data.get("tool_exec_end", {})
+    tool = _safe(next((d["tool"] for d in (end, start, invoked) if type(d.get("tool")) is str), ""))
+    tool_id = _safe(next((d["tool_id"] for d in (end, start, invoked) if type(d.get("tool_id")) is str), ""))
+    attributes += [
+        ("gen_ai.tool.type", "function"),
+        ("gen_ai.tool.name", tool),
+        ("tool.name", tool),
+    ]
+    if tool_id:
+        attributes.append(("gen_ai.tool.call.id", tool_id))
+    if content and "args" in invoked:
+        attributes.append(("gen_ai.tool.call.arguments", _content(invoked["args"])))
+    if content and "result" in end:
+        attributes.append(("gen_ai.tool.call.result", _content(end["result"])))
+    error = _error_status(end.get("error"), attributes)
+    if error is None and end.get("is_error") is True:
+        error = _error_status({"message": "the tool reported an error", "type": "tool_error"}, attributes)
+    return f"execute_tool {tool}" if tool else "execute_tool", _INTERNAL, attributes, error
+
+
+def _compact_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
+    """A compaction: a span of its own, with what the compaction recorded if *content* (it
+    may hold a summary of the conversation)."""
+    attributes = common("compact", "CHAIN")
+    compaction = call.data.get("context_compacted", {}).get("compaction")
+    if content and compaction is not None:
+        attributes.append(("session_jsonl.compaction", _content(compaction)))
+    error = _error_status(call.data.get("context_prepare_end", {}).get("error"), attributes)
+    return "compact", _INTERNAL, attributes, error
+
+
+def _other_call(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
+    """A call of a kind the format does not name: a span by its kind, from its records."""
+    kind = _safe(call.execution.kind)
+    return kind or "call", _INTERNAL, common(kind, "UNKNOWN"), None
+
+
+_CALL_SPANS = {"model": _chat_span, "tool": _tool_span, "compact": _compact_span}
+
+
+def _error_status(error: Any, attributes: _Attributes) -> Optional[str]:
+    """The status message of a recorded error (``None`` without one); its ``error.type``
+    goes to *attributes*."""
+    if type(error) is not dict:
+        return None
+    kind = error.get("type")
+    attributes.append(("error.type", _safe(kind) if type(kind) is str and kind else "_OTHER"))
+    message = error.get("message")
+    return _safe(message) if type(message) is str and message else "error"
+
+
+def _unfinished(end_type: str, attributes: _Attributes) -> str:
+    attributes.append(("error.type", "unfinished"))
+    return f"unfinished: the file holds no {end_type} for it"
+
+
+class _OtlpMessage(NamedTuple):
+    """A message as the content attributes need it, made once per ``message`` record."""
+
+    role: Any
+    text: str  # the conventions' JSON of the message (a system message's, of its parts)
+    length: int  # of that JSON whole: *text* holds at most the cap of it, but a system message's
+
+
+def _otlp_message(value: Any) -> _OtlpMessage:
+    message = _message_value(value) or {}
+    role = message.get("role")
+    converted = _otel_message(message)
+    text = _json_content(converted["parts"] if role == "system" else converted)
+    return _OtlpMessage(role, text if role == "system" else text[:_OTLP_CONTENT_CAP], len(text))
+
+
+class _Contents:
+    """The content attributes of a file's model requests.  The file is read without resolving
+    its references: each ``message`` and ``tools`` record is turned into the conventions'
+    JSON once, as it is read, and a request takes the latest of its messages that fit, so
+    the cost grows with the file, not with each request's context again."""
+
+    def __init__(self) -> None:
+        self._messages: Dict[int, _OtlpMessage] = {}
+        self._seqs: List[int] = []  # of the message records, in order
+        self._tools: Dict[int, str] = {}
+
+    def add(self, record: Record) -> None:
+        if record.type == "message":
+            self._messages[record.seq] = _otlp_message(record.data.get("message"))
+            self._seqs.append(record.seq)
+        elif record.type == "tools":
+            self._tools[record.seq] = _tool_definitions(record.data.get("tools"))
+
+    def of_request(self, data: Dict[str, Any]) -> _Attributes:
+        """A ``model_request``'s messages, system instructions and tool definitions."""
+        request = data["request"]
+        if "messages" in request or "messages" not in data:  # version 1, or written whole
+            written = request.get("messages")
+            messages = [_otlp_message(m) for m in written] if type(written) is list else []
+            tools = _tool_definitions(request.get("tools"))
+        else:  # version 2: [first, last] ranges of message records, checked by the reader
+            seqs = self._seqs
+            messages = [
+                self._messages[seq]
+                for first, last in data["messages"]
+                for seq in seqs[bisect.bisect_left(seqs, first) : bisect.bisect_right(seqs, last)]
+            ]
+            tools = self._tools.get(data["tools"], "") if type(data.get("tools")) is int else ""
+        system = [m.text[1:-1] for m in messages if m.role == "system" and m.length > 2]
+        chat, left_out = _latest_messages([m for m in messages if m.role != "system"])
+        out: _Attributes = [("gen_ai.input.messages", chat)]
+        if left_out:
+            out.append(("session_jsonl.input_messages_left_out", left_out))
+        if system:
+            out.append(("gen_ai.system_instructions", _cut(f"[{', '.join(system)}]")))
+        if tools:
+            out.append(("gen_ai.tool.definitions", tools))
+        return out
+
+
+def _tool_definitions(tools: Any) -> str:
+    """A request's tools as the conventions' definitions (JSON), or ``""`` without any."""
+    if type(tools) is not list or not tools:
+        return ""
+    return _content([dict({"type": "function"}, **tool) if type(tool) is dict else tool for tool in tools])
+
+
+def _otel_message(message: Dict[str, Any]) -> Dict[str, Any]:
+    """A message as the conventions' input and output messages hold it: a role and parts."""
+    role = message.get("role")
+    blocks = [block for block in message.get("content") or () if type(block) is dict]
+    metadata = _object(message.get("metadata"))
+    if role == "tool":
+        text = "".join(b["text"] for b in blocks if type(b.get("text")) is str)
+        return {
+            "role": role,
+            "parts": [{"type": "tool_call_response", "id": metadata.get("tool_call_id"), "response": text}],
+        }
+    return {"role": role, "parts": [_otel_part(block) for block in blocks]}
+
+
+def _otel_part(block: Dict[str, Any]) -> Dict[str, Any]:
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "content": block.get("text")}
+    if kind == "thinking":
+        return {"type": "reasoning", "content": block.get("thinking")}
+    call = block.get("tool_call")
+    if kind == "toolCall" and type(call) is dict:
+        return {
+            "type": "tool_call",
+            "id": call.get("id"),
+            "name": call.get("name"),
+            "arguments": call.get("args"),
+        }
+    return {"type": kind}  # an image or a tool reference: named, its data left out
+
+
+def _latest_messages(messages: List[_OtlpMessage]) -> Tuple[str, int]:
+    """The JSON array of the latest *messages* that fit in the cap together (the latest one
+    alone is cut to fit), and how many older ones were left out: each request's whole context
+    would cost its length again and again."""
+    kept: List[str] = []
+    size = 2
+    for message in reversed(messages):
+        if kept and size + message.length + 2 > _OTLP_CONTENT_CAP:
+            break
+        kept.append(message.text)
+        size += message.length + 2
+    whole = size - 2 if kept else size  # n messages, n - 1 separators
+    return _cut(f"[{', '.join(reversed(kept))}]", whole), len(messages) - len(kept)
+
+
+def _content(value: Any) -> str:
+    """*value* as JSON text for a content attribute, cut at the cap."""
+    return _cut(_json_content(value))
+
+
+def _json_content(value: Any) -> str:
+    """*value* as JSON text, credentials dropped (the rule the writer applies to a request's
+    config) and escaped for protobuf."""
+    return _safe(json.dumps(_without_credentials(value, "", []), ensure_ascii=False))
+
+
+def _cut(text: str, length: Optional[int] = None) -> str:
+    """*text* cut at the cap, saying how much of its *length* (its own, by default) is left."""
+    length = len(text) if length is None else length
+    if length > _OTLP_CONTENT_CAP:
+        return f"{text[:_OTLP_CONTENT_CAP]}... [{length - _OTLP_CONTENT_CAP} more characters cut]"
+    return text
+
+
+def _safe(text: str) -> str:
+    """*text* as protobuf can carry it (valid UTF-8): a lone surrogate, which a JSON file
+    can hold as ``\\udXXX``, becomes that escape, as text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _object(value: Any) -> Dict[str, Any]:
+    return value if type(value) is dict else {}
+
+
+def _put_count(attributes: _Attributes, key: str, value: Any) -> None:
+    """Add the attribute *key* when *value* is an integer protobuf's int64 holds."""
+    count = _int64(value)
+    if count is not None:
+        attributes.append((key, count))
+
+
+def _int64(value: Any) -> Optional[int]:
+    return value if type(value) is int and -_INT64 <= value < _INT64 else None
+
+
+def _otlp_id(size: int, *parts: Any) -> bytes:
+    """A trace (16 bytes) or span (8 bytes) id: a hash of *parts*, the same on every export."""
+    key = json.dumps(parts, ensure_ascii=True).encode()  # ASCII: any string hashes
+    return hashlib.blake2b(key, digest_size=size, person=b"session.py otlp").digest()
+
+
+def _unix_nanos(time: str, otherwise: int) -> int:
+    """The RFC 3339 *time* in nanoseconds since 1970, or *otherwise* when it cannot be read."""
+    try:
+        moment = _parse_rfc3339(time)
+    except _CodecFault:
+        return otherwise
+    delta = moment - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+# Protobuf, by hand: OTLP's trace.proto and common.proto, fields in number order as protobuf's
+# own serializer writes them (the tests compare bytes with opentelemetry-proto's).
+
+
+def _varint(n: int) -> bytes:
+    n &= 0xFFFFFFFFFFFFFFFF  # a negative int64 as its two's complement, ten bytes
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field: bytes, a string or a message."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _any_proto(value: Any) -> bytes:
+    """An AnyValue: string_value 1, bool_value 2, int_value 3, array_value 5 (a oneof: written
+    even when empty or zero)."""
+    if isinstance(value, bool):
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, int):
+        return b"\x18" + _varint(value)
+    if isinstance(value, str):
+        return _field(1, value.encode())
+    return _field(5, b"".join(_field(1, _any_proto(item)) for item in value))
+
+
+def _attributes_proto(number: int, attributes: _Attributes) -> bytes:
+    """Repeated KeyValue field *number*: key 1, value 2."""
+    return b"".join(
+        _field(number, _field(1, key.encode()) + _field(2, _any_proto(value))) for key, value in attributes
+    )
+
+
+def _span_proto(span: _OtlpSpan) -> bytes:
+    """A Span, framed as field 2 of ScopeSpans."""
+    parts = [_field(1, span.trace_id), _field(2, span.span_id)]
+    if span.parent_id:
+        parts.append(_field(4, span.parent_id))
+    parts += [_field(5, span.name.encode()), b"\x30" + _varint(span.kind)]  # name 5, kind 6
+    if span.start:
+        parts.append(b"\x39" + struct.pack("<Q", span.start))  # fixed64 7
+    if span.end:
+        parts.append(b"\x41" + struct.pack("<Q", span.end))  # fixed64 8
+    parts.append(_attributes_proto(9, span.attributes))
+    parts += [_field(13, _field(1, trace) + _field(2, linked)) for trace, linked in span.links]
+    if span.error is not None:  # Status: message 2, code 3
+        parts.append(_field(15, (_field(2, span.error.encode()) if span.error else b"") + b"\x18\x02"))
+    return _field(2, b"".join(parts))
+
+
+def _request_proto(resource: _Attributes, spans: List[bytes]) -> bytes:
+    """ExportTraceServiceRequest: resource_spans 1 (resource 1, scope_spans 2 (scope 1,
+    spans 2))."""
+    scope = _field(1, b"session.py") + _field(2, __version__.encode())
+    scope_spans = _field(1, scope) + b"".join(spans)
+    return _field(1, _field(1, _attributes_proto(1, resource)) + _field(2, scope_spans))
+
+
+# OTLP/JSON: protobuf's JSON mapping, but ids in hex and enums as integers (the OTLP spec).
+
+
+def _any_json(value: Any) -> Dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    return {"arrayValue": {"values": [_any_json(item) for item in value]}}
+
+
+def _attributes_json(attributes: _Attributes) -> List[Dict[str, Any]]:
+    return [{"key": key, "value": _any_json(value)} for key, value in attributes]
+
+
+def _span_json(span: _OtlpSpan) -> bytes:
+    out: Dict[str, Any] = {"traceId": span.trace_id.hex(), "spanId": span.span_id.hex()}
+    if span.parent_id:
+        out["parentSpanId"] = span.parent_id.hex()
+    out.update(
+        name=span.name, kind=span.kind, startTimeUnixNano=str(span.start), endTimeUnixNano=str(span.end)
+    )
+    out["attributes"] = _attributes_json(span.attributes)
+    if span.links:
+        out["links"] = [{"traceId": trace.hex(), "spanId": linked.hex()} for trace, linked in span.links]
+    if span.error is not None:
+        out["status"] = {"message": span.error, "code": _STATUS_ERROR}
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _request_json(resource: _Attributes, spans: List[bytes]) -> bytes:
+    attributes = json.dumps(
+        {"attributes": _attributes_json(resource)}, ensure_ascii=False, separators=(",", ":")
+    )
+    scope = json.dumps({"name": "session.py", "version": __version__}, separators=(",", ":"))
+    head = f'{{"resourceSpans":[{{"resource":{attributes},"scopeSpans":[{{"scope":{scope},"spans":['
+    return head.encode() + b",".join(spans) + b"]}]}]}"
+
+
+# ---------------------------------------------------------------------------- OTLP/HTTP
+
+
+def send_otlp(
+    requests: Iterable[bytes],
+    endpoint: str,
+    *,
+    protocol: str = "http/protobuf",
+    headers: Optional[Dict[str, str]] = None,
+    timeout: float = 10.0,
+    tries: int = _OTLP_TRIES,
+    rejected: Optional[List[str]] = None,
+) -> int:
+    """POST each of *requests* (from ``otlp_requests``, in the same *protocol*) to the OTLP/HTTP
+    *endpoint* (a URL ending in ``/v1/traces``), gzipped, with *headers*; return how many were
+    sent.  An answer 429, 502, 503 or 504 is tried again, up to *tries* times in all, after
+    its ``Retry-After`` (at most a minute) or else 1, 2, 4, ... seconds.  ``OtlpError`` naming
+    the endpoint and the answer (or the reason there was none) when one cannot be sent; the
+    requests before it were.  An answer that accepted a request but rejected some of its
+    spans (OTLP's partial success) is not tried again: what it says goes to *rejected*.
+    ``ValueError`` for an *endpoint* that is not an http or https URL."""
+    import gzip
+    import urllib.parse
+
+    if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
+        raise ValueError(f"the endpoint must be an http:// or https:// URL, not {endpoint!r}")
+    fields = {"Content-Type": _OTLP_PROTOCOLS[protocol], "Content-Encoding": "gzip"}
+    fields.update(headers or {})
+    sent = 0
+    for body in requests:
+        refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries)
+        if refused and rejected is not None:
+            rejected.append(refused)
+        sent += 1
+    return sent
+
+
+def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, tries: int) -> str:
+    """Send one request; what the answer says of spans it rejected (``""``: none)."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    class Unredirected(urllib.request.HTTPRedirectHandler):
+        """A redirect is an error: urllib would follow it with a GET, dropping the spans."""
+
+        def redirect_request(self, *args: Any) -> None:
+            return None
+
+    request = urllib.request.Request(endpoint, body, headers, method="POST")
+    opener = urllib.request.build_opener(Unredirected)
+    attempt = 1
+    while True:
+        try:
+            with opener.open(request, timeout=timeout) as answer:
+                return _partial_success(answer.read(1 << 20), answer.headers.get("Content-Type", ""))
+        except urllib.error.HTTPError as exc:
+            if exc.code not in _RETRYABLE or attempt >= tries:
+                raise OtlpError(f"{endpoint}: HTTP {exc.code} {exc.reason}{_answer_text(exc)}") from None
+            time.sleep(_retry_wait(exc.headers.get("Retry-After"), attempt))
+            attempt += 1
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, TLS, timeout, bad URL
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            raise OtlpError(f"{endpoint}: {reason or type(reason).__name__}") from None
+
+
+def _partial_success(body: bytes, content_type: str) -> str:
+    """What an ExportTraceServiceResponse says of the spans it rejected (its partial_success:
+    rejected_spans 1, error_message 2), ``""`` when none or when it cannot be read."""
+    count: Any = 0
+    message: Any = ""
+    try:
+        if content_type.startswith("application/json"):
+            partial = json.loads(body or b"{}").get("partialSuccess") or {}
+            count, message = int(partial.get("rejectedSpans", 0)), partial.get("errorMessage", "")
+        elif content_type.startswith("application/x-protobuf"):
+            for number, value in _proto_fields(body):
+                if number == 1 and isinstance(value, bytes):  # partial_success
+                    fields = dict(_proto_fields(value))
+                    count, text = fields.get(1, 0), fields.get(2, b"")
+                    message = text.decode("utf-8", "replace") if isinstance(text, bytes) else ""
+    except (ValueError, TypeError, AttributeError, IndexError):
+        return ""
+    if not count and not message:
+        return ""
+    return f"the backend rejected {count} spans" + (f": {message}" if message else "")
+
+
+def _proto_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
+    """The fields of a protobuf message: (number, int or bytes); ``ValueError`` or
+    ``IndexError`` when it is not one."""
+    at = 0
+    while at < len(data):
+        key, at = _read_varint(data, at)
+        wire = key & 7
+        value: Union[int, bytes]
+        if wire == 0:
+            value, at = _read_varint(data, at)
+        elif wire == 2:
+            size, at = _read_varint(data, at)
+            value, at = data[at : at + size], at + size
+        elif wire in (1, 5):  # fixed64, fixed32
+            size = 8 if wire == 1 else 4
+            value, at = data[at : at + size], at + size
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+        yield key >> 3, value
+
+
+def _read_varint(data: bytes, at: int) -> Tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        shift += 7
+        if byte < 0x80:
+            return value, at
+
+
+def _answer_text(answer: Any) -> str:
+    """What an error answer says, for its message: where it redirects to, or its text."""
+    if answer.headers.get("Location"):
+        return f" (to {answer.headers['Location']})"
+    told = ""
+    with contextlib.suppress(OSError):
+        told = answer.read(200).decode("utf-8", "replace").strip()
+    return f": {told}" if told else ""
+
+
+def _retry_wait(retry_after: Optional[str], attempt: int) -> float:
+    """Seconds to wait before trying again: the answer's ``Retry-After`` (seconds or an HTTP
+    date), else 2 ** (attempt - 1); never more than a minute."""
+    import email.utils
+    import time
+
+    wait = float(2 ** (attempt - 1))
+    if retry_after:
+        try:
+            wait = float(retry_after)
+        except ValueError:
+            with contextlib.suppress(TypeError, ValueError):
+                wait = email.utils.parsedate_to_datetime(retry_after).timestamp() - time.time()
+    return min(max(wait, 0.0), _OTLP_LONGEST_WAIT)
+
+
+def _otlp_options(sub: Any) -> None:
+    sub.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="the OTLP/HTTP traces URL (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+        "or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces)",
+    )
+    sub.add_argument(
+        "--protocol",
+        choices=list(_OTLP_PROTOCOLS),
+        help="the encoding (default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, "
+        "else http/protobuf)",
+    )
+    sub.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        type=_header_argument,
+        metavar="K=V",
+        help="an HTTP header, repeatable (also from OTEL_EXPORTER_OTLP_HEADERS)",
+    )
+    sub.add_argument(
+        "--content", action="store_true", help="send messages, tool definitions, arguments and results too"
+    )
+    sub.add_argument("--salt", default="", help="mixed into every id: the same session again as new spans")
+    sub.add_argument(
+        "--service-name",
+        metavar="NAME",
+        help="the resource's service.name (default: OTEL_SERVICE_NAME, else session.py)",
+    )
+    sub.add_argument("--output", metavar="FILE", help="write the requests to FILE instead of sending them")
+    sub.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for an answer (default: %(default)s)",
+    )
+
+
+def _header_argument(text: str) -> Tuple[str, str]:
+    import argparse
+
+    name, equals, value = text.partition("=")
+    if not equals or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not K=V")
+    return name.strip(), value.strip()
+
+
+def _otlp_endpoint(args: Any) -> Optional[str]:
+    """--endpoint, else the traces endpoint the environment names (OTLP's variables)."""
+    if args.endpoint:
+        return str(args.endpoint)
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    return traces or (base.rstrip("/") + "/v1/traces" if base else None)
+
+
+def _otlp_protocol(args: Any) -> str:
+    """--protocol, else the one the environment names (OTLP's variables), else protobuf."""
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        named = os.environ.get(variable, "").strip()
+        if named and not args.protocol:
+            if named not in _OTLP_PROTOCOLS:
+                args.usage_error(f"{variable}={named}: this command sends {' or '.join(_OTLP_PROTOCOLS)}")
+            return named
+    return str(args.protocol or "http/protobuf")
+
+
+def _environment_pairs(variable: str) -> Dict[str, str]:
+    """The pairs of an OpenTelemetry environment *variable*: ``k=v,k2=v2``, values
+    percent-encoded (OTEL_EXPORTER_OTLP_HEADERS, OTEL_RESOURCE_ATTRIBUTES)."""
+    import urllib.parse
+
+    pairs = {}
+    for pair in os.environ.get(variable, "").split(","):
+        name, equals, value = pair.partition("=")
+        if equals and name.strip():
+            pairs[name.strip()] = urllib.parse.unquote(value.strip())
+    return pairs
+
+
+def _otlp_command(args: Any) -> int:
+    endpoint = _otlp_endpoint(args)
+    if endpoint is None and args.output is None:
+        args.usage_error("give --endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT), or --output FILE")
+    args.protocol = _otlp_protocol(args)
+    entries: List[Dict[str, Any]] = []
+    rejected: List[str] = []
+    try:
+        if args.output is not None:  # not among the inputs, as export checks its own
+            _session_files(args.files, {os.path.realpath(args.output)})
+        requests = otlp_requests(
+            args.files,
+            protocol=args.protocol,
+            content=args.content,
+            salt=args.salt,
+            service_name=args.service_name or os.environ.get("OTEL_SERVICE_NAME") or "session.py",
+            resource=_environment_pairs("OTEL_RESOURCE_ATTRIBUTES"),
+            max_line_bytes=args.max_line_bytes,
+            entries=entries,
+        )
+        if args.output is None:
+            assert endpoint is not None
+            headers = dict(_environment_pairs("OTEL_EXPORTER_OTLP_HEADERS"), **dict(args.header))
+            options = {"protocol": args.protocol, "headers": headers, "timeout": args.timeout}
+            count = send_otlp(requests, endpoint, rejected=rejected, **options)
+        else:
+            count, endpoint = _write_requests(requests, args.output, args.protocol), args.output
+    except ValueError as exc:
+        _print_error(f"{args.prog} otlp: error: {exc}")
+        return 2
+    except OtlpError as exc:
+        _print_error(f"{args.prog} otlp: not sent: {exc}")
+        return _EX_IOERR
+    return _otlp_report(args, endpoint, count, entries, rejected)
+
+
+def _otlp_report(
+    args: Any, where: str, count: int, entries: List[Dict[str, Any]], rejected: List[str]
+) -> int:
+    """Say what was left out, what the backend rejected and what was sent; the exit status."""
+    for entry in entries:
+        if not entry["ok"]:
+            _print_error(f"{_failure_text(entry)} (left out)")
+    for said in rejected:
+        _print_error(f"{args.prog} otlp: {where}: {said}")
+    spans = sum(entry["spans"] for entry in entries)
+    kept = sum(1 for entry in entries if entry["ok"])
+    _print_text(
+        f"{where}: {spans} spans of {kept} files in {count} requests ({len(entries) - kept} left out)"
+    )
+    return 0 if kept == len(entries) and not rejected else 1
+
+
+def _write_requests(requests: Iterable[bytes], name: str, protocol: str) -> int:
+    """Write *requests* to the file *name*, in place once complete (a device or a pipe, such
+    as /dev/stdout, is written straight into, never replaced): protobuf requests one after
+    another (which protobuf reads as one request), JSON ones a line each."""
+    try:
+        if os.path.exists(name) and not stat.S_ISREG(os.stat(name).st_mode):
+            with builtins.open(name, "wb") as device:
+                return _write_each(requests, device, protocol)
+        temp = f"{name}.{_new_id()[:12]}.tmp"
+        f = _new_file(temp)
+        try:
+            count = _write_each(requests, f, protocol)
+            _finish(f)
+            os.replace(temp, name)
+        except BaseException:
+            f.close()
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+    except OSError as exc:
+        raise _OutputError(exc) from exc
+    return count
+
+
+def _write_each(requests: Iterable[bytes], f: BinaryIO, protocol: str) -> int:
+    count = 0
+    for body in requests:
+        f.write(body + b"\n" if protocol == "http/json" else body)
+        count += 1
+    return count
+
+
+COMMANDS.append(
+    _Command(
+        "otlp",
+        _EXPORT_COMMANDS["otlp"],
+        "0 every file valid and sent (or written); 1 any left out (invalid or unreadable) or spans rejected",
+        True,
+        _otlp_options,
+        _otlp_command,
+    )
+)

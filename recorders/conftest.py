@@ -66,7 +66,57 @@ def check_file(path: Path) -> session.Summary:
         call_id = (message.metadata or {}).get("tool_call_id")
         if message.role == "tool" and call_id in every:  # the model is told what the file says
             assert bool(message.metadata.get("is_error")) == every[call_id], (message, every)
+    check_spans(path)
     return summary
+
+
+def check_spans(path: Path) -> None:
+    """``otlp`` (OTLP/JSON, written with ``--output``) gives a span to each run and to each
+    attempt of each call, none unfinished; a model call's span carries its usage, a tool
+    call's its name and call id, under the model call that asked for it."""
+    out = path.with_name(path.name + ".otlp.jsonl")
+    done = _cli("otlp", str(path), "--protocol", "http/json", "--content", "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    spans = [
+        span
+        for line in out.read_text(encoding="utf-8").splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+    values = {
+        span["spanId"]: {a["key"]: next(iter(a["value"].values())) for a in span["attributes"]}
+        for span in spans
+    }
+    by_call = {
+        (
+            span["traceId"],
+            found.get("session_jsonl.execution.id"),
+            found.get("session_jsonl.execution.attempt"),
+        ): span
+        for span, found in zip(spans, values.values())
+    }
+    assert not [span for span in spans if "unfinished" in span.get("status", {}).get("message", "")]
+    records = [record for record in session.iter_records(path) if record.ref is not None]
+    runs = [span["traceId"] for span in spans if span["name"] == "invoke_agent"]
+    traces = dict(zip((r.run_id for r in session.iter_records(path) if r.type == "run_start"), runs))
+    calls = {(traces[r.run_id], r.ref.execution_id, str(r.ref.attempt)): r for r in records if r.ref}
+    assert len(spans) == len(runs) + len(calls) == len(by_call), (spans, calls)
+    for record in records:
+        assert record.ref is not None
+        span = by_call[traces[record.run_id], record.ref.execution_id, str(record.ref.attempt)]
+        found, data = values[span["spanId"]], record.data
+        usage = data.get("message", {}).get("value", {}).get("usage", {})
+        if record.type == "model_exec_end" and "input" in usage:
+            assert found["gen_ai.usage.input_tokens"] == str(usage["input"]), (found, usage)
+        if record.type == "tool_exec_end":
+            assert (found["gen_ai.tool.name"], found["gen_ai.tool.call.id"]) == (
+                data["tool"],
+                data["tool_id"],
+            )
+            if data["execution"].get("parent_id"):
+                parent = values[span["parentSpanId"]]
+                assert parent["session_jsonl.execution.id"] == data["execution"]["parent_id"], (found, parent)
 
 
 def check_tool_failures(path: Path, ends: dict[str, str]) -> None:
