@@ -474,6 +474,34 @@ class Checkpoint:
     time: str
 
 
+_EVENT_DATA_KINDS: Dict[str, Optional[type]] = {
+    "execution": dict,
+    "turn_index": int,
+    "message": None,
+    "partial_message": None,
+    "request": dict,
+    "snapshot_error": str,
+    "redacted": list,
+    "tool_id": str,
+    "tool": str,
+    "tool_label": str,
+    "args": None,
+    "result": None,
+    "details": None,
+    "preview": None,
+    "is_error": bool,
+    "disposition": str,
+    "context_operation": str,
+    "context_items": None,
+    "compaction": None,
+    "retry": dict,
+    "summary": dict,
+    "recovery": str,
+    "error": dict,
+    "committed": bool,
+}
+
+
 @dataclass(frozen=True)
 class EventData:
     """A typed view of an event record's ``data``; absent keys take the empty default.
@@ -530,34 +558,6 @@ class EventData:
         if "redacted" in fields:
             fields["redacted"] = _strings_from_json(fields["redacted"], record, "redacted")
         return cls(**fields)
-
-
-_EVENT_DATA_KINDS: Dict[str, Optional[type]] = {
-    "execution": dict,
-    "turn_index": int,
-    "message": None,
-    "partial_message": None,
-    "request": dict,
-    "snapshot_error": str,
-    "redacted": list,
-    "tool_id": str,
-    "tool": str,
-    "tool_label": str,
-    "args": None,
-    "result": None,
-    "details": None,
-    "preview": None,
-    "is_error": bool,
-    "disposition": str,
-    "context_operation": str,
-    "context_items": None,
-    "compaction": None,
-    "retry": dict,
-    "summary": dict,
-    "recovery": str,
-    "error": dict,
-    "committed": bool,
-}
 
 
 def _require(value: object, kind: type, name: str) -> None:
@@ -637,45 +637,6 @@ def _strings_from_json(items: List[Any], record: Record, key: str) -> Tuple[str,
     if any(type(item) is not str for item in items):
         raise FormatError(f"data.{key} must hold strings", None, record.seq, record.offset)
     return tuple(items)
-
-
-# ---------------------------------------------------------------------------- codec
-
-
-class Codec(Protocol):
-    """Turns application values into JSON values (``encode``) and back (``decode``)."""
-
-    def encode(self, value: Any) -> Any: ...
-
-    def decode(self, value: Any) -> Any: ...
-
-
-@dataclass(frozen=True)
-class TypeSpec:
-    """Registers *cls* under *type_id* with a ``JSONCodec``.
-
-    Without functions, *cls* must be a dataclass: its fields become an object.  With them,
-    *encode(obj)* returns a JSON value (itself encoded further) and *decode(value)* rebuilds
-    the object from it.
-    """
-
-    type_id: str
-    cls: type
-    encode: Optional[Callable[[Any], Any]] = None
-    decode: Optional[Callable[[Any], Any]] = None
-
-    def __post_init__(self) -> None:
-        _require(self.type_id, str, "TypeSpec.type_id")
-        if not self.type_id:
-            raise ValueError("TypeSpec.type_id must not be empty")
-        if not isinstance(self.cls, type):
-            raise TypeError(f"TypeSpec.cls must be a class, not {self.cls!r}")
-        if (self.encode is None) != (self.decode is None):
-            raise ValueError(f"{self.type_id}: give both encode and decode, or neither")
-        if self.encode is None and not dataclasses.is_dataclass(self.cls):
-            raise TypeError(
-                f"{self.type_id}: {self.cls.__qualname__} is not a dataclass; give encode and decode"
-            )
 
 
 class TextBlock(TypedDict):
@@ -765,6 +726,227 @@ class Usage(TypedDict, total=False):
 
 
 STOP_REASONS = ("stop", "length", "toolUse", "error", "safety", "aborted")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass()
+class Message:
+    """A conversation message (``agentgo.message.v1``).
+
+    *role* is ``user``, ``assistant``, ``system`` or ``tool``; *content* a list of blocks
+    (``text_block`` and its siblings build them); *stop_reason* one of ``STOP_REASONS`` or
+    ``""``; *usage* a ``Usage`` dict; *metadata* free-form JSON (a tool result's
+    ``tool_call_id``: see ``tool_result``); *timestamp* when the message was made (default
+    now, in UTC; ``None`` stands for Go's zero time).
+    """
+
+    role: str
+    content: Optional[List[ContentBlock]]
+    stop_reason: str = ""
+    usage: Optional[Usage] = None
+    metadata: Optional[Dict[str, Any]] = None
+    timestamp: Optional[datetime] = field(default_factory=_now)
+
+
+@dataclass()
+class AgentState:
+    """An agent's conversation state (``agentgo.agent-state.v1``)."""
+
+    messages: List[Any] = field(default_factory=list)
+    artifacts: List[Any] = field(default_factory=list)
+    total_usage: Optional[Dict[str, Any]] = None
+    progress: Any = None
+
+
+@dataclass()
+class AgentSnapshot:
+    """A state plus the input queues an agent had accepted (``agentgo.agent-snapshot.v1``)."""
+
+    state: AgentState
+    steering_queue: List[Any] = field(default_factory=list)
+    follow_up_queue: List[Any] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- JSON text
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    raise ValueError(f"number {text} is out of range for a double")  # 1e999: Go refuses it too
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite)
+_scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]  # a decoder is its context
+_quote = json.encoder.encode_basestring  # a str as a JSON string, non-ASCII kept
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_RAW_MARK = "\x00\ue000RawJSON\ue000\x00"  # stands for a RawJSON while its line is encoded
+
+
+class _HasRaw(Exception):
+    """A RawJSON value turned up: encode the line the slower way that splices it in."""
+
+
+def _unencodable(value: Any) -> Any:
+    if type(value) is RawJSON:
+        raise _HasRaw
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _make_encoder(default: Callable[[Any], Any]) -> Callable[[Any, int], Sequence[str]]:
+    """The encoder ``json.dumps`` runs inside: compact, non-ASCII kept, NaN refused.  Called
+    as ``encoder(value, 0)``, it gives the text in pieces."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is not None:
+        return make(None, default, _quote, None, ":", ",", False, False, False)  # type: ignore[no-any-return]
+    # no C accelerator (another interpreter): the pure-Python encoder
+    encoder = json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False, default=default
+    )
+    return lambda value, level: [encoder.encode(value)]
+
+
+_encode_plain = _make_encoder(_unencodable)
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON text of *value*: non-ASCII kept, NaN refused, ``RawJSON`` spliced in."""
+    try:
+        return "".join(_encode_plain(value, 0))
+    except _HasRaw:
+        pass
+    raws: List[str] = []
+
+    def default(obj: Any) -> Any:
+        if type(obj) is RawJSON:
+            raws.append(_compact(obj))
+            return _RAW_MARK
+        return _unencodable(obj)
+
+    pieces = "".join(_make_encoder(default)(value, 0)).split(_quote(_RAW_MARK))
+    if len(pieces) != len(raws) + 1:
+        raise ValueError("a string equal to the RawJSON placeholder cannot be recorded")
+    return "".join(piece + raw for piece, raw in zip(pieces, raws)) + pieces[-1]
+
+
+_JSON_STRING_OR_SPACE = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")|[ \t\n\r]+')
+
+
+def _compact(raw: RawJSON) -> str:
+    """*raw*'s text, checked to be one strict JSON value, without insignificant whitespace."""
+    text = raw.text.decode("utf-8") if isinstance(raw.text, bytes) else raw.text
+    if type(text) is not str:
+        raise TypeError(f"RawJSON.text must be str or bytes, not {type(raw.text).__name__}")
+    try:
+        _DECODER.decode(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"RawJSON is not one strict JSON value: {exc}") from None
+    return _JSON_STRING_OR_SPACE.sub(r"\1", text)
+
+
+_INT_DIGITS = 4300  # int_max_str_digits' default: a reader refuses longer integers
+_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_STRING_OR_LONG_INT = re.compile(
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+-])-?[0-9]{%d,}(?![0-9.eE])' % (_INT_DIGITS + 1)
+)
+
+
+def _long_integer(text: str) -> int:
+    """The digit count of the first integer in JSON *text* too long for a reader with the
+    default ``int_max_str_digits``; 0 when there is none."""
+    if len(text) <= _INT_DIGITS:  # most lines: no room for such an integer
+        return 0
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if 0 < limit <= _INT_DIGITS:
+        return 0  # this Python refused to write such an integer already
+    line = text.encode("utf-8", "surrogatepass")
+    if b"0" * (_INT_DIGITS + 1) not in line.translate(_DIGITS_AS_ZEROS):
+        return 0
+    for match in _STRING_OR_LONG_INT.finditer(line):  # digits inside strings do not count
+        if match.group()[:1] != b'"':
+            return len(match.group().lstrip(b"-"))
+    return 0
+
+
+def _escaped_utf8(text: str) -> bytes:
+    """JSON *text* as UTF-8, its lone surrogates written as ``\\udXXX`` escapes."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
+
+
+# Most records of a session share their second with the one before: formatting only the
+# microseconds halves the cost of a time stamp, which every record pays at least once.
+_last_second: Tuple[Tuple[int, ...], str] = ((), "")
+
+
+def _clock(moment: datetime) -> str:
+    """Date and time of day with microseconds, as RFC 3339 writes them: its offset to add."""
+    global _last_second
+    second = (moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second)
+    last = _last_second  # one read: another thread may replace it, never half of it
+    if last[0] != second:
+        last = _last_second = (second, "%04d-%02d-%02dT%02d:%02d:%02d" % second)  # noqa: UP031
+    return "%s.%06d" % (last[1], moment.microsecond)  # noqa: UP031 - a third faster than format()
+
+
+def _utc_text(moment: Optional[datetime]) -> str:
+    """The envelope's time: RFC 3339 in UTC, with microseconds and ``Z``."""
+    if moment is None:
+        moment = datetime.now(timezone.utc)
+    elif not isinstance(moment, datetime):
+        raise TypeError(f"timestamp must be a datetime, not {type(moment).__name__}")
+    offset = moment.utcoffset()
+    if offset is None:
+        raise ValueError(f"naive timestamp {moment} (give it a timezone)")
+    return _clock(moment - offset if offset else moment) + "Z"
+
+
+# ---------------------------------------------------------------------------- codec
+
+
+class Codec(Protocol):
+    """Turns application values into JSON values (``encode``) and back (``decode``)."""
+
+    def encode(self, value: Any) -> Any: ...
+
+    def decode(self, value: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class TypeSpec:
+    """Registers *cls* under *type_id* with a ``JSONCodec``.
+
+    Without functions, *cls* must be a dataclass: its fields become an object.  With them,
+    *encode(obj)* returns a JSON value (itself encoded further) and *decode(value)* rebuilds
+    the object from it.
+    """
+
+    type_id: str
+    cls: type
+    encode: Optional[Callable[[Any], Any]] = None
+    decode: Optional[Callable[[Any], Any]] = None
+
+    def __post_init__(self) -> None:
+        _require(self.type_id, str, "TypeSpec.type_id")
+        if not self.type_id:
+            raise ValueError("TypeSpec.type_id must not be empty")
+        if not isinstance(self.cls, type):
+            raise TypeError(f"TypeSpec.cls must be a class, not {self.cls!r}")
+        if (self.encode is None) != (self.decode is None):
+            raise ValueError(f"{self.type_id}: give both encode and decode, or neither")
+        if self.encode is None and not dataclasses.is_dataclass(self.cls):
+            raise TypeError(
+                f"{self.type_id}: {self.cls.__qualname__} is not a dataclass; give encode and decode"
+            )
+
+
 """The values of ``Message.stop_reason`` besides ``""`` (none given)."""
 
 
@@ -898,48 +1080,6 @@ def _tool_args(args: Any) -> Any:
     return args
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-@dataclass()
-class Message:
-    """A conversation message (``agentgo.message.v1``).
-
-    *role* is ``user``, ``assistant``, ``system`` or ``tool``; *content* a list of blocks
-    (``text_block`` and its siblings build them); *stop_reason* one of ``STOP_REASONS`` or
-    ``""``; *usage* a ``Usage`` dict; *metadata* free-form JSON (a tool result's
-    ``tool_call_id``: see ``tool_result``); *timestamp* when the message was made (default
-    now, in UTC; ``None`` stands for Go's zero time).
-    """
-
-    role: str
-    content: Optional[List[ContentBlock]]
-    stop_reason: str = ""
-    usage: Optional[Usage] = None
-    metadata: Optional[Dict[str, Any]] = None
-    timestamp: Optional[datetime] = field(default_factory=_now)
-
-
-@dataclass()
-class AgentState:
-    """An agent's conversation state (``agentgo.agent-state.v1``)."""
-
-    messages: List[Any] = field(default_factory=list)
-    artifacts: List[Any] = field(default_factory=list)
-    total_usage: Optional[Dict[str, Any]] = None
-    progress: Any = None
-
-
-@dataclass()
-class AgentSnapshot:
-    """A state plus the input queues an agent had accepted (``agentgo.agent-snapshot.v1``)."""
-
-    state: AgentState
-    steering_queue: List[Any] = field(default_factory=list)
-    follow_up_queue: List[Any] = field(default_factory=list)
-
-
 _BUILTIN_TYPES = (
     ("agentgo.message.v1", Message),
     ("agentgo.agent-state.v1", AgentState),
@@ -979,6 +1119,9 @@ _DATETIME_ANNOTATION = (  # a pattern: compiled (and cached) by re when first us
 )
 
 
+_UNIONS = (Union, getattr(types, "UnionType", Union))
+
+
 def _is_datetime(annotation: Any) -> bool:
     if isinstance(annotation, str):  # an annotation this Python could not evaluate
         return re.fullmatch(_DATETIME_ANNOTATION, re.sub(r"[\s'\"]", "", annotation)) is not None
@@ -986,22 +1129,6 @@ def _is_datetime(annotation: Any) -> bool:
         return True
     args = set(typing.get_args(annotation))
     return typing.get_origin(annotation) in _UNIONS and datetime in args and args <= {datetime, type(None)}
-
-
-_UNIONS = (Union, getattr(types, "UnionType", Union))
-
-
-def _kind_of(spec: TypeSpec) -> _Kind:
-    if spec.encode is not None:
-        return _Kind(spec.type_id, spec.cls, (), frozenset(), spec.encode, spec.decode)
-    fields = [f for f in dataclasses.fields(spec.cls) if f.init]
-    try:
-        hints = typing.get_type_hints(spec.cls)
-    except Exception:  # noqa: BLE001 - e.g. "datetime | None" on Python 3.9: read the text
-        hints = {}
-    datetimes = frozenset(f.name for f in fields if _is_datetime(hints.get(f.name, f.type)))
-    write, read = _AGENTGO_SHAPES.get(spec.cls, (None, None))
-    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None, write, read)
 
 
 def _path_step(key: str) -> str:
@@ -1320,6 +1447,9 @@ class JSONCodec:
             raise _CodecFault(f"{type_id}: {kind.cls.__qualname__} rejects its fields: {exc!r}") from exc
 
 
+_MINUTE = timedelta(minutes=1)
+
+
 def _rfc3339(moment: datetime) -> str:
     """RFC 3339 with microseconds and the value's own offset (``Z`` for UTC).  An offset
     RFC 3339 cannot write (seconds, as in zoneinfo's local mean times before 1900) is not
@@ -1333,22 +1463,6 @@ def _rfc3339(moment: datetime) -> str:
         return _clock(moment - offset) + "Z"
     minutes = offset // _MINUTE
     return "%s%s%02d:%02d" % (_clock(moment), "-" if minutes < 0 else "+", *divmod(abs(minutes), 60))  # noqa: UP031
-
-
-def _clock(moment: datetime) -> str:
-    """Date and time of day with microseconds, as RFC 3339 writes them: its offset to add."""
-    global _last_second
-    second = (moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second)
-    last = _last_second  # one read: another thread may replace it, never half of it
-    if last[0] != second:
-        last = _last_second = (second, "%04d-%02d-%02dT%02d:%02d:%02d" % second)  # noqa: UP031
-    return "%s.%06d" % (last[1], moment.microsecond)  # noqa: UP031 - a third faster than format()
-
-
-# Most records of a session share their second with the one before: formatting only the
-# microseconds halves the cost of a time stamp, which every record pays at least once.
-_last_second: Tuple[Tuple[int, ...], str] = ((), "")
-_MINUTE = timedelta(minutes=1)
 
 
 _RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:[Zz]|([+-]\d\d):(\d\d))")
@@ -1650,133 +1764,23 @@ _AGENTGO_SHAPES: Dict[type, Tuple[Any, Any]] = {
 }
 
 
+def _kind_of(spec: TypeSpec) -> _Kind:
+    if spec.encode is not None:
+        return _Kind(spec.type_id, spec.cls, (), frozenset(), spec.encode, spec.decode)
+    fields = [f for f in dataclasses.fields(spec.cls) if f.init]
+    try:
+        hints = typing.get_type_hints(spec.cls)
+    except Exception:  # noqa: BLE001 - e.g. "datetime | None" on Python 3.9: read the text
+        hints = {}
+    datetimes = frozenset(f.name for f in fields if _is_datetime(hints.get(f.name, f.type)))
+    write, read = _AGENTGO_SHAPES.get(spec.cls, (None, None))
+    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None, write, read)
+
+
 @functools.lru_cache(maxsize=None)
 def _default_codec() -> JSONCodec:
     """``JSONCodec()``, built when first needed."""
     return JSONCodec()
-
-
-# ---------------------------------------------------------------------------- JSON text
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not strict JSON")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isfinite(value):
-        return value
-    raise ValueError(f"number {text} is out of range for a double")  # 1e999: Go refuses it too
-
-
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite)
-_scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]  # a decoder is its context
-_quote = json.encoder.encode_basestring  # a str as a JSON string, non-ASCII kept
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_RAW_MARK = "\x00\ue000RawJSON\ue000\x00"  # stands for a RawJSON while its line is encoded
-
-
-class _HasRaw(Exception):
-    """A RawJSON value turned up: encode the line the slower way that splices it in."""
-
-
-def _unencodable(value: Any) -> Any:
-    if type(value) is RawJSON:
-        raise _HasRaw
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _make_encoder(default: Callable[[Any], Any]) -> Callable[[Any, int], Sequence[str]]:
-    """The encoder ``json.dumps`` runs inside: compact, non-ASCII kept, NaN refused.  Called
-    as ``encoder(value, 0)``, it gives the text in pieces."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is not None:
-        return make(None, default, _quote, None, ":", ",", False, False, False)  # type: ignore[no-any-return]
-    # no C accelerator (another interpreter): the pure-Python encoder
-    encoder = json.JSONEncoder(
-        ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False, default=default
-    )
-    return lambda value, level: [encoder.encode(value)]
-
-
-_encode_plain = _make_encoder(_unencodable)
-
-
-def _dumps(value: Any) -> str:
-    """Compact JSON text of *value*: non-ASCII kept, NaN refused, ``RawJSON`` spliced in."""
-    try:
-        return "".join(_encode_plain(value, 0))
-    except _HasRaw:
-        pass
-    raws: List[str] = []
-
-    def default(obj: Any) -> Any:
-        if type(obj) is RawJSON:
-            raws.append(_compact(obj))
-            return _RAW_MARK
-        return _unencodable(obj)
-
-    pieces = "".join(_make_encoder(default)(value, 0)).split(_quote(_RAW_MARK))
-    if len(pieces) != len(raws) + 1:
-        raise ValueError("a string equal to the RawJSON placeholder cannot be recorded")
-    return "".join(piece + raw for piece, raw in zip(pieces, raws)) + pieces[-1]
-
-
-_JSON_STRING_OR_SPACE = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")|[ \t\n\r]+')
-
-
-def _compact(raw: RawJSON) -> str:
-    """*raw*'s text, checked to be one strict JSON value, without insignificant whitespace."""
-    text = raw.text.decode("utf-8") if isinstance(raw.text, bytes) else raw.text
-    if type(text) is not str:
-        raise TypeError(f"RawJSON.text must be str or bytes, not {type(raw.text).__name__}")
-    try:
-        _DECODER.decode(text)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"RawJSON is not one strict JSON value: {exc}") from None
-    return _JSON_STRING_OR_SPACE.sub(r"\1", text)
-
-
-_INT_DIGITS = 4300  # int_max_str_digits' default: a reader refuses longer integers
-_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
-_STRING_OR_LONG_INT = re.compile(
-    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+-])-?[0-9]{%d,}(?![0-9.eE])' % (_INT_DIGITS + 1)
-)
-
-
-def _long_integer(text: str) -> int:
-    """The digit count of the first integer in JSON *text* too long for a reader with the
-    default ``int_max_str_digits``; 0 when there is none."""
-    if len(text) <= _INT_DIGITS:  # most lines: no room for such an integer
-        return 0
-    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
-    if 0 < limit <= _INT_DIGITS:
-        return 0  # this Python refused to write such an integer already
-    line = text.encode("utf-8", "surrogatepass")
-    if b"0" * (_INT_DIGITS + 1) not in line.translate(_DIGITS_AS_ZEROS):
-        return 0
-    for match in _STRING_OR_LONG_INT.finditer(line):  # digits inside strings do not count
-        if match.group()[:1] != b'"':
-            return len(match.group().lstrip(b"-"))
-    return 0
-
-
-def _escaped_utf8(text: str) -> bytes:
-    """JSON *text* as UTF-8, its lone surrogates written as ``\\udXXX`` escapes."""
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
-
-
-def _utc_text(moment: Optional[datetime]) -> str:
-    """The envelope's time: RFC 3339 in UTC, with microseconds and ``Z``."""
-    if moment is None:
-        moment = datetime.now(timezone.utc)
-    elif not isinstance(moment, datetime):
-        raise TypeError(f"timestamp must be a datetime, not {type(moment).__name__}")
-    offset = moment.utcoffset()
-    if offset is None:
-        raise ValueError(f"naive timestamp {moment} (give it a timezone)")
-    return _clock(moment - offset if offset else moment) + "Z"
 
 
 # ---------------------------------------------------------------------------- event data
@@ -3147,6 +3151,12 @@ def _read(
     return result[0]
 
 
+_RUN_CHANGES = frozenset({"run_start", "run_close", "session_start"})
+
+
+_INDEXED = _POOLED | {"model_request"}
+
+
 def _records(
     f: _Lines,
     name: Optional[str],
@@ -3232,9 +3242,6 @@ def _index_for(header: Dict[str, Any], index: Optional[_Index], f: _Lines, limit
     index.version = 2
     index.limit = limit
     return index
-
-
-_RUN_CHANGES = frozenset({"run_start", "run_close", "session_start"})
 
 
 def _open_run(
@@ -3347,6 +3354,9 @@ def _decode_anywhere(text: str, raw: bytes, deep: bool = False) -> Any:
     """``json.loads(text)``, strict, with the outcome a shallow caller gets (``_anywhere``):
     *raw* is text's UTF-8, or a longer text that holds it; *deep*: too deep for this stack."""
     return _anywhere(_DECODER.decode, text, functools.partial(_json_levels, raw), deep)
+
+
+_SAFE_DEPTH = 100  # json parses this deep anywhere; beyond, _parse_depth_limit says how deep
 
 
 def _json_levels(raw: bytes) -> int:
@@ -3463,6 +3473,9 @@ class _TooDeep(_NotJSON):
     """Nested deeper than asked for."""
 
 
+_OBJECT, _ARRAY = b"{["
+
+
 def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _DataKeys) -> Dict[str, Any]:
     """``_parse_line`` for a long line: its envelope, and of its data the keys *keys* maps
     its type to.  An object or array in the envelope (a bad line) comes back empty: only
@@ -3516,9 +3529,7 @@ def _invalid_utf8(raw: bytes) -> int:
 
 
 _Spans = Dict[str, Tuple[int, int]]
-_OBJECT, _ARRAY = b"{["
 _CLOSING = {_OBJECT: b"}"[0], _ARRAY: b"]"[0]}
-_SAFE_DEPTH = 100  # json parses this deep anywhere; beyond, _parse_depth_limit says how deep
 
 
 def _scan_json(
@@ -3735,7 +3746,6 @@ def _run_problem(kind: str, run_id: str, open_run: Optional[str], seen: Set[str]
     return f"record for run {run_id!r} after run {open_run!r} started"
 
 
-_INDEXED = _POOLED | {"model_request"}
 _POOLED_KEYS = frozenset({"messages", "tools"})  # where a version-2 request's references are
 _KEPT = 64 << 20  # bytes of message and tool list lines a resolving reader keeps at most
 _RANGES = "data.messages must be a list of [first, last] seq ranges"
@@ -3975,6 +3985,23 @@ def _resolved(record: Record, index: _Index, name: Optional[str]) -> Record:
     return record._replace(data=index.resolved(record.data, name))
 
 
+_OPENS = {
+    "model_exec_start": "model_call_unfinished",
+    "model_request": "model_call_unfinished",
+    "tool_exec_start": "tool_call_unfinished",
+}
+
+
+_SUMMARY_DATA: _DataKeys = {
+    **_NO_DATA,
+    **dict.fromkeys(_OPENS, frozenset({"execution"})),
+    "model_request": _NO_DATA["model_request"] | {"execution"},
+    "tool_exec_end": frozenset({"execution"}),
+    "model_exec_end": frozenset({"execution", "error", "message"}),
+    "agent_end": frozenset(EventData.__annotations__),  # its fields: all it checks
+}
+
+
 def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summary:
     """Runs, record counts, checkpoints, token usage and evidence gaps of *source*, in one
     streaming pass (memory grows with the runs and the calls still open, not the file).
@@ -4008,20 +4035,7 @@ class _RunState:
         self.open_calls: Dict[Tuple[str, Tuple[str, int]], int] = {}
 
 
-_OPENS = {
-    "model_exec_start": "model_call_unfinished",
-    "model_request": "model_call_unfinished",
-    "tool_exec_start": "tool_call_unfinished",
-}
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
-_SUMMARY_DATA: _DataKeys = {
-    **_NO_DATA,
-    **dict.fromkeys(_OPENS, frozenset({"execution"})),
-    "model_request": _NO_DATA["model_request"] | {"execution"},
-    "tool_exec_end": frozenset({"execution"}),
-    "model_exec_end": frozenset({"execution", "error", "message"}),
-    "agent_end": frozenset(EventData.__annotations__),  # its fields: all it checks
-}
 
 
 class _Summarizer:
