@@ -3920,6 +3920,94 @@ def _opened(source: _Source) -> Iterator[Tuple[BinaryIO, Optional[str]]]:
             yield f, name
 
 
+# ---------------------------------------------------------------------------- repair
+
+
+class RepairResult(NamedTuple):
+    """What ``repair`` did: *kept_records* before the cut, *dropped_bytes* from the cut to
+    the old end, the untouched copy at *backup_path*, and the *error* that set the cut (both
+    ``None`` when the file was valid and nothing changed)."""
+
+    kept_records: int
+    dropped_bytes: int
+    backup_path: Optional[str]
+    error: Optional[FormatError]
+
+
+def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LINE_BYTES) -> RepairResult:
+    """Keep every record before the first bad line of the session file at *path*; drop the rest.
+
+    For a file that ``open`` refuses because a crash left garbage or a NUL run in it.  The
+    untouched file is first copied to ``FILE.broken-<UTC time>`` and synced; then the file is
+    cut at the first bad line and synced.  Takes the writer's lock (``LockedError`` while a
+    session has the file open).  A valid file is left as it is, unfinished tail included.  A
+    file whose first line is bad cannot be repaired: ``FormatError``.  Nothing else in this
+    module rewrites a file.
+    """
+    name = _name(path)
+    fd = os.open(name, os.O_RDWR | _O_BINARY)
+    try:
+        _lock(fd, name)
+        with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
+            f.seek(0)
+            try:
+                result = _read(f, name, max_line_bytes, lambda record: None, _NO_DATA)
+            except FormatError as exc:
+                error = exc
+            else:
+                return RepairResult(result.records, 0, None, None)
+        cut = error.offset
+        if error.line == 1 or cut is None:
+            raise error
+        if isinstance(error, _LineTooLong):  # maybe a valid line: cutting it is not for a default to decide
+            raise FormatError(
+                f"{error.reason}; not cut: repair with a larger max_line_bytes", *error.args[1:]
+            )
+        size = os.fstat(fd).st_size
+        backup = _backup(fd, name)
+        try:
+            if os.fstat(fd).st_size != size or os.stat(backup).st_size != size:
+                raise OSError(errno.EAGAIN, "the file changed while it was copied; nothing was cut")
+            os.ftruncate(fd, cut)
+            _sync(fd)
+            _sync_directory(name)
+        except OSError as exc:
+            raise RecordingError(
+                f"{name}: cannot cut at offset {cut} (the original is in {backup}): {exc}"
+            ) from exc
+        return RepairResult(error.line - 1 if error.line else 0, size - cut, backup, error)
+    finally:
+        _release(fd)
+
+
+def _backup(fd: int, name: str) -> str:
+    """Copy the file open at *fd* to a new ``NAME.broken-<UTC time>[-N]``, synced with its
+    directory entry; the path of the copy."""
+    stamp = f"{name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+    for n in range(1, 1000):
+        backup = stamp if n == 1 else f"{stamp}-{n}"
+        try:
+            out = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "too many backups", stamp)
+    try:
+        offset = 0
+        while chunk := _pread(fd, 1 << 20, offset):
+            _write_all(out, chunk)
+            offset += len(chunk)
+        _sync(out)
+    except BaseException:
+        os.close(out)
+        os.unlink(backup)  # a partial copy is no backup
+        raise
+    os.close(out)
+    _sync_directory(backup)
+    return backup
+
+
 # ---------------------------------------------------------------------------- analysis
 
 
@@ -4142,94 +4230,6 @@ class _Summarizer:
         )
 
 
-# ---------------------------------------------------------------------------- repair
-
-
-class RepairResult(NamedTuple):
-    """What ``repair`` did: *kept_records* before the cut, *dropped_bytes* from the cut to
-    the old end, the untouched copy at *backup_path*, and the *error* that set the cut (both
-    ``None`` when the file was valid and nothing changed)."""
-
-    kept_records: int
-    dropped_bytes: int
-    backup_path: Optional[str]
-    error: Optional[FormatError]
-
-
-def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LINE_BYTES) -> RepairResult:
-    """Keep every record before the first bad line of the session file at *path*; drop the rest.
-
-    For a file that ``open`` refuses because a crash left garbage or a NUL run in it.  The
-    untouched file is first copied to ``FILE.broken-<UTC time>`` and synced; then the file is
-    cut at the first bad line and synced.  Takes the writer's lock (``LockedError`` while a
-    session has the file open).  A valid file is left as it is, unfinished tail included.  A
-    file whose first line is bad cannot be repaired: ``FormatError``.  Nothing else in this
-    module rewrites a file.
-    """
-    name = _name(path)
-    fd = os.open(name, os.O_RDWR | _O_BINARY)
-    try:
-        _lock(fd, name)
-        with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
-            f.seek(0)
-            try:
-                result = _read(f, name, max_line_bytes, lambda record: None, _NO_DATA)
-            except FormatError as exc:
-                error = exc
-            else:
-                return RepairResult(result.records, 0, None, None)
-        cut = error.offset
-        if error.line == 1 or cut is None:
-            raise error
-        if isinstance(error, _LineTooLong):  # maybe a valid line: cutting it is not for a default to decide
-            raise FormatError(
-                f"{error.reason}; not cut: repair with a larger max_line_bytes", *error.args[1:]
-            )
-        size = os.fstat(fd).st_size
-        backup = _backup(fd, name)
-        try:
-            if os.fstat(fd).st_size != size or os.stat(backup).st_size != size:
-                raise OSError(errno.EAGAIN, "the file changed while it was copied; nothing was cut")
-            os.ftruncate(fd, cut)
-            _sync(fd)
-            _sync_directory(name)
-        except OSError as exc:
-            raise RecordingError(
-                f"{name}: cannot cut at offset {cut} (the original is in {backup}): {exc}"
-            ) from exc
-        return RepairResult(error.line - 1 if error.line else 0, size - cut, backup, error)
-    finally:
-        _release(fd)
-
-
-def _backup(fd: int, name: str) -> str:
-    """Copy the file open at *fd* to a new ``NAME.broken-<UTC time>[-N]``, synced with its
-    directory entry; the path of the copy."""
-    stamp = f"{name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
-    for n in range(1, 1000):
-        backup = stamp if n == 1 else f"{stamp}-{n}"
-        try:
-            out = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(errno.EEXIST, "too many backups", stamp)
-    try:
-        offset = 0
-        while chunk := _pread(fd, 1 << 20, offset):
-            _write_all(out, chunk)
-            offset += len(chunk)
-        _sync(out)
-    except BaseException:
-        os.close(out)
-        os.unlink(backup)  # a partial copy is no backup
-        raise
-    os.close(out)
-    _sync_directory(backup)
-    return backup
-
-
 # ---------------------------------------------------------------------------- command line
 
 
@@ -4423,7 +4423,8 @@ def _no_usage(summary: Summary) -> str:
         return "none reported"
     return (
         f"none reported by {_count(calls, 'model_exec_end record')}: no message of theirs is a"
-        f" Message whose usage has {', '.join(sorted(_USAGE_COUNTS))}"
+        f" Message whose usage has {', '.join(sorted(_USAGE_COUNTS))}; record each reply as"
+        " session.Message(..., usage={'input': N, 'output': N})"
     )
 
 

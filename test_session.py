@@ -5499,6 +5499,7 @@ def test_summary_says_why_provider_messages_give_no_usage(tmp_path: Path) -> Non
         "usage: none reported by 1 model_exec_end record: no message of theirs is a Message whose usage"
         in text
     )
+    assert "record each reply as session.Message(..., usage={'input': N, 'output': N})" in text
     with session.create(tmp_path / "t.jsonl") as s, s.begin_run() as run:
         run.record(Event("turn_start"))
     assert "usage: none reported\n" in run_cli("summary", str(tmp_path / "t.jsonl")).stdout
