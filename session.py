@@ -474,34 +474,6 @@ class Checkpoint:
     time: str
 
 
-_EVENT_DATA_KINDS: Dict[str, Optional[type]] = {
-    "execution": dict,
-    "turn_index": int,
-    "message": None,
-    "partial_message": None,
-    "request": dict,
-    "snapshot_error": str,
-    "redacted": list,
-    "tool_id": str,
-    "tool": str,
-    "tool_label": str,
-    "args": None,
-    "result": None,
-    "details": None,
-    "preview": None,
-    "is_error": bool,
-    "disposition": str,
-    "context_operation": str,
-    "context_items": None,
-    "compaction": None,
-    "retry": dict,
-    "summary": dict,
-    "recovery": str,
-    "error": dict,
-    "committed": bool,
-}
-
-
 @dataclass(frozen=True)
 class EventData:
     """A typed view of an event record's ``data``; absent keys take the empty default.
@@ -558,6 +530,18 @@ class EventData:
         if "redacted" in fields:
             fields["redacted"] = _strings_from_json(fields["redacted"], record, "redacted")
         return cls(**fields)
+
+
+# The JSON type of each EventData field in a record's data (None: any JSON value), read from
+# its annotation: the Optional classes are objects.
+_JSON_TYPES: Dict[str, Optional[type]] = {
+    "int": int,
+    "str": str,
+    "bool": bool,
+    "Tuple[str, ...]": list,
+    "Any": None,
+}
+_EVENT_DATA_KINDS = {f.name: _JSON_TYPES.get(str(f.type), dict) for f in dataclasses.fields(EventData)}
 
 
 def _require(value: object, kind: type, name: str) -> None:

@@ -16,6 +16,7 @@ import enum
 import errno
 import functools
 import gc
+import inspect
 import io
 import itertools
 import json
@@ -569,6 +570,19 @@ def test_event_takes_keywords_after_type() -> None:
         Event("tool_queued", None)  # type: ignore[call-arg]
     assert Event("x", tool="a") == Event("x", tool="a")
     assert [f.name for f in dataclasses.fields(Event)][:3] == ["type", "timestamp", "execution"]
+
+
+def test_event_lists_its_fields_once_more_and_only_in_its_init() -> None:
+    """Event's keyword-only __init__ (Python 3.8 has no kw_only dataclasses) names the fields
+    again: in the same order, with the same defaults; every other list is derived."""
+    fields = {f.name: f.default for f in dataclasses.fields(Event)}
+    params = list(inspect.signature(Event.__init__).parameters.values())[1:]
+    assert [p.name for p in params] == list(fields)
+    assert [p.default for p in params[1:]] == list(fields.values())[1:]
+    assert set(session._PUTS) == set(fields) - {"type", "timestamp", "state", "delta"}
+    kinds = session._EVENT_DATA_KINDS
+    assert list(kinds) == [f.name for f in dataclasses.fields(session.EventData)]
+    assert (kinds["turn_index"], kinds["redacted"], kinds["retry"], kinds["args"]) == (int, list, dict, None)
 
 
 def test_call_config_repr_hides_the_api_key() -> None:
