@@ -532,32 +532,16 @@ class EventData:
         return cls(**fields)
 
 
-_EVENT_DATA_KINDS: Dict[str, Optional[type]] = {
-    "execution": dict,
-    "turn_index": int,
-    "message": None,
-    "partial_message": None,
-    "request": dict,
-    "snapshot_error": str,
-    "redacted": list,
-    "tool_id": str,
-    "tool": str,
-    "tool_label": str,
-    "args": None,
-    "result": None,
-    "details": None,
-    "preview": None,
-    "is_error": bool,
-    "disposition": str,
-    "context_operation": str,
-    "context_items": None,
-    "compaction": None,
-    "retry": dict,
-    "summary": dict,
-    "recovery": str,
-    "error": dict,
-    "committed": bool,
+# The JSON type of each EventData field in a record's data (None: any JSON value), read from
+# its annotation: the Optional classes are objects.
+_JSON_TYPES: Dict[str, Optional[type]] = {
+    "int": int,
+    "str": str,
+    "bool": bool,
+    "Tuple[str, ...]": list,
+    "Any": None,
 }
+_EVENT_DATA_KINDS = {f.name: _JSON_TYPES.get(str(f.type), dict) for f in dataclasses.fields(EventData)}
 
 
 def _require(value: object, kind: type, name: str) -> None:
@@ -637,45 +621,6 @@ def _strings_from_json(items: List[Any], record: Record, key: str) -> Tuple[str,
     if any(type(item) is not str for item in items):
         raise FormatError(f"data.{key} must hold strings", None, record.seq, record.offset)
     return tuple(items)
-
-
-# ---------------------------------------------------------------------------- codec
-
-
-class Codec(Protocol):
-    """Turns application values into JSON values (``encode``) and back (``decode``)."""
-
-    def encode(self, value: Any) -> Any: ...
-
-    def decode(self, value: Any) -> Any: ...
-
-
-@dataclass(frozen=True)
-class TypeSpec:
-    """Registers *cls* under *type_id* with a ``JSONCodec``.
-
-    Without functions, *cls* must be a dataclass: its fields become an object.  With them,
-    *encode(obj)* returns a JSON value (itself encoded further) and *decode(value)* rebuilds
-    the object from it.
-    """
-
-    type_id: str
-    cls: type
-    encode: Optional[Callable[[Any], Any]] = None
-    decode: Optional[Callable[[Any], Any]] = None
-
-    def __post_init__(self) -> None:
-        _require(self.type_id, str, "TypeSpec.type_id")
-        if not self.type_id:
-            raise ValueError("TypeSpec.type_id must not be empty")
-        if not isinstance(self.cls, type):
-            raise TypeError(f"TypeSpec.cls must be a class, not {self.cls!r}")
-        if (self.encode is None) != (self.decode is None):
-            raise ValueError(f"{self.type_id}: give both encode and decode, or neither")
-        if self.encode is None and not dataclasses.is_dataclass(self.cls):
-            raise TypeError(
-                f"{self.type_id}: {self.cls.__qualname__} is not a dataclass; give encode and decode"
-            )
 
 
 class TextBlock(TypedDict):
@@ -765,6 +710,227 @@ class Usage(TypedDict, total=False):
 
 
 STOP_REASONS = ("stop", "length", "toolUse", "error", "safety", "aborted")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass()
+class Message:
+    """A conversation message (``agentgo.message.v1``).
+
+    *role* is ``user``, ``assistant``, ``system`` or ``tool``; *content* a list of blocks
+    (``text_block`` and its siblings build them); *stop_reason* one of ``STOP_REASONS`` or
+    ``""``; *usage* a ``Usage`` dict; *metadata* free-form JSON (a tool result's
+    ``tool_call_id``: see ``tool_result``); *timestamp* when the message was made (default
+    now, in UTC; ``None`` stands for Go's zero time).
+    """
+
+    role: str
+    content: Optional[List[ContentBlock]]
+    stop_reason: str = ""
+    usage: Optional[Usage] = None
+    metadata: Optional[Dict[str, Any]] = None
+    timestamp: Optional[datetime] = field(default_factory=_now)
+
+
+@dataclass()
+class AgentState:
+    """An agent's conversation state (``agentgo.agent-state.v1``)."""
+
+    messages: List[Any] = field(default_factory=list)
+    artifacts: List[Any] = field(default_factory=list)
+    total_usage: Optional[Dict[str, Any]] = None
+    progress: Any = None
+
+
+@dataclass()
+class AgentSnapshot:
+    """A state plus the input queues an agent had accepted (``agentgo.agent-snapshot.v1``)."""
+
+    state: AgentState
+    steering_queue: List[Any] = field(default_factory=list)
+    follow_up_queue: List[Any] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- JSON text
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    raise ValueError(f"number {text} is out of range for a double")  # 1e999: Go refuses it too
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite)
+_scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]  # a decoder is its context
+_quote = json.encoder.encode_basestring  # a str as a JSON string, non-ASCII kept
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_RAW_MARK = "\x00\ue000RawJSON\ue000\x00"  # stands for a RawJSON while its line is encoded
+
+
+class _HasRaw(Exception):
+    """A RawJSON value turned up: encode the line the slower way that splices it in."""
+
+
+def _unencodable(value: Any) -> Any:
+    if type(value) is RawJSON:
+        raise _HasRaw
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _make_encoder(default: Callable[[Any], Any]) -> Callable[[Any, int], Sequence[str]]:
+    """The encoder ``json.dumps`` runs inside: compact, non-ASCII kept, NaN refused.  Called
+    as ``encoder(value, 0)``, it gives the text in pieces."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is not None:
+        return make(None, default, _quote, None, ":", ",", False, False, False)  # type: ignore[no-any-return]
+    # no C accelerator (another interpreter): the pure-Python encoder
+    encoder = json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False, default=default
+    )
+    return lambda value, level: [encoder.encode(value)]
+
+
+_encode_plain = _make_encoder(_unencodable)
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON text of *value*: non-ASCII kept, NaN refused, ``RawJSON`` spliced in."""
+    try:
+        return "".join(_encode_plain(value, 0))
+    except _HasRaw:
+        pass
+    raws: List[str] = []
+
+    def default(obj: Any) -> Any:
+        if type(obj) is RawJSON:
+            raws.append(_compact(obj))
+            return _RAW_MARK
+        return _unencodable(obj)
+
+    pieces = "".join(_make_encoder(default)(value, 0)).split(_quote(_RAW_MARK))
+    if len(pieces) != len(raws) + 1:
+        raise ValueError("a string equal to the RawJSON placeholder cannot be recorded")
+    return "".join(piece + raw for piece, raw in zip(pieces, raws)) + pieces[-1]
+
+
+_JSON_STRING_OR_SPACE = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")|[ \t\n\r]+')
+
+
+def _compact(raw: RawJSON) -> str:
+    """*raw*'s text, checked to be one strict JSON value, without insignificant whitespace."""
+    text = raw.text.decode("utf-8") if isinstance(raw.text, bytes) else raw.text
+    if type(text) is not str:
+        raise TypeError(f"RawJSON.text must be str or bytes, not {type(raw.text).__name__}")
+    try:
+        _DECODER.decode(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"RawJSON is not one strict JSON value: {exc}") from None
+    return _JSON_STRING_OR_SPACE.sub(r"\1", text)
+
+
+_INT_DIGITS = 4300  # int_max_str_digits' default: a reader refuses longer integers
+_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_STRING_OR_LONG_INT = re.compile(
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+-])-?[0-9]{%d,}(?![0-9.eE])' % (_INT_DIGITS + 1)
+)
+
+
+def _long_integer(text: str) -> int:
+    """The digit count of the first integer in JSON *text* too long for a reader with the
+    default ``int_max_str_digits``; 0 when there is none."""
+    if len(text) <= _INT_DIGITS:  # most lines: no room for such an integer
+        return 0
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if 0 < limit <= _INT_DIGITS:
+        return 0  # this Python refused to write such an integer already
+    line = text.encode("utf-8", "surrogatepass")
+    if b"0" * (_INT_DIGITS + 1) not in line.translate(_DIGITS_AS_ZEROS):
+        return 0
+    for match in _STRING_OR_LONG_INT.finditer(line):  # digits inside strings do not count
+        if match.group()[:1] != b'"':
+            return len(match.group().lstrip(b"-"))
+    return 0
+
+
+def _escaped_utf8(text: str) -> bytes:
+    """JSON *text* as UTF-8, its lone surrogates written as ``\\udXXX`` escapes."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
+
+
+# Most records of a session share their second with the one before: formatting only the
+# microseconds halves the cost of a time stamp, which every record pays at least once.
+_last_second: Tuple[Tuple[int, ...], str] = ((), "")
+
+
+def _clock(moment: datetime) -> str:
+    """Date and time of day with microseconds, as RFC 3339 writes them: its offset to add."""
+    global _last_second
+    second = (moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second)
+    last = _last_second  # one read: another thread may replace it, never half of it
+    if last[0] != second:
+        last = _last_second = (second, "%04d-%02d-%02dT%02d:%02d:%02d" % second)  # noqa: UP031
+    return "%s.%06d" % (last[1], moment.microsecond)  # noqa: UP031 - a third faster than format()
+
+
+def _utc_text(moment: Optional[datetime]) -> str:
+    """The envelope's time: RFC 3339 in UTC, with microseconds and ``Z``."""
+    if moment is None:
+        moment = datetime.now(timezone.utc)
+    elif not isinstance(moment, datetime):
+        raise TypeError(f"timestamp must be a datetime, not {type(moment).__name__}")
+    offset = moment.utcoffset()
+    if offset is None:
+        raise ValueError(f"naive timestamp {moment} (give it a timezone)")
+    return _clock(moment - offset if offset else moment) + "Z"
+
+
+# ---------------------------------------------------------------------------- codec
+
+
+class Codec(Protocol):
+    """Turns application values into JSON values (``encode``) and back (``decode``)."""
+
+    def encode(self, value: Any) -> Any: ...
+
+    def decode(self, value: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class TypeSpec:
+    """Registers *cls* under *type_id* with a ``JSONCodec``.
+
+    Without functions, *cls* must be a dataclass: its fields become an object.  With them,
+    *encode(obj)* returns a JSON value (itself encoded further) and *decode(value)* rebuilds
+    the object from it.
+    """
+
+    type_id: str
+    cls: type
+    encode: Optional[Callable[[Any], Any]] = None
+    decode: Optional[Callable[[Any], Any]] = None
+
+    def __post_init__(self) -> None:
+        _require(self.type_id, str, "TypeSpec.type_id")
+        if not self.type_id:
+            raise ValueError("TypeSpec.type_id must not be empty")
+        if not isinstance(self.cls, type):
+            raise TypeError(f"TypeSpec.cls must be a class, not {self.cls!r}")
+        if (self.encode is None) != (self.decode is None):
+            raise ValueError(f"{self.type_id}: give both encode and decode, or neither")
+        if self.encode is None and not dataclasses.is_dataclass(self.cls):
+            raise TypeError(
+                f"{self.type_id}: {self.cls.__qualname__} is not a dataclass; give encode and decode"
+            )
+
+
 """The values of ``Message.stop_reason`` besides ``""`` (none given)."""
 
 
@@ -898,48 +1064,6 @@ def _tool_args(args: Any) -> Any:
     return args
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-@dataclass()
-class Message:
-    """A conversation message (``agentgo.message.v1``).
-
-    *role* is ``user``, ``assistant``, ``system`` or ``tool``; *content* a list of blocks
-    (``text_block`` and its siblings build them); *stop_reason* one of ``STOP_REASONS`` or
-    ``""``; *usage* a ``Usage`` dict; *metadata* free-form JSON (a tool result's
-    ``tool_call_id``: see ``tool_result``); *timestamp* when the message was made (default
-    now, in UTC; ``None`` stands for Go's zero time).
-    """
-
-    role: str
-    content: Optional[List[ContentBlock]]
-    stop_reason: str = ""
-    usage: Optional[Usage] = None
-    metadata: Optional[Dict[str, Any]] = None
-    timestamp: Optional[datetime] = field(default_factory=_now)
-
-
-@dataclass()
-class AgentState:
-    """An agent's conversation state (``agentgo.agent-state.v1``)."""
-
-    messages: List[Any] = field(default_factory=list)
-    artifacts: List[Any] = field(default_factory=list)
-    total_usage: Optional[Dict[str, Any]] = None
-    progress: Any = None
-
-
-@dataclass()
-class AgentSnapshot:
-    """A state plus the input queues an agent had accepted (``agentgo.agent-snapshot.v1``)."""
-
-    state: AgentState
-    steering_queue: List[Any] = field(default_factory=list)
-    follow_up_queue: List[Any] = field(default_factory=list)
-
-
 _BUILTIN_TYPES = (
     ("agentgo.message.v1", Message),
     ("agentgo.agent-state.v1", AgentState),
@@ -979,6 +1103,9 @@ _DATETIME_ANNOTATION = (  # a pattern: compiled (and cached) by re when first us
 )
 
 
+_UNIONS = (Union, getattr(types, "UnionType", Union))
+
+
 def _is_datetime(annotation: Any) -> bool:
     if isinstance(annotation, str):  # an annotation this Python could not evaluate
         return re.fullmatch(_DATETIME_ANNOTATION, re.sub(r"[\s'\"]", "", annotation)) is not None
@@ -986,22 +1113,6 @@ def _is_datetime(annotation: Any) -> bool:
         return True
     args = set(typing.get_args(annotation))
     return typing.get_origin(annotation) in _UNIONS and datetime in args and args <= {datetime, type(None)}
-
-
-_UNIONS = (Union, getattr(types, "UnionType", Union))
-
-
-def _kind_of(spec: TypeSpec) -> _Kind:
-    if spec.encode is not None:
-        return _Kind(spec.type_id, spec.cls, (), frozenset(), spec.encode, spec.decode)
-    fields = [f for f in dataclasses.fields(spec.cls) if f.init]
-    try:
-        hints = typing.get_type_hints(spec.cls)
-    except Exception:  # noqa: BLE001 - e.g. "datetime | None" on Python 3.9: read the text
-        hints = {}
-    datetimes = frozenset(f.name for f in fields if _is_datetime(hints.get(f.name, f.type)))
-    write, read = _AGENTGO_SHAPES.get(spec.cls, (None, None))
-    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None, write, read)
 
 
 def _path_step(key: str) -> str:
@@ -1320,6 +1431,9 @@ class JSONCodec:
             raise _CodecFault(f"{type_id}: {kind.cls.__qualname__} rejects its fields: {exc!r}") from exc
 
 
+_MINUTE = timedelta(minutes=1)
+
+
 def _rfc3339(moment: datetime) -> str:
     """RFC 3339 with microseconds and the value's own offset (``Z`` for UTC).  An offset
     RFC 3339 cannot write (seconds, as in zoneinfo's local mean times before 1900) is not
@@ -1333,22 +1447,6 @@ def _rfc3339(moment: datetime) -> str:
         return _clock(moment - offset) + "Z"
     minutes = offset // _MINUTE
     return "%s%s%02d:%02d" % (_clock(moment), "-" if minutes < 0 else "+", *divmod(abs(minutes), 60))  # noqa: UP031
-
-
-def _clock(moment: datetime) -> str:
-    """Date and time of day with microseconds, as RFC 3339 writes them: its offset to add."""
-    global _last_second
-    second = (moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second)
-    last = _last_second  # one read: another thread may replace it, never half of it
-    if last[0] != second:
-        last = _last_second = (second, "%04d-%02d-%02dT%02d:%02d:%02d" % second)  # noqa: UP031
-    return "%s.%06d" % (last[1], moment.microsecond)  # noqa: UP031 - a third faster than format()
-
-
-# Most records of a session share their second with the one before: formatting only the
-# microseconds halves the cost of a time stamp, which every record pays at least once.
-_last_second: Tuple[Tuple[int, ...], str] = ((), "")
-_MINUTE = timedelta(minutes=1)
 
 
 _RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:[Zz]|([+-]\d\d):(\d\d))")
@@ -1650,133 +1748,23 @@ _AGENTGO_SHAPES: Dict[type, Tuple[Any, Any]] = {
 }
 
 
+def _kind_of(spec: TypeSpec) -> _Kind:
+    if spec.encode is not None:
+        return _Kind(spec.type_id, spec.cls, (), frozenset(), spec.encode, spec.decode)
+    fields = [f for f in dataclasses.fields(spec.cls) if f.init]
+    try:
+        hints = typing.get_type_hints(spec.cls)
+    except Exception:  # noqa: BLE001 - e.g. "datetime | None" on Python 3.9: read the text
+        hints = {}
+    datetimes = frozenset(f.name for f in fields if _is_datetime(hints.get(f.name, f.type)))
+    write, read = _AGENTGO_SHAPES.get(spec.cls, (None, None))
+    return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None, write, read)
+
+
 @functools.lru_cache(maxsize=None)
 def _default_codec() -> JSONCodec:
     """``JSONCodec()``, built when first needed."""
     return JSONCodec()
-
-
-# ---------------------------------------------------------------------------- JSON text
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not strict JSON")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isfinite(value):
-        return value
-    raise ValueError(f"number {text} is out of range for a double")  # 1e999: Go refuses it too
-
-
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite)
-_scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]  # a decoder is its context
-_quote = json.encoder.encode_basestring  # a str as a JSON string, non-ASCII kept
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_RAW_MARK = "\x00\ue000RawJSON\ue000\x00"  # stands for a RawJSON while its line is encoded
-
-
-class _HasRaw(Exception):
-    """A RawJSON value turned up: encode the line the slower way that splices it in."""
-
-
-def _unencodable(value: Any) -> Any:
-    if type(value) is RawJSON:
-        raise _HasRaw
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _make_encoder(default: Callable[[Any], Any]) -> Callable[[Any, int], Sequence[str]]:
-    """The encoder ``json.dumps`` runs inside: compact, non-ASCII kept, NaN refused.  Called
-    as ``encoder(value, 0)``, it gives the text in pieces."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is not None:
-        return make(None, default, _quote, None, ":", ",", False, False, False)  # type: ignore[no-any-return]
-    # no C accelerator (another interpreter): the pure-Python encoder
-    encoder = json.JSONEncoder(
-        ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False, default=default
-    )
-    return lambda value, level: [encoder.encode(value)]
-
-
-_encode_plain = _make_encoder(_unencodable)
-
-
-def _dumps(value: Any) -> str:
-    """Compact JSON text of *value*: non-ASCII kept, NaN refused, ``RawJSON`` spliced in."""
-    try:
-        return "".join(_encode_plain(value, 0))
-    except _HasRaw:
-        pass
-    raws: List[str] = []
-
-    def default(obj: Any) -> Any:
-        if type(obj) is RawJSON:
-            raws.append(_compact(obj))
-            return _RAW_MARK
-        return _unencodable(obj)
-
-    pieces = "".join(_make_encoder(default)(value, 0)).split(_quote(_RAW_MARK))
-    if len(pieces) != len(raws) + 1:
-        raise ValueError("a string equal to the RawJSON placeholder cannot be recorded")
-    return "".join(piece + raw for piece, raw in zip(pieces, raws)) + pieces[-1]
-
-
-_JSON_STRING_OR_SPACE = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")|[ \t\n\r]+')
-
-
-def _compact(raw: RawJSON) -> str:
-    """*raw*'s text, checked to be one strict JSON value, without insignificant whitespace."""
-    text = raw.text.decode("utf-8") if isinstance(raw.text, bytes) else raw.text
-    if type(text) is not str:
-        raise TypeError(f"RawJSON.text must be str or bytes, not {type(raw.text).__name__}")
-    try:
-        _DECODER.decode(text)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"RawJSON is not one strict JSON value: {exc}") from None
-    return _JSON_STRING_OR_SPACE.sub(r"\1", text)
-
-
-_INT_DIGITS = 4300  # int_max_str_digits' default: a reader refuses longer integers
-_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
-_STRING_OR_LONG_INT = re.compile(
-    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+-])-?[0-9]{%d,}(?![0-9.eE])' % (_INT_DIGITS + 1)
-)
-
-
-def _long_integer(text: str) -> int:
-    """The digit count of the first integer in JSON *text* too long for a reader with the
-    default ``int_max_str_digits``; 0 when there is none."""
-    if len(text) <= _INT_DIGITS:  # most lines: no room for such an integer
-        return 0
-    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
-    if 0 < limit <= _INT_DIGITS:
-        return 0  # this Python refused to write such an integer already
-    line = text.encode("utf-8", "surrogatepass")
-    if b"0" * (_INT_DIGITS + 1) not in line.translate(_DIGITS_AS_ZEROS):
-        return 0
-    for match in _STRING_OR_LONG_INT.finditer(line):  # digits inside strings do not count
-        if match.group()[:1] != b'"':
-            return len(match.group().lstrip(b"-"))
-    return 0
-
-
-def _escaped_utf8(text: str) -> bytes:
-    """JSON *text* as UTF-8, its lone surrogates written as ``\\udXXX`` escapes."""
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
-
-
-def _utc_text(moment: Optional[datetime]) -> str:
-    """The envelope's time: RFC 3339 in UTC, with microseconds and ``Z``."""
-    if moment is None:
-        moment = datetime.now(timezone.utc)
-    elif not isinstance(moment, datetime):
-        raise TypeError(f"timestamp must be a datetime, not {type(moment).__name__}")
-    offset = moment.utcoffset()
-    if offset is None:
-        raise ValueError(f"naive timestamp {moment} (give it a timezone)")
-    return _clock(moment - offset if offset else moment) + "Z"
 
 
 # ---------------------------------------------------------------------------- event data
@@ -2204,9 +2192,9 @@ def _new_id() -> str:
     return raw.hex()
 
 
-# ---------------------------------------------------------------------------- writer
-
-_SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()  # what a forked child must disown
+# ---------------------------------------------------------------------------- lines
+# Reading and checking a file's lines, record by record: what the reader and the writer's
+# ``open`` (which validates a file before it appends to it) share.
 
 
 class _CheckpointAt(NamedTuple):
@@ -2215,6 +2203,802 @@ class _CheckpointAt(NamedTuple):
     seq: int
     run_id: str
     time: str
+
+
+class _Lines(Protocol):
+    """What the reader needs of a binary file."""
+
+    def tell(self) -> int: ...
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+
+# A line holds at most max_line_bytes, but the objects json builds of it can take 26 times
+# that ([{},{},...]: a dict per 3 bytes).  The readers that need no data (validate, open,
+# repair) or a few keys of it (summarize) check a long line byte by byte instead, exactly as
+# strictly as json.loads, and build only the envelope and the keys they use: the line itself
+# is then most of the memory they take.
+
+_BIG_LINE = 1 << 20  # bytes: shorter lines are parsed whole, which is faster
+_DataKeys = Dict[str, FrozenSet[str]]  # record type -> the keys of its data a reader uses
+_NO_DATA: _DataKeys = {  # what every reader checks: the version, and a version-2 file's references
+    "session_start": frozenset({"version"}),
+    "message": frozenset({"message"}),
+    "tools": frozenset({"tools"}),
+    "model_request": frozenset({"request", "messages", "tools"}),
+}
+
+
+def _read(
+    f: _Lines,
+    name: Optional[str],
+    max_line_bytes: int,
+    visit: Callable[[Record], object],
+    keys: Optional[_DataKeys] = None,
+    index: Optional[_Index] = None,
+) -> ReadResult:
+    result: List[ReadResult] = []
+    try:
+        for record in _records(f, name, max_line_bytes, result, keys, True, index):
+            visit(record)
+    except FormatError as exc:  # from visit too (say, EventData.from_record): name the file
+        if exc.path is None:
+            exc.path = name
+        raise
+    return result[0]
+
+
+_RUN_CHANGES = frozenset({"run_start", "run_close", "session_start"})
+
+
+_INDEXED = _POOLED | {"model_request"}
+
+
+def _records(
+    f: _Lines,
+    name: Optional[str],
+    max_line_bytes: int,
+    result: List[ReadResult],
+    keys: Optional[_DataKeys] = None,
+    steady: bool = False,
+    index: Optional[_Index] = None,
+) -> Iterator[Record]:
+    """The reader: yields each record once its line passed every rule, then appends the
+    ``ReadResult`` to *result*.  With *keys*, the data of a long line holds only the keys
+    it maps the record's type to.  *steady*: every line is asked for from the same frame,
+    so the stack has the same room for parsing each (see ``_room``).  *index* checks the
+    references of a version-2 file (and resolves them, if it was made to)."""
+    _check_line_limit(max_line_bytes)
+    steady = steady or not _OVERFLOW_LINGERS
+    room, frames = _room()
+    limit = max_line_bytes + 1
+    readline = f.readline
+    base, raw, header = _first_line(f, name, limit, keys, room)
+    session_id = _check_header(header, name, base)
+    index = _index_for(header, index, f, limit)
+    new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
+    yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
+    seq = 1
+    offset = base + len(raw)
+    open_run = None
+    seen: Set[str] = set()
+    while True:
+        raw = readline(limit)
+        if raw[-1:] != b"\n":
+            break
+        if not steady:  # iter_records on 3.8: a line may be asked for from a deeper stack
+            room, frames = _room_again(room, frames)
+        obj = _parse_line(raw, name, seq + 1, offset, keys, room)
+        run_id = obj.get("run_id")
+        kind = obj.get("type")
+        time = obj.get("time")
+        data = obj.get("data")
+        n = obj.get("seq")
+        if (
+            type(n) is not int
+            or n != seq + 1
+            or obj.get("session_id") != session_id
+            or type(kind) is not str
+            or type(time) is not str
+            or type(run_id) is not str
+            or type(data) is not dict
+        ):
+            raise FormatError(_envelope_problem(obj, session_id, seq + 1), name, seq + 1, offset)
+        if run_id != open_run or kind in _RUN_CHANGES:
+            open_run = _open_run(kind, run_id, open_run, seen, name, seq + 1, offset)
+        if index is not None and kind in _INDEXED:
+            data = index.take(kind, seq + 1, offset, raw, data, name)
+        seq += 1
+        yield new(Record, (session_id, seq, kind, time, run_id, data, offset))
+        offset += len(raw)
+    if raw:
+        _unfinished(raw, limit, name, seq + 1, offset, "")
+    result.append(ReadResult(session_id, seq, offset - base, len(raw)))
+
+
+def _first_line(
+    f: _Lines, name: Optional[str], limit: int, keys: Optional[_DataKeys], room: int
+) -> Tuple[int, bytes, Dict[str, Any]]:
+    """Where reading starts, the first line, and its object."""
+    try:
+        base = f.tell()
+    except (OSError, ValueError):  # a pipe: offsets count from where reading started
+        base = 0
+    raw = f.readline(limit)
+    if raw[-1:] != b"\n":
+        raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
+    return base, raw, _parse_line(raw, name, 1, base, keys, room)
+
+
+def _index_for(header: Dict[str, Any], index: Optional[_Index], f: _Lines, limit: int) -> Optional[_Index]:
+    """The index that checks (*index*, or a new one) a version-2 file's references, a request
+    with the lines it refers to taking no more than *limit* bytes; ``None`` for version 1."""
+    if header["data"]["version"] < 2:
+        return None
+    index = index or _Index(f)
+    index.version = 2
+    index.limit = limit
+    return index
+
+
+def _open_run(
+    kind: str,
+    run_id: str,
+    open_run: Optional[str],
+    seen: Set[str],
+    name: Optional[str],
+    line: int,
+    offset: int,
+) -> Optional[str]:
+    """The run open after the record *line* of type *kind* and run *run_id*, when it is not
+    simply the run already open; ``FormatError`` if rule 5 forbids the record."""
+    if kind == "run_start":
+        if run_id in seen:
+            raise FormatError(f"run_start reuses run_id {run_id!r}", name, line, offset)
+        seen.add(run_id)
+        return run_id
+    if run_id != open_run or kind == "session_start":
+        raise FormatError(_run_problem(kind, run_id, open_run, seen), name, line, offset)
+    return None  # run_close
+
+
+def _room_again(room: int, frames: int) -> Tuple[int, int]:
+    """``_room()`` for the caller again if its stack is no longer *frames* deep, else (*room*,
+    *frames*) as they are."""
+    try:
+        moved = sys._getframe(frames).f_back is not None
+    except ValueError:  # shallower
+        moved = True
+    return _room(2) if moved else (room, frames)
+
+
+def _check_line_limit(max_line_bytes: int) -> None:
+    if max_line_bytes < 1:  # 0 would refuse every line; a negative limit, none
+        raise ValueError(f"max_line_bytes must be at least 1, not {max_line_bytes}")
+
+
+def _unfinished(
+    raw: bytes, limit: int, name: Optional[str], line: int, offset: int, reason: str
+) -> FormatError:
+    """The error for a line without newline: too long (raised here), or *reason*."""
+    if len(raw) >= limit:
+        raise _LineTooLong(f"line longer than max_line_bytes ({limit - 1})", name, line, offset)
+    return FormatError(reason, name, line, offset)
+
+
+class _LineTooLong(FormatError):
+    """A line longer than ``max_line_bytes``: not necessarily a bad one."""
+
+
+def _parse_line(
+    raw: bytes,
+    name: Optional[str],
+    line: int,
+    offset: int,
+    keys: Optional[_DataKeys] = None,
+    room: int = _ANY_DEPTH,
+) -> Dict[str, Any]:
+    """The object on one line (*raw* ends with its newline), or ``FormatError``.
+
+    With *keys*, a line longer than ``_BIG_LINE`` is checked without building it, and its
+    ``data`` holds only the keys its type maps to (see ``_big_line``).  *room*: how deep json
+    may recurse on this stack, as ``_room`` found it, or -1 to look."""
+    if keys is not None and len(raw) > _BIG_LINE:
+        return _big_line(raw, name, line, offset, keys)
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"invalid UTF-8 at byte {exc.start} of the line", name, line, offset) from None
+    end = -1
+    deep = _OVERFLOW_LINGERS and len(raw) >= room and not _fits(raw, room)  # shorter: nests less
+    if not deep:
+        try:
+            obj, end = _scan_once(text, 0)  # json.loads without its Python-level wrapping
+        except (StopIteration, ValueError):
+            pass
+        except RecursionError:
+            if _OVERFLOW_LINGERS:  # the stack is deeper than its frames tell: the caller's to handle
+                raise
+            deep = True
+    if end != len(text) - 1:  # an error, or whitespace around the value: ask the full decoder
+        try:
+            obj = _decode_anywhere(text[:-1], raw, deep)
+        except json.JSONDecodeError as exc:  # "Invalid control character at": json adds a position
+            problem = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+            raise FormatError(f"invalid JSON: {problem} at column {exc.colno}", name, line, offset) from None
+        except ValueError as exc:  # NaN, Infinity, an integer too long to convert
+            raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
+        except _NestedTooDeeply:
+            raise FormatError("invalid JSON: nested too deeply", name, line, offset) from None
+    if type(obj) is not dict:
+        raise FormatError(f"line holds {_json_kind(type(obj))}, not an object", name, line, offset)
+    return obj
+
+
+def _fits(raw: bytes, room: int) -> bool:
+    """Whether json parses the line *raw* here without nearing the recursion limit: nested
+    less than *room* levels deep, or with *room* -1, less than ``_has_room`` finds left."""
+    if room < 0 and _has_room(len(raw)):  # a line nests no deeper than it is long
+        return True
+    try:
+        levels = _json_levels(raw)
+    except ValueError:  # not JSON, and too deep to try here: _decode_anywhere says why
+        return False
+    return levels < room if room >= 0 else _has_room(levels)
+
+
+def _decode_anywhere(text: str, raw: bytes, deep: bool = False) -> Any:
+    """``json.loads(text)``, strict, with the outcome a shallow caller gets (``_anywhere``):
+    *raw* is text's UTF-8, or a longer text that holds it; *deep*: too deep for this stack."""
+    return _anywhere(_DECODER.decode, text, functools.partial(_json_levels, raw), deep)
+
+
+_SAFE_DEPTH = 100  # json parses this deep anywhere; beyond, _parse_depth_limit says how deep
+
+
+def _json_levels(raw: bytes) -> int:
+    """How deep json recurses on the JSON text *raw*, at most: as deep as it has brackets, as
+    ``_bracket_depth`` finds where those are many, or where they are too many to try, as
+    ``_scan_json`` finds (any deeper than ``_parse_depth_limit()``: too deep to parse).
+    ``ValueError`` if that finds no JSON.  All without recursing."""
+    # replace finds them with memchr, several times faster than count, which reads every byte
+    most = 2 * len(raw) - len(raw.replace(b"[", b"")) - len(raw.replace(b"{", b""))
+    if most <= 2 * _SAFE_DEPTH:
+        return most
+    depth = _bracket_depth(raw)
+    if depth >= 0 or most <= sys.getrecursionlimit() + _PAST_THE_LIMIT:
+        return depth if depth >= 0 else most
+    for deepest in (_SAFE_DEPTH, _parse_depth_limit()):
+        try:
+            _scan_json(raw, frozenset(), deepest)
+        except _TooDeep:
+            continue
+        except _NotJSON as exc:
+            raise ValueError(str(exc)) from None
+        return deepest
+    return most
+
+
+_SHAPE = bytes.maketrans(b"{}", b"[]")  # _bracket_depth counts one kind of bracket ...
+_NOT_SHAPE = bytes(sorted(set(range(256)) - set(b'"[]{}')))  # ... and keeps quotes and brackets
+
+
+def _bracket_depth(raw: bytes) -> int:
+    """How deep the brackets of the JSON text *raw* nest outside its strings, at most; -1
+    where a string holds a bracket or they nest more than a few levels.  A few passes in C."""
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # escaped backslashes, escaped quotes
+    # Two adjacent quotes are a string without brackets, or the end of one and the start of the
+    # next: gone, they leave every bracket inside or outside a string as it was.
+    shape = unescaped.translate(_SHAPE, _NOT_SHAPE).replace(b'""', b"")
+    if b'"' in shape:
+        return -1
+    for passes in range(16):
+        if b"[]" not in shape:  # each pass took away the innermost pairs
+            return passes + shape.count(b"[")  # and those never closed
+        shape = shape.replace(b"[]", b"")
+    return -1
+
+
+# Of these a long line's value is not built, only its JSON type told: an object or array empty
+_SKIMMED = frozenset({("message", "message"), ("tools", "tools"), ("model_request", "request")})
+_ENVELOPE_KEYS = frozenset({"session_id", "seq", "type", "time", "run_id", "data"})
+
+# re keeps about 80 bytes per repetition of a group until a match ends: every repetition
+# below is bounded, and the loops in _scan_json repeat the match.
+_WS = re.compile(rb"[ \t\n\r]*")
+_CHARS = rb'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)'
+_STRING_PART = re.compile(_CHARS + rb"{0,1024}")
+_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERAL = re.compile(rb"true|false|null")
+# Values json takes whatever follows (no exponent, under 300 integer digits, few escapes),
+# alone or in small objects and arrays up to three levels deep, in runs of "value," checked at
+# the speed of re.
+_W = rb"[ \t\n\r]*"
+_TEXT = rb'"' + _CHARS + rb'{0,8}"'
+_SCALAR = rb"(?:" + _TEXT + rb"|-?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?|true|false|null)"
+
+
+def _small_containers(value: bytes, most: int) -> bytes:
+    """An object or array of up to *most* + 1 *value* patterns, as a pattern."""
+    pair = _TEXT + _W + rb":" + _W + value + _W
+    item = value + _W
+    return rb"\{%s(?:%s(?:,%s%s){0,%d})?\}|\[%s(?:%s(?:,%s%s){0,%d})?\]" % (
+        *(_W, pair, _W, pair, most),
+        *(_W, item, _W, item, most),
+    )
+
+
+_PLAIN = _SCALAR
+for _level in range(3):
+    _PLAIN = rb"(?:" + _SCALAR + rb"|" + _small_containers(_PLAIN, 8) + rb")"
+_PLAIN += _W + rb"," + _W
+_runs: Optional[Tuple[re.Pattern[bytes], re.Pattern[bytes]]] = None
+
+
+def _plain_runs() -> Tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """Runs of plain items and of plain members, compiled on first use (it takes a tenth of
+    a second, which only a long line is worth)."""
+    global _runs
+    if _runs is None:
+        items = re.compile(rb"(?:" + _PLAIN + rb"){1,64}")
+        _runs = items, re.compile(rb"(?:" + _TEXT + _W + rb":" + _W + _PLAIN + rb"){1,64}")
+    return _runs
+
+
+class _NotJSON(Exception):
+    """Why and where (*at*, a byte of the line) a long line is not strict JSON."""
+
+    def __init__(self, reason: str, at: int) -> None:
+        super().__init__(f"{reason} at byte {at} of the line")
+
+
+class _TooDeep(_NotJSON):
+    """Nested deeper than asked for."""
+
+
+_OBJECT, _ARRAY = b"{["
+
+
+def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _DataKeys) -> Dict[str, Any]:
+    """``_parse_line`` for a long line: its envelope, and of its data the keys *keys* maps
+    its type to.  An object or array in the envelope (a bad line) comes back empty: only
+    its type is checked."""
+    bad = _invalid_utf8(raw)
+    if bad >= 0:
+        raise FormatError(f"invalid UTF-8 at byte {bad} of the line", name, line, offset)
+    try:
+        start, top, data = _scan_json(raw, frozenset().union(*keys.values()))
+    except _NotJSON as exc:
+        raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
+    if raw[start] != _OBJECT:
+        held = _json_kind(type(_shallow_value(raw, start, len(raw))))
+        raise FormatError(f"line holds {held}, not an object", name, line, offset)
+    obj = {key: _shallow_value(raw, *span) for key, span in top.items() if key in _ENVELOPE_KEYS}
+    kind = obj.get("type")
+    if type(obj.get("data")) is dict:
+        wanted = keys.get(kind, frozenset()) if type(kind) is str else frozenset()
+        obj["data"] = {
+            key: (_shallow_value if (kind, key) in _SKIMMED else _value_at)(raw, a, b)
+            for key, (a, b) in data.items()
+            if key in wanted
+        }
+    return obj
+
+
+def _value_at(raw: bytes, start: int, end: int) -> Any:
+    span = raw[start:end]
+    return _decode_anywhere(span.decode(), span)
+
+
+def _shallow_value(raw: bytes, start: int, end: int) -> Any:
+    """The JSON value at ``raw[start:end]`` (checked already), an object or array empty."""
+    if raw[start] == _OBJECT:
+        return {}
+    if raw[start] == _ARRAY:
+        return []
+    return _DECODER.decode(raw[start:end].decode())  # a string, number or literal: no recursion
+
+
+def _invalid_utf8(raw: bytes) -> int:
+    """Where *raw* stops being UTF-8 (-1 if it is), decoded a megabyte at a time."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for at in range(0, len(raw), _BIG_LINE):
+        pending = len(decoder.getstate()[0])
+        try:
+            decoder.decode(raw[at : at + _BIG_LINE], at + _BIG_LINE >= len(raw))
+        except UnicodeDecodeError as exc:
+            return at - pending + exc.start
+    return -1
+
+
+_Spans = Dict[str, Tuple[int, int]]
+_CLOSING = {_OBJECT: b"}"[0], _ARRAY: b"]"[0]}
+
+
+def _scan_json(
+    raw: bytes, wanted: FrozenSet[str], deepest: Optional[int] = None
+) -> Tuple[int, _Spans, _Spans]:
+    """Check that *raw* is one strict JSON value, accepting and refusing exactly what
+    ``json.loads`` does, without building it.  Returns where the value starts, the spans of
+    the members of the top object and those of the *wanted* members of its ``data`` (the
+    last of duplicate keys, as json keeps them).  ``_NotJSON`` otherwise, ``_TooDeep`` if it
+    nests deeper than *deepest* (or ``_parse_depth_limit()``) levels."""
+    stack = bytearray()  # the closing brackets of the open containers
+    top: _Spans = {}
+    data: _Spans = {}
+    keys: List[Optional[str]] = [None, None, None]  # depth 1, 2: the member being read, if noted
+    starts = [0, 0, 0]  # ... and where its value starts
+    in_data = False  # the open object at depth 2 is the top object's data
+    pos = start = _after_ws(raw, 0)
+    while True:
+        opening = raw[pos] if pos < len(raw) else 0  # a value starts at pos
+        if opening in _CLOSING:
+            stack.append(_CLOSING[opening])
+            depth = len(stack)
+            if depth > _SAFE_DEPTH and depth > (deepest or _parse_depth_limit()):
+                raise _TooDeep("nested too deeply", pos)
+            if depth == 2:
+                in_data = keys[1] == "data" and opening == _OBJECT
+                data = {} if in_data else data
+            pos = _after_ws(raw, pos + 1)
+            ended = raw[pos : pos + 1] == bytes(stack[-1:])
+        else:
+            pos = _scalar_end(raw, pos)
+            ended = False
+        while True:  # a value ended at pos, or a container opened there
+            if ended:
+                stack.pop()
+                pos += 1
+            depth = len(stack)
+            if ended or opening not in _CLOSING:
+                if not depth:
+                    if _after_ws(raw, pos) != len(raw):
+                        raise _NotJSON("Extra data", _after_ws(raw, pos))
+                    return start, top, data
+                key = keys[depth] if depth <= 2 else None
+                if key is not None:
+                    (top if depth == 1 else data)[key] = (starts[depth], pos)
+                    keys[depth] = None
+                pos = _after_ws(raw, pos)
+                if raw[pos : pos + 1] == bytes(stack[-1:]):
+                    ended = True
+                    continue
+                if raw[pos : pos + 1] != b",":
+                    raise _NotJSON("Expecting ',' delimiter", pos)
+                pos = _after_ws(raw, pos + 1)
+            fast = depth < _SAFE_DEPTH - 3  # the plain values skipped nest three levels deeper at most
+            if stack[-1] == _CLOSING[_ARRAY]:
+                pos = _skip_items(raw, pos) if fast else pos
+            else:
+                noted = depth == 1 or (depth == 2 and in_data and bool(wanted))
+                pos, key = _member(raw, pos, noted, fast)
+                if key is not None and (depth == 1 or key in wanted):
+                    keys[depth], starts[depth] = key, pos
+            break
+
+
+def _after_ws(raw: bytes, pos: int) -> int:
+    return _WS.match(raw, pos).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
+
+
+def _skip_items(raw: bytes, pos: int) -> int:
+    """Past the plain items of an array from *pos*: where the next item starts."""
+    items = _plain_runs()[0].match
+    run = items(raw, pos)
+    while run is not None:
+        pos = run.end()
+        run = items(raw, pos)
+    return pos
+
+
+def _member(raw: bytes, pos: int, noted: bool, fast: bool) -> Tuple[int, Optional[str]]:
+    """From *pos* in an object, past plain members if *fast* and each need not be *noted*,
+    then past a member's key and colon: where its value starts, and the key if *noted*."""
+    if fast and not noted:
+        members = _plain_runs()[1].match
+        run = members(raw, pos)
+        while run is not None:
+            pos = run.end()
+            run = members(raw, pos)
+    if raw[pos : pos + 1] != b'"':
+        raise _NotJSON("Expecting property name enclosed in double quotes", pos)
+    end = _scalar_end(raw, pos)
+    key = _DECODER.decode(raw[pos:end].decode()) if noted else None
+    pos = _after_ws(raw, end)
+    if raw[pos : pos + 1] != b":":
+        raise _NotJSON("Expecting ':' delimiter", pos)
+    return _after_ws(raw, pos + 1), key
+
+
+def _scalar_end(raw: bytes, pos: int) -> int:
+    """Where the string, number or literal at *pos* ends, once checked as json checks it."""
+    first = raw[pos : pos + 1]
+    if first == b'"':
+        end = pos + 1
+        while True:
+            part = _STRING_PART.match(raw, end)
+            if part is None or (part.end() == end and raw[end : end + 1] != b'"'):
+                raise _NotJSON("Unterminated string or invalid character or escape", end)
+            end = part.end()
+            if raw[end : end + 1] == b'"':
+                return end + 1
+    number = _NUMBER.match(raw, pos)
+    if number is not None:
+        text = number.group()
+        if number.group(1) or number.group(2):
+            try:
+                _finite(text.decode())
+            except ValueError as exc:
+                raise _NotJSON(str(exc), pos) from None
+        elif len(text.lstrip(b"-")) > _int_digits_limit():
+            raise _NotJSON(f"an integer of {len(text.lstrip(b'-'))} digits exceeds the limit", pos)
+        return number.end()
+    literal = _LITERAL.match(raw, pos)
+    if literal is None:
+        raise _NotJSON("Expecting value", pos)
+    return literal.end()
+
+
+def _int_digits_limit() -> float:
+    """The longest integer json converts: ``sys.int_max_str_digits`` (0: no limit)."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    return limit or math.inf
+
+
+_depth_limits: Dict[int, int] = {}  # recursion limit -> how deep json parses on a fresh stack
+
+
+def _parse_depth_limit() -> int:
+    """How deep a line json parses on a fresh stack (where the reader parses a deep line):
+    found once per recursion limit, by trying."""
+    recursion = sys.getrecursionlimit()
+    if recursion not in _depth_limits:
+        # Where an overflow lingers, json's depth stays below the recursion limit, and no try
+        # may go 50 levels past it (see _OVERFLOW_LINGERS).
+        most = recursion if _OVERFLOW_LINGERS else 1 << 22
+        low, high = _SAFE_DEPTH, _SAFE_DEPTH * 2
+        while high < most and _parses(high):
+            low, high = high, high * 2
+        high = min(high, most)
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if _parses(middle) else (low, middle)
+        _depth_limits[recursion] = low
+    return _depth_limits[recursion]
+
+
+def _parses(depth: int) -> bool:
+    try:
+        _on_fresh_stack(_DECODER.decode, "[" * depth + "]" * depth)
+    except _NestedTooDeeply:
+        return False
+    return True
+
+
+def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
+    """Line 1's session_id, once the line passed rule 3."""
+    data = obj.get("data")
+    version = data.get("version") if type(data) is dict else None
+    kind = obj.get("type")
+    if kind != "session_start":
+        found = f"type {kind!r}" if type(kind) is str else "no type" if kind is None else "a non-string type"
+        problem = f"line 1 must be a session_start record, found {found}"
+    elif type(version) is not int:
+        problem = "session_start needs an integer data.version"
+    elif version not in _VERSIONS:
+        raise UnsupportedVersionError(version, name, 1, offset)
+    elif "run_id" in obj:
+        problem = "session_start carries no run_id"
+    else:
+        problem = _envelope_problem(obj, None, 1)
+    if problem:
+        raise FormatError(problem, name, 1, offset)
+    return obj["session_id"]  # type: ignore[no-any-return]
+
+
+_ENVELOPE = (("session_id", str), ("seq", int), ("type", str), ("time", str), ("data", dict))
+
+
+def _envelope_problem(obj: Dict[str, Any], session_id: Optional[str], seq: int) -> str:
+    """What is wrong with the envelope of line *seq* (``""`` when nothing is: line 1 only)."""
+    for key, kind in _ENVELOPE:
+        if key not in obj:
+            return f"missing key {key!r}"
+        if type(obj[key]) is not kind:
+            return f"{key} must be {_json_kind(kind)}, found {_json_kind(type(obj[key]))}"
+    if obj["seq"] != seq:
+        return f"seq {seq} expected, found {obj['seq']}"
+    if session_id is None:
+        return ""
+    if obj["session_id"] != session_id:
+        return f"session_id {obj['session_id']!r} differs from line 1's {session_id!r}"
+    if obj["type"] == "session_start":
+        return "session_start is allowed on line 1 only"
+    if "run_id" not in obj:
+        return "missing key 'run_id'"
+    return f"run_id must be a string, found {_json_kind(type(obj['run_id']))}"
+
+
+def _run_problem(kind: str, run_id: str, open_run: Optional[str], seen: Set[str]) -> str:
+    if kind == "session_start":
+        return "session_start is allowed on line 1 only"
+    if run_id not in seen:
+        return f"run_id {run_id!r} has no run_start"
+    if open_run is None:
+        return f"run {run_id!r} is already closed"
+    return f"record for run {run_id!r} after run {open_run!r} started"
+
+
+_POOLED_KEYS = frozenset({"messages", "tools"})  # where a version-2 request's references are
+_KEPT = 64 << 20  # bytes of message and tool list lines a resolving reader keeps at most
+_RANGES = "data.messages must be a list of [first, last] seq ranges"
+
+
+class _Index:
+    """Where the message and tool list records of a version-2 file lie (24 bytes each), to
+    check every reference of a request as it comes, and, when *resolving*, to give each
+    request its messages and tools back, as version 1 writes them: from lines kept as they
+    streamed by (the latest ``_KEPT`` bytes of them, or all where the file cannot seek), else
+    read again from the file."""
+
+    def __init__(self, f: Any, resolving: bool = False, keep: Optional[bool] = None) -> None:
+        self.version = 1
+        self.limit = _MAX_LINE_BYTES + 1  # bytes a request may take with what it refers to
+        self.resolving = resolving
+        self.last_size = 0  # of the latest message or tool list line
+        self._f = f
+        self._seqs = array("q")  # of the message records, ...
+        self._places = array("q")  # ... where their lines start, ...
+        self._sums = array("q", [0])  # ... and the bytes of the lines before each, and of all
+        self._tools: Dict[int, Tuple[int, int]] = {}  # seq -> (offset, size)
+        self._seekable = _seekable(f)
+        self._keep = resolving if keep is None else keep
+        self._kept: OrderedDict[int, bytes] = OrderedDict()  # seq -> line
+        self._kept_bytes = 0
+
+    def take(
+        self, kind: str, seq: int, offset: int, raw: bytes, data: Dict[str, Any], name: Optional[str]
+    ) -> Dict[str, Any]:
+        """*data* of the record *seq*, checked (``FormatError``), and resolved if asked to."""
+        if kind == "model_request":
+            problem = self._check(seq, len(raw), data) if data.keys() & _POOLED_KEYS else ""
+            if problem:
+                raise FormatError(problem, name, seq, offset)
+            return self.resolved(data, name) if self.resolving and "messages" in data else data
+        if kind not in data:
+            raise FormatError(f"a {kind} record needs data.{kind}", name, seq, offset)
+        if kind == "tools" and type(data[kind]) is not list:
+            raise FormatError("data.tools of a tools record must be an array", name, seq, offset)
+        if kind == "message":
+            self._seqs.append(seq)
+            self._places.append(offset)
+            self._sums.append(self._sums[-1] + len(raw))
+        else:
+            self._tools[seq] = (offset, len(raw))
+        self.last_size = len(raw)
+        if self._keep:
+            self._hold(seq, raw)
+        return data
+
+    def _check(self, seq: int, size: int, data: Dict[str, Any]) -> str:
+        """What is wrong with the references of the model_request *seq*, *size* bytes, or ``""``."""
+        if type(data.get("request")) is not dict:
+            return "data.messages and data.tools come with data.request, an object"
+        ranges = data.get("messages")
+        if type(ranges) is not list:
+            return _RANGES
+        for item in ranges:
+            if type(item) is not list or len(item) != 2 or not all(type(end) is int for end in item):
+                return _RANGES
+            first, last = item
+            if not first <= last < seq:
+                return f"data.messages: [{first}, {last}] is no range of records before this one"
+            ends = [bisect_left(self._seqs, end) for end in item]
+            for end, at in zip(item, ends):
+                if at == len(self._seqs) or self._seqs[at] != end:
+                    return f"data.messages: record {end} is no message record"
+            size += self._sums[ends[1] + 1] - self._sums[ends[0]]
+        if "tools" in data:
+            tools = data["tools"]
+            if type(tools) is not int or tools not in self._tools:
+                return "data.tools must be the seq of a tool list record before this one"
+            size += self._tools[tools][1]
+        if size > self.limit:  # what the writer refuses, as version 1 refuses so long a line
+            return (
+                f"the request takes {size - 1} bytes with the lines it refers to: longer than max_line_bytes"
+            )
+        return ""
+
+    def _hold(self, seq: int, raw: bytes) -> None:
+        self._kept[seq] = raw
+        self._kept_bytes += len(raw)
+        while self._seekable and self._kept_bytes > _KEPT:
+            self._kept_bytes -= len(self._kept.popitem(last=False)[1])
+
+    def resolved(self, data: Dict[str, Any], name: Optional[str]) -> Dict[str, Any]:
+        """A copy of the checked request *data* with its messages and tools in ``request``."""
+        seqs = self._seqs
+        messages = []
+        for first, last in data["messages"]:
+            for at in range(bisect_left(seqs, first), bisect_right(seqs, last)):
+                size = self._sums[at + 1] - self._sums[at]
+                messages.append(self._content("message", seqs[at], self._places[at], size, name))
+        tools = data.get("tools")
+        out = {key: value for key, value in data.items() if key not in _POOLED_KEYS}
+        tool_list = [] if tools is None else self._content("tools", tools, *self._tools[tools], name)
+        request = {"messages": messages, "tools": tool_list}
+        request.update((key, value) for key, value in data["request"].items() if key not in _POOLED_KEYS)
+        out["request"] = request
+        return out
+
+    def _content(self, kind: str, seq: int, offset: int, size: int, name: Optional[str]) -> Any:
+        """The message or tool list in the record *seq*, as new objects."""
+        raw = self._kept.get(seq)
+        if raw is None:
+            raw = self._line_at(offset, size)
+        elif self._seekable:
+            self._kept.move_to_end(seq)
+        obj = _parse_line(raw, name, seq, offset, None, -1) if raw.endswith(b"\n") else {}
+        data = obj.get("data")
+        if obj.get("seq") != seq or obj.get("type") != kind or type(data) is not dict or kind not in data:
+            raise FormatError(f"record {seq} changed while it was read", name, seq, offset)
+        return data[kind]
+
+    def _line_at(self, offset: int, size: int) -> bytes:
+        """The line at *offset* read again: from a plain file's descriptor, which leaves the
+        file's position alone, or else seeking there and back."""
+        f = self._f
+        if hasattr(os, "pread") and type(f) in (io.BufferedReader, io.FileIO):  # not gzip's, say
+            return _read_at(f.fileno(), offset, size)
+        here = f.tell()
+        f.seek(offset)
+        raw = f.read(size)
+        f.seek(here)
+        return raw  # type: ignore[no-any-return]
+
+
+def _seekable(f: Any) -> bool:
+    try:
+        return bool(f.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+class _Tally:
+    """Counts runs and checkpoints as records stream by (for ``validate``), and keeps where
+    the latest checkpoint lies (for ``open``)."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.closed_runs = 0
+        self.checkpoints = 0
+        self._latest: Optional[Record] = None
+        self._latest_end: Optional[int] = None
+
+    def __call__(self, record: Record) -> None:
+        if self._latest_end is None and self._latest is not None:
+            self._latest_end = record.offset
+        kind = record.type
+        if kind == "run_start":
+            self.runs += 1
+        elif kind == "run_close":
+            self.closed_runs += 1
+        elif kind == "checkpoint":
+            self.checkpoints += 1
+            self._latest = record._replace(data={})  # where it is, not what it holds
+            self._latest_end = None
+
+    def latest_checkpoint(self, result: ReadResult) -> Optional[_CheckpointAt]:
+        at = self._latest
+        if at is None:
+            return None
+        end = result.complete_bytes if self._latest_end is None else self._latest_end
+        return _CheckpointAt(at.offset, end, at.seq, at.run_id or "", at.time)
+
+
+# ---------------------------------------------------------------------------- writer
+
+_SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()  # what a forked child must disown
 
 
 _Redact = Callable[[Dict[str, Any]], Dict[str, Any]]
@@ -3120,787 +3904,92 @@ def _opened(source: _Source) -> Iterator[Tuple[BinaryIO, Optional[str]]]:
             yield f, name
 
 
-class _Lines(Protocol):
-    """What the reader needs of a binary file."""
-
-    def tell(self) -> int: ...
-
-    def readline(self, size: int = -1, /) -> bytes: ...
+# ---------------------------------------------------------------------------- repair
 
 
-def _read(
-    f: _Lines,
-    name: Optional[str],
-    max_line_bytes: int,
-    visit: Callable[[Record], object],
-    keys: Optional[_DataKeys] = None,
-    index: Optional[_Index] = None,
-) -> ReadResult:
-    result: List[ReadResult] = []
+class RepairResult(NamedTuple):
+    """What ``repair`` did: *kept_records* before the cut, *dropped_bytes* from the cut to
+    the old end, the untouched copy at *backup_path*, and the *error* that set the cut (both
+    ``None`` when the file was valid and nothing changed)."""
+
+    kept_records: int
+    dropped_bytes: int
+    backup_path: Optional[str]
+    error: Optional[FormatError]
+
+
+def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LINE_BYTES) -> RepairResult:
+    """Keep every record before the first bad line of the session file at *path*; drop the rest.
+
+    For a file that ``open`` refuses because a crash left garbage or a NUL run in it.  The
+    untouched file is first copied to ``FILE.broken-<UTC time>`` and synced; then the file is
+    cut at the first bad line and synced.  Takes the writer's lock (``LockedError`` while a
+    session has the file open).  A valid file is left as it is, unfinished tail included.  A
+    file whose first line is bad cannot be repaired: ``FormatError``.  Nothing else in this
+    module rewrites a file.
+    """
+    name = _name(path)
+    fd = os.open(name, os.O_RDWR | _O_BINARY)
     try:
-        for record in _records(f, name, max_line_bytes, result, keys, True, index):
-            visit(record)
-    except FormatError as exc:  # from visit too (say, EventData.from_record): name the file
-        if exc.path is None:
-            exc.path = name
-        raise
-    return result[0]
-
-
-def _records(
-    f: _Lines,
-    name: Optional[str],
-    max_line_bytes: int,
-    result: List[ReadResult],
-    keys: Optional[_DataKeys] = None,
-    steady: bool = False,
-    index: Optional[_Index] = None,
-) -> Iterator[Record]:
-    """The reader: yields each record once its line passed every rule, then appends the
-    ``ReadResult`` to *result*.  With *keys*, the data of a long line holds only the keys
-    it maps the record's type to.  *steady*: every line is asked for from the same frame,
-    so the stack has the same room for parsing each (see ``_room``).  *index* checks the
-    references of a version-2 file (and resolves them, if it was made to)."""
-    _check_line_limit(max_line_bytes)
-    steady = steady or not _OVERFLOW_LINGERS
-    room, frames = _room()
-    limit = max_line_bytes + 1
-    readline = f.readline
-    base, raw, header = _first_line(f, name, limit, keys, room)
-    session_id = _check_header(header, name, base)
-    index = _index_for(header, index, f, limit)
-    new = tuple.__new__  # Record(...) without the Python-level __new__: this loop is hot
-    yield new(Record, (session_id, 1, "session_start", header["time"], None, header["data"], base))
-    seq = 1
-    offset = base + len(raw)
-    open_run = None
-    seen: Set[str] = set()
-    while True:
-        raw = readline(limit)
-        if raw[-1:] != b"\n":
-            break
-        if not steady:  # iter_records on 3.8: a line may be asked for from a deeper stack
-            room, frames = _room_again(room, frames)
-        obj = _parse_line(raw, name, seq + 1, offset, keys, room)
-        run_id = obj.get("run_id")
-        kind = obj.get("type")
-        time = obj.get("time")
-        data = obj.get("data")
-        n = obj.get("seq")
-        if (
-            type(n) is not int
-            or n != seq + 1
-            or obj.get("session_id") != session_id
-            or type(kind) is not str
-            or type(time) is not str
-            or type(run_id) is not str
-            or type(data) is not dict
-        ):
-            raise FormatError(_envelope_problem(obj, session_id, seq + 1), name, seq + 1, offset)
-        if run_id != open_run or kind in _RUN_CHANGES:
-            open_run = _open_run(kind, run_id, open_run, seen, name, seq + 1, offset)
-        if index is not None and kind in _INDEXED:
-            data = index.take(kind, seq + 1, offset, raw, data, name)
-        seq += 1
-        yield new(Record, (session_id, seq, kind, time, run_id, data, offset))
-        offset += len(raw)
-    if raw:
-        _unfinished(raw, limit, name, seq + 1, offset, "")
-    result.append(ReadResult(session_id, seq, offset - base, len(raw)))
-
-
-def _first_line(
-    f: _Lines, name: Optional[str], limit: int, keys: Optional[_DataKeys], room: int
-) -> Tuple[int, bytes, Dict[str, Any]]:
-    """Where reading starts, the first line, and its object."""
-    try:
-        base = f.tell()
-    except (OSError, ValueError):  # a pipe: offsets count from where reading started
-        base = 0
-    raw = f.readline(limit)
-    if raw[-1:] != b"\n":
-        raise _unfinished(raw, limit, name, 1, base, "no complete line: not a session file")
-    return base, raw, _parse_line(raw, name, 1, base, keys, room)
-
-
-def _index_for(header: Dict[str, Any], index: Optional[_Index], f: _Lines, limit: int) -> Optional[_Index]:
-    """The index that checks (*index*, or a new one) a version-2 file's references, a request
-    with the lines it refers to taking no more than *limit* bytes; ``None`` for version 1."""
-    if header["data"]["version"] < 2:
-        return None
-    index = index or _Index(f)
-    index.version = 2
-    index.limit = limit
-    return index
-
-
-_RUN_CHANGES = frozenset({"run_start", "run_close", "session_start"})
-
-
-def _open_run(
-    kind: str,
-    run_id: str,
-    open_run: Optional[str],
-    seen: Set[str],
-    name: Optional[str],
-    line: int,
-    offset: int,
-) -> Optional[str]:
-    """The run open after the record *line* of type *kind* and run *run_id*, when it is not
-    simply the run already open; ``FormatError`` if rule 5 forbids the record."""
-    if kind == "run_start":
-        if run_id in seen:
-            raise FormatError(f"run_start reuses run_id {run_id!r}", name, line, offset)
-        seen.add(run_id)
-        return run_id
-    if run_id != open_run or kind == "session_start":
-        raise FormatError(_run_problem(kind, run_id, open_run, seen), name, line, offset)
-    return None  # run_close
-
-
-def _room_again(room: int, frames: int) -> Tuple[int, int]:
-    """``_room()`` for the caller again if its stack is no longer *frames* deep, else (*room*,
-    *frames*) as they are."""
-    try:
-        moved = sys._getframe(frames).f_back is not None
-    except ValueError:  # shallower
-        moved = True
-    return _room(2) if moved else (room, frames)
-
-
-def _check_line_limit(max_line_bytes: int) -> None:
-    if max_line_bytes < 1:  # 0 would refuse every line; a negative limit, none
-        raise ValueError(f"max_line_bytes must be at least 1, not {max_line_bytes}")
-
-
-def _unfinished(
-    raw: bytes, limit: int, name: Optional[str], line: int, offset: int, reason: str
-) -> FormatError:
-    """The error for a line without newline: too long (raised here), or *reason*."""
-    if len(raw) >= limit:
-        raise _LineTooLong(f"line longer than max_line_bytes ({limit - 1})", name, line, offset)
-    return FormatError(reason, name, line, offset)
-
-
-class _LineTooLong(FormatError):
-    """A line longer than ``max_line_bytes``: not necessarily a bad one."""
-
-
-def _parse_line(
-    raw: bytes,
-    name: Optional[str],
-    line: int,
-    offset: int,
-    keys: Optional[_DataKeys] = None,
-    room: int = _ANY_DEPTH,
-) -> Dict[str, Any]:
-    """The object on one line (*raw* ends with its newline), or ``FormatError``.
-
-    With *keys*, a line longer than ``_BIG_LINE`` is checked without building it, and its
-    ``data`` holds only the keys its type maps to (see ``_big_line``).  *room*: how deep json
-    may recurse on this stack, as ``_room`` found it, or -1 to look."""
-    if keys is not None and len(raw) > _BIG_LINE:
-        return _big_line(raw, name, line, offset, keys)
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError as exc:
-        raise FormatError(f"invalid UTF-8 at byte {exc.start} of the line", name, line, offset) from None
-    end = -1
-    deep = _OVERFLOW_LINGERS and len(raw) >= room and not _fits(raw, room)  # shorter: nests less
-    if not deep:
-        try:
-            obj, end = _scan_once(text, 0)  # json.loads without its Python-level wrapping
-        except (StopIteration, ValueError):
-            pass
-        except RecursionError:
-            if _OVERFLOW_LINGERS:  # the stack is deeper than its frames tell: the caller's to handle
-                raise
-            deep = True
-    if end != len(text) - 1:  # an error, or whitespace around the value: ask the full decoder
-        try:
-            obj = _decode_anywhere(text[:-1], raw, deep)
-        except json.JSONDecodeError as exc:  # "Invalid control character at": json adds a position
-            problem = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
-            raise FormatError(f"invalid JSON: {problem} at column {exc.colno}", name, line, offset) from None
-        except ValueError as exc:  # NaN, Infinity, an integer too long to convert
-            raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
-        except _NestedTooDeeply:
-            raise FormatError("invalid JSON: nested too deeply", name, line, offset) from None
-    if type(obj) is not dict:
-        raise FormatError(f"line holds {_json_kind(type(obj))}, not an object", name, line, offset)
-    return obj
-
-
-def _fits(raw: bytes, room: int) -> bool:
-    """Whether json parses the line *raw* here without nearing the recursion limit: nested
-    less than *room* levels deep, or with *room* -1, less than ``_has_room`` finds left."""
-    if room < 0 and _has_room(len(raw)):  # a line nests no deeper than it is long
-        return True
-    try:
-        levels = _json_levels(raw)
-    except ValueError:  # not JSON, and too deep to try here: _decode_anywhere says why
-        return False
-    return levels < room if room >= 0 else _has_room(levels)
-
-
-def _decode_anywhere(text: str, raw: bytes, deep: bool = False) -> Any:
-    """``json.loads(text)``, strict, with the outcome a shallow caller gets (``_anywhere``):
-    *raw* is text's UTF-8, or a longer text that holds it; *deep*: too deep for this stack."""
-    return _anywhere(_DECODER.decode, text, functools.partial(_json_levels, raw), deep)
-
-
-def _json_levels(raw: bytes) -> int:
-    """How deep json recurses on the JSON text *raw*, at most: as deep as it has brackets, as
-    ``_bracket_depth`` finds where those are many, or where they are too many to try, as
-    ``_scan_json`` finds (any deeper than ``_parse_depth_limit()``: too deep to parse).
-    ``ValueError`` if that finds no JSON.  All without recursing."""
-    # replace finds them with memchr, several times faster than count, which reads every byte
-    most = 2 * len(raw) - len(raw.replace(b"[", b"")) - len(raw.replace(b"{", b""))
-    if most <= 2 * _SAFE_DEPTH:
-        return most
-    depth = _bracket_depth(raw)
-    if depth >= 0 or most <= sys.getrecursionlimit() + _PAST_THE_LIMIT:
-        return depth if depth >= 0 else most
-    for deepest in (_SAFE_DEPTH, _parse_depth_limit()):
-        try:
-            _scan_json(raw, frozenset(), deepest)
-        except _TooDeep:
-            continue
-        except _NotJSON as exc:
-            raise ValueError(str(exc)) from None
-        return deepest
-    return most
-
-
-_SHAPE = bytes.maketrans(b"{}", b"[]")  # _bracket_depth counts one kind of bracket ...
-_NOT_SHAPE = bytes(sorted(set(range(256)) - set(b'"[]{}')))  # ... and keeps quotes and brackets
-
-
-def _bracket_depth(raw: bytes) -> int:
-    """How deep the brackets of the JSON text *raw* nest outside its strings, at most; -1
-    where a string holds a bracket or they nest more than a few levels.  A few passes in C."""
-    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # escaped backslashes, escaped quotes
-    # Two adjacent quotes are a string without brackets, or the end of one and the start of the
-    # next: gone, they leave every bracket inside or outside a string as it was.
-    shape = unescaped.translate(_SHAPE, _NOT_SHAPE).replace(b'""', b"")
-    if b'"' in shape:
-        return -1
-    for passes in range(16):
-        if b"[]" not in shape:  # each pass took away the innermost pairs
-            return passes + shape.count(b"[")  # and those never closed
-        shape = shape.replace(b"[]", b"")
-    return -1
-
-
-# A line holds at most max_line_bytes, but the objects json builds of it can take 26 times
-# that ([{},{},...]: a dict per 3 bytes).  The readers that need no data (validate, open,
-# repair) or a few keys of it (summarize) check a long line byte by byte instead, exactly as
-# strictly as json.loads, and build only the envelope and the keys they use: the line itself
-# is then most of the memory they take.
-
-_BIG_LINE = 1 << 20  # bytes: shorter lines are parsed whole, which is faster
-_DataKeys = Dict[str, FrozenSet[str]]  # record type -> the keys of its data a reader uses
-_NO_DATA: _DataKeys = {  # what every reader checks: the version, and a version-2 file's references
-    "session_start": frozenset({"version"}),
-    "message": frozenset({"message"}),
-    "tools": frozenset({"tools"}),
-    "model_request": frozenset({"request", "messages", "tools"}),
-}
-# Of these a long line's value is not built, only its JSON type told: an object or array empty
-_SKIMMED = frozenset({("message", "message"), ("tools", "tools"), ("model_request", "request")})
-_ENVELOPE_KEYS = frozenset({"session_id", "seq", "type", "time", "run_id", "data"})
-
-# re keeps about 80 bytes per repetition of a group until a match ends: every repetition
-# below is bounded, and the loops in _scan_json repeat the match.
-_WS = re.compile(rb"[ \t\n\r]*")
-_CHARS = rb'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)'
-_STRING_PART = re.compile(_CHARS + rb"{0,1024}")
-_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_LITERAL = re.compile(rb"true|false|null")
-# Values json takes whatever follows (no exponent, under 300 integer digits, few escapes),
-# alone or in small objects and arrays up to three levels deep, in runs of "value," checked at
-# the speed of re.
-_W = rb"[ \t\n\r]*"
-_TEXT = rb'"' + _CHARS + rb'{0,8}"'
-_SCALAR = rb"(?:" + _TEXT + rb"|-?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?|true|false|null)"
-
-
-def _small_containers(value: bytes, most: int) -> bytes:
-    """An object or array of up to *most* + 1 *value* patterns, as a pattern."""
-    pair = _TEXT + _W + rb":" + _W + value + _W
-    item = value + _W
-    return rb"\{%s(?:%s(?:,%s%s){0,%d})?\}|\[%s(?:%s(?:,%s%s){0,%d})?\]" % (
-        *(_W, pair, _W, pair, most),
-        *(_W, item, _W, item, most),
-    )
-
-
-_PLAIN = _SCALAR
-for _level in range(3):
-    _PLAIN = rb"(?:" + _SCALAR + rb"|" + _small_containers(_PLAIN, 8) + rb")"
-_PLAIN += _W + rb"," + _W
-_runs: Optional[Tuple[re.Pattern[bytes], re.Pattern[bytes]]] = None
-
-
-def _plain_runs() -> Tuple[re.Pattern[bytes], re.Pattern[bytes]]:
-    """Runs of plain items and of plain members, compiled on first use (it takes a tenth of
-    a second, which only a long line is worth)."""
-    global _runs
-    if _runs is None:
-        items = re.compile(rb"(?:" + _PLAIN + rb"){1,64}")
-        _runs = items, re.compile(rb"(?:" + _TEXT + _W + rb":" + _W + _PLAIN + rb"){1,64}")
-    return _runs
-
-
-class _NotJSON(Exception):
-    """Why and where (*at*, a byte of the line) a long line is not strict JSON."""
-
-    def __init__(self, reason: str, at: int) -> None:
-        super().__init__(f"{reason} at byte {at} of the line")
-
-
-class _TooDeep(_NotJSON):
-    """Nested deeper than asked for."""
-
-
-def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _DataKeys) -> Dict[str, Any]:
-    """``_parse_line`` for a long line: its envelope, and of its data the keys *keys* maps
-    its type to.  An object or array in the envelope (a bad line) comes back empty: only
-    its type is checked."""
-    bad = _invalid_utf8(raw)
-    if bad >= 0:
-        raise FormatError(f"invalid UTF-8 at byte {bad} of the line", name, line, offset)
-    try:
-        start, top, data = _scan_json(raw, frozenset().union(*keys.values()))
-    except _NotJSON as exc:
-        raise FormatError(f"invalid JSON: {exc}", name, line, offset) from None
-    if raw[start] != _OBJECT:
-        held = _json_kind(type(_shallow_value(raw, start, len(raw))))
-        raise FormatError(f"line holds {held}, not an object", name, line, offset)
-    obj = {key: _shallow_value(raw, *span) for key, span in top.items() if key in _ENVELOPE_KEYS}
-    kind = obj.get("type")
-    if type(obj.get("data")) is dict:
-        wanted = keys.get(kind, frozenset()) if type(kind) is str else frozenset()
-        obj["data"] = {
-            key: (_shallow_value if (kind, key) in _SKIMMED else _value_at)(raw, a, b)
-            for key, (a, b) in data.items()
-            if key in wanted
-        }
-    return obj
-
-
-def _value_at(raw: bytes, start: int, end: int) -> Any:
-    span = raw[start:end]
-    return _decode_anywhere(span.decode(), span)
-
-
-def _shallow_value(raw: bytes, start: int, end: int) -> Any:
-    """The JSON value at ``raw[start:end]`` (checked already), an object or array empty."""
-    if raw[start] == _OBJECT:
-        return {}
-    if raw[start] == _ARRAY:
-        return []
-    return _DECODER.decode(raw[start:end].decode())  # a string, number or literal: no recursion
-
-
-def _invalid_utf8(raw: bytes) -> int:
-    """Where *raw* stops being UTF-8 (-1 if it is), decoded a megabyte at a time."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    for at in range(0, len(raw), _BIG_LINE):
-        pending = len(decoder.getstate()[0])
-        try:
-            decoder.decode(raw[at : at + _BIG_LINE], at + _BIG_LINE >= len(raw))
-        except UnicodeDecodeError as exc:
-            return at - pending + exc.start
-    return -1
-
-
-_Spans = Dict[str, Tuple[int, int]]
-_OBJECT, _ARRAY = b"{["
-_CLOSING = {_OBJECT: b"}"[0], _ARRAY: b"]"[0]}
-_SAFE_DEPTH = 100  # json parses this deep anywhere; beyond, _parse_depth_limit says how deep
-
-
-def _scan_json(
-    raw: bytes, wanted: FrozenSet[str], deepest: Optional[int] = None
-) -> Tuple[int, _Spans, _Spans]:
-    """Check that *raw* is one strict JSON value, accepting and refusing exactly what
-    ``json.loads`` does, without building it.  Returns where the value starts, the spans of
-    the members of the top object and those of the *wanted* members of its ``data`` (the
-    last of duplicate keys, as json keeps them).  ``_NotJSON`` otherwise, ``_TooDeep`` if it
-    nests deeper than *deepest* (or ``_parse_depth_limit()``) levels."""
-    stack = bytearray()  # the closing brackets of the open containers
-    top: _Spans = {}
-    data: _Spans = {}
-    keys: List[Optional[str]] = [None, None, None]  # depth 1, 2: the member being read, if noted
-    starts = [0, 0, 0]  # ... and where its value starts
-    in_data = False  # the open object at depth 2 is the top object's data
-    pos = start = _after_ws(raw, 0)
-    while True:
-        opening = raw[pos] if pos < len(raw) else 0  # a value starts at pos
-        if opening in _CLOSING:
-            stack.append(_CLOSING[opening])
-            depth = len(stack)
-            if depth > _SAFE_DEPTH and depth > (deepest or _parse_depth_limit()):
-                raise _TooDeep("nested too deeply", pos)
-            if depth == 2:
-                in_data = keys[1] == "data" and opening == _OBJECT
-                data = {} if in_data else data
-            pos = _after_ws(raw, pos + 1)
-            ended = raw[pos : pos + 1] == bytes(stack[-1:])
-        else:
-            pos = _scalar_end(raw, pos)
-            ended = False
-        while True:  # a value ended at pos, or a container opened there
-            if ended:
-                stack.pop()
-                pos += 1
-            depth = len(stack)
-            if ended or opening not in _CLOSING:
-                if not depth:
-                    if _after_ws(raw, pos) != len(raw):
-                        raise _NotJSON("Extra data", _after_ws(raw, pos))
-                    return start, top, data
-                key = keys[depth] if depth <= 2 else None
-                if key is not None:
-                    (top if depth == 1 else data)[key] = (starts[depth], pos)
-                    keys[depth] = None
-                pos = _after_ws(raw, pos)
-                if raw[pos : pos + 1] == bytes(stack[-1:]):
-                    ended = True
-                    continue
-                if raw[pos : pos + 1] != b",":
-                    raise _NotJSON("Expecting ',' delimiter", pos)
-                pos = _after_ws(raw, pos + 1)
-            fast = depth < _SAFE_DEPTH - 3  # the plain values skipped nest three levels deeper at most
-            if stack[-1] == _CLOSING[_ARRAY]:
-                pos = _skip_items(raw, pos) if fast else pos
-            else:
-                noted = depth == 1 or (depth == 2 and in_data and bool(wanted))
-                pos, key = _member(raw, pos, noted, fast)
-                if key is not None and (depth == 1 or key in wanted):
-                    keys[depth], starts[depth] = key, pos
-            break
-
-
-def _after_ws(raw: bytes, pos: int) -> int:
-    return _WS.match(raw, pos).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
-
-
-def _skip_items(raw: bytes, pos: int) -> int:
-    """Past the plain items of an array from *pos*: where the next item starts."""
-    items = _plain_runs()[0].match
-    run = items(raw, pos)
-    while run is not None:
-        pos = run.end()
-        run = items(raw, pos)
-    return pos
-
-
-def _member(raw: bytes, pos: int, noted: bool, fast: bool) -> Tuple[int, Optional[str]]:
-    """From *pos* in an object, past plain members if *fast* and each need not be *noted*,
-    then past a member's key and colon: where its value starts, and the key if *noted*."""
-    if fast and not noted:
-        members = _plain_runs()[1].match
-        run = members(raw, pos)
-        while run is not None:
-            pos = run.end()
-            run = members(raw, pos)
-    if raw[pos : pos + 1] != b'"':
-        raise _NotJSON("Expecting property name enclosed in double quotes", pos)
-    end = _scalar_end(raw, pos)
-    key = _DECODER.decode(raw[pos:end].decode()) if noted else None
-    pos = _after_ws(raw, end)
-    if raw[pos : pos + 1] != b":":
-        raise _NotJSON("Expecting ':' delimiter", pos)
-    return _after_ws(raw, pos + 1), key
-
-
-def _scalar_end(raw: bytes, pos: int) -> int:
-    """Where the string, number or literal at *pos* ends, once checked as json checks it."""
-    first = raw[pos : pos + 1]
-    if first == b'"':
-        end = pos + 1
-        while True:
-            part = _STRING_PART.match(raw, end)
-            if part is None or (part.end() == end and raw[end : end + 1] != b'"'):
-                raise _NotJSON("Unterminated string or invalid character or escape", end)
-            end = part.end()
-            if raw[end : end + 1] == b'"':
-                return end + 1
-    number = _NUMBER.match(raw, pos)
-    if number is not None:
-        text = number.group()
-        if number.group(1) or number.group(2):
+        _lock(fd, name)
+        with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
+            f.seek(0)
             try:
-                _finite(text.decode())
-            except ValueError as exc:
-                raise _NotJSON(str(exc), pos) from None
-        elif len(text.lstrip(b"-")) > _int_digits_limit():
-            raise _NotJSON(f"an integer of {len(text.lstrip(b'-'))} digits exceeds the limit", pos)
-        return number.end()
-    literal = _LITERAL.match(raw, pos)
-    if literal is None:
-        raise _NotJSON("Expecting value", pos)
-    return literal.end()
-
-
-def _int_digits_limit() -> float:
-    """The longest integer json converts: ``sys.int_max_str_digits`` (0: no limit)."""
-    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
-    return limit or math.inf
-
-
-_depth_limits: Dict[int, int] = {}  # recursion limit -> how deep json parses on a fresh stack
-
-
-def _parse_depth_limit() -> int:
-    """How deep a line json parses on a fresh stack (where the reader parses a deep line):
-    found once per recursion limit, by trying."""
-    recursion = sys.getrecursionlimit()
-    if recursion not in _depth_limits:
-        # Where an overflow lingers, json's depth stays below the recursion limit, and no try
-        # may go 50 levels past it (see _OVERFLOW_LINGERS).
-        most = recursion if _OVERFLOW_LINGERS else 1 << 22
-        low, high = _SAFE_DEPTH, _SAFE_DEPTH * 2
-        while high < most and _parses(high):
-            low, high = high, high * 2
-        high = min(high, most)
-        while high - low > 1:
-            middle = (low + high) // 2
-            low, high = (middle, high) if _parses(middle) else (low, middle)
-        _depth_limits[recursion] = low
-    return _depth_limits[recursion]
-
-
-def _parses(depth: int) -> bool:
-    try:
-        _on_fresh_stack(_DECODER.decode, "[" * depth + "]" * depth)
-    except _NestedTooDeeply:
-        return False
-    return True
-
-
-def _check_header(obj: Dict[str, Any], name: Optional[str], offset: int) -> str:
-    """Line 1's session_id, once the line passed rule 3."""
-    data = obj.get("data")
-    version = data.get("version") if type(data) is dict else None
-    kind = obj.get("type")
-    if kind != "session_start":
-        found = f"type {kind!r}" if type(kind) is str else "no type" if kind is None else "a non-string type"
-        problem = f"line 1 must be a session_start record, found {found}"
-    elif type(version) is not int:
-        problem = "session_start needs an integer data.version"
-    elif version not in _VERSIONS:
-        raise UnsupportedVersionError(version, name, 1, offset)
-    elif "run_id" in obj:
-        problem = "session_start carries no run_id"
-    else:
-        problem = _envelope_problem(obj, None, 1)
-    if problem:
-        raise FormatError(problem, name, 1, offset)
-    return obj["session_id"]  # type: ignore[no-any-return]
-
-
-_ENVELOPE = (("session_id", str), ("seq", int), ("type", str), ("time", str), ("data", dict))
-
-
-def _envelope_problem(obj: Dict[str, Any], session_id: Optional[str], seq: int) -> str:
-    """What is wrong with the envelope of line *seq* (``""`` when nothing is: line 1 only)."""
-    for key, kind in _ENVELOPE:
-        if key not in obj:
-            return f"missing key {key!r}"
-        if type(obj[key]) is not kind:
-            return f"{key} must be {_json_kind(kind)}, found {_json_kind(type(obj[key]))}"
-    if obj["seq"] != seq:
-        return f"seq {seq} expected, found {obj['seq']}"
-    if session_id is None:
-        return ""
-    if obj["session_id"] != session_id:
-        return f"session_id {obj['session_id']!r} differs from line 1's {session_id!r}"
-    if obj["type"] == "session_start":
-        return "session_start is allowed on line 1 only"
-    if "run_id" not in obj:
-        return "missing key 'run_id'"
-    return f"run_id must be a string, found {_json_kind(type(obj['run_id']))}"
-
-
-def _run_problem(kind: str, run_id: str, open_run: Optional[str], seen: Set[str]) -> str:
-    if kind == "session_start":
-        return "session_start is allowed on line 1 only"
-    if run_id not in seen:
-        return f"run_id {run_id!r} has no run_start"
-    if open_run is None:
-        return f"run {run_id!r} is already closed"
-    return f"record for run {run_id!r} after run {open_run!r} started"
-
-
-_INDEXED = _POOLED | {"model_request"}
-_POOLED_KEYS = frozenset({"messages", "tools"})  # where a version-2 request's references are
-_KEPT = 64 << 20  # bytes of message and tool list lines a resolving reader keeps at most
-_RANGES = "data.messages must be a list of [first, last] seq ranges"
-
-
-class _Index:
-    """Where the message and tool list records of a version-2 file lie (24 bytes each), to
-    check every reference of a request as it comes, and, when *resolving*, to give each
-    request its messages and tools back, as version 1 writes them: from lines kept as they
-    streamed by (the latest ``_KEPT`` bytes of them, or all where the file cannot seek), else
-    read again from the file."""
-
-    def __init__(self, f: Any, resolving: bool = False, keep: Optional[bool] = None) -> None:
-        self.version = 1
-        self.limit = _MAX_LINE_BYTES + 1  # bytes a request may take with what it refers to
-        self.resolving = resolving
-        self.last_size = 0  # of the latest message or tool list line
-        self._f = f
-        self._seqs = array("q")  # of the message records, ...
-        self._places = array("q")  # ... where their lines start, ...
-        self._sums = array("q", [0])  # ... and the bytes of the lines before each, and of all
-        self._tools: Dict[int, Tuple[int, int]] = {}  # seq -> (offset, size)
-        self._seekable = _seekable(f)
-        self._keep = resolving if keep is None else keep
-        self._kept: OrderedDict[int, bytes] = OrderedDict()  # seq -> line
-        self._kept_bytes = 0
-
-    def take(
-        self, kind: str, seq: int, offset: int, raw: bytes, data: Dict[str, Any], name: Optional[str]
-    ) -> Dict[str, Any]:
-        """*data* of the record *seq*, checked (``FormatError``), and resolved if asked to."""
-        if kind == "model_request":
-            problem = self._check(seq, len(raw), data) if data.keys() & _POOLED_KEYS else ""
-            if problem:
-                raise FormatError(problem, name, seq, offset)
-            return self.resolved(data, name) if self.resolving and "messages" in data else data
-        if kind not in data:
-            raise FormatError(f"a {kind} record needs data.{kind}", name, seq, offset)
-        if kind == "tools" and type(data[kind]) is not list:
-            raise FormatError("data.tools of a tools record must be an array", name, seq, offset)
-        if kind == "message":
-            self._seqs.append(seq)
-            self._places.append(offset)
-            self._sums.append(self._sums[-1] + len(raw))
-        else:
-            self._tools[seq] = (offset, len(raw))
-        self.last_size = len(raw)
-        if self._keep:
-            self._hold(seq, raw)
-        return data
-
-    def _check(self, seq: int, size: int, data: Dict[str, Any]) -> str:
-        """What is wrong with the references of the model_request *seq*, *size* bytes, or ``""``."""
-        if type(data.get("request")) is not dict:
-            return "data.messages and data.tools come with data.request, an object"
-        ranges = data.get("messages")
-        if type(ranges) is not list:
-            return _RANGES
-        for item in ranges:
-            if type(item) is not list or len(item) != 2 or not all(type(end) is int for end in item):
-                return _RANGES
-            first, last = item
-            if not first <= last < seq:
-                return f"data.messages: [{first}, {last}] is no range of records before this one"
-            ends = [bisect_left(self._seqs, end) for end in item]
-            for end, at in zip(item, ends):
-                if at == len(self._seqs) or self._seqs[at] != end:
-                    return f"data.messages: record {end} is no message record"
-            size += self._sums[ends[1] + 1] - self._sums[ends[0]]
-        if "tools" in data:
-            tools = data["tools"]
-            if type(tools) is not int or tools not in self._tools:
-                return "data.tools must be the seq of a tool list record before this one"
-            size += self._tools[tools][1]
-        if size > self.limit:  # what the writer refuses, as version 1 refuses so long a line
-            return (
-                f"the request takes {size - 1} bytes with the lines it refers to: longer than max_line_bytes"
+                result = _read(f, name, max_line_bytes, lambda record: None, _NO_DATA)
+            except FormatError as exc:
+                error = exc
+            else:
+                return RepairResult(result.records, 0, None, None)
+        cut = error.offset
+        if error.line == 1 or cut is None:
+            raise error
+        if isinstance(error, _LineTooLong):  # maybe a valid line: cutting it is not for a default to decide
+            raise FormatError(
+                f"{error.reason}; not cut: repair with a larger max_line_bytes", *error.args[1:]
             )
-        return ""
-
-    def _hold(self, seq: int, raw: bytes) -> None:
-        self._kept[seq] = raw
-        self._kept_bytes += len(raw)
-        while self._seekable and self._kept_bytes > _KEPT:
-            self._kept_bytes -= len(self._kept.popitem(last=False)[1])
-
-    def resolved(self, data: Dict[str, Any], name: Optional[str]) -> Dict[str, Any]:
-        """A copy of the checked request *data* with its messages and tools in ``request``."""
-        seqs = self._seqs
-        messages = []
-        for first, last in data["messages"]:
-            for at in range(bisect_left(seqs, first), bisect_right(seqs, last)):
-                size = self._sums[at + 1] - self._sums[at]
-                messages.append(self._content("message", seqs[at], self._places[at], size, name))
-        tools = data.get("tools")
-        out = {key: value for key, value in data.items() if key not in _POOLED_KEYS}
-        tool_list = [] if tools is None else self._content("tools", tools, *self._tools[tools], name)
-        request = {"messages": messages, "tools": tool_list}
-        request.update((key, value) for key, value in data["request"].items() if key not in _POOLED_KEYS)
-        out["request"] = request
-        return out
-
-    def _content(self, kind: str, seq: int, offset: int, size: int, name: Optional[str]) -> Any:
-        """The message or tool list in the record *seq*, as new objects."""
-        raw = self._kept.get(seq)
-        if raw is None:
-            raw = self._line_at(offset, size)
-        elif self._seekable:
-            self._kept.move_to_end(seq)
-        obj = _parse_line(raw, name, seq, offset, None, -1) if raw.endswith(b"\n") else {}
-        data = obj.get("data")
-        if obj.get("seq") != seq or obj.get("type") != kind or type(data) is not dict or kind not in data:
-            raise FormatError(f"record {seq} changed while it was read", name, seq, offset)
-        return data[kind]
-
-    def _line_at(self, offset: int, size: int) -> bytes:
-        """The line at *offset* read again: from a plain file's descriptor, which leaves the
-        file's position alone, or else seeking there and back."""
-        f = self._f
-        if hasattr(os, "pread") and type(f) in (io.BufferedReader, io.FileIO):  # not gzip's, say
-            return _read_at(f.fileno(), offset, size)
-        here = f.tell()
-        f.seek(offset)
-        raw = f.read(size)
-        f.seek(here)
-        return raw  # type: ignore[no-any-return]
+        size = os.fstat(fd).st_size
+        backup = _backup(fd, name)
+        try:
+            if os.fstat(fd).st_size != size or os.stat(backup).st_size != size:
+                raise OSError(errno.EAGAIN, "the file changed while it was copied; nothing was cut")
+            os.ftruncate(fd, cut)
+            _sync(fd)
+            _sync_directory(name)
+        except OSError as exc:
+            raise RecordingError(
+                f"{name}: cannot cut at offset {cut} (the original is in {backup}): {exc}"
+            ) from exc
+        return RepairResult(error.line - 1 if error.line else 0, size - cut, backup, error)
+    finally:
+        _release(fd)
 
 
-def _seekable(f: Any) -> bool:
+def _backup(fd: int, name: str) -> str:
+    """Copy the file open at *fd* to a new ``NAME.broken-<UTC time>[-N]``, synced with its
+    directory entry; the path of the copy."""
+    stamp = f"{name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+    for n in range(1, 1000):
+        backup = stamp if n == 1 else f"{stamp}-{n}"
+        try:
+            out = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "too many backups", stamp)
     try:
-        return bool(f.seekable())
-    except (AttributeError, OSError, ValueError):
-        return False
-
-
-class _Tally:
-    """Counts runs and checkpoints as records stream by (for ``validate``), and keeps where
-    the latest checkpoint lies (for ``open``)."""
-
-    def __init__(self) -> None:
-        self.runs = 0
-        self.closed_runs = 0
-        self.checkpoints = 0
-        self._latest: Optional[Record] = None
-        self._latest_end: Optional[int] = None
-
-    def __call__(self, record: Record) -> None:
-        if self._latest_end is None and self._latest is not None:
-            self._latest_end = record.offset
-        kind = record.type
-        if kind == "run_start":
-            self.runs += 1
-        elif kind == "run_close":
-            self.closed_runs += 1
-        elif kind == "checkpoint":
-            self.checkpoints += 1
-            self._latest = record._replace(data={})  # where it is, not what it holds
-            self._latest_end = None
-
-    def latest_checkpoint(self, result: ReadResult) -> Optional[_CheckpointAt]:
-        at = self._latest
-        if at is None:
-            return None
-        end = result.complete_bytes if self._latest_end is None else self._latest_end
-        return _CheckpointAt(at.offset, end, at.seq, at.run_id or "", at.time)
+        offset = 0
+        while chunk := _pread(fd, 1 << 20, offset):
+            _write_all(out, chunk)
+            offset += len(chunk)
+        _sync(out)
+    except BaseException:
+        os.close(out)
+        os.unlink(backup)  # a partial copy is no backup
+        raise
+    os.close(out)
+    _sync_directory(backup)
+    return backup
 
 
 # ---------------------------------------------------------------------------- analysis
@@ -3975,6 +4064,23 @@ def _resolved(record: Record, index: _Index, name: Optional[str]) -> Record:
     return record._replace(data=index.resolved(record.data, name))
 
 
+_OPENS = {
+    "model_exec_start": "model_call_unfinished",
+    "model_request": "model_call_unfinished",
+    "tool_exec_start": "tool_call_unfinished",
+}
+
+
+_SUMMARY_DATA: _DataKeys = {
+    **_NO_DATA,
+    **dict.fromkeys(_OPENS, frozenset({"execution"})),
+    "model_request": _NO_DATA["model_request"] | {"execution"},
+    "tool_exec_end": frozenset({"execution"}),
+    "model_exec_end": frozenset({"execution", "error", "message"}),
+    "agent_end": frozenset(EventData.__annotations__),  # its fields: all it checks
+}
+
+
 def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summary:
     """Runs, record counts, checkpoints, token usage and evidence gaps of *source*, in one
     streaming pass (memory grows with the runs and the calls still open, not the file).
@@ -4008,20 +4114,7 @@ class _RunState:
         self.open_calls: Dict[Tuple[str, Tuple[str, int]], int] = {}
 
 
-_OPENS = {
-    "model_exec_start": "model_call_unfinished",
-    "model_request": "model_call_unfinished",
-    "tool_exec_start": "tool_call_unfinished",
-}
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
-_SUMMARY_DATA: _DataKeys = {
-    **_NO_DATA,
-    **dict.fromkeys(_OPENS, frozenset({"execution"})),
-    "model_request": _NO_DATA["model_request"] | {"execution"},
-    "tool_exec_end": frozenset({"execution"}),
-    "model_exec_end": frozenset({"execution", "error", "message"}),
-    "agent_end": frozenset(EventData.__annotations__),  # its fields: all it checks
-}
 
 
 class _Summarizer:
@@ -4119,94 +4212,6 @@ class _Summarizer:
             result.tail_bytes,
             self.uninterpreted,
         )
-
-
-# ---------------------------------------------------------------------------- repair
-
-
-class RepairResult(NamedTuple):
-    """What ``repair`` did: *kept_records* before the cut, *dropped_bytes* from the cut to
-    the old end, the untouched copy at *backup_path*, and the *error* that set the cut (both
-    ``None`` when the file was valid and nothing changed)."""
-
-    kept_records: int
-    dropped_bytes: int
-    backup_path: Optional[str]
-    error: Optional[FormatError]
-
-
-def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LINE_BYTES) -> RepairResult:
-    """Keep every record before the first bad line of the session file at *path*; drop the rest.
-
-    For a file that ``open`` refuses because a crash left garbage or a NUL run in it.  The
-    untouched file is first copied to ``FILE.broken-<UTC time>`` and synced; then the file is
-    cut at the first bad line and synced.  Takes the writer's lock (``LockedError`` while a
-    session has the file open).  A valid file is left as it is, unfinished tail included.  A
-    file whose first line is bad cannot be repaired: ``FormatError``.  Nothing else in this
-    module rewrites a file.
-    """
-    name = _name(path)
-    fd = os.open(name, os.O_RDWR | _O_BINARY)
-    try:
-        _lock(fd, name)
-        with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
-            f.seek(0)
-            try:
-                result = _read(f, name, max_line_bytes, lambda record: None, _NO_DATA)
-            except FormatError as exc:
-                error = exc
-            else:
-                return RepairResult(result.records, 0, None, None)
-        cut = error.offset
-        if error.line == 1 or cut is None:
-            raise error
-        if isinstance(error, _LineTooLong):  # maybe a valid line: cutting it is not for a default to decide
-            raise FormatError(
-                f"{error.reason}; not cut: repair with a larger max_line_bytes", *error.args[1:]
-            )
-        size = os.fstat(fd).st_size
-        backup = _backup(fd, name)
-        try:
-            if os.fstat(fd).st_size != size or os.stat(backup).st_size != size:
-                raise OSError(errno.EAGAIN, "the file changed while it was copied; nothing was cut")
-            os.ftruncate(fd, cut)
-            _sync(fd)
-            _sync_directory(name)
-        except OSError as exc:
-            raise RecordingError(
-                f"{name}: cannot cut at offset {cut} (the original is in {backup}): {exc}"
-            ) from exc
-        return RepairResult(error.line - 1 if error.line else 0, size - cut, backup, error)
-    finally:
-        _release(fd)
-
-
-def _backup(fd: int, name: str) -> str:
-    """Copy the file open at *fd* to a new ``NAME.broken-<UTC time>[-N]``, synced with its
-    directory entry; the path of the copy."""
-    stamp = f"{name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
-    for n in range(1, 1000):
-        backup = stamp if n == 1 else f"{stamp}-{n}"
-        try:
-            out = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(errno.EEXIST, "too many backups", stamp)
-    try:
-        offset = 0
-        while chunk := _pread(fd, 1 << 20, offset):
-            _write_all(out, chunk)
-            offset += len(chunk)
-        _sync(out)
-    except BaseException:
-        os.close(out)
-        os.unlink(backup)  # a partial copy is no backup
-        raise
-    os.close(out)
-    _sync_directory(backup)
-    return backup
 
 
 # ---------------------------------------------------------------------------- command line
@@ -4402,7 +4407,8 @@ def _no_usage(summary: Summary) -> str:
         return "none reported"
     return (
         f"none reported by {_count(calls, 'model_exec_end record')}: no message of theirs is a"
-        f" Message whose usage has {', '.join(sorted(_USAGE_COUNTS))}"
+        f" Message whose usage has {', '.join(sorted(_USAGE_COUNTS))}; record each reply as"
+        " session.Message(..., usage={'input': N, 'output': N})"
     )
 
 

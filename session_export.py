@@ -39,8 +39,10 @@ import builtins
 import contextlib
 import datetime
 import errno
+import functools
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
@@ -63,49 +65,55 @@ from typing import (
     Union,
 )
 
-# The core's own helpers this module shares, so that an export reads, checks and reports as
-# the core's commands do.  They are private to the two modules: nothing else should use them.
+from session import CallRef, Execution, FormatError, ReadResult, Record, Summary, read
+
+# isort: split
+# The core's private helpers this module shares, so that an export reads, writes and reports
+# as the core's commands do.  Private to the two modules (nothing else should use them), and
+# kept to these three groups.
+# Reading and checking a session file:
 from session import (
-    _EX_IOERR,
-    _EXPORT_COMMANDS,
     _MAX_LINE_BYTES,
-    _O_BINARY,
     _POOLED,
     _READ_BUFFER,
     _RESERVED,
-    CallRef,
-    Execution,
-    FormatError,
-    ReadResult,
-    Record,
-    Summary,
     _CodecFault,
+    _execution_from_json,
+    _Index,
+    _parse_line,
+    _parse_rfc3339,
+    _read,
+    _Summarizer,
+    _Tally,
+)
+
+# isort: split
+# Writing files as the writer does (exclusive, synced, in place by rename):
+from session import _O_BINARY, _name, _new_id, _sync, _sync_directory
+
+# isort: split
+# The command line: a command's table entry and options, and the core's reports and texts:
+from session import (
+    _EX_IOERR,
+    _EXPORT_COMMANDS,
     _Command,
     _duration,
     _error_text,
-    _execution_from_json,
     _failure_fields,
     _failure_text,
-    _Index,
-    _name,
-    _new_id,
+    _jobs_option,
     _OutputError,
-    _parse_line,
-    _parse_rfc3339,
     _print_error,
     _print_failure,
     _print_text,
-    _read,
     _read_file,
     _shell_word,
-    _Summarizer,
-    _sync,
-    _sync_directory,
-    _Tally,
     _valid_fields,
-    _without_credentials,
-    read,
 )
+
+# isort: split
+# The credential rule, applied again to what an export sends:
+from session import _without_credentials
 
 __all__ = ["export", "otlp_requests", "send_otlp", "OtlpError"]
 
@@ -123,6 +131,7 @@ def export(
     prefix: bool = False,
     max_line_bytes: int = _MAX_LINE_BYTES,
     progress: Optional[Callable[[int, int], object]] = None,
+    jobs: int = 1,
 ) -> List[Dict[str, Any]]:
     """Copy the complete records of session files to JSON Lines for a query engine.
 
@@ -144,7 +153,9 @@ def export(
     ``longest_line`` copied (in bytes, newline included) and ``duplicate_of`` (the file that
     holds the same session, or ``None``).  Everything is written under temporary names,
     synced and renamed into place, the manifest last: an export without its manifest is
-    unfinished.  *progress*, if given, is called with the bytes read so far and in all.
+    unfinished.  *progress*, if given, is called with the bytes read so far and in all.  With
+    *jobs* over 1, that many processes check the files at once, and the lines they checked
+    are copied byte for byte (a file that changed meanwhile is read again): the same output.
     ``ValueError`` when *out* is an input or in an input directory, or with *split* a
     directory that is not empty.
     """
@@ -152,27 +163,44 @@ def export(
     manifest = os.path.join(out_name, "manifest.jsonl") if split else out_name + ".manifest.jsonl"
     names = _session_files(sources, {os.path.realpath(out_name), os.path.realpath(manifest)})
     target = _SplitOutput(out_name) if split else _JoinedOutput(out_name)
-    sizes = [_size_or_zero(name) for name in names]
-    read_before = 0
     try:
-        entries: List[Dict[str, Any]] = []
-        exported: Dict[str, str] = {}  # session_id -> the file it was copied from
-        for index, name in enumerate(names):
-            if progress is not None:
-                progress(read_before, sum(sizes))
-            entries.append(_export_file(name, target.part(index), False, max_line_bytes, exported))
-            read_before += sizes[index]
-        for index, entry in enumerate(entries):  # the valid copy of a session wins over a prefix
-            if prefix and not entry["ok"]:
-                entries[index] = _export_file(
-                    names[index], target.part(index), True, max_line_bytes, exported
-                )
+        entries = _export_files(names, target, prefix, max_line_bytes, progress, jobs)
         target.commit(manifest, b"".join(_manifest_line(entry) for entry in entries))
     except BaseException as exc:
         target.abandon()
         if isinstance(exc, _OutputError):  # the input was read well: the output is at fault
             raise exc.error from None
         raise
+    return entries
+
+
+def _export_files(
+    names: List[str],
+    target: _Output,
+    prefix: bool,
+    max_line_bytes: int,
+    progress: Optional[Callable[[int, int], object]],
+    jobs: int,
+) -> List[Dict[str, Any]]:
+    """The manifest entries of *names*, whose lines go to *target*: every valid file's in
+    order, then with *prefix* the invalid files' prefixes."""
+    sizes = [_size_or_zero(name) for name in names]
+    read_before = 0
+    entries: List[Dict[str, Any]] = []
+    checked: List[Optional[_Checked]] = []
+    exported: Dict[str, str] = {}  # session_id -> the file it was copied from
+    with _checks(names, max_line_bytes, jobs) as checks:
+        for index, (name, check) in enumerate(zip(names, checks)):
+            if progress is not None:
+                progress(read_before, sum(sizes))
+            checked.append(check)
+            entries.append(_export_one(name, check, target, index, False, max_line_bytes, exported))
+            read_before += sizes[index]
+    for index, entry in enumerate(entries):  # the valid copy of a session wins over a prefix
+        if prefix and not entry["ok"]:
+            entries[index] = _export_one(
+                names[index], checked[index], target, index, True, max_line_bytes, exported
+            )
     if progress is not None:
         progress(read_before, sum(sizes))
     return entries
@@ -230,31 +258,118 @@ def _size_or_zero(name: str) -> int:
         return 0  # reported when it is read
 
 
+class _Checked(NamedTuple):
+    """One file as a worker process found it: its ``validate --json`` fields, and the lines
+    ``_export_file`` would copy (the records, or an invalid file's prefix), digested."""
+
+    entry: Dict[str, Any]
+    session_id: Optional[str]  # of the lines
+    records: int
+    longest: int
+    size: int
+    digest: bytes
+
+
+@contextlib.contextmanager
+def _checks(names: List[str], max_line_bytes: int, jobs: int) -> Iterator[Iterable[Optional[_Checked]]]:
+    """Each of *names* checked by a pool of *jobs* processes, in order; with one job,
+    ``None`` each (the file is checked as it is copied)."""
+    if min(jobs, len(names)) <= 1:
+        yield itertools.repeat(None)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(jobs, len(names))) as pool:
+        yield pool.map(functools.partial(_check_file, max_line_bytes), names)
+
+
+def _check_file(max_line_bytes: int, name: str) -> _Checked:
+    """*name* read as ``_export_file`` reads it, in a worker process: the lines digested."""
+    digest = _Digest()
+    lines = _CopiedLines(digest.write)
+    entry = _copied(name, lines, max_line_bytes)
+    return _Checked(entry, lines.session_id(), lines.copied, lines.longest, digest.size, digest.value())
+
+
+class _Digest:
+    """What was written: its size and a digest of it."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.blake2b()
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self._hash.update(data)
+        self.size += len(data)
+
+    def value(self) -> bytes:
+        return self._hash.digest()
+
+
+def _export_one(
+    name: str,
+    check: Optional[_Checked],
+    target: _Output,
+    index: int,
+    prefix: bool,
+    max_line_bytes: int,
+    exported: Dict[str, str],
+) -> Dict[str, Any]:
+    """The manifest entry of *name*, the *index*th input, its lines copied to *target*: as a
+    worker checked them, or read again if it did not or the file changed since."""
+    part = target.part(index)
+    if check is not None:
+        session_id = check.session_id if check.entry["ok"] or prefix else None
+        if session_id is None or session_id in exported or _copy_checked(name, check, part):
+            return _placed(dict(check.entry), session_id, part, check.records, check.longest, exported)
+        part.drop()
+        part = target.part(index)
+    return _export_file(name, part, prefix, max_line_bytes, exported)
+
+
+def _copy_checked(name: str, check: _Checked, part: _Part) -> bool:
+    """Copy to *part* the first ``check.size`` bytes of *name*; whether they are the lines
+    *check* digested (not when the file changed or went since)."""
+    digest, left = _Digest(), check.size
+    try:
+        with builtins.open(name, "rb", 0) as f:
+            while left:
+                block = f.read(min(left, _READ_BUFFER))
+                if not block:
+                    return False
+                left -= len(block)
+                digest.write(block)
+                try:
+                    part.write(block)
+                except OSError as exc:
+                    raise _OutputError(exc) from exc
+    except OSError:
+        return False
+    return digest.value() == check.digest
+
+
 def _export_file(
     name: str, part: _Part, prefix: bool, max_line_bytes: int, exported: Dict[str, str]
 ) -> Dict[str, Any]:
     """Copy one file's records to *part*; its manifest entry."""
-    tally = _Tally()
     lines = _CopiedLines(part.write)
+    entry = _copied(name, lines, max_line_bytes)
+    session_id = lines.session_id() if entry["ok"] or prefix else None
+    return _placed(entry, session_id, part, lines.copied, lines.longest, exported)
+
+
+def _copied(name: str, lines: _CopiedLines, max_line_bytes: int) -> Dict[str, Any]:
+    """Read *name* through *lines*, which copy each record that passes; ``validate --json``'s
+    fields for it."""
+    tally = _Tally()
     try:
         with builtins.open(name, "rb", _READ_BUFFER) as f:
             result = lines.read(f, name, max_line_bytes, tally)
     except _OutputError:
         raise
     except (FormatError, OSError) as exc:
-        entry = _failure_fields(name, exc)
-        session_id = lines.session_id() if prefix else None
-    else:
-        entry = _valid_fields(name, result, tally)
-        session_id = result.session_id
-    duplicate_of = exported.get(session_id or "")
-    if session_id is not None and duplicate_of is None:
-        exported[session_id] = name
-        entry.update(part.keep(lines.copied), longest_line=lines.longest, duplicate_of=None)
-    else:
-        part.drop()
-        entry.update(_NOT_COPIED, duplicate_of=duplicate_of)
-    return entry
+        return _failure_fields(name, exc)
+    return _valid_fields(name, result, tally)
 
 
 _NOT_COPIED = {
@@ -266,6 +381,26 @@ _NOT_COPIED = {
     "out_records": 0,
     "longest_line": 0,
 }
+
+
+def _placed(
+    entry: Dict[str, Any],
+    session_id: Optional[str],
+    part: _Part,
+    records: int,
+    longest: int,
+    exported: Dict[str, str],
+) -> Dict[str, Any]:
+    """*entry* with where the lines of *session_id* went in *part*: kept unless none were
+    copied (``None``) or that session was exported from another file already."""
+    duplicate_of = exported.get(session_id or "")
+    if session_id is not None and duplicate_of is None:
+        exported[session_id] = entry["file"]
+        entry.update(part.keep(records), longest_line=longest, duplicate_of=None)
+    else:
+        part.drop()
+        entry.update(_NOT_COPIED, duplicate_of=duplicate_of)
+    return entry
 
 
 def _manifest_line(entry: Dict[str, Any]) -> bytes:
@@ -416,6 +551,9 @@ class _SplitOutput:
         os.rmdir(self._temp)
 
 
+_Output = Union[_JoinedOutput, _SplitOutput]
+
+
 if sys.platform == "win32":
 
     def _publishing(name: str) -> Any:
@@ -481,6 +619,7 @@ def _export_command(args: Any) -> int:
             prefix=args.prefix,
             max_line_bytes=args.max_line_bytes,
             progress=_show_progress if sys.stderr.isatty() else None,
+            jobs=args.jobs or os.cpu_count() or 1,
         )
     except ValueError as exc:
         _print_error(f"{args.prog} export: error: {exc}")
@@ -1413,6 +1552,7 @@ def _export_options(sub: Any) -> None:
         action="store_true",
         help="from an invalid file, the records before the bad line (default: nothing of it)",
     )
+    _jobs_option(sub)
 
 
 COMMANDS = [  # what python -m session takes from this module

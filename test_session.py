@@ -16,6 +16,7 @@ import enum
 import errno
 import functools
 import gc
+import inspect
 import io
 import itertools
 import json
@@ -254,6 +255,77 @@ def test_module_imports_only_the_standard_library(module: str) -> None:
         name for name in found - {"__future__", "session", "session_export"} if not is_stdlib(name)
     } == set()
     assert not is_stdlib("pytest")  # the check can fail
+
+
+SECTIONS = [
+    "constants",
+    "errors",
+    "value types",
+    "JSON text",
+    "codec",
+    "event data",
+    "platform",
+    "lines",
+    "writer",
+    "reader",
+    "repair",
+    "analysis",
+    "command line",
+]
+
+
+def module_sections(module: str) -> Tuple[List[str], List[Tuple[int, str]]]:
+    """*module*'s source lines and where each of its banner-headed sections starts."""
+    lines = (HERE / module).read_text(encoding="utf-8").splitlines()
+    starts = [
+        (n, line.split(" ", 2)[2]) for n, line in enumerate(lines, 1) if line.startswith("# " + "-" * 20)
+    ]
+    return lines, starts
+
+
+@pytest.mark.parametrize("module", ["session.py", "session_export.py"])
+def test_module_reads_top_to_bottom_in_functions_of_60_lines_at_most(module: str) -> None:
+    """No section uses a name that a later section defines, and no function is longer than
+    60 lines (the team's limit)."""
+    lines, starts = module_sections(module)
+    if module == "session.py":
+        assert [name for _, name in starts] == SECTIONS
+    tree = ast.parse("\n".join(lines))
+
+    def section(line: int) -> int:
+        return sum(1 for start, _ in starts if start <= line)
+
+    defined: Dict[str, int] = {}
+    for node in tree.body:
+        for name in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) else [node]:
+            if isinstance(name, (ast.FunctionDef, ast.ClassDef)):
+                defined.setdefault(name.name, node.lineno)
+            elif isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
+                defined.setdefault(name.id, node.lineno)
+    later = []
+    for node in tree.body:
+        inner = list(ast.walk(node))
+        local = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        local |= {a.arg for n in inner if isinstance(n, ast.arguments) for a in [*n.args, *n.kwonlyargs]}
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            local.discard(node.name)
+        else:
+            local = set()  # module level: its stores are the module's names
+        later += [
+            f"{module}:{n.lineno}: {n.id}"
+            for n in inner
+            if isinstance(n, ast.Name)
+            and n.id in defined
+            and n.id not in local
+            and section(defined[n.id]) > section(n.lineno)
+        ]
+    sizes = {
+        f"{module}:{f.lineno}: {f.name}": (f.end_lineno or 0) - f.lineno + 1
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef)
+    }
+    assert (later, {where: size for where, size in sizes.items() if size > 60}) == ([], {})
+    assert max(sizes.values()) > 30  # the check can fail
 
 
 RECORDERS = sorted((HERE / "recorders").glob("session_*.py"))
@@ -569,6 +641,19 @@ def test_event_takes_keywords_after_type() -> None:
         Event("tool_queued", None)  # type: ignore[call-arg]
     assert Event("x", tool="a") == Event("x", tool="a")
     assert [f.name for f in dataclasses.fields(Event)][:3] == ["type", "timestamp", "execution"]
+
+
+def test_event_lists_its_fields_once_more_and_only_in_its_init() -> None:
+    """Event's keyword-only __init__ (Python 3.8 has no kw_only dataclasses) names the fields
+    again: in the same order, with the same defaults; every other list is derived."""
+    fields = {f.name: f.default for f in dataclasses.fields(Event)}
+    params = list(inspect.signature(Event.__init__).parameters.values())[1:]
+    assert [p.name for p in params] == list(fields)
+    assert [p.default for p in params[1:]] == list(fields.values())[1:]
+    assert set(session._PUTS) == set(fields) - {"type", "timestamp", "state", "delta"}
+    kinds = session._EVENT_DATA_KINDS
+    assert list(kinds) == [f.name for f in dataclasses.fields(session.EventData)]
+    assert (kinds["turn_index"], kinds["redacted"], kinds["retry"], kinds["args"]) == (int, list, dict, None)
 
 
 def test_call_config_repr_hides_the_api_key() -> None:
@@ -5499,6 +5584,7 @@ def test_summary_says_why_provider_messages_give_no_usage(tmp_path: Path) -> Non
         "usage: none reported by 1 model_exec_end record: no message of theirs is a Message whose usage"
         in text
     )
+    assert "record each reply as session.Message(..., usage={'input': N, 'output': N})" in text
     with session.create(tmp_path / "t.jsonl") as s, s.begin_run() as run:
         run.record(Event("turn_start"))
     assert "usage: none reported\n" in run_cli("summary", str(tmp_path / "t.jsonl")).stdout

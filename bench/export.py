@@ -114,8 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         files = sorted(str(path) for path in corpus.iterdir())
         print(f"corpus: {len(files)} sessions, {size / 1e6:.0f} MB", flush=True)
         out = Path(scratch) / "export.jsonl"
-        export_args = ("export", str(corpus), "-o", str(out))
-        validate, export, unsynced, pooled, summary_one, summary_pooled = interleaved(
+        export_args = ("export", str(corpus), "-o", str(out), "--jobs", "1")
+        validate, export, unsynced, pooled, summary_one, summary_pooled, export_pooled = interleaved(
             args.runs,
             lambda: command("validate", "--jobs", "1", *files),
             lambda: command(*export_args),
@@ -123,12 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             lambda: command("validate", "--jobs", str(cores), *files),
             lambda: command("summary", "--jobs", "1", *files),
             lambda: command("summary", "--jobs", str(cores), *files),
+            lambda: command(*export_args[:-1], str(cores)),
         )
         print(f"validate: {validate:.2f} s, {size / 1e6 / validate:.0f} MB/s")
         print(f"validate --jobs {cores}: {pooled:.2f} s, {validate / pooled:.2f}x as fast")
         print(f"summary --jobs {cores}: {summary_pooled:.2f} s, {summary_one / summary_pooled:.2f}x as fast")
         print(f"export: {export:.2f} s, {export / validate:.2f}x validate")
         print(f"export without its fsyncs: {unsynced:.2f} s, {unsynced / validate:.2f}x validate")
+        print(f"export --jobs {cores}: {export_pooled:.2f} s, {export / export_pooled:.2f}x as fast")
         sample = files[:: max(1, len(files) // 100)]  # a hundred interpreter starts are plenty
         (together,) = interleaved(args.runs, lambda: command("summary", "--jobs", "1", *sample))
         apart = one_per_file(sample)
