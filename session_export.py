@@ -97,6 +97,7 @@ from session import (
     _EX_IOERR,
     _EXPORT_COMMANDS,
     _Command,
+    _count,
     _duration,
     _error_text,
     _failure_fields,
@@ -156,12 +157,15 @@ def export(
     unfinished.  *progress*, if given, is called with the bytes read so far and in all.  With
     *jobs* over 1, that many processes check the files at once, and the lines they checked
     are copied byte for byte (a file that changed meanwhile is read again): the same output.
-    ``ValueError`` when *out* is an input or in an input directory, or with *split* a
-    directory that is not empty.
+    ``ValueError`` when *out* is an input or in an input directory, when it or its manifest is
+    there and is no regular file (a device, a pipe, a symlink), or with *split* a directory
+    that is not empty.
     """
     out_name = _name(out)
     manifest = os.path.join(out_name, "manifest.jsonl") if split else out_name + ".manifest.jsonl"
     names = _session_files(sources, {os.path.realpath(out_name), os.path.realpath(manifest)})
+    for name in () if split else (out_name, manifest):
+        _check_replaceable(name)
     target = _SplitOutput(out_name) if split else _JoinedOutput(out_name)
     try:
         entries = _export_files(names, target, prefix, max_line_bytes, progress, jobs)
@@ -172,6 +176,17 @@ def export(
             raise exc.error from None
         raise
     return entries
+
+
+def _check_replaceable(name: str) -> None:
+    """``ValueError`` unless *name* is free or a regular file, which an export replaces by
+    rename: never a device, a pipe, a symlink or a directory."""
+    try:
+        mode = os.lstat(name).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{name} is not a regular file: an export replaces only a regular file")
 
 
 def _export_files(
@@ -630,13 +645,12 @@ def _export_command(args: Any) -> int:
         if entry["duplicate_of"] is not None:
             _print_error(f"{entry['file']}: left out: its session was exported from {entry['duplicate_of']}")
         elif entry["out_records"] and not entry["ok"]:
-            _print_error(
-                f"{entry['file']}: exported the {entry['out_records']} records before line {entry['line']}"
-            )
+            records = _count(entry["out_records"], "record")
+            _print_error(f"{entry['file']}: exported the {records} before line {entry['line']}")
     copied = [entry for entry in entries if entry["out_records"]]
     _print_text(
-        f"{args.out}: {sum(entry['out_records'] for entry in copied)} records of {len(copied)} files "
-        f"({len(entries) - len(copied)} left out)"
+        f"{args.out}: {_count(sum(entry['out_records'] for entry in copied), 'record')} of "
+        f"{_count(len(copied), 'file')} ({len(entries) - len(copied)} left out)"
     )
     return 0 if all(entry["ok"] and entry["duplicate_of"] is None for entry in entries) else 1
 

@@ -222,6 +222,26 @@ def test_export_of_valid_files_exits_0_and_shows_progress_on_a_terminal(
     assert run_cli("export", *paths).returncode == 2  # no -o
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
+def test_export_replaces_only_a_regular_file(tmp_path: Path) -> None:
+    source = str(busy_file(tmp_path / "one.jsonl", 2, seed=1))
+    (tmp_path / "target").write_text("x", encoding="utf-8")
+    os.mkfifo(tmp_path / "pipe")
+    os.symlink("target", tmp_path / "link")
+    os.mkfifo(tmp_path / "piped.jsonl.manifest.jsonl")
+    for out in ("pipe", "link", "piped.jsonl"):
+        done = run_cli("export", source, "-o", out, cwd=tmp_path)
+        named = out if out != "piped.jsonl" else "piped.jsonl.manifest.jsonl"
+        assert done.returncode == 2 and f"{named} is not a regular file" in done.stderr, done.stderr
+    assert os.path.islink(tmp_path / "link") and (tmp_path / "target").read_text(encoding="utf-8") == "x"
+    assert not os.path.isfile(tmp_path / "pipe") and not (tmp_path / "piped.jsonl").exists()
+    done = run_cli("export", source, "-o", "target", cwd=tmp_path)  # a regular file: replaced
+    assert (
+        done.returncode == 0
+        and done.stdout == f"target: {len(records(Path(source)))} records of 1 file (0 left out)\n"
+    )
+
+
 def test_export_never_leaves_a_half_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "in").mkdir()
     busy_file(tmp_path / "in" / "s.jsonl", 3, seed=1)
