@@ -32,6 +32,8 @@ yields a ``SessionRecorder``.  ``recorder.run`` is ``Runner.run`` with the recor
 its ``RunHooks`` for turns, tools and committed messages, a model wrapper for every attempt the
 runner's retry machinery makes, and a ``tool_error_formatter`` and copies of the agent's function
 tools that mark failed tool calls (an exception, bad arguments, a timeout, a cancellation).
+``recorder.run_streamed`` is ``Runner.run_streamed`` recorded alike: the run's end is recorded
+when the result's ``stream_events()`` ends.
 With *checkpoint*, the conversation's input list (``RunResult.to_input_list()``, the SDK's own
 way to continue a conversation) is saved at every turn's end; ``recorder.history()`` returns it.
 Copy this file next to ``session.py``; it needs only the ``openai-agents`` package.
@@ -69,10 +71,11 @@ from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
 from agents.items import TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import ModelTracing
-from agents.result import RunResult
+from agents.result import RunResult, RunResultBase, RunResultStreaming
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from agents.run_config import ToolErrorFormatterArgs
 from agents.run_context import AgentHookContext, RunContextWrapper
+from agents.stream_events import StreamEvent
 from agents.tool import (
     FunctionTool,
     Tool,
@@ -81,6 +84,7 @@ from agents.tool import (
     set_function_tool_failure_error_function,
 )
 from agents.tool_context import ToolContext
+from openai.types.responses import Response, ResponseCompletedEvent
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 import session
@@ -325,10 +329,12 @@ def _unit_message(unit: Any, usage: session.Usage | None, now: datetime) -> sess
     return _input_message(unit, now)
 
 
-def _response_message(response: ModelResponse) -> session.Message:
-    """A model's response as one assistant message, with the response's usage."""
+def _response_message(response: ModelResponse | Response) -> session.Message:
+    """A model's response (or a streamed one's completed response) as one assistant message,
+    with the response's usage."""
     blocks = [block for item in response.output for block in _assistant_blocks(to_json(item))]
-    return _assistant(blocks, _usage(response), datetime.now(timezone.utc))
+    usage = None if response.usage is None else _usage(response.usage)
+    return _assistant(blocks, usage, datetime.now(timezone.utc))
 
 
 def _assistant(
@@ -400,8 +406,8 @@ def _input_message(item: Any, now: datetime) -> session.Message:
     return session.Message(role, [session.text_block(json.dumps(item))], timestamp=now)
 
 
-def _usage(response: ModelResponse) -> session.Usage:
-    used = response.usage
+def _usage(used: Any) -> session.Usage:
+    """The SDK's ``Usage`` or the Responses API's, which name their fields alike."""
     return {
         "input": used.input_tokens,
         "output": used.output_tokens,
@@ -449,11 +455,12 @@ def _request(
 class SessionRecorder(RunHooks[Any]):
     """Run hooks that record one ``Runner.run`` into *run* (a ``session.Run``).
 
-    Use ``await recorder.run(agent, input)``; it wires the hooks, wraps the agent's model and
-    every model the run's provider gives by name (a handoff agent's ``Model`` object is not
-    wrapped: its attempts go unrecorded; nor are its tools copied: a timeout or cancellation of
-    one is recorded as its result), and ends the run's record, also when it raises.  With *checkpoint*,
-    the input list is saved at each turn's end.  *source* is the session that ``history``
+    Use ``await recorder.run(agent, input)`` (or ``recorder.run_streamed``); it wires the
+    hooks, wraps the agent's model and every model the run's provider gives by name (a handoff
+    agent's ``Model`` object is not wrapped: its attempts go unrecorded; nor are its tools
+    copied: a timeout or cancellation of one is recorded as its result), and ends the run's
+    record, also when it raises.  With *checkpoint*, the input list is saved at each turn's
+    end.  *source* is the session that ``history``
     reads the latest checkpoint from.
     """
 
@@ -504,6 +511,35 @@ class SessionRecorder(RunHooks[Any]):
         **options: Any,
     ) -> RunResult:
         """``Runner.run(agent, input, ...)``, recorded; *options* go to ``Runner.run``."""
+        agent, config = self._wired(agent, run_config)
+        try:
+            result = await Runner.run(agent, input, hooks=self, run_config=config, **options)
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        await self._finish(result)
+        return result
+
+    def run_streamed(
+        self,
+        agent: Agent[Any],
+        input: str | list[TResponseInputItem],  # noqa: A002 - Runner.run_streamed's name
+        *,
+        run_config: RunConfig | None = None,
+        **options: Any,
+    ) -> RunResultStreaming:
+        """``Runner.run_streamed(agent, input, ...)``, recorded as ``run`` records: every model
+        attempt, its streamed response as one message.  The run's end is recorded when the
+        result's ``stream_events()`` ends: at the run's end, with the error it raises, or
+        ``aborted`` when the stream is closed early or cancelled."""
+        agent, config = self._wired(agent, run_config)
+        result = Runner.run_streamed(agent, input, hooks=self, run_config=config, **options)
+        events = result.stream_events
+        result.stream_events = functools.partial(self._stream, result, events)  # type: ignore[method-assign]
+        return result
+
+    def _wired(self, agent: Agent[Any], run_config: RunConfig | None) -> tuple[Agent[Any], RunConfig]:
+        """*agent* and the run's config with the recorder wired in (once: one run each)."""
         if self._started:
             raise RuntimeError("a SessionRecorder records one run: give each run its own recording()")
         self._started = True
@@ -515,19 +551,31 @@ class SessionRecorder(RunHooks[Any]):
         )
         if isinstance(agent.model, Model):
             agent = agent.clone(model=_RecordingModel(agent.model, self))
-        agent = agent.clone(tools=[_watched(tool, self._failures, self._begun) for tool in agent.tools])
+        return agent.clone(
+            tools=[_watched(tool, self._failures, self._begun) for tool in agent.tools]
+        ), config
+
+    async def _stream(
+        self, result: RunResultStreaming, events: Callable[[], AsyncIterator[StreamEvent]]
+    ) -> AsyncIterator[StreamEvent]:
+        """A streamed run's events, its end recorded when they end."""
         try:
-            result = await Runner.run(agent, input, hooks=self, run_config=config, **options)
+            async with _closing(events()) as stream:
+                async for event in stream:
+                    yield event
         except BaseException as exc:
             self._end(exc)
             raise
+        await self._finish(result)
+
+    async def _finish(self, result: RunResultBase) -> None:
+        """The run ended: its last messages, its turn's end, a checkpoint and ``agent_end``."""
         history = result.to_input_list()
         self._commit(history)
         self._end_turn()
         if self.checkpoint:
             await asyncio.to_thread(self.run_record.save_checkpoint, to_json(history))
         self._record("agent_end", summary=self._summary("stop"))
-        return result
 
     # -- hooks
 
@@ -676,13 +724,27 @@ class SessionRecorder(RunHooks[Any]):
         return execution
 
     def _attempt_end(
-        self, execution: session.Execution, response: ModelResponse | None, error: BaseException | None
+        self,
+        execution: session.Execution,
+        response: ModelResponse | Response | None,
+        error: BaseException | None,
     ) -> None:
         self._last_error = error
         if response is None:
             self._record("model_exec_end", execution=execution, error=error)
             return
         self._record("model_exec_end", execution=execution, message=_response_message(response))
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[_T]) -> AsyncIterator[AsyncIterator[_T]]:
+    """*stream*, closed when done with (an iterator that cannot be closed is left as it is)."""
+    try:
+        yield stream
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class _RecordingModel(Model):
@@ -733,7 +795,7 @@ class _RecordingModel(Model):
         recorder._attempt_end(execution, response, None)
         return response
 
-    def stream_response(
+    async def stream_response(
         self,
         system_instructions: str | None,
         input: str | list[TResponseInputItem],  # noqa: A002 - the interface's name
@@ -747,19 +809,38 @@ class _RecordingModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> AsyncIterator[TResponseStreamEvent]:
-        # Streamed runs are not recorded: SessionRecorder.run uses Runner.run.
-        return self._wrapped.stream_response(
-            system_instructions,
-            input,
-            model_settings,
-            tools,
-            output_schema,
-            handoffs,
-            tracing,
-            previous_response_id=previous_response_id,
-            conversation_id=conversation_id,
-            prompt=prompt,
-        )
+        recorder = self._recorder
+        messages = recorder._sent(system_instructions, input)
+        request = _request(messages, model_settings, tools, output_schema, self._name)
+        execution = recorder._attempt_start(request)
+        completed: Response | None = None
+        try:
+            stream = self._wrapped.stream_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
+            async with _closing(stream) as events:
+                async for event in events:
+                    if isinstance(event, ResponseCompletedEvent):
+                        completed = event.response
+                    yield event
+        except BaseException as exc:
+            recorder._attempt_end(execution, None, exc)
+            raise
+        if completed is None:
+            recorder._attempt_end(
+                execution, None, RuntimeError("the stream ended without a completed response")
+            )
+            return
+        recorder._attempt_end(execution, completed, None)
 
 
 class _RecordingProvider(ModelProvider):

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 from collections import Counter
+from collections.abc import AsyncGenerator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from conftest import (
     SECRET,
     as_read,
+    check_aborted,
     check_conversation,
     check_converted_once,
     check_each_message_once,
@@ -430,3 +433,96 @@ def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: P
 
     asyncio.run(main())
     check_redacted(path)
+
+
+def scenario() -> Agent[Any]:
+    """A retried call, parallel tools with one failing, then the answer."""
+    model = ScriptedModel(
+        [
+            rate_limited(),
+            ModelStep(
+                output=[
+                    call("call-add", "add", '{"a": 2, "b": 3}'),
+                    call("call-lookup", "lookup", '{"key": "x"}'),
+                ],
+                usage=Usage(requests=1, input_tokens=11, output_tokens=7, total_tokens=18),
+            ),
+            answer("done", tokens=23),
+        ]
+    )
+    return Agent(name="calc", model=model, tools=[add, lookup], model_settings=RETRY)
+
+
+def shape(path: Path) -> list[tuple[str, str, int, Any]]:
+    """What the file records, times and ids of records aside: each record's type, execution,
+    attempt, and the message, request or summary it holds, unstamped."""
+    out = []
+    for record in session.iter_records(path):
+        data = record.data
+        execution = data.get("execution") or {}
+        held = data.get("message") or data.get("request") or data.get("summary")
+        out.append((record.type, execution.get("id", ""), execution.get("attempt", 0), timeless(held)))
+    return out
+
+
+def timeless(value: Any) -> Any:
+    """*value* without the timestamps of the messages in it."""
+    if isinstance(value, dict):
+        return {key: timeless(item) for key, item in value.items() if key != "timestamp"}
+    if isinstance(value, list):
+        return [timeless(item) for item in value]
+    return value
+
+
+def test_a_streamed_run_records_what_a_run_records(tmp_path: Path) -> None:
+    async def main(path: Path, streamed: bool) -> Any:
+        async with recording(path) as recorder:
+            if not streamed:
+                return (await recorder.run(scenario(), "add 2 and 3, and look up x")).final_output
+            result = recorder.run_streamed(scenario(), "add 2 and 3, and look up x")
+            kinds = Counter([event.type async for event in result.stream_events()])
+            assert kinds["raw_response_event"] > 0, kinds  # it did stream
+            return result.final_output
+
+    assert asyncio.run(main(tmp_path / "run.jsonl", streamed=False)) == "done"
+    assert asyncio.run(main(tmp_path / "streamed.jsonl", streamed=True)) == "done"
+    summary = check_file(tmp_path / "streamed.jsonl")
+    assert summary.usage["total_tokens"] == 43
+    assert summary.runs[0].end_reason == "stop"
+    assert shape(tmp_path / "streamed.jsonl") == shape(tmp_path / "run.jsonl")
+    check_conversation(tmp_path / "streamed.jsonl", "done")
+
+
+def test_a_streamed_run_that_fails_or_is_closed_early_is_recorded_so(tmp_path: Path) -> None:
+    @function_tool(failure_error_function=None)
+    def fetch(key: str) -> str:
+        """Fetch a key; errors end the run."""
+        raise KeyError(key)
+
+    async def failing(path: Path) -> None:
+        model = ScriptedModel([ModelStep(output=[call("call-1", "fetch", '{"key": "x"}')], usage=USAGE)])
+        async with recording(path) as recorder:
+            result = recorder.run_streamed(Agent(name="fetcher", model=model, tools=[fetch]), "fetch x")
+            async for _ in result.stream_events():
+                pass
+
+    async def closed_early(path: Path) -> None:
+        async with recording(path) as recorder:
+            result = recorder.run_streamed(scenario(), "add 2 and 3, and look up x")
+            async with contextlib.aclosing(cast(AsyncGenerator[Any, None], result.stream_events())) as stream:
+                async for _ in stream:
+                    break
+
+    with pytest.raises(Exception, match="x") as raised:
+        asyncio.run(failing(tmp_path / "failed.jsonl"))
+    run = check_file(tmp_path / "failed.jsonl").runs[0]
+    assert (run.end_reason, run.error) == (
+        "error",
+        {"message": str(raised.value), "type": raised.type.__name__},
+    )
+    assert [
+        e.execution.attempt for e in events(tmp_path / "failed.jsonl", "model_exec_end") if e.execution
+    ] == [1]
+
+    asyncio.run(closed_early(tmp_path / "closed.jsonl"))
+    check_aborted(tmp_path / "closed.jsonl")
