@@ -46,6 +46,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -53,6 +54,7 @@ from datetime import datetime, timezone
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
+import langchain_core
 import pydantic
 import pydantic_core
 from langchain_core.callbacks import AsyncCallbackHandler
@@ -70,6 +72,14 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 import session
 
 __all__ = ["SessionRecorder", "recording", "to_json", "to_message"]
+
+_NEEDED = (1, 8)  # the oldest langchain-core the recorder is tested with, and records whole
+if tuple(int(number) for number in re.findall(r"\d+", langchain_core.__version__)[:2]) < _NEEDED:
+    raise ImportError(
+        f"session_langchain needs langchain-core 1.8 or later (which needs Python 3.11 or later),"
+        f" not {langchain_core.__version__}: with older releases (what pip gives on Python 3.10)"
+        " a model called inside a graph's own async node goes unrecorded"
+    )
 
 
 @contextlib.asynccontextmanager

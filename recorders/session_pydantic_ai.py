@@ -42,12 +42,14 @@ import contextlib
 import functools
 import json
 import os
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import pydantic
+import pydantic_ai
 import pydantic_core
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import AbstractCapability
@@ -67,6 +69,14 @@ from pydantic_ai.tools import RunContext, ToolDefinition
 import session
 
 __all__ = ["SessionRecorder", "recording", "to_json", "to_messages"]
+
+_NEEDED = (2, 68)  # the oldest pydantic-ai-slim the recorder is tested with, and records whole
+if tuple(int(number) for number in re.findall(r"\d+", pydantic_ai.__version__)[:2]) < _NEEDED:
+    raise ImportError(
+        f"session_pydantic_ai needs pydantic-ai-slim 2.68 or later (which needs Python 3.11 or"
+        f" later), not {pydantic_ai.__version__}: older releases (what pip gives on Python 3.10)"
+        " fail inside the agent's run"
+    )
 
 
 @contextlib.asynccontextmanager
