@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import functools
 import json
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
@@ -456,11 +458,13 @@ class SessionRecorder(RunHooks[Any]):
     """Run hooks that record one ``Runner.run`` into *run* (a ``session.Run``).
 
     Use ``await recorder.run(agent, input)`` (or ``recorder.run_streamed``); it wires the
-    hooks, wraps the agent's model and every model the run's provider gives by name (a handoff
-    agent's ``Model`` object is not wrapped: its attempts go unrecorded; nor are its tools
-    copied: a timeout or cancellation of one is recorded as its result), and ends the run's
-    record, also when it raises.  With *checkpoint*, the input list is saved at each turn's
-    end.  *source* is the session that ``history``
+    hooks, wraps the ``Model`` object of the agent and of every agent it hands off to, and
+    every model the run's provider gives by name, copies their function tools, and ends the
+    run's record, also when it raises.  A model call made inside a tool call (an agent run as
+    a tool) is an execution nested in that call; one the recorder cannot reach (an agent tool
+    whose agent holds a ``Model`` object) is a warning and a ``recording_gap`` event in the
+    call.  With *checkpoint*, the input list is saved at each turn's end.  *source* is the
+    session that ``history``
     reads the latest checkpoint from.
     """
 
@@ -483,6 +487,7 @@ class SessionRecorder(RunHooks[Any]):
         self._failed: set[str] = set()  # the ids of those that failed
         self._failures: dict[str, BaseException] = {}  # why a tool call failed, by call id
         self._begun: dict[str, float] = {}  # when a tool call started (on_tool_start), by call id
+        self._nested: dict[str, int] = {}  # model calls made in a tool call, by its execution id
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
@@ -549,11 +554,18 @@ class SessionRecorder(RunHooks[Any]):
             model_provider=_RecordingProvider(config.model_provider, self),
             tool_error_formatter=_ErrorMarker(config.tool_error_formatter, self._failures),
         )
-        if isinstance(agent.model, Model):
-            agent = agent.clone(model=_RecordingModel(agent.model, self))
-        return agent.clone(
-            tools=[_watched(tool, self._failures, self._begun) for tool in agent.tools]
-        ), config
+        return self._wrapped(agent, {}), config
+
+    def _wrapped(self, agent: Agent[Any], done: dict[int, Agent[Any]]) -> Agent[Any]:
+        """A copy of *agent*, its ``Model`` object wrapped, its function tools watched, and the
+        agents it hands off to copied alike (each once, in *done*, by the original's id)."""
+        if id(agent) in done:
+            return done[id(agent)]
+        model = _RecordingModel(agent.model, self) if isinstance(agent.model, Model) else agent.model
+        copied = agent.clone(model=model, tools=[_watched(tool, self) for tool in agent.tools])
+        done[id(agent)] = copied
+        copied.handoffs = [self._wrapped(to, done) if isinstance(to, Agent) else to for to in agent.handoffs]
+        return copied
 
     async def _stream(
         self, result: RunResultStreaming, events: Callable[[], AsyncIterator[StreamEvent]]
@@ -708,9 +720,25 @@ class SessionRecorder(RunHooks[Any]):
     def _summary(self, reason: str) -> session.RunSummary:
         return session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)
 
+    def _gap(self, caller: session.Execution, why: str) -> None:
+        """Say loudly, at run time and in the file (a ``recording_gap`` event in *caller*, with
+        *why*), that work done in *caller* goes unrecorded; nothing when *why* is empty."""
+        if why:
+            warnings.warn(f"session_openai_agents: {why}", RuntimeWarning, stacklevel=2)
+            self._record("recording_gap", execution=caller, details={"unrecorded": why})
+
     # -- model attempts (called by _RecordingModel)
 
     def _attempt_start(self, request: session.ModelRequest) -> session.Execution:
+        caller = _CALLER.get()
+        if caller is not None and caller[0] is self:  # made in a tool call: nested in it
+            self._nested[caller[1].id] = count = self._nested.get(caller[1].id, 0) + 1
+            execution = session.Execution(
+                f"{caller[1].id}/model-{count}", "model", parent_id=caller[1].id, turn_index=self._turn
+            )
+            self._record("model_exec_start", execution=execution)
+            self._record("model_request", execution=execution, request=request)
+            return execution
         self._attempt += 1
         execution = session.Execution(
             f"model-{self._turn}", "model", turn_index=self._turn, attempt=self._attempt
@@ -729,7 +757,8 @@ class SessionRecorder(RunHooks[Any]):
         response: ModelResponse | Response | None,
         error: BaseException | None,
     ) -> None:
-        self._last_error = error
+        if not execution.parent_id:
+            self._last_error = error
         if response is None:
             self._record("model_exec_end", execution=execution, error=error)
             return
@@ -869,20 +898,41 @@ class _ErrorMarker:
         return await message if asyncio.iscoroutine(message) else message
 
 
-def _watched(tool: Tool, failures: dict[str, BaseException], begun: dict[str, float]) -> Tool:
+def _watched(tool: Tool, recorder: SessionRecorder) -> Tool:
     """A copy of a function *tool* that notes in *failures* each call that fails in a way the
     SDK turns into a message for the model rather than an error: a timeout or cancellation
     (the invoker is cancelled), and an exception its own ``failure_error_function`` formats
     (the SDK's default one tells the ``tool_error_formatter``).  What the tool does and what
-    the model is told are unchanged."""
+    the model is told are unchanged.  Model calls made while it runs (an agent run as a tool)
+    are recorded as nested in its call."""
     if not isinstance(tool, FunctionTool):
         return tool
     watched = copy.copy(tool)  # the SDK's own copy: the invoker is bound to the copy
-    watched.on_invoke_tool = _Invoker(watched.on_invoke_tool, tool, failures, begun)
+    watched.on_invoke_tool = _Invoker(watched.on_invoke_tool, tool, recorder)
     formatter = resolve_function_tool_failure_error_function(tool)
     if formatter is not None and formatter is not default_tool_error_function:
-        set_function_tool_failure_error_function(watched, _FailureNoter(formatter, failures))
+        set_function_tool_failure_error_function(watched, _FailureNoter(formatter, recorder._failures))
     return watched
+
+
+def _unreachable(tool: FunctionTool) -> str:
+    """Why the model calls of the agent that *tool* runs (an agent as a tool) cannot be
+    recorded; "" when they can (or it runs no agent)."""
+    agent = getattr(tool, "_agent_instance", None)
+    if isinstance(agent, Agent) and isinstance(agent.model, Model):
+        return (
+            f"the agent tool {tool.name!r} runs agent {agent.name!r}, whose model is a Model object"
+            " the recorder cannot wrap: its model calls are not recorded (give that agent a model"
+            " name and the RunConfig a model_provider to have them recorded)"
+        )
+    return ""
+
+
+# the recorder and the tool call whose work runs now (an agent run as a tool): model calls
+# made in it are that call's nested executions
+_CALLER: contextvars.ContextVar[tuple[SessionRecorder, session.Execution] | None] = contextvars.ContextVar(
+    "session_openai_agents_caller", default=None
+)
 
 
 @dataclasses.dataclass
@@ -894,20 +944,26 @@ class _Invoker:
 
     invoke: Any
     tool: FunctionTool
-    failures: dict[str, BaseException]
-    begun: dict[str, float]
+    recorder: SessionRecorder
 
     async def __call__(self, context: ToolContext[Any], arguments: str) -> Any:
-        started = self.begun.get(context.tool_call_id, time.monotonic())
+        recorder = self.recorder
+        started = recorder._begun.get(context.tool_call_id, time.monotonic())
+        running = recorder._tools.get(context.tool_call_id)
+        if running is not None:
+            recorder._gap(running[0], _unreachable(self.tool))
+        token = _CALLER.set(None if running is None else (recorder, running[0]))
         try:
             return await self.invoke(context, arguments)
         except asyncio.CancelledError as exc:
             limit = self.tool.timeout_seconds
             if limit is not None and time.monotonic() - started >= limit:
-                self.failures[context.tool_call_id] = ToolTimeoutError(self.tool.name, limit)
+                recorder._failures[context.tool_call_id] = ToolTimeoutError(self.tool.name, limit)
             else:
-                self.failures[context.tool_call_id] = exc
+                recorder._failures[context.tool_call_id] = exc
             raise
+        finally:
+            _CALLER.reset(token)
 
     def __getattr__(self, name: str) -> Any:
         if name == "invoke":  # not set yet (a copy being made): no such attribute

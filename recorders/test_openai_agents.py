@@ -36,6 +36,8 @@ import httpx2
 import openai
 from agents import (
     Agent,
+    Model,
+    ModelProvider,
     ModelSettings,
     RunConfig,
     RunContextWrapper,
@@ -526,3 +528,79 @@ def test_a_streamed_run_that_fails_or_is_closed_early_is_recorded_so(tmp_path: P
 
     asyncio.run(closed_early(tmp_path / "closed.jsonl"))
     check_aborted(tmp_path / "closed.jsonl")
+
+
+@dataclasses.dataclass
+class Provider(ModelProvider):
+    """Models by name, as a host's provider gives them."""
+
+    models: dict[str, Model]
+
+    def get_model(self, model_name: str | None) -> Model:
+        return self.models[str(model_name)]
+
+
+def test_an_agent_run_as_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    sub_model = ScriptedModel([answer("found it", tokens=20)])
+    researcher = Agent(name="researcher", model="sub")
+    research = researcher.as_tool(tool_name="research", tool_description="Research a question.")
+    model = ScriptedModel(
+        [ModelStep(output=[call("call-r", "research", '{"input": "why"}')], usage=USAGE), answer("done")]
+    )
+    agent = Agent(name="lead", model=model, tools=[research])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            config = RunConfig(model_provider=Provider({"sub": sub_model}))
+            return (await recorder.run(agent, "find out", run_config=config)).final_output
+
+    assert asyncio.run(main()) == "done"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 6 + 22 + 5  # the sub-agent's call counted
+    [tool] = [e.execution for e in events(path, "tool_exec_start")]
+    assert tool is not None
+    starts = [
+        (e.execution.id, e.execution.parent_id) for e in events(path, "model_exec_start") if e.execution
+    ]
+    assert starts == [("model-1", ""), (f"{tool.id}/model-1", tool.id), ("model-2", "")]
+    [end] = [e for e in events(path, "model_exec_end") if e.execution and e.execution.parent_id]
+    assert end.message is not None and end.message["value"]["usage"]["total_tokens"] == 22
+    assert [e.tool_id for e in events(path, "tool_exec_end")] == ["call-r"]
+
+
+def test_a_handoff_to_an_agent_with_its_own_model_is_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    helper = Agent(name="helper", model=ScriptedModel([answer("helped", tokens=20)]))
+    model = ScriptedModel([ModelStep(output=[call("call-h", "transfer_to_helper", "{}")], usage=USAGE)])
+    agent = Agent(name="lead", model=model, handoffs=[helper])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            return (await recorder.run(agent, "help")).final_output
+
+    assert asyncio.run(main()) == "helped"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 6 + 22  # 13 of 26 before: the helper's was missing
+    assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == ["model-1", "model-2"]
+
+
+def test_an_agent_tool_the_recorder_cannot_reach_is_a_loud_gap(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    researcher = Agent(name="researcher", model=ScriptedModel([answer("found it")]))
+    research = researcher.as_tool(tool_name="research", tool_description="Research a question.")
+    model = ScriptedModel(
+        [ModelStep(output=[call("call-r", "research", '{"input": "why"}')], usage=USAGE), answer("done")]
+    )
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            return (await recorder.run(Agent(name="lead", model=model, tools=[research]), "go")).final_output
+
+    with pytest.warns(RuntimeWarning, match="'research' runs agent 'researcher'.*not recorded"):
+        assert asyncio.run(main()) == "done"
+    check_file(path)
+    [gap] = events(path, "recording_gap")
+    [tool] = events(path, "tool_exec_start")
+    assert gap.execution == tool.execution
+    assert "not recorded" in gap.details["unrecorded"]
