@@ -464,8 +464,7 @@ class SessionRecorder(RunHooks[Any]):
     a tool) is an execution nested in that call; one the recorder cannot reach (an agent tool
     whose agent holds a ``Model`` object) is a warning and a ``recording_gap`` event in the
     call.  With *checkpoint*, the input list is saved at each turn's end.  *source* is the
-    session that ``history``
-    reads the latest checkpoint from.
+    session that ``history`` reads the latest checkpoint from.
     """
 
     def __init__(
