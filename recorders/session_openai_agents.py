@@ -594,6 +594,13 @@ class SessionRecorder(RunHooks[Any]):
         if self._seen < 0:
             self._seen = 0
             self._record("agent_start")
+            if not self._started:  # passed as hooks= to Runner itself: no model call is seen
+                why = (
+                    "the recorder was given to Runner as hooks: model calls and the run's end are"
+                    " not recorded (use recorder.run or recorder.run_streamed)"
+                )
+                warnings.warn(f"session_openai_agents: {why}", RuntimeWarning, stacklevel=2)
+                self._record("recording_gap", details={"unrecorded": why})
 
     async def on_llm_start(
         self,

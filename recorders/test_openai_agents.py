@@ -43,6 +43,7 @@ from agents import (
     ModelSettings,
     RunConfig,
     RunContextWrapper,
+    Runner,
     Usage,
     function_tool,
     retry_policies,
@@ -603,3 +604,19 @@ def test_an_agent_tool_the_recorder_cannot_reach_is_a_loud_gap(tmp_path: Path) -
     with pytest.warns(RuntimeWarning, match="'research' runs agent 'researcher'.*not recorded"):
         assert asyncio.run(main()) == "done"
     check_gap(path, "call-r")
+
+
+def test_the_recorder_given_to_runner_as_hooks_is_a_loud_gap(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            result = Runner.run_streamed(scenario(), "add 2 and 3, and look up x", hooks=recorder)
+            async for _ in result.stream_events():
+                pass
+
+    with pytest.warns(RuntimeWarning, match="given to Runner as hooks"):
+        asyncio.run(main())
+    [gap] = events(path, "recording_gap")
+    assert isinstance(gap.details, dict) and "recorder.run_streamed" in gap.details["unrecorded"]
+    assert [g.kind for g in session.summarize(path).gaps] == ["no_agent_end"]
