@@ -205,6 +205,34 @@ def check_conversation(path: Path, answer: str) -> None:
     assert f"assistant: {answer}" in text
 
 
+def check_nested(path: Path, tool_id: str, tokens: int) -> None:
+    """A sub-agent's work (an agent run in the tool call *tool_id*) is in the file, nested: its
+    model calls are executions whose parent is that tool call, started and ended while the
+    call ran, with their usage (*tokens* in all, counted in the summary); no recording gap."""
+    records = list(session.iter_records(path))
+    [start] = [r.seq for r in records if r.type == "tool_exec_start" and r.data.get("tool_id") == tool_id]
+    [end] = [r.seq for r in records if r.type == "tool_exec_end" and r.data.get("tool_id") == tool_id]
+    tool = records[[r.seq for r in records].index(start)].data["execution"]["id"]
+    nested = [
+        r for r in records if r.type.startswith("model_exec") and r.data["execution"].get("parent_id") == tool
+    ]
+    assert nested and all(start < r.seq < end for r in nested), nested
+    used = [r.data["message"]["value"]["usage"]["total_tokens"] for r in nested if r.type == "model_exec_end"]
+    assert len(used) * 2 == len(nested) and sum(used) == tokens, nested
+    assert session.summarize(path).usage["total_tokens"] >= tokens
+    assert not [r for r in records if r.type == "recording_gap"]
+
+
+def check_gap(path: Path, tool_id: str) -> None:
+    """Work in the tool call *tool_id* the recorder could not see is said in the file: a
+    ``recording_gap`` event in that call, saying what went unrecorded."""
+    check_file(path)
+    [gap] = events(path, "recording_gap")
+    [tool] = [e for e in events(path, "tool_exec_start") if e.tool_id == tool_id]
+    assert gap.execution == tool.execution
+    assert isinstance(gap.details, dict) and gap.details["unrecorded"], gap
+
+
 def as_read(message: session.Message) -> Any:
     """*message* as a reader gives it back from a file: its codec value, raw JSON parsed."""
     encoded = session.JSONCodec().encode(message)

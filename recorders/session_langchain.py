@@ -30,11 +30,12 @@
 
 ``recording`` creates the file (or opens it to continue the conversation), begins a run and
 yields a ``SessionRecorder``: a LangChain callback handler that writes the run's events, from
-``agent_start`` to ``agent_end`` (the outermost chain: a graph, an agent, a chain), every chat
-model attempt (retries from ``with_retry`` and fallbacks from ``with_fallbacks`` included) and
-tool call, and, with *checkpoint*, the message list (``messages_to_dict``, LangChain's own
-form) at every turn's end.  ``recorder.history()`` returns it as messages.  A synchronous host
-passes ``SessionRecorder(run)`` for a ``session.Run`` it began itself.  Copy this file next
+``agent_start`` to ``agent_end`` (the outermost chain: a graph, an agent, a chain; or a chat
+model invoked or streamed alone, a run of one turn), every chat model attempt (retries from
+``with_retry`` and fallbacks from ``with_fallbacks`` included) and tool call, and, with
+*checkpoint*, the message list (``messages_to_dict``, LangChain's own form) at every turn's
+end.  ``recorder.history()`` returns it as messages.  A synchronous host passes
+``SessionRecorder(run)`` for a ``session.Run`` it began itself.  Copy this file next
 to ``session.py``; it needs only ``langchain-core``.
 """
 
@@ -45,6 +46,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -52,6 +54,7 @@ from datetime import datetime, timezone
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
+import langchain_core
 import pydantic
 import pydantic_core
 from langchain_core.callbacks import AsyncCallbackHandler
@@ -69,6 +72,14 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 import session
 
 __all__ = ["SessionRecorder", "recording", "to_json", "to_message"]
+
+_NEEDED = (1, 8)  # the oldest langchain-core the recorder is tested with, and records whole
+if tuple(int(number) for number in re.findall(r"\d+", langchain_core.__version__)[:2]) < _NEEDED:
+    raise ImportError(
+        f"session_langchain needs langchain-core 1.8 or later (which needs Python 3.11 or later),"
+        f" not {langchain_core.__version__}: with older releases (what pip gives on Python 3.10)"
+        " a model called inside a graph's own async node goes unrecorded"
+    )
 
 
 @contextlib.asynccontextmanager
@@ -381,6 +392,7 @@ class SessionRecorder(AsyncCallbackHandler):
         self._source = source
         self._lock = threading.Lock()  # a synchronous graph runs tools, and their callbacks, in threads
         self._root: UUID | None = None
+        self._alone: list[BaseMessage] | None = None  # a chat model called alone: what it was sent
         self._history = 0  # messages of the input that came from the checkpoint
         self._seen = -1  # input messages already written as message_end
         self._turn = 0
@@ -458,9 +470,13 @@ class SessionRecorder(AsyncCallbackHandler):
         messages: list[list[BaseMessage]],
         *,
         run_id: UUID,
+        parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
         sent = messages[0] if messages else []
+        if parent_run_id is None:  # a chat model called alone (invoke, stream): it is the run
+            await self.on_chain_start({}, {}, run_id=run_id)
+            self._alone = list(sent)
         if self._recall and self._source is not None:
             before, self._recall = self._recall, 0
             await asyncio.to_thread(self._recalled.load, self._source.path, before)
@@ -499,11 +515,16 @@ class SessionRecorder(AsyncCallbackHandler):
                 self._converted.add(message, converted)
             self._end_call(run_id, converted, None)
             self._record("message_end", execution=self._model, message=converted)
+        if run_id == self._root and self._alone is not None:
+            reply = [] if message is None else [message]
+            await self.on_chain_end({"messages": [*self._alone, *reply]}, run_id=run_id)
 
     async def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
             if run_id in self._calls:
                 self._end_call(run_id, None, error)
+        if run_id == self._root and self._alone is not None:
+            await self.on_chain_error(error, run_id=run_id)
 
     # -- tools
 

@@ -32,6 +32,8 @@ yields a ``SessionRecorder``.  ``recorder.run`` is ``Runner.run`` with the recor
 its ``RunHooks`` for turns, tools and committed messages, a model wrapper for every attempt the
 runner's retry machinery makes, and a ``tool_error_formatter`` and copies of the agent's function
 tools that mark failed tool calls (an exception, bad arguments, a timeout, a cancellation).
+``recorder.run_streamed`` is ``Runner.run_streamed`` recorded alike: the run's end is recorded
+when the result's ``stream_events()`` ends.
 With *checkpoint*, the conversation's input list (``RunResult.to_input_list()``, the SDK's own
 way to continue a conversation) is saved at every turn's end; ``recorder.history()`` returns it.
 Copy this file next to ``session.py``; it needs only the ``openai-agents`` package.
@@ -41,12 +43,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import functools
 import json
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
@@ -69,10 +73,11 @@ from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
 from agents.items import TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import ModelTracing
-from agents.result import RunResult
+from agents.result import RunResult, RunResultBase, RunResultStreaming
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from agents.run_config import ToolErrorFormatterArgs
 from agents.run_context import AgentHookContext, RunContextWrapper
+from agents.stream_events import StreamEvent
 from agents.tool import (
     FunctionTool,
     Tool,
@@ -81,6 +86,7 @@ from agents.tool import (
     set_function_tool_failure_error_function,
 )
 from agents.tool_context import ToolContext
+from openai.types.responses import Response, ResponseCompletedEvent
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 import session
@@ -325,10 +331,12 @@ def _unit_message(unit: Any, usage: session.Usage | None, now: datetime) -> sess
     return _input_message(unit, now)
 
 
-def _response_message(response: ModelResponse) -> session.Message:
-    """A model's response as one assistant message, with the response's usage."""
+def _response_message(response: ModelResponse | Response) -> session.Message:
+    """A model's response (or a streamed one's completed response) as one assistant message,
+    with the response's usage."""
     blocks = [block for item in response.output for block in _assistant_blocks(to_json(item))]
-    return _assistant(blocks, _usage(response), datetime.now(timezone.utc))
+    usage = None if response.usage is None else _usage(response.usage)
+    return _assistant(blocks, usage, datetime.now(timezone.utc))
 
 
 def _assistant(
@@ -400,8 +408,8 @@ def _input_message(item: Any, now: datetime) -> session.Message:
     return session.Message(role, [session.text_block(json.dumps(item))], timestamp=now)
 
 
-def _usage(response: ModelResponse) -> session.Usage:
-    used = response.usage
+def _usage(used: Any) -> session.Usage:
+    """The SDK's ``Usage`` or the Responses API's, which name their fields alike."""
     return {
         "input": used.input_tokens,
         "output": used.output_tokens,
@@ -449,12 +457,14 @@ def _request(
 class SessionRecorder(RunHooks[Any]):
     """Run hooks that record one ``Runner.run`` into *run* (a ``session.Run``).
 
-    Use ``await recorder.run(agent, input)``; it wires the hooks, wraps the agent's model and
-    every model the run's provider gives by name (a handoff agent's ``Model`` object is not
-    wrapped: its attempts go unrecorded; nor are its tools copied: a timeout or cancellation of
-    one is recorded as its result), and ends the run's record, also when it raises.  With *checkpoint*,
-    the input list is saved at each turn's end.  *source* is the session that ``history``
-    reads the latest checkpoint from.
+    Use ``await recorder.run(agent, input)`` (or ``recorder.run_streamed``); it wires the
+    hooks, wraps the ``Model`` object of the agent and of every agent it hands off to, and
+    every model the run's provider gives by name, copies their function tools, and ends the
+    run's record, also when it raises.  A model call made inside a tool call (an agent run as
+    a tool) is an execution nested in that call; one the recorder cannot reach (an agent tool
+    whose agent holds a ``Model`` object) is a warning and a ``recording_gap`` event in the
+    call.  With *checkpoint*, the input list is saved at each turn's end.  *source* is the
+    session that ``history`` reads the latest checkpoint from.
     """
 
     def __init__(
@@ -476,6 +486,7 @@ class SessionRecorder(RunHooks[Any]):
         self._failed: set[str] = set()  # the ids of those that failed
         self._failures: dict[str, BaseException] = {}  # why a tool call failed, by call id
         self._begun: dict[str, float] = {}  # when a tool call started (on_tool_start), by call id
+        self._nested: dict[str, int] = {}  # model calls made in a tool call, by its execution id
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
@@ -504,6 +515,35 @@ class SessionRecorder(RunHooks[Any]):
         **options: Any,
     ) -> RunResult:
         """``Runner.run(agent, input, ...)``, recorded; *options* go to ``Runner.run``."""
+        agent, config = self._wired(agent, run_config)
+        try:
+            result = await Runner.run(agent, input, hooks=self, run_config=config, **options)
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        await self._finish(result)
+        return result
+
+    def run_streamed(
+        self,
+        agent: Agent[Any],
+        input: str | list[TResponseInputItem],  # noqa: A002 - Runner.run_streamed's name
+        *,
+        run_config: RunConfig | None = None,
+        **options: Any,
+    ) -> RunResultStreaming:
+        """``Runner.run_streamed(agent, input, ...)``, recorded as ``run`` records: every model
+        attempt, its streamed response as one message.  The run's end is recorded when the
+        result's ``stream_events()`` ends: at the run's end, with the error it raises, or
+        ``aborted`` when the stream is closed early or cancelled."""
+        agent, config = self._wired(agent, run_config)
+        result = Runner.run_streamed(agent, input, hooks=self, run_config=config, **options)
+        events = result.stream_events
+        result.stream_events = functools.partial(self._stream, result, events)  # type: ignore[method-assign]
+        return result
+
+    def _wired(self, agent: Agent[Any], run_config: RunConfig | None) -> tuple[Agent[Any], RunConfig]:
+        """*agent* and the run's config with the recorder wired in (once: one run each)."""
         if self._started:
             raise RuntimeError("a SessionRecorder records one run: give each run its own recording()")
         self._started = True
@@ -513,21 +553,40 @@ class SessionRecorder(RunHooks[Any]):
             model_provider=_RecordingProvider(config.model_provider, self),
             tool_error_formatter=_ErrorMarker(config.tool_error_formatter, self._failures),
         )
-        if isinstance(agent.model, Model):
-            agent = agent.clone(model=_RecordingModel(agent.model, self))
-        agent = agent.clone(tools=[_watched(tool, self._failures, self._begun) for tool in agent.tools])
+        return self._wrapped(agent, {}), config
+
+    def _wrapped(self, agent: Agent[Any], done: dict[int, Agent[Any]]) -> Agent[Any]:
+        """A copy of *agent*, its ``Model`` object wrapped, its function tools watched, and the
+        agents it hands off to copied alike (each once, in *done*, by the original's id)."""
+        if id(agent) in done:
+            return done[id(agent)]
+        model = _RecordingModel(agent.model, self) if isinstance(agent.model, Model) else agent.model
+        copied = agent.clone(model=model, tools=[_watched(tool, self) for tool in agent.tools])
+        done[id(agent)] = copied
+        copied.handoffs = [self._wrapped(to, done) if isinstance(to, Agent) else to for to in agent.handoffs]
+        return copied
+
+    async def _stream(
+        self, result: RunResultStreaming, events: Callable[[], AsyncIterator[StreamEvent]]
+    ) -> AsyncIterator[StreamEvent]:
+        """A streamed run's events, its end recorded when they end."""
         try:
-            result = await Runner.run(agent, input, hooks=self, run_config=config, **options)
+            async with _closing(events()) as stream:
+                async for event in stream:
+                    yield event
         except BaseException as exc:
             self._end(exc)
             raise
+        await self._finish(result)
+
+    async def _finish(self, result: RunResultBase) -> None:
+        """The run ended: its last messages, its turn's end, a checkpoint and ``agent_end``."""
         history = result.to_input_list()
         self._commit(history)
         self._end_turn()
         if self.checkpoint:
             await asyncio.to_thread(self.run_record.save_checkpoint, to_json(history))
         self._record("agent_end", summary=self._summary("stop"))
-        return result
 
     # -- hooks
 
@@ -535,6 +594,13 @@ class SessionRecorder(RunHooks[Any]):
         if self._seen < 0:
             self._seen = 0
             self._record("agent_start")
+            if not self._started:  # passed as hooks= to Runner itself: no model call is seen
+                why = (
+                    "the recorder was given to Runner as hooks: model calls and the run's end are"
+                    " not recorded (use recorder.run or recorder.run_streamed)"
+                )
+                warnings.warn(f"session_openai_agents: {why}", RuntimeWarning, stacklevel=2)
+                self._record("recording_gap", details={"unrecorded": why})
 
     async def on_llm_start(
         self,
@@ -660,9 +726,25 @@ class SessionRecorder(RunHooks[Any]):
     def _summary(self, reason: str) -> session.RunSummary:
         return session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)
 
+    def _gap(self, caller: session.Execution, why: str) -> None:
+        """Say loudly, at run time and in the file (a ``recording_gap`` event in *caller*, with
+        *why*), that work done in *caller* goes unrecorded; nothing when *why* is empty."""
+        if why:
+            warnings.warn(f"session_openai_agents: {why}", RuntimeWarning, stacklevel=2)
+            self._record("recording_gap", execution=caller, details={"unrecorded": why})
+
     # -- model attempts (called by _RecordingModel)
 
     def _attempt_start(self, request: session.ModelRequest) -> session.Execution:
+        caller = _CALLER.get()
+        if caller is not None and caller[0] is self:  # made in a tool call: nested in it
+            self._nested[caller[1].id] = count = self._nested.get(caller[1].id, 0) + 1
+            execution = session.Execution(
+                f"{caller[1].id}/model-{count}", "model", parent_id=caller[1].id, turn_index=self._turn
+            )
+            self._record("model_exec_start", execution=execution)
+            self._record("model_request", execution=execution, request=request)
+            return execution
         self._attempt += 1
         execution = session.Execution(
             f"model-{self._turn}", "model", turn_index=self._turn, attempt=self._attempt
@@ -676,13 +758,28 @@ class SessionRecorder(RunHooks[Any]):
         return execution
 
     def _attempt_end(
-        self, execution: session.Execution, response: ModelResponse | None, error: BaseException | None
+        self,
+        execution: session.Execution,
+        response: ModelResponse | Response | None,
+        error: BaseException | None,
     ) -> None:
-        self._last_error = error
+        if not execution.parent_id:
+            self._last_error = error
         if response is None:
             self._record("model_exec_end", execution=execution, error=error)
             return
         self._record("model_exec_end", execution=execution, message=_response_message(response))
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[_T]) -> AsyncIterator[AsyncIterator[_T]]:
+    """*stream*, closed when done with (an iterator that cannot be closed is left as it is)."""
+    try:
+        yield stream
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class _RecordingModel(Model):
@@ -733,7 +830,7 @@ class _RecordingModel(Model):
         recorder._attempt_end(execution, response, None)
         return response
 
-    def stream_response(
+    async def stream_response(
         self,
         system_instructions: str | None,
         input: str | list[TResponseInputItem],  # noqa: A002 - the interface's name
@@ -747,19 +844,38 @@ class _RecordingModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> AsyncIterator[TResponseStreamEvent]:
-        # Streamed runs are not recorded: SessionRecorder.run uses Runner.run.
-        return self._wrapped.stream_response(
-            system_instructions,
-            input,
-            model_settings,
-            tools,
-            output_schema,
-            handoffs,
-            tracing,
-            previous_response_id=previous_response_id,
-            conversation_id=conversation_id,
-            prompt=prompt,
-        )
+        recorder = self._recorder
+        messages = recorder._sent(system_instructions, input)
+        request = _request(messages, model_settings, tools, output_schema, self._name)
+        execution = recorder._attempt_start(request)
+        completed: Response | None = None
+        try:
+            stream = self._wrapped.stream_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
+            async with _closing(stream) as events:
+                async for event in events:
+                    if isinstance(event, ResponseCompletedEvent):
+                        completed = event.response
+                    yield event
+        except BaseException as exc:
+            recorder._attempt_end(execution, None, exc)
+            raise
+        if completed is None:
+            recorder._attempt_end(
+                execution, None, RuntimeError("the stream ended without a completed response")
+            )
+            return
+        recorder._attempt_end(execution, completed, None)
 
 
 class _RecordingProvider(ModelProvider):
@@ -788,20 +904,41 @@ class _ErrorMarker:
         return await message if asyncio.iscoroutine(message) else message
 
 
-def _watched(tool: Tool, failures: dict[str, BaseException], begun: dict[str, float]) -> Tool:
+def _watched(tool: Tool, recorder: SessionRecorder) -> Tool:
     """A copy of a function *tool* that notes in *failures* each call that fails in a way the
     SDK turns into a message for the model rather than an error: a timeout or cancellation
     (the invoker is cancelled), and an exception its own ``failure_error_function`` formats
     (the SDK's default one tells the ``tool_error_formatter``).  What the tool does and what
-    the model is told are unchanged."""
+    the model is told are unchanged.  Model calls made while it runs (an agent run as a tool)
+    are recorded as nested in its call."""
     if not isinstance(tool, FunctionTool):
         return tool
     watched = copy.copy(tool)  # the SDK's own copy: the invoker is bound to the copy
-    watched.on_invoke_tool = _Invoker(watched.on_invoke_tool, tool, failures, begun)
+    watched.on_invoke_tool = _Invoker(watched.on_invoke_tool, tool, recorder)
     formatter = resolve_function_tool_failure_error_function(tool)
     if formatter is not None and formatter is not default_tool_error_function:
-        set_function_tool_failure_error_function(watched, _FailureNoter(formatter, failures))
+        set_function_tool_failure_error_function(watched, _FailureNoter(formatter, recorder._failures))
     return watched
+
+
+def _unreachable(tool: FunctionTool) -> str:
+    """Why the model calls of the agent that *tool* runs (an agent as a tool) cannot be
+    recorded; "" when they can (or it runs no agent)."""
+    agent = getattr(tool, "_agent_instance", None)
+    if isinstance(agent, Agent) and isinstance(agent.model, Model):
+        return (
+            f"the agent tool {tool.name!r} runs agent {agent.name!r}, whose model is a Model object"
+            " the recorder cannot wrap: its model calls are not recorded (give that agent a model"
+            " name and the RunConfig a model_provider to have them recorded)"
+        )
+    return ""
+
+
+# the recorder and the tool call whose work runs now (an agent run as a tool): model calls
+# made in it are that call's nested executions
+_CALLER: contextvars.ContextVar[tuple[SessionRecorder, session.Execution] | None] = contextvars.ContextVar(
+    "session_openai_agents_caller", default=None
+)
 
 
 @dataclasses.dataclass
@@ -813,20 +950,26 @@ class _Invoker:
 
     invoke: Any
     tool: FunctionTool
-    failures: dict[str, BaseException]
-    begun: dict[str, float]
+    recorder: SessionRecorder
 
     async def __call__(self, context: ToolContext[Any], arguments: str) -> Any:
-        started = self.begun.get(context.tool_call_id, time.monotonic())
+        recorder = self.recorder
+        started = recorder._begun.get(context.tool_call_id, time.monotonic())
+        running = recorder._tools.get(context.tool_call_id)
+        if running is not None:
+            recorder._gap(running[0], _unreachable(self.tool))
+        token = _CALLER.set(None if running is None else (recorder, running[0]))
         try:
             return await self.invoke(context, arguments)
         except asyncio.CancelledError as exc:
             limit = self.tool.timeout_seconds
             if limit is not None and time.monotonic() - started >= limit:
-                self.failures[context.tool_call_id] = ToolTimeoutError(self.tool.name, limit)
+                recorder._failures[context.tool_call_id] = ToolTimeoutError(self.tool.name, limit)
             else:
-                self.failures[context.tool_call_id] = exc
+                recorder._failures[context.tool_call_id] = exc
             raise
+        finally:
+            _CALLER.reset(token)
 
     def __getattr__(self, name: str) -> Any:
         if name == "invoke":  # not set yet (a copy being made): no such attribute

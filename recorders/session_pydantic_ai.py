@@ -39,15 +39,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import json
 import os
+import re
+import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import pydantic
+import pydantic_ai
 import pydantic_core
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import AbstractCapability
@@ -67,6 +71,14 @@ from pydantic_ai.tools import RunContext, ToolDefinition
 import session
 
 __all__ = ["SessionRecorder", "recording", "to_json", "to_messages"]
+
+_NEEDED = (2, 68)  # the oldest pydantic-ai-slim the recorder is tested with, and records whole
+if tuple(int(number) for number in re.findall(r"\d+", pydantic_ai.__version__)[:2]) < _NEEDED:
+    raise ImportError(
+        f"session_pydantic_ai needs pydantic-ai-slim 2.68 or later (which needs Python 3.11 or"
+        f" later), not {pydantic_ai.__version__}: older releases (what pip gives on Python 3.10)"
+        " fail inside the agent's run"
+    )
 
 
 @contextlib.asynccontextmanager
@@ -339,6 +351,10 @@ class SessionRecorder(AbstractCapability[Any]):
     message history (pydantic-ai's own JSON form) is saved at the end of every turn; resume by
     passing ``recorder.history()`` (or ``ModelMessagesTypeAdapter.validate_python`` of the
     checkpoint) as ``message_history``.  *source* is the session the history is read from.
+    A delegate agent run inside one of its tool calls and handed the recorder
+    (``capabilities=[recorder]``) has its model calls recorded nested in that call; one run
+    without it, sharing the run's usage (``usage=ctx.usage``), is a warning and a
+    ``recording_gap`` event in the call.
     """
 
     run: session.Run
@@ -354,6 +370,7 @@ class SessionRecorder(AbstractCapability[Any]):
     _tools: dict[str, session.Execution] = field(default_factory=dict, init=False)
     _tool_calls: int = field(default=0, init=False)
     _tool_errors: int = field(default=0, init=False)
+    _nested: dict[str, int] = field(default_factory=dict, init=False)  # model calls in a tool call
     # every response and request part converted once: the same object whenever it is sent again
     # (per part: pydantic-ai and capabilities add parts to a request after the hooks saw it)
     _converted: _Converted[session.Message] = field(
@@ -369,7 +386,12 @@ class SessionRecorder(AbstractCapability[Any]):
         """The ``CallRef`` of *execution* in this run, for the host's timeline."""
         return self.run.ref(execution)
 
-    async def for_run(self, ctx: RunContext[Any]) -> SessionRecorder:
+    async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
+        """This recorder for its run; for a run inside one of its tool calls (a delegate
+        agent), a capability that records that run's model calls nested in the call."""
+        caller = _CALLER.get()
+        if self._started and caller is not None and caller[0] is self:
+            return _Delegated(self, caller[1])
         if self._started:
             raise RuntimeError("a SessionRecorder records one run: give each run its own recording()")
         self._started = True
@@ -467,13 +489,30 @@ class SessionRecorder(AbstractCapability[Any]):
         handler: WrapToolExecuteHandler,
     ) -> Any:
         execution = self._tools[call.tool_call_id]
+        requests, nested = ctx.usage.requests, self._nested.get(execution.id, 0)
+        token = _CALLER.set((self, execution))
         try:
             result = await handler(args)
         except BaseException as exc:
             self._tool_end(execution, call, None, exc)
             raise
+        finally:
+            _CALLER.reset(token)
+        unseen = ctx.usage.requests - requests - (self._nested.get(execution.id, 0) - nested)
+        if unseen > 0:
+            self._gap(execution, call, unseen)
         self._tool_end(execution, call, result, None)
         return result
+
+    def _gap(self, execution: session.Execution, call: pm.ToolCallPart, unseen: int) -> None:
+        """Say loudly, at run time and in the file (a ``recording_gap`` event in the tool
+        call), that *unseen* model requests made in the tool call went unrecorded."""
+        why = (
+            f"the tool {call.tool_name!r} made {unseen} model request(s) the recorder did not see"
+            " (an agent run in it without the recorder: pass it capabilities=[recorder])"
+        )
+        warnings.warn(f"session_pydantic_ai: {why}", RuntimeWarning, stacklevel=2)
+        self._record("recording_gap", execution=execution, details={"unrecorded": why})
 
     # -- writing
 
@@ -538,20 +577,71 @@ class SessionRecorder(AbstractCapability[Any]):
         self._record("model_request", execution=execution, request=_request(sent, settings, params, model))
         return execution
 
+    def _nested_start(
+        self,
+        caller: session.Execution,
+        messages: list[pm.ModelMessage],
+        settings: ModelSettings | None,
+        params: ModelRequestParameters,
+        model: str,
+    ) -> session.Execution:
+        """A model call of a delegate agent run in the tool call *caller*: nested in it."""
+        self._nested[caller.id] = count = self._nested.get(caller.id, 0) + 1
+        execution = session.Execution(
+            f"{caller.id}/model-{count}", "model", parent_id=caller.id, turn_index=self._turn
+        )
+        self._record("model_exec_start", execution=execution)
+        sent = self._converted.all([unit for message in messages for unit in _units(message)])
+        self._record("model_request", execution=execution, request=_request(sent, settings, params, model))
+        return execution
+
     def _attempt_end(
         self, execution: session.Execution, response: pm.ModelResponse | None, error: BaseException | None
     ) -> None:
-        self._last_error = error
+        if not execution.parent_id:
+            self._last_error = error
         if response is not None:
             self._record("model_exec_end", execution=execution, message=_response_message(response))
         else:
             self._record("model_exec_end", execution=execution, error=error)
 
 
+# the recorder and the tool call running now: a delegate agent run in it is nested in it
+_CALLER: contextvars.ContextVar[tuple[SessionRecorder, session.Execution] | None] = contextvars.ContextVar(
+    "session_pydantic_ai_caller", default=None
+)
+
+
+@dataclass
+class _Delegated(AbstractCapability[Any]):
+    """The recorder, given to a delegate agent's run inside its tool call *caller*: that
+    run's model calls are recorded as executions nested in the call, with their usage."""
+
+    recorder: SessionRecorder
+    caller: session.Execution
+
+    def get_wrapper_model(self, model: Model) -> Model | None:
+        return _RecordingModel(model, self)
+
+    def _attempt_start(
+        self,
+        messages: list[pm.ModelMessage],
+        settings: ModelSettings | None,
+        params: ModelRequestParameters,
+        model: str,
+    ) -> session.Execution:
+        return self.recorder._nested_start(self.caller, messages, settings, params, model)
+
+    def _attempt_end(
+        self, execution: session.Execution, response: pm.ModelResponse | None, error: BaseException | None
+    ) -> None:
+        self.recorder._attempt_end(execution, response, error)
+
+
 class _RecordingModel(WrapperModel):
     """The model of one attempt: records what is sent and what comes back or fails."""
 
-    def __init__(self, wrapped: Model, recorder: SessionRecorder) -> None:
+    def __init__(self, wrapped: Model, recorder: SessionRecorder | _Delegated) -> None:
         super().__init__(wrapped)
         self._recorder = recorder
 

@@ -33,9 +33,17 @@ from conftest import (
 
 need("langgraph")
 
-from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.callbacks import AsyncCallbackHandler, CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    messages_from_dict,
+)
+from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import BaseTool, tool
 from langgraph.errors import NodeCancelledError
@@ -493,3 +501,85 @@ def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: P
 
     asyncio.run(main())
     check_redacted(path)
+
+
+class StreamingFakeChatModel(GenericFakeChatModel):
+    """The fake chat model, its stream ending with the reply's usage, as a provider's does."""
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        message = self._generate(messages, stop, run_manager, **kwargs).generations[0].message
+        assert isinstance(message, AIMessage)
+        alone = GenericFakeChatModel(messages=iter([message]))
+        yield from alone._stream(messages, stop, run_manager, **kwargs)
+        yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=message.usage_metadata))
+
+
+def test_a_chat_model_called_alone_is_the_run(tmp_path: Path) -> None:
+    """A chat model streamed or invoked on its own (no chain around it) is a run of one turn:
+    agent_start, the turn, agent_end; a checkpoint holds the prompt and the reply."""
+
+    async def main(path: Path, streamed: bool) -> str:
+        model = StreamingFakeChatModel(messages=Script(reply("hello there", 4)))
+        async with recording(path, checkpoint=True) as recorder:
+            prompt = [*recorder.history(), HumanMessage("hi")]
+            if not streamed:
+                return str((await model.ainvoke(prompt, {"callbacks": [recorder]})).content)
+            chunks = [chunk async for chunk in model.astream(prompt, {"callbacks": [recorder]})]
+            assert len(chunks) > 1  # it did stream
+            return "".join(str(chunk.content) for chunk in chunks)
+
+    for streamed in (False, True):
+        path = tmp_path / f"streamed-{streamed}.jsonl"
+        assert asyncio.run(main(path, streamed)) == "hello there"
+        summary = check_file(path)
+        assert [run.end_reason for run in summary.runs] == ["stop"]
+        [end] = events(path, "agent_end")
+        assert end.summary is not None and end.summary.turn_count == 1
+        kinds = [
+            r.type
+            for r in session.iter_records(path)
+            if r.type in ("agent_start", "turn_start", "turn_end", "agent_end")
+        ]
+        assert kinds == ["agent_start", "turn_start", "turn_end", "agent_end"], kinds
+        assert [(m.role, m.content[0]["text"]) for m in messages(path)] == [
+            ("user", "hi"),
+            ("assistant", "hello there"),
+        ]
+        opened = session.open(path)
+        saved = opened.load_checkpoint()
+        opened.close()
+        assert saved is not None
+        assert [m.content for m in messages_from_dict(saved.snapshot)] == ["hi", "hello there"]
+
+
+def test_a_chat_model_alone_that_fails_or_is_closed_early(tmp_path: Path) -> None:
+    async def failing(path: Path) -> None:
+        model = GenericFakeChatModel(messages=Script(RateLimitError("429: rate limit reached")))
+        async with recording(path) as recorder:
+            async for _ in model.astream([HumanMessage("hi")], {"callbacks": [recorder]}):
+                pass
+
+    async def closed_early(path: Path) -> None:
+        model = StreamingFakeChatModel(messages=Script(reply("one two three")))
+        async with recording(path) as recorder:
+            chunks = model.astream([HumanMessage("hi")], {"callbacks": [recorder]})
+            stream = cast(AsyncGenerator[Any, None], chunks)  # an async generator, as the host holds it
+            async for _ in stream:
+                break
+            await stream.aclose()
+
+    with pytest.raises(RateLimitError):
+        asyncio.run(failing(tmp_path / "failed.jsonl"))
+    [run] = check_file(tmp_path / "failed.jsonl").runs
+    assert (run.end_reason, run.error) == (
+        "error",
+        {"message": "429: rate limit reached", "type": "RateLimitError"},
+    )
+    asyncio.run(closed_early(tmp_path / "closed.jsonl"))
+    check_aborted(tmp_path / "closed.jsonl")

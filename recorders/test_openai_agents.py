@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 from collections import Counter
+from collections.abc import AsyncGenerator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from conftest import (
     SECRET,
     as_read,
+    check_aborted,
     check_both_versions,
     check_conversation,
     check_converted_once,
     check_each_message_once,
     check_file,
+    check_gap,
+    check_nested,
     check_redacted,
     check_tool_failures,
     events,
@@ -34,9 +39,12 @@ import httpx2
 import openai
 from agents import (
     Agent,
+    Model,
+    ModelProvider,
     ModelSettings,
     RunConfig,
     RunContextWrapper,
+    Runner,
     Usage,
     function_tool,
     retry_policies,
@@ -434,3 +442,185 @@ def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: P
 
     asyncio.run(main())
     check_redacted(path)
+
+
+def scenario() -> Agent[Any]:
+    """A retried call, parallel tools with one failing, then the answer."""
+    model = ScriptedModel(
+        [
+            rate_limited(),
+            ModelStep(
+                output=[
+                    call("call-add", "add", '{"a": 2, "b": 3}'),
+                    call("call-lookup", "lookup", '{"key": "x"}'),
+                ],
+                usage=Usage(requests=1, input_tokens=11, output_tokens=7, total_tokens=18),
+            ),
+            answer("done", tokens=23),
+        ]
+    )
+    return Agent(name="calc", model=model, tools=[add, lookup], model_settings=RETRY)
+
+
+def shape(path: Path) -> list[tuple[str, str, int, Any]]:
+    """What the file records, times and ids of records aside: each record's type, execution,
+    attempt, and the message, request or summary it holds, unstamped."""
+    out = []
+    for record in session.iter_records(path):
+        data = record.data
+        execution = data.get("execution") or {}
+        held = data.get("message") or data.get("request") or data.get("summary")
+        out.append((record.type, execution.get("id", ""), execution.get("attempt", 0), timeless(held)))
+    return out
+
+
+def timeless(value: Any) -> Any:
+    """*value* without the timestamps of the messages in it."""
+    if isinstance(value, dict):
+        return {key: timeless(item) for key, item in value.items() if key != "timestamp"}
+    if isinstance(value, list):
+        return [timeless(item) for item in value]
+    return value
+
+
+def test_a_streamed_run_records_what_a_run_records(tmp_path: Path) -> None:
+    async def main(path: Path, streamed: bool) -> Any:
+        async with recording(path) as recorder:
+            if not streamed:
+                return (await recorder.run(scenario(), "add 2 and 3, and look up x")).final_output
+            result = recorder.run_streamed(scenario(), "add 2 and 3, and look up x")
+            kinds = Counter([event.type async for event in result.stream_events()])
+            assert kinds["raw_response_event"] > 0, kinds  # it did stream
+            return result.final_output
+
+    assert asyncio.run(main(tmp_path / "run.jsonl", streamed=False)) == "done"
+    assert asyncio.run(main(tmp_path / "streamed.jsonl", streamed=True)) == "done"
+    summary = check_file(tmp_path / "streamed.jsonl")
+    assert summary.usage["total_tokens"] == 43
+    assert summary.runs[0].end_reason == "stop"
+    assert shape(tmp_path / "streamed.jsonl") == shape(tmp_path / "run.jsonl")
+    check_conversation(tmp_path / "streamed.jsonl", "done")
+
+
+def test_a_streamed_run_that_fails_or_is_closed_early_is_recorded_so(tmp_path: Path) -> None:
+    @function_tool(failure_error_function=None)
+    def fetch(key: str) -> str:
+        """Fetch a key; errors end the run."""
+        raise KeyError(key)
+
+    async def failing(path: Path) -> None:
+        model = ScriptedModel([ModelStep(output=[call("call-1", "fetch", '{"key": "x"}')], usage=USAGE)])
+        async with recording(path) as recorder:
+            result = recorder.run_streamed(Agent(name="fetcher", model=model, tools=[fetch]), "fetch x")
+            async for _ in result.stream_events():
+                pass
+
+    async def closed_early(path: Path) -> None:
+        async with recording(path) as recorder:
+            result = recorder.run_streamed(scenario(), "add 2 and 3, and look up x")
+            async with contextlib.aclosing(cast(AsyncGenerator[Any, None], result.stream_events())) as stream:
+                async for _ in stream:
+                    break
+
+    with pytest.raises(Exception, match="x") as raised:
+        asyncio.run(failing(tmp_path / "failed.jsonl"))
+    run = check_file(tmp_path / "failed.jsonl").runs[0]
+    assert (run.end_reason, run.error) == (
+        "error",
+        {"message": str(raised.value), "type": raised.type.__name__},
+    )
+    assert [
+        e.execution.attempt for e in events(tmp_path / "failed.jsonl", "model_exec_end") if e.execution
+    ] == [1]
+
+    asyncio.run(closed_early(tmp_path / "closed.jsonl"))
+    check_aborted(tmp_path / "closed.jsonl")
+
+
+@dataclasses.dataclass
+class Provider(ModelProvider):
+    """Models by name, as a host's provider gives them."""
+
+    models: dict[str, Model]
+
+    def get_model(self, model_name: str | None) -> Model:
+        return self.models[str(model_name)]
+
+
+def test_an_agent_run_as_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    sub_model = ScriptedModel([answer("found it", tokens=20)])
+    researcher = Agent(name="researcher", model="sub")
+    research = researcher.as_tool(tool_name="research", tool_description="Research a question.")
+    model = ScriptedModel(
+        [ModelStep(output=[call("call-r", "research", '{"input": "why"}')], usage=USAGE), answer("done")]
+    )
+    agent = Agent(name="lead", model=model, tools=[research])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            config = RunConfig(model_provider=Provider({"sub": sub_model}))
+            return (await recorder.run(agent, "find out", run_config=config)).final_output
+
+    assert asyncio.run(main()) == "done"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 6 + 22 + 5  # the sub-agent's call counted
+    [tool] = [e.execution for e in events(path, "tool_exec_start")]
+    assert tool is not None
+    starts = [
+        (e.execution.id, e.execution.parent_id) for e in events(path, "model_exec_start") if e.execution
+    ]
+    assert starts == [("model-1", ""), (f"{tool.id}/model-1", tool.id), ("model-2", "")]
+    check_nested(path, "call-r", 22)
+    [end] = [e for e in events(path, "model_exec_end") if e.execution and e.execution.parent_id]
+    assert end.message is not None and end.message["value"]["usage"]["total_tokens"] == 22
+    assert [e.tool_id for e in events(path, "tool_exec_end")] == ["call-r"]
+
+
+def test_a_handoff_to_an_agent_with_its_own_model_is_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    helper = Agent(name="helper", model=ScriptedModel([answer("helped", tokens=20)]))
+    model = ScriptedModel([ModelStep(output=[call("call-h", "transfer_to_helper", "{}")], usage=USAGE)])
+    agent = Agent(name="lead", model=model, handoffs=[helper])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            return (await recorder.run(agent, "help")).final_output
+
+    assert asyncio.run(main()) == "helped"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 6 + 22  # 13 of 26 before: the helper's was missing
+    assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == ["model-1", "model-2"]
+
+
+def test_an_agent_tool_the_recorder_cannot_reach_is_a_loud_gap(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    researcher = Agent(name="researcher", model=ScriptedModel([answer("found it")]))
+    research = researcher.as_tool(tool_name="research", tool_description="Research a question.")
+    model = ScriptedModel(
+        [ModelStep(output=[call("call-r", "research", '{"input": "why"}')], usage=USAGE), answer("done")]
+    )
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            return (await recorder.run(Agent(name="lead", model=model, tools=[research]), "go")).final_output
+
+    with pytest.warns(RuntimeWarning, match="'research' runs agent 'researcher'.*not recorded"):
+        assert asyncio.run(main()) == "done"
+    check_gap(path, "call-r")
+
+
+def test_the_recorder_given_to_runner_as_hooks_is_a_loud_gap(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            result = Runner.run_streamed(scenario(), "add 2 and 3, and look up x", hooks=recorder)
+            async for _ in result.stream_events():
+                pass
+
+    with pytest.warns(RuntimeWarning, match="given to Runner as hooks"):
+        asyncio.run(main())
+    [gap] = events(path, "recording_gap")
+    assert isinstance(gap.details, dict) and "recorder.run_streamed" in gap.details["unrecorded"]
+    assert [g.kind for g in session.summarize(path).gaps] == ["no_agent_end"]

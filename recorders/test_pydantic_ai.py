@@ -21,6 +21,8 @@ from conftest import (
     check_converted_once,
     check_each_message_once,
     check_file,
+    check_gap,
+    check_nested,
     check_redacted,
     check_tool_failures,
     events,
@@ -515,3 +517,73 @@ def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: P
 
     asyncio.run(main())
     check_redacted(path)
+
+
+def delegating(delegate: Agent[None, str], given: list[AbstractCapability[Any]]) -> Agent[None, str]:
+    """An agent whose ``research`` tool runs *delegate* (sharing the run's usage) with the
+    capabilities *given*; the model calls the tool, then answers with its result."""
+
+    def lead(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            p
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, ToolReturnPart)
+        ]
+        if not returns:
+            call = ToolCallPart("research", {"question": "why"}, "call-r")
+            return ModelResponse([call], usage=RequestUsage(input_tokens=5, output_tokens=1))
+        text = f"lead: {returns[0].content}"
+        return ModelResponse([TextPart(text)], usage=RequestUsage(input_tokens=7, output_tokens=2))
+
+    agent = Agent(FunctionModel(lead, model_name="lead"))
+
+    @agent.tool
+    async def research(ctx: RunContext[Any], question: str) -> str:
+        result = await delegate.run(question, usage=ctx.usage, capabilities=list(given))
+        return result.output
+
+    return agent
+
+
+def answering(text: str, tokens: int) -> Agent[None, str]:
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse([TextPart(text)], usage=RequestUsage(input_tokens=tokens, output_tokens=2))
+
+    return Agent(FunctionModel(answer, model_name="delegate"))
+
+
+def test_a_delegate_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    given: list[AbstractCapability[Any]] = []
+
+    async def main() -> str:
+        async with recording(path) as recorder:
+            given.append(recorder)  # the tool hands the delegate the recorder
+            result = await delegating(answering("found it", 20), given).run("why?", capabilities=[recorder])
+        return result.output
+
+    assert asyncio.run(main()) == "lead: found it"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 6 + 22 + 9  # the delegate's call counted
+    [tool] = [e.execution for e in events(path, "tool_exec_start")]
+    assert tool is not None
+    starts = [
+        (e.execution.id, e.execution.parent_id) for e in events(path, "model_exec_start") if e.execution
+    ]
+    assert starts == [("model-1", ""), (f"{tool.id}/model-1", tool.id), ("model-2", "")]
+    check_nested(path, "call-r", 22)
+
+
+def test_a_delegate_run_without_the_recorder_is_a_loud_gap(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> str:
+        async with recording(path) as recorder:
+            result = await delegating(answering("found it", 20), []).run("why?", capabilities=[recorder])
+        return result.output
+
+    with pytest.warns(RuntimeWarning, match="'research' made 1 model request.*did not see"):
+        assert asyncio.run(main()) == "lead: found it"
+    check_gap(path, "call-r")
