@@ -4014,8 +4014,10 @@ class RunInfo:
 @dataclass(frozen=True)
 class Gap:
     """Missing evidence: *kind* is ``run_not_closed``, ``no_agent_end``,
-    ``model_call_unfinished`` or ``tool_call_unfinished``; *seq* is the record that opened
-    it; *ref* the call to look up (``None`` for the first two)."""
+    ``model_call_unfinished``, ``tool_call_unfinished`` or ``unrecorded`` (a
+    ``recording_gap`` record: its recorder says it missed something); *seq* is the record that
+    opened it; *ref* the call to look up (``None`` for the first two, and for a
+    ``recording_gap`` outside a call)."""
 
     kind: str
     run_id: str
@@ -4078,6 +4080,7 @@ _SUMMARY_DATA: _DataKeys = {
     "tool_exec_end": frozenset({"execution"}),
     "model_exec_end": frozenset({"execution", "error", "message"}),
     "agent_end": frozenset(EventData.__annotations__),  # its fields: all it checks
+    "recording_gap": frozenset({"execution"}),
 }
 
 
@@ -4112,9 +4115,16 @@ class _RunState:
         self.agent_start: Optional[int] = None  # seq of the first agent_start not yet ended
         # (gap kind, (execution id, attempt)) -> opening seq; CallRefs are built for the gaps only
         self.open_calls: Dict[Tuple[str, Tuple[str, int]], int] = {}
+        # recording_gap records: (execution id, attempt), or the seq outside a call -> seq
+        self.unrecorded: Dict[Union[Tuple[str, int], int], int] = {}
 
 
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
+
+
+def _ref_of(session_id: str, run_id: str, call: Union[Tuple[str, int], int]) -> Optional[CallRef]:
+    """The CallRef of *call*, an (execution id, attempt), or ``None`` for a seq (no call)."""
+    return CallRef(session_id, run_id, *call) if isinstance(call, tuple) else None
 
 
 class _Summarizer:
@@ -4158,6 +4168,9 @@ class _Summarizer:
                 self._add_usage(record.data.get("message"))
         elif kind == "run_close":
             run.closed = True
+        elif kind == "recording_gap":
+            call = _execution_key(record)
+            run.unrecorded.setdefault(record.seq if call is None else call, record.seq)  # one per call
         elif kind == "agent_start":
             if run.agent_start is None:
                 run.agent_start = record.seq
@@ -4198,6 +4211,10 @@ class _Summarizer:
             gaps += [
                 Gap(kind, run_id, seq, CallRef(result.session_id, run_id, *call))
                 for (kind, call), seq in run.open_calls.items()
+            ]
+            gaps += [
+                Gap("unrecorded", run_id, seq, _ref_of(result.session_id, run_id, call))
+                for call, seq in run.unrecorded.items()
             ]
         gaps.sort(key=lambda gap: gap.seq)
         checkpoints = self.counts.get("checkpoint", 0)

@@ -4936,6 +4936,24 @@ def test_summarize_finds_runs_counts_usage_and_gaps(tmp_path: Path) -> None:
     ]
 
 
+def test_summarize_counts_what_a_recorder_says_it_missed_as_a_gap(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    tool = Execution("t1", "tool")
+    with session.create(path) as s, s.begin_run() as run:
+        for execution in (tool, tool, None):  # twice in one call: one gap for it
+            run.record(Event("recording_gap", execution=execution, details={"unrecorded": "a sub-agent"}))
+    rs = records(path)
+    summary = session.summarize(path)
+    assert summary.gaps == [
+        session.Gap(
+            "unrecorded", rs[1].run_id or "", 3, CallRef(rs[0].session_id, rs[1].run_id or "", "t1", 1)
+        ),
+        session.Gap("unrecorded", rs[1].run_id or "", 5, None),
+    ]
+    shown = run_cli("summary", str(path))
+    assert shown.returncode == 0 and "gaps: 2" in shown.stdout and "seq 5: unrecorded, run " in shown.stdout
+
+
 def test_summarize_adds_up_only_token_counts(tmp_path: Path) -> None:
     class AsIs:  # a host's codec that writes what it is given, as older writers did
         def encode(self, value: Any) -> Any:

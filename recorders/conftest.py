@@ -37,14 +37,15 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def check_file(path: Path) -> session.Summary:
-    """The file validates, its summary shows no gaps, every successful model attempt carries
-    its usage, and every tool call is found whole; its summary for further checks."""
+def check_file(path: Path, unrecorded: tuple[session.CallRef, ...] = ()) -> session.Summary:
+    """The file validates, its summary shows no gaps but the calls *unrecorded* (where the
+    recorder says it missed work), every successful model attempt carries its usage, and
+    every tool call is found whole; its summary for further checks."""
     validated = _cli("validate", str(path))
     assert validated.returncode == 0, validated.stderr
     assert ": ok," in validated.stdout
     summary = session.summarize(path)
-    assert summary.gaps == [], summary.gaps
+    assert [(gap.kind, gap.ref) for gap in summary.gaps] == [("unrecorded", ref) for ref in unrecorded]
     assert all(run.closed for run in summary.runs)
     failed: dict[str, bool] = {}  # tool call id -> whether its tool_exec_end is an error
     every: dict[str, bool] = {}  # and the same for all runs
@@ -226,10 +227,11 @@ def check_nested(path: Path, tool_id: str, tokens: int) -> None:
 def check_gap(path: Path, tool_id: str) -> None:
     """Work in the tool call *tool_id* the recorder could not see is said in the file: a
     ``recording_gap`` event in that call, saying what went unrecorded."""
-    check_file(path)
     [gap] = events(path, "recording_gap")
     [tool] = [e for e in events(path, "tool_exec_start") if e.tool_id == tool_id]
-    assert gap.execution == tool.execution
+    assert gap.execution == tool.execution and tool.execution is not None
+    [run] = {r.run_id for r in session.iter_records(path) if r.type == "recording_gap"}
+    check_file(path, (session.CallRef(session.summarize(path).session_id, str(run), tool.execution.id, 1),))
     assert isinstance(gap.details, dict) and gap.details["unrecorded"], gap
 
 

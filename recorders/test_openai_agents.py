@@ -623,4 +623,4 @@ def test_the_recorder_given_to_runner_as_hooks_is_a_loud_gap(tmp_path: Path) -> 
         asyncio.run(main())
     [gap] = events(path, "recording_gap")
     assert isinstance(gap.details, dict) and "recorder.run_streamed" in gap.details["unrecorded"]
-    assert [g.kind for g in session.summarize(path).gaps] == ["no_agent_end"]
+    assert [g.kind for g in session.summarize(path).gaps] == ["no_agent_end", "unrecorded"]
