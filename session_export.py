@@ -39,6 +39,7 @@ import io
 import json
 import os
 import re
+import stat
 import sys
 from typing import (
     Any,
@@ -53,6 +54,7 @@ from typing import (
     Protocol,
     Set,
     Tuple,
+    TypeVar,
     Union,
 )
 
@@ -429,8 +431,8 @@ else:
             os.close(fd)
 
 
-def _new_file(name: str) -> BinaryIO:
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
+def _new_file(name: str, mode: int = 0o600) -> BinaryIO:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, mode)
     return builtins.open(fd, "wb", _READ_BUFFER)
 
 
@@ -780,6 +782,17 @@ def _hs(value: Any) -> str:
     return _h(text, inline=True) + ('<span class="cut">…</span>' if cut else "")
 
 
+_T = TypeVar("_T")
+
+
+def _output_step(step: Callable[[], _T]) -> _T:
+    """*step*, which opens, writes or places the output: an OSError of it is the output's."""
+    try:
+        return step()
+    except OSError as exc:
+        raise _OutputError(exc) from exc
+
+
 class _PageOut:
     """The page as it is written: UTF-8 bytes, counted against the budget."""
 
@@ -790,7 +803,7 @@ class _PageOut:
 
     def write(self, *parts: str) -> None:
         data = "".join(parts).encode()
-        self._out.write(data)
+        _output_step(lambda: self._out.write(data))
         self.size += len(data)
 
     @property
@@ -1305,20 +1318,42 @@ def _html_command(args: Any) -> int:
 
 
 def _publish_page(args: Any, facts: _Facts, summary: Summary, source: BinaryIO) -> None:
-    """The page to stdout, or to ``--output``, where it appears whole or not at all."""
+    """The page to stdout, or to ``--output``: a new path or a regular file gets it whole or
+    not at all (written under a temporary name, then renamed over it); anything else, such as
+    a symlink, a device or a pipe, is written through and never replaced.  Whatever fails
+    there is the output's fault (``_OutputError``)."""
     if args.output is None:
         _write_page(args, facts, summary, source, sys.stdout.buffer)
         return
     if os.path.exists(args.output) and os.path.samefile(args.output, args.file):
         raise OSError(errno.EEXIST, f"will not write the page over the session itself ({args.output})")
-    temporary = args.output + ".partial"
+    through = not _output_step(lambda: _replaceable(args.output))
+    target = args.output if through else f"{args.output}.{_new_id()[:12]}.tmp"
+    out = _output_step(lambda: _opened_output(target, through))
     try:
-        with builtins.open(temporary, "wb") as out:
-            _write_page(args, facts, summary, source, out)
-        os.replace(temporary, args.output)
+        _write_page(args, facts, summary, source, out)
+        _output_step(out.close if through else lambda: _finish(out))
+        if not through:
+            _output_step(lambda: os.replace(target, args.output))
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        with contextlib.suppress(OSError):  # what a failed write left in the buffer fails again
+            out.close()
+        if not through:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target)
+
+
+def _opened_output(name: str, through: bool) -> BinaryIO:
+    """*name* opened to write the page through it, or else created as a new file."""
+    return builtins.open(name, "wb") if through else _new_file(name, 0o666)
+
+
+def _replaceable(name: str) -> bool:
+    """Whether *name* is new or a regular file (not a symlink): what a rename may replace."""
+    try:
+        return stat.S_ISREG(os.lstat(name).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 def _write_page(args: Any, facts: _Facts, summary: Summary, source: BinaryIO, out: BinaryIO) -> None:

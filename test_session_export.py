@@ -1047,3 +1047,78 @@ def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
     assert done.returncode == 2 and "positive" in done.stderr and not out.exists()
     done = run_cli("html", good, "-o", str(out))
     assert done.returncode == 0 and out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_html_page_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
+    path = busy_file(tmp_path / "s.jsonl", 60, seed=1)  # a page larger than a pipe holds
+    reader = subprocess.Popen(
+        [sys.executable, str(MODULE), "html", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    assert reader.stdout.read(15) == b"<!DOCTYPE html>"
+    reader.stdout.close()  # as `| head -c 15` does
+    assert (reader.wait(timeout=120), reader.stderr.read()) == (0, b"")
+    reader.stderr.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full stands for a full disk")
+def test_html_page_on_a_full_disk_blames_the_output_and_never_replaces_a_device(tmp_path: Path) -> None:
+    path = busy_file(tmp_path / "s.jsonl", 60, seed=1)
+    full = f"python -m session html: cannot write the output: {os.strerror(errno.ENOSPC)}\n"
+    with open("/dev/full", "wb") as out:
+        done = subprocess.run(
+            [sys.executable, str(MODULE), "html", str(path)], stdout=out, stderr=subprocess.PIPE, text=True
+        )
+    assert (done.returncode, done.stderr) == (74, full)
+    done = run_cli("html", str(path), "-o", "/dev/full")
+    assert (done.returncode, done.stderr) == (74, full)
+    assert os.stat("/dev/full").st_rdev and not os.path.isfile("/dev/full")  # still the device
+    assert sorted(p.name for p in Path("/dev").glob("full*")) == ["full"]  # no temporary left
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a file size limit (RLIMIT_FSIZE) stands for a full disk")
+def test_html_page_that_cannot_be_written_leaves_the_old_page(tmp_path: Path) -> None:
+    path = busy_file(tmp_path / "s.jsonl", 60, seed=1)
+    out = tmp_path / "page.html"
+    out.write_text("the old page", encoding="utf-8")
+
+    def small_disk() -> None:
+        if sys.platform != "win32":  # (skipped there: this tells mypy)
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+
+    done = subprocess.run(
+        [sys.executable, str(MODULE), "html", str(path), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=small_disk,
+    )
+    assert done.returncode == 74
+    assert done.stderr == f"python -m session html: cannot write the output: {os.strerror(errno.EFBIG)}\n"
+    assert out.read_text(encoding="utf-8") == "the old page"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html", "s.jsonl"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symlinks and FIFOs are POSIX")
+def test_html_page_is_written_through_a_symlink_and_into_a_fifo(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    page = html_page(path)
+    target = tmp_path / "target.html"
+    target.write_text("old", encoding="utf-8")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    assert run_cli("html", str(path), "-o", str(link)).returncode == 0
+    assert link.is_symlink() and target.read_text(encoding="utf-8") == page  # the link kept
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: List[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    done = run_cli("html", str(path), "-o", str(fifo))
+    reader.join(timeout=60)
+    assert done.returncode == 0 and got == [page.encode()]
+    assert fifo.is_fifo()  # written through, not replaced by a file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.html", "s.jsonl", "target.html"]
+    done = run_cli("html", str(path), "-o", str(tmp_path))  # a directory: the output's fault
+    assert done.returncode == 74 and "cannot write the output: Is a directory" in done.stderr
