@@ -35,6 +35,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
+import functools
 import io
 import json
 import os
@@ -648,6 +649,8 @@ class _Facts:
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
         self.compactions: List[int] = []  # number of model calls before each compaction
         self.turn = 0
+        self.session_id = ""  # of the records read
+        self.records = 0
         self._previous: Dict[bytes, int] = {}  # the previous request's message digests -> count
         self._previous_seq = 0
         self._previous_run = ""
@@ -657,6 +660,8 @@ class _Facts:
 
     def __call__(self, record: Record) -> None:
         self.summarizer(record)
+        self.session_id = record.session_id
+        self.records += 1
         if record.type in _POOLED and self.index.version > 1:
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
@@ -814,8 +819,17 @@ class _PageOut:
 class _Page:
     """The second pass: renders *facts* of the session file *name* to *out*."""
 
-    def __init__(self, name: str, facts: _Facts, summary: Summary, out: _PageOut, field: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        facts: _Facts,
+        summary: Summary,
+        out: _PageOut,
+        field: int,
+        damage: Optional[FormatError] = None,
+    ) -> None:
         self.name = name
+        self.damage = damage  # the bad line the file's records stop before
         self.facts = facts
         self.summary = summary
         self.out = out
@@ -1043,6 +1057,7 @@ class _Page:
         summary, facts = self.summary, self.facts
         write = self.out.write
         write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
+        write(self.banner())
         tail = (
             f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
         )
@@ -1078,6 +1093,22 @@ class _Page:
                 write(f"{self.command(ref.run_id, ref.execution_id, ref.attempt)}</li>\n")
         self.more(len(summary.gaps), f"see {self.summary_command()}")
         write("</ul></header>\n")
+
+    def banner(self) -> str:
+        """For a damaged file, where it breaks, why, and the command that mends it."""
+        damage = self.damage
+        if damage is None:
+            return ""
+        where = f"line {damage.line}" if damage.line is not None else "a line"
+        if damage.offset is not None:
+            where += f" (offset {damage.offset})"
+        repair = f"<code>python -m session repair {_h(_shell_word(self.name), inline=True)}</code>"
+        return (
+            f'<p class="damage" id="damage">This file is damaged at {where}: '
+            f"{_h(damage.reason, inline=True)}. "
+            f"The page shows the {self.summary.records} records before it; {repair} keeps them "
+            "and drops the rest, having copied the whole file aside first.</p>\n"
+        )
 
     def summary_command(self) -> str:
         return f"<code>python -m session summary {_h(_shell_word(self.name))}</code>"
@@ -1308,22 +1339,30 @@ def _html_command(args: Any) -> int:
     try:
         with builtins.open(args.file, "rb", _READ_BUFFER) as source:
             facts = _Facts(_Index(source, resolving=True))
-            result = _read_file(args.file, args.max_line_bytes, facts, source, None, facts.index)
+            damage = None
+            try:
+                result = _read_file(args.file, args.max_line_bytes, facts, source, None, facts.index)
+            except FormatError as exc:  # the records before the bad line still get their page
+                damage = exc
+                result = ReadResult(facts.session_id, facts.records, exc.offset or 0, 0)
             summary = facts.summarizer.summary(result)
-            _publish_page(args, facts, summary, source)
+            _publish_page(args, functools.partial(_write_page, args, facts, summary, damage, source))
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, False)
+        return 1
+    if damage is not None:
+        _print_failure(args.file, damage, False)
         return 1
     return 0
 
 
-def _publish_page(args: Any, facts: _Facts, summary: Summary, source: BinaryIO) -> None:
+def _publish_page(args: Any, write: Callable[[BinaryIO], None]) -> None:
     """The page to stdout, or to ``--output``: a new path or a regular file gets it whole or
     not at all (written under a temporary name, then renamed over it); anything else, such as
     a symlink, a device or a pipe, is written through and never replaced.  Whatever fails
     there is the output's fault (``_OutputError``)."""
     if args.output is None:
-        _write_page(args, facts, summary, source, sys.stdout.buffer)
+        write(sys.stdout.buffer)
         return
     if os.path.exists(args.output) and os.path.samefile(args.output, args.file):
         raise OSError(errno.EEXIST, f"will not write the page over the session itself ({args.output})")
@@ -1331,7 +1370,7 @@ def _publish_page(args: Any, facts: _Facts, summary: Summary, source: BinaryIO) 
     target = args.output if through else f"{args.output}.{_new_id()[:12]}.tmp"
     out = _output_step(lambda: _opened_output(target, through))
     try:
-        _write_page(args, facts, summary, source, out)
+        write(out)
         _output_step(out.close if through else lambda: _finish(out))
         if not through:
             _output_step(lambda: os.replace(target, args.output))
@@ -1356,8 +1395,10 @@ def _replaceable(name: str) -> bool:
         return True
 
 
-def _write_page(args: Any, facts: _Facts, summary: Summary, source: BinaryIO, out: BinaryIO) -> None:
-    page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field)
+def _write_page(
+    args: Any, facts: _Facts, summary: Summary, damage: Optional[FormatError], source: BinaryIO, out: BinaryIO
+) -> None:
+    page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field, damage)
     page.render(source, args.max_line_bytes)
 
 
@@ -1371,6 +1412,7 @@ pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4
 table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 .mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
 .cut{color:#7a4a00;font-style:italic}.error,.fail>h3{color:#b00020}
+.damage{border:2px solid #b00020;background:#fff0f0;padding:.4em .6em;font-weight:600}
 .key,.role{font-weight:600;color:#35557a}.thinking{opacity:.75}.change{color:#2d6a2d;font-weight:600}
 .card{border:1px solid #ccd;border-left:5px solid #6b8fc7;border-radius:4px;margin:.6em 0;padding:.3em .6em}
 .card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
@@ -1452,7 +1494,7 @@ COMMANDS = [  # what python -m session takes from this module
     _Command(
         "html",
         _EXPORT_COMMANDS["html"],
-        "0 written; 1 the file invalid or unreadable, or -o names the session itself",
+        "0 written; 1 the file damaged (its page shows what comes before), unreadable, or named by -o",
         False,
         _html_options,
         _html_command,

@@ -645,9 +645,9 @@ class PageParts(html.parser.HTMLParser):
             self.texts[self._open][-1] += data
 
 
-PAGE_IDS = re.compile(r"seq-\d+|only-errors|show-model|show-tool|show-other|search|session-data")
+PAGE_IDS = re.compile(r"seq-\d+|damage|only-errors|show-model|show-tool|show-other|search|session-data")
 PAGE_CLASSES = re.compile(
-    "mark|cut|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
+    "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
     "|time|how|msg|call|image|ref|chart|bar|compaction|waterfall|end|tie|filters"
 )
 PAGE_TAGS = re.compile(
@@ -1031,13 +1031,35 @@ def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> N
     assert whole or "cannot be shown here: maximum recursion depth exceeded" in page  # never a crash
 
 
-def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    path.write_bytes(dump(envelope_lines())[:-30] + b"\n")
+def test_html_page_of_a_damaged_file_shows_the_records_before_the_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "it's damaged.jsonl"
+    sample_file(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = len(b"".join(lines[:5]))
+    path.write_bytes(b"".join(lines[:5]) + b'{"seq": 6, <script>\n' + b"".join(lines[6:]))
     out = tmp_path / "page.html"
     done = run_cli("html", str(path), "-o", str(out))
-    assert done.returncode == 1 and f"{path}:4: invalid JSON" in done.stderr
-    assert not out.exists() and list(tmp_path.iterdir()) == [path]
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"{path}:6: invalid JSON") and done.stderr.endswith(f" (offset {bad})\n")
+    page = out.read_text(encoding="utf-8")
+    repair = html.escape(f"python -m session repair {shlex.quote(str(path))}")
+    assert (
+        f'<p class="damage" id="damage">This file is damaged at line 6 (offset {bad}): invalid JSON' in page
+    )
+    assert f"The page shows the 5 records before it; <code>{repair}</code> keeps them" in page
+    assert sorted(map(int, re.findall(r'id="seq-(\d+)"', page))) == [1, 2, 3, 4, 5]
+    assert "&lt;script&gt;" not in page  # the bad line itself is not shown
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"<b>garbage\n")
+    done = run_cli("html", str(garbage))
+    assert done.returncode == 1 and done.stdout.startswith("<!DOCTYPE html>")
+    assert "damaged at line 1 (offset 0)" in done.stdout and "shows the 0 records" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.jsonl", "it's damaged.jsonl", "page.html"]
+
+
+def test_html_page_refuses_to_overwrite_its_session(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    out = tmp_path / "page.html"
     good = str(sample_file(path.with_name("ok.jsonl")))
     before = Path(good).read_bytes()
     done = run_cli("html", good, "-o", str(tmp_path / "." / "ok.jsonl"))
