@@ -76,6 +76,7 @@ from session import (
     Summary,
     _CodecFault,
     _Command,
+    _count,
     _duration,
     _error_text,
     _execution_from_json,
@@ -798,22 +799,47 @@ def _output_step(step: Callable[[], _T]) -> _T:
         raise _OutputError(exc) from exc
 
 
+def _link(seq: int, inner: str) -> str:
+    """A link to the record *seq* around the markup *inner*: a mark that becomes the link when
+    the page is written, or *inner* alone if the page leaves that record out (_Page.resolve).
+    (The mark's characters never come from a value: _h shows them as [U+0000] and so on.)"""
+    return f"\x00{seq}\x01{inner}\x02"
+
+
+_LINKS = re.compile(b"\x00([0-9]+)\x01([^\x02]*)\x02")
+
+
 class _PageOut:
-    """The page as it is written: UTF-8 bytes, counted against the budget."""
+    """The page as it is made: UTF-8 bytes, counted against the budget and held until it is
+    written whole (which records it shows, and so which links lead somewhere, is known only
+    at the end; it holds no more than the budget and one card)."""
 
     def __init__(self, out: BinaryIO, budget: int) -> None:
         self._out = out
         self.budget = budget
         self.size = 0
+        self._parts: List[bytes] = []
 
     def write(self, *parts: str) -> None:
         data = "".join(parts).encode()
-        _output_step(lambda: self._out.write(data))
+        self._parts.append(data)
         self.size += len(data)
 
-    @property
-    def full(self) -> bool:
-        return self.size >= self.budget
+    def later(self) -> int:
+        """A place for what is written there later, with fill."""
+        self._parts.append(b"")
+        return len(self._parts) - 1
+
+    def fill(self, place: int, text: str) -> None:
+        self._parts[place] = text.encode()
+        self.size += len(self._parts[place])
+
+    def release(self, link: Callable[[re.Match[bytes]], bytes]) -> None:
+        """Write the page, each link mark made what *link* returns for it."""
+        for data in self._parts:
+            resolved = _LINKS.sub(link, data) if b"\x00" in data else data
+            _output_step(lambda: self._out.write(resolved))  # noqa: B023 (called at once)
+        self._parts = []
 
 
 class _Page:
@@ -834,7 +860,8 @@ class _Page:
         self.summary = summary
         self.out = out
         self.field = field
-        self.shown = 0  # records rendered so far
+        self.anchors: Set[int] = set()  # the seqs of the records the page shows
+        self.room = out.budget  # bytes left for the card being made
 
     # -- commands and references
 
@@ -934,7 +961,7 @@ class _Page:
         seq = self.facts.tool_seq.get((run_id, call_id))
         if seq is None:
             return f"<code>{_hs(call_id)}</code>"
-        return f'<a href="#seq-{seq}"><code>{_hs(call_id)}</code></a>'
+        return _link(seq, f"<code>{_hs(call_id)}</code>")
 
     # -- records
 
@@ -954,7 +981,7 @@ class _Page:
                 continue
             if key in ("message", "partial_message"):
                 if same is not None and key == "message":
-                    parts.append(f'<div>the same message as <a href="#seq-{same}">#{same}</a></div>')
+                    parts.append(f"<div>the same message as {_link(same, f'#{same}')}</div>")
                 else:
                     parts.append(self.message(item, run_id, more))
             elif key == "request" and type(item) is dict:
@@ -975,7 +1002,7 @@ class _Page:
             parts += self.new_messages(record, messages, change.new, more)
         if change is not None and change.same_settings:
             seq = change.previous
-            parts.append(f'<div>tools and config as in <a href="#seq-{seq}">#{seq}</a></div>')
+            parts.append(f"<div>tools and config as in {_link(seq, f'#{seq}')}</div>")
             return "".join(parts)
         for key, item in request.items():
             if key == "tools" and type(item) is list:
@@ -992,9 +1019,9 @@ class _Page:
         """The new messages of a request: a link to a record that showed one already, else the
         message; none past the page budget."""
         parts: List[str] = []
-        size = self.out.size
+        size = 0
         for n, (index, earlier) in enumerate(new):
-            if size >= self.out.budget or index >= len(messages):
+            if size >= self.room or index >= len(messages):
                 parts.append(f'<div class="cut">{len(new) - n} more new messages not shown: see {more}</div>')
                 break
             if earlier:
@@ -1002,7 +1029,7 @@ class _Page:
                 role = _hs(value.get("role")) if value is not None else "a"
                 parts.append(
                     f'<div class="msg">new: <span class="role">{role}</span> message as recorded '
-                    f'in <a href="#seq-{earlier}">#{earlier}</a></div>'
+                    f"in {_link(earlier, f'#{earlier}')}</div>"
                 )
             else:
                 parts.append(self.message(messages[index], record.run_id or "", more))
@@ -1014,7 +1041,7 @@ class _Page:
         text = f"context: {total} messages; {len(change.new)} new"
         if change.previous:
             kept = "carried over from the previous run" if change.resumed else "unchanged"
-            link = f'<a href="#seq-{change.previous}">#{change.previous}</a>'
+            link = _link(change.previous, f"#{change.previous}")
             text += f", {change.unchanged} {kept} since request {link}"
         if change.dropped:
             why = "by a compaction" if change.compacted else "with no compaction recorded"
@@ -1052,12 +1079,20 @@ class _Page:
             f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
             f"<script>{script}</script>\n</body></html>\n"
         )
+        self.out.release(self.resolve)
+
+    def resolve(self, mark: re.Match[bytes]) -> bytes:
+        """A link mark (_link) as the link, or as its text alone if the page leaves out its
+        record: no link on the page leads nowhere."""
+        seq = int(mark.group(1))
+        return b'<a href="#seq-%d">%s</a>' % (seq, mark.group(2)) if seq in self.anchors else mark.group(2)
 
     def header(self) -> None:
         summary, facts = self.summary, self.facts
         write = self.out.write
         write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
         write(self.banner())
+        self.cut_place = self.out.later()  # what the page leaves out, once the cards are chosen
         tail = (
             f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
         )
@@ -1067,7 +1102,7 @@ class _Page:
         for run in summary.runs:
             error = _hs(_error_text(run.error)) if run.error is not None else ""
             write(
-                f'<tr><td><a href="#seq-{run.first_seq}"><code>{_hs(run.run_id)}</code></a></td>'
+                f"<tr><td>{_link(run.first_seq, f'<code>{_hs(run.run_id)}</code>')}</td>"
                 f"<td>{run.records}</td><td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
                 f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
                 f"<td>{'yes' if run.closed else 'no'}</td>"
@@ -1084,7 +1119,7 @@ class _Page:
         self.more(len(failed), "tick “errors only” below to see them all")
         write(f"</ul>\n<h2>{len(summary.gaps)} gaps</h2>\n<ul>")
         for gap in summary.gaps[:_PAGE_LIST]:
-            write(f'<li><a href="#seq-{gap.seq}">#{gap.seq}</a> {_hs(gap.kind)} ')
+            write(f"<li>{_link(gap.seq, f'#{gap.seq}')} {_hs(gap.kind)} ")
             if gap.ref is None:
                 write(f"run <code>{_hs(gap.run_id)}</code>: {self.command(gap.run_id)}</li>\n")
             else:
@@ -1120,9 +1155,9 @@ class _Page:
     @staticmethod
     def attempt_link(attempt: _Attempt) -> str:
         name = f" {_hs(attempt.name)}" if attempt.name else ""
-        return (
-            f'<a href="#seq-{attempt.seqs[0]}">{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} '
-            f"attempt {attempt.attempt}</a>"
+        return _link(
+            attempt.seqs[0],
+            f"{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} attempt {attempt.attempt}",
         )
 
     def attempt_ref(self, attempt: _Attempt) -> str:
@@ -1150,11 +1185,11 @@ class _Page:
         for n, bar in enumerate(bars):
             seq, count = max(bar, key=lambda point: point[1])
             height = count * 95 // top
-            write(
-                f'<a href="#seq-{seq}"><rect class="bar" x="{n * width:.1f}" y="{100 - height}" '
-                f'width="{max(width - 1, 1):.1f}" height="{height}"><title>#{seq}: {count} input tokens'
-                "</title></rect></a>"
+            rect = (
+                f'<rect class="bar" x="{n * width:.1f}" y="{100 - height}" width="{max(width - 1, 1):.1f}" '
+                f'height="{height}"><title>#{seq}: {count} input tokens</title></rect>'
             )
+            write(_link(seq, rect))
         for calls in self.facts.compactions:
             x = calls // per_bar * width
             write(
@@ -1220,7 +1255,7 @@ class _Page:
         kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
         mark = " ✗" if attempt.failed else ""
         label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
-        parts = [f'<a href="#seq-{attempt.seqs[0]}"><text x="0" y="{y + 12}">{_hs(label)}</text>']
+        parts = [f'<text x="0" y="{y + 12}">{_hs(label)}</text>']
         if attempt.start is not None:
             x = 300 + (attempt.start - start) / span * 690
             width = max(attempt.seconds / span * 690, 2)
@@ -1237,7 +1272,7 @@ class _Page:
                     f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
                 )
             ends[attempt.id] = (x + width, row)
-        return "".join(parts) + "</a>"
+        return _link(attempt.seqs[0], "".join(parts))
 
     def cards(self, source: BinaryIO, max_line_bytes: int) -> None:
         write = self.out.write
@@ -1249,19 +1284,68 @@ class _Page:
             '<label><input type="checkbox" id="show-other" checked> other records</label> '
             '<input type="search" id="search" placeholder="search" hidden></form>\n'
         )
-        for item in self.facts.items:
-            if self.out.full:
-                left = self.summary.records - self.shown
-                write(
-                    f'<p class="cut">The page reached its budget of {self.out.budget} bytes: '
-                    f"{left} more records are not shown here; {self.command(None)} prints them all.</p>"
-                )
-                break
-            if isinstance(item, _Attempt):
-                self.card(source, max_line_bytes, item)
-            else:
-                self.lone(self.read(source, max_line_bytes, *item))
+        cards = self.choose(source, max_line_bytes)
+        items = self.facts.items
+        gaps = _left_out(cards)
+        for n, (start, end) in enumerate(gaps, 1):
+            cards[start] = self.cut_note(n, items[start:end])
+        self.out.fill(self.cut_place, self.cut_summary(gaps))
+        write(*(card for card in cards if card is not None))
         write("</section>\n")
+
+    def choose(self, source: BinaryIO, max_line_bytes: int) -> List[Optional[str]]:
+        """Each item's card, or None where the page leaves it out: the first and the last
+        item, then every failed call, then the others from both ends inwards, as long as the
+        page is within its budget (the end is where failures usually are)."""
+        items = self.facts.items
+        cards: List[Optional[str]] = [None] * len(items)
+        ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
+        failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
+        used = self.out.size
+        for n in ends[:2] + failed + ends[2:]:
+            if used >= self.out.budget:
+                break
+            if cards[n] is None:
+                self.room = self.out.budget - used
+                item = items[n]
+                if isinstance(item, _Attempt):
+                    card = self.card(source, max_line_bytes, item)
+                else:
+                    card = self.lone(self.read(source, max_line_bytes, *item))
+                cards[n] = card
+                used += len(card.encode())
+                self.anchors.update(_item_seqs(item))
+        return cards
+
+    def cut_note(self, number: int, items: List[Union[Tuple[int, int], _Attempt]]) -> str:
+        """Where the page leaves records out: how many, which, and the command that prints them."""
+        seqs = [seq for item in items for seq in _item_seqs(item)]
+        calls = [item for item in items if isinstance(item, _Attempt)]
+        failed = sum(call.failed for call in calls)
+        first, last = min(seqs), max(seqs)
+        command = " ".join(map(_shell_word, ["python", "-m", "session", "show", self.name]))
+        return (
+            f'<p class="cut" id="cut-{number}">Left out here: {_count(len(seqs), "record")} between #{first} '
+            f"and #{last} ({_count(len(calls), 'call')}, {failed} failed), which "
+            f"<code>{_h(command, inline=True)} | sed -n {first},{last}p</code> prints.</p>\n"
+        )
+
+    def cut_summary(self, gaps: List[Tuple[int, int]]) -> str:
+        """For the header: what the page leaves out, and where."""
+        if not gaps:
+            return ""
+        left = sum(len(_item_seqs(item)) for start, end in gaps for item in self.facts.items[start:end])
+        places = ", ".join(
+            f'<a href="#cut-{n}">#{_first_seq(self.facts.items[start])}</a>'
+            for n, (start, end) in enumerate(gaps[:_PAGE_LIST], 1)
+        )
+        more = f" and {len(gaps) - _PAGE_LIST} more" if len(gaps) > _PAGE_LIST else ""
+        return (
+            f'<p class="cut">To keep to its budget of {self.out.budget} bytes, this page leaves out '
+            f"{_count(left, 'record')} in {_count(len(gaps), 'place')} (from {places}{more}); it shows "
+            "the start, the end and every failed call it has room for. Each place says which records "
+            "it leaves out and the command that prints them.</p>\n"
+        )
 
     def read(self, source: BinaryIO, max_line_bytes: int, seq: int, offset: int) -> Record:
         """The record *seq* again, at the *offset* the first pass found it."""
@@ -1270,47 +1354,66 @@ class _Page:
         obj = _parse_line(raw, self.name, seq, offset, None, -1) if raw.endswith(b"\n") else {}
         if obj.get("seq") != seq or obj.get("session_id") != self.summary.session_id:
             raise FormatError(f"record {seq} changed while the page was made", self.name, seq, offset)
-        self.shown += 1
         data = obj["data"]
         index = self.facts.index
         if obj["type"] == "model_request" and index.version > 1 and "messages" in data:
             data = index.resolved(data, self.name)
         return Record(obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), data, offset)
 
-    def lone(self, record: Record) -> None:
+    def lone(self, record: Record) -> str:
         fail = " fail" if "error" in record.data else ""
         heading = record.type in ("run_start", "turn_start", "session_start")
         more = self.command(record.run_id, kind=record.type)
-        self.out.write(
+        return (
             f'<div class="rec{fail}{" heading" if heading else ""}" id="seq-{record.seq}">'
             f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
         )
 
-    def card(self, source: BinaryIO, max_line_bytes: int, attempt: _Attempt) -> None:
+    def card(self, source: BinaryIO, max_line_bytes: int, attempt: _Attempt) -> str:
         kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
         fail = " fail" if attempt.failed else ""
-        write = self.out.write
-        write(f'<article class="card {kind}{fail}"><h3>{self.attempt_link(attempt)}</h3>\n<p>')
-        write(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
+        parts = [f'<article class="card {kind}{fail}"><h3>{self.attempt_link(attempt)}</h3>\n<p>']
+        parts.append(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
         if attempt.attempt > 1:
             earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
             if earlier is not None:
-                write(f', retry of <a href="#seq-{earlier.seqs[0]}">attempt {earlier.attempt}</a>')
-        write(self.parent(attempt))
-        write(f"</p>{self.attempt_ref(attempt)}\n")
+                parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
+        parts.append(f"{self.parent(attempt)}</p>{self.attempt_ref(attempt)}\n")
         more = self.command(attempt.run_id, attempt.id, attempt.attempt)
         for seq, offset in zip(attempt.seqs, attempt.offsets):
             record = self.read(source, max_line_bytes, seq, offset)
             body = self.record_body(record, more)
-            write(f'<div class="part" id="seq-{seq}">{self.record_head(record)}{body}</div>\n')
-        write("</article>\n")
+            parts.append(f'<div class="part" id="seq-{seq}">{self.record_head(record)}{body}</div>\n')
+        return "".join(parts) + "</article>\n"
 
     def parent(self, attempt: _Attempt) -> str:
         """For a tool call, a link to the model call that asked for it."""
         seq = self.facts.model_seq.get((attempt.run_id, attempt.parent)) if attempt.parent else None
         if seq is None:
             return ""
-        return f', asked for by <a href="#seq-{seq}">model call <code>{_hs(attempt.parent)}</code></a>'
+        return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
+
+
+def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> List[int]:
+    """The seqs of the records of one of _Facts.items."""
+    return item.seqs if isinstance(item, _Attempt) else [item[0]]
+
+
+def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
+    return item.seqs[0] if isinstance(item, _Attempt) else item[0]
+
+
+def _left_out(cards: List[Optional[str]]) -> List[Tuple[int, int]]:
+    """The runs of cards left out (None), as (start, end) indexes."""
+    gaps: List[Tuple[int, int]] = []
+    for n, card in enumerate(cards):
+        if card is not None:
+            continue
+        if gaps and gaps[-1][1] == n:
+            gaps[-1] = (gaps[-1][0], n + 1)
+        else:
+            gaps.append((n, n + 1))
+    return gaps
 
 
 def _html_options(sub: Any) -> None:

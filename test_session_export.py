@@ -612,14 +612,29 @@ def hostile_session(directory: Path) -> Path:
 
 
 def html_page(path: Path, *options: str) -> str:
-    """The page of *path*, made the way a user makes it (a lone module, -I -S)."""
+    """The page of *path*, made the way a user makes it (a lone module, -I -S); every link on
+    it leads somewhere."""
     done = subprocess.run(
         [sys.executable, "-I", "-S", str(MODULE), "html", str(path), *options],
         capture_output=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout.decode()
+    page = done.stdout.decode()
+    assert_links_lead_somewhere(page)
+    return page
+
+
+def assert_links_lead_somewhere(page: str) -> None:
+    """Every ``href="#…"`` on *page* names an element's id (a cut page leaves no dead link)."""
+    parts = PageParts()
+    parts.feed(page)
+    ids = {attrs["id"] for _, attrs in parts.elements if attrs.get("id")}
+    links = {attrs["href"] for _, attrs in parts.elements if attrs.get("href")}
+    assert all(link and link.startswith("#") for link in links)
+    assert {link[1:] for link in links if link} <= ids, sorted(
+        {link for link in links if link} - {f"#{i}" for i in ids}
+    )[:5]
 
 
 class PageParts(html.parser.HTMLParser):
@@ -645,7 +660,9 @@ class PageParts(html.parser.HTMLParser):
             self.texts[self._open][-1] += data
 
 
-PAGE_IDS = re.compile(r"seq-\d+|damage|only-errors|show-model|show-tool|show-other|search|session-data")
+PAGE_IDS = re.compile(
+    r"seq-\d+|cut-\d+|damage|only-errors|show-model|show-tool|show-other|search|session-data"
+)
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
     "|time|how|msg|call|image|ref|chart|bar|compaction|waterfall|end|tie|filters"
@@ -682,7 +699,7 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
     for tag, attrs in parts.elements:
         assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
         assert "src" not in attrs and "style" not in attrs and "action" not in attrs
-        assert re.fullmatch(r"#seq-\d+", attrs.get("href") or "#seq-1"), attrs
+        assert re.fullmatch(r"#(seq|cut)-\d+", attrs.get("href") or "#seq-1"), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
         assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
     assert json.loads(data) == {
@@ -948,23 +965,43 @@ def test_html_page_shortens_long_values_with_a_visible_mark(tmp_path: Path) -> N
     assert "n" * 200 + '<span class="cut">…</span>' in page and "n" * 301 not in page  # names too
 
 
-def test_html_page_keeps_to_its_budget_and_says_what_it_left_out(tmp_path: Path) -> None:
+def test_html_page_cut_keeps_start_end_and_failures_and_names_what_it_left_out(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
-    with session.create(path) as s, s.begin_run() as run:
+    with session.create(path, version=1) as s, s.begin_run() as run:
         context = [say(f"{n} {'z' * 500}") for n in range(300)]
         run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
         for n in range(300):
-            run.record(
-                Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", result="y" * 500)
-            )
+            error = f"failure {n}" if n in (150, 299) else None
+            tool = Execution(f"t{n}", "tool")
+            run.record(Event("tool_exec_end", execution=tool, tool="x", result="y" * 500, error=error))
     whole = html_page(path)
     page = html_page(path, "--max-bytes", "40000")
     assert len(page.encode()) < 50000 < len(whole.encode())
-    shown = len(re.findall(r'id="seq-\d+"', page))
-    assert f"{len(records(path)) - shown} more records are not shown here" in page
+    shown = sorted(map(int, re.findall(r'id="seq-(\d+)"', page)))
+    seqs = [record.seq for record in records(path)]
+    failed = [record.seq for record in records(path) if "error" in record.data]
+    assert shown[:3] == seqs[:3] and shown[-2:] == seqs[-2:]  # the start and the end
+    assert set(failed) <= set(shown) and len(failed) == 2  # every failed call
+    places = re.findall(r'id="cut-(\d+)">Left out here: (\d+) records between #(\d+) and #(\d+)', page)
+    assert [int(place[0]) for place in places] == list(range(1, len(places) + 1)) and len(places) >= 2
+    left = sum(int(place[1]) for place in places)
+    assert left + len(shown) == len(seqs)
+    assert f"this page leaves out {left} records in {len(places)} places" in page
+    for _, count, first, last in places:
+        command = html.unescape(re.search(rf"<code>([^<]*sed -n {first},{last}p)</code>", page).group(1))  # type: ignore[union-attr]
+        printed = subprocess.run(
+            command.replace("python -m session", f"{shlex.quote(sys.executable)} {shlex.quote(str(MODULE))}"),
+            shell=True, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert [json.loads(line)["seq"] for line in printed.stdout.splitlines()] == list(
+            range(int(first), int(last) + 1)
+        )
+        assert (
+            not set(range(int(first), int(last) + 1)) & set(shown)
+            and int(count) == int(last) - int(first) + 1
+        )
     new = page.count('<span class="role">user</span>')
     assert 0 < new < 300 and f"{300 - new} more new messages not shown: see" in page
-    assert f"<code>python -m session show {path}</code> prints them all" in page
 
 
 def test_html_page_lists_gaps_with_refs_and_commands_that_work(tmp_path: Path) -> None:
