@@ -557,10 +557,12 @@ class _Attempt:
 
     __slots__ = (
         "attempt",
+        "cost",
         "end",
         "failed",
         "id",
         "kind",
+        "model",
         "name",
         "offsets",
         "parent",
@@ -583,6 +585,8 @@ class _Attempt:
         self.end: Optional[float] = None
         self.failed = False
         self.parent = execution.parent_id
+        self.model = ""  # provider and model, as the usage of a model call says
+        self.cost: Optional[float] = None  # in USD, as its usage says
 
     @property
     def seconds(self) -> float:
@@ -620,6 +624,10 @@ def _span(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
 
 
+def _money(usd: float) -> str:
+    return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
+
+
 def _seconds(time: str) -> Optional[float]:
     try:
         return _parse_rfc3339(time).timestamp()
@@ -650,6 +658,8 @@ class _Facts:
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
         self.compactions: List[int] = []  # number of model calls before each compaction
         self.turn = 0
+        self.cost = 0.0  # in USD, of the model calls that report it
+        self.costed = 0
         self.session_id = ""  # of the records read
         self.records = 0
         self._previous: Dict[bytes, int] = {}  # the previous request's message digests -> count
@@ -690,7 +700,7 @@ class _Facts:
             self._compacted = True
             self.compactions.append(len(self.tokens))
         elif "message" in data:
-            self._message(record, data["message"])
+            self._message(record, data["message"], attempt)
 
     def _attempt(self, record: Record, execution: Execution) -> _Attempt:
         run_id = record.run_id or ""
@@ -714,7 +724,7 @@ class _Facts:
             attempt.end = moment if attempt.end is None else max(attempt.end, moment)
         return attempt
 
-    def _message(self, record: Record, message: Any) -> None:
+    def _message(self, record: Record, message: Any, attempt: _Attempt) -> None:
         digest = _digest(message)
         earlier = self._recent.setdefault(digest, record.seq)
         if earlier != record.seq:
@@ -724,6 +734,24 @@ class _Facts:
         tokens = usage.get("input") if type(usage) is dict else None
         if record.type == "model_exec_end" and type(tokens) is int and tokens >= 0:
             self.tokens.append((record.seq, tokens))
+        if record.type == "model_exec_end" and type(usage) is dict:
+            self._usage(usage, attempt)
+
+    def _usage(self, usage: Dict[str, Any], attempt: _Attempt) -> None:
+        """The model and cost of a model call, from its usage."""
+        names = [usage.get("model"), usage.get("provider")]
+        attempt.model = " ".join(name for name in names if type(name) is str and name)
+        cost = usage.get("cost")
+        amounts: Dict[str, Any] = cost if type(cost) is dict else {}
+        total = amounts.get("total")
+        if type(total) not in (int, float):
+            keys = ("input", "output", "cache_read", "cache_write")
+            numbers: List[float] = [amounts[key] for key in keys if type(amounts.get(key)) in (int, float)]
+            total = sum(numbers) if numbers else None
+        if total is not None:
+            attempt.cost = total
+            self.cost += total
+            self.costed += 1
 
     def _request(self, record: Record) -> None:
         request = record.data.get("request")
@@ -924,9 +952,11 @@ class _Page:
             parts.append(f" result of {self.tool_link(run_id, call_id)}")
         for block in value["content"]:
             parts.append(self.block(block, run_id, more))
-        for key in ("stop_reason", "usage"):
-            if value.get(key):
-                parts.append(self.value(value[key], more, key))
+        if value.get("stop_reason"):
+            parts.append(self.value(value["stop_reason"], more, "stop_reason"))
+        if value.get("usage"):
+            usage = value["usage"]
+            parts.append(_usage_line(usage) if type(usage) is dict else self.value(usage, more, "usage"))
         if type(metadata) is dict and set(metadata) - {"tool_call_id"}:
             parts.append(self.value(metadata, more, "metadata"))
         return "".join(parts) + "</div>"
@@ -941,6 +971,8 @@ class _Page:
             call = block["tool_call"]
             call_id, name = call.get("id"), call.get("name")
             head = f'<div class="call">calls <b>{_hs(name)}</b>'
+            if call.get("args_invalid") is True:
+                head += ' <span class="error">(its arguments did not parse: see args_raw_text)</span>'
             if type(call_id) is str:
                 head += f" id {self.tool_link(run_id, call_id)}"
             rest = {key: item for key, item in call.items() if key not in ("id", "name", "args")}
@@ -1022,7 +1054,9 @@ class _Page:
         size = 0
         for n, (index, earlier) in enumerate(new):
             if size >= self.room or index >= len(messages):
-                parts.append(f'<div class="cut">{len(new) - n} more new messages not shown: see {more}</div>')
+                parts.append(
+                    f'<div class="cut">{_count(len(new) - n, "more new message")} not shown: see {more}</div>'
+                )
                 break
             if earlier:
                 value = _message_value(messages[index])
@@ -1038,7 +1072,7 @@ class _Page:
 
     @staticmethod
     def change_text(change: _Change, total: int) -> str:
-        text = f"context: {total} messages; {len(change.new)} new"
+        text = f"context: {_count(total, 'message')}; {len(change.new)} new"
         if change.previous:
             kept = "carried over from the previous run" if change.resumed else "unchanged"
             link = _link(change.previous, f"#{change.previous}")
@@ -1096,7 +1130,8 @@ class _Page:
         tail = (
             f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
         )
-        write(f"<p>{_h(self.name)}: {summary.records} records, {len(summary.runs)} runs{tail}</p>\n")
+        counts = f"{_count(summary.records, 'record')}, {_count(len(summary.runs), 'run')}"
+        write(f"<p>{_h(self.name)}: {counts}{tail}{self.costs()}</p>\n")
         write("<table><tr><th>run</th><th>records</th><th>start</th><th>end</th><th>duration</th>")
         write("<th>closed</th><th>end reason</th><th>error</th></tr>\n")
         for run in summary.runs:
@@ -1113,11 +1148,11 @@ class _Page:
         usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
         write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
         failed = [attempt for attempt in facts.attempts.values() if attempt.failed]
-        write(f"<h2>{len(failed)} failed attempts</h2>\n<ul>")
+        write(f"<h2>{_count(len(failed), 'failed attempt')}</h2>\n<ul>")
         for attempt in failed[:_PAGE_LIST]:
             write(f"<li>{self.attempt_link(attempt)}{self.attempt_ref(attempt)}</li>\n")
         self.more(len(failed), "tick “errors only” below to see them all")
-        write(f"</ul>\n<h2>{len(summary.gaps)} gaps</h2>\n<ul>")
+        write(f"</ul>\n<h2>{_count(len(summary.gaps), 'gap')}</h2>\n<ul>")
         for gap in summary.gaps[:_PAGE_LIST]:
             write(f"<li>{_link(gap.seq, f'#{gap.seq}')} {_hs(gap.kind)} ")
             if gap.ref is None:
@@ -1144,6 +1179,13 @@ class _Page:
             f"The page shows the {self.summary.records} records before it; {repair} keeps them "
             "and drops the rest, having copied the whole file aside first.</p>\n"
         )
+
+    def costs(self) -> str:
+        """The cost of the model calls, as far as they report it."""
+        facts = self.facts
+        if not facts.costed:
+            return ""
+        return f", cost {_money(facts.cost)} ({_count(facts.costed, 'model call')} reporting it)"
 
     def summary_command(self) -> str:
         return f"<code>python -m session summary {_h(_shell_word(self.name))}</code>"
@@ -1180,7 +1222,7 @@ class _Page:
         top = max(count for _, count in tokens) or 1
         width = 1000 / len(bars)
         note = f"; each bar the largest of {per_bar} calls" if per_bar > 1 else ""
-        write(f"<p>{len(tokens)} calls, at most {top} input tokens{note}</p>\n")
+        write(f"<p>{_count(len(tokens), 'call')}, at most {top} input tokens{note}</p>\n")
         write('<svg class="chart" viewBox="0 0 1000 100" role="img">')
         for n, bar in enumerate(bars):
             seq, count = max(bar, key=lambda point: point[1])
@@ -1190,12 +1232,14 @@ class _Page:
                 f'height="{height}"><title>#{seq}: {count} input tokens</title></rect>'
             )
             write(_link(seq, rect))
-        for calls in self.facts.compactions:
-            x = calls // per_bar * width
+        lines = [calls // per_bar * width for calls in self.facts.compactions]
+        for x in lines:
             write(
                 f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
-                f'<title>compaction</title></line><text x="{x + 4:.1f}" y="10">compaction</text>'
+                "<title>compaction</title></line>"
             )
+        for x, count in _labels(lines):
+            write(f'<text x="{x:.1f}" y="10">{_count(count, "compaction")}</text>')
         write("</svg></section>\n")
 
     def waterfall(self) -> None:
@@ -1237,7 +1281,8 @@ class _Page:
         shown = f", {len(rows)} drawn" if len(rows) < len(group) else ""
         bottom = len(rows) * 18 + 16
         self.out.write(
-            f"<details{' open' if len(group) <= 40 else ''}><summary>turn {turn}: {len(group)} attempts"
+            f"<details{' open' if len(group) <= 40 else ''}>"
+            f"<summary>turn {turn}: {_count(len(group), 'attempt')}"
             f"{shown}, {_span(span)}, {failed} failed</summary>\n"
             f'<svg class="waterfall" viewBox="0 0 1000 {bottom + 4}">',
             *rows,
@@ -1374,6 +1419,10 @@ class _Page:
         fail = " fail" if attempt.failed else ""
         parts = [f'<article class="card {kind}{fail}"><h3>{self.attempt_link(attempt)}</h3>\n<p>']
         parts.append(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
+        if attempt.model:
+            parts.append(f", model <b>{_hs(attempt.model)}</b>")
+        if attempt.cost is not None:
+            parts.append(f", cost {_money(attempt.cost)}")
         if attempt.attempt > 1:
             earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
             if earlier is not None:
@@ -1388,10 +1437,43 @@ class _Page:
 
     def parent(self, attempt: _Attempt) -> str:
         """For a tool call, a link to the model call that asked for it."""
-        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent)) if attempt.parent else None
-        if seq is None:
+        if not attempt.parent:
             return ""
+        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent))
+        if seq is None:
+            missing = '<span class="error">not in this run</span>'
+            return f", asked for by model call <code>{_hs(attempt.parent)}</code>, {missing}"
         return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
+
+
+def _usage_line(usage: Dict[str, Any]) -> str:
+    """A message's usage on one line: token counts, provider, model and cost."""
+    parts = []
+    for key, item in usage.items():
+        if key == "cost" and type(item) is dict:
+            parts += [
+                f"cost {_hs(name)} {_money(amount) if type(amount) in (int, float) else _hs(amount)}"
+                for name, amount in item.items()
+            ]
+        else:
+            parts.append(f"{_hs(key)} {_hs(item)}")
+    return f'<div><span class="key">usage</span> {", ".join(parts)}</div>'
+
+
+_LABEL_WIDTH = 100  # of the chart's 1000: "999 compactions" in its 11 units wide font
+
+
+def _labels(lines: List[float]) -> List[Tuple[float, int]]:
+    """Where the chart labels the compaction *lines*, and how many each label counts: one
+    label for lines too close to label apart, none running over another or off the chart."""
+    labels: List[Tuple[float, int]] = []
+    for x in lines:
+        at = min(x + 4, 1000 - _LABEL_WIDTH)
+        if labels and at < labels[-1][0] + _LABEL_WIDTH:
+            labels[-1] = (labels[-1][0], labels[-1][1] + 1)
+        else:
+            labels.append((at, 1))
+    return labels
 
 
 def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> List[int]:

@@ -1052,7 +1052,7 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert '<rect class="tool fail" x="530.0" y="20" width="460.0" height="14">' in page
     assert "turn 1: 2 attempts, 3.000 s, 1 failed" in page
     assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
-    assert "1 failed attempts" in page
+    assert "1 failed attempt<" in page
 
 
 def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
@@ -1063,7 +1063,7 @@ def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> N
     deep = b"[" * 980 + b"0" + b"]" * 980  # too deep for json.dumps under pytest's stack
     path.write_bytes(dump(objs).replace(b'"messages":[0]', b'"messages":[' + deep + b"]"))
     page = html_page(path, "--max-field", str(10**6))  # everything, as far as the stack allows
-    assert "context: 1 messages; 1 new" in page
+    assert "context: 1 message; 1 new" in page
     whole = "[" * 980 + "0" + "]" * 980 in re.sub(r"\s", "", page)
     assert whole or "cannot be shown here: maximum recursion depth exceeded" in page  # never a crash
 
@@ -1181,3 +1181,35 @@ def test_html_page_is_written_through_a_symlink_and_into_a_fifo(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.html", "s.jsonl", "target.html"]
     done = run_cli("html", str(path), "-o", str(tmp_path))  # a directory: the output's fault
     assert done.returncode == 74 and "cannot write the output: Is a directory" in done.stderr
+
+
+def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(31):  # compactions close together: their labels must not overlap
+            model_call(run, f"m{n}", [say(f"u{n}")])
+            compact = Execution(f"c{n}", "compact")
+            run.record(Event("context_compacted", execution=compact, compaction={"dropped": 1}, timestamp=T0))
+        usage = session.Usage(input=3, provider="acme", model="gpt-x", cost={"input": 0.25, "total": 0.5})
+        call = session.tool_call_block("k1", "grep", {}, args_invalid=True, args_raw_text="{oops")
+        reply = Message("assistant", [call], "toolUse", usage)
+        run.record(Event("model_exec_end", execution=Execution("priced", "model"), message=reply))
+        run.record(Event("tool_exec_end", execution=Execution("k1", "tool", parent_id="nobody"), tool="grep"))
+    page = html_page(path)
+    assert "gpt-x acme</b>, cost $0.5000" in page  # on the call's card
+    assert (
+        "<p>" + html.escape(str(path)) + ": 160 records, 1 run, cost $0.5000 (1 model call reporting it)</p>"
+        in page
+    )
+    assert "usage</span> input 3, provider acme, model gpt-x, cost input $0.2500, cost total $0.5000" in page
+    assert 'calls <b>grep</b> <span class="error">(its arguments did not parse' in page
+    assert 'asked for by model call <code>nobody</code>, <span class="error">not in this run</span>' in page
+    chart = page.split('<svg class="chart"', 1)[1].split("</svg>", 1)[0]
+    assert chart.count('<line class="compaction"') == 31
+    labels = [
+        (float(x), int(n))
+        for x, n in re.findall(r'<text x="([\d.]+)" y="10">(\d+) compactions?</text>', chart)
+    ]
+    assert sum(n for _, n in labels) == 31 and len(labels) > 1
+    starts = [x for x, _ in labels]
+    assert all(b - a >= 100 for a, b in zip(starts, starts[1:])) and starts[-1] <= 900
