@@ -520,6 +520,7 @@ _PAGE_FOLD_LINES = 8
 _PAGE_NAME = 200  # characters of a name, id or key shown
 _PAGE_LIST = 100  # failed attempts and gaps listed in the header, at most
 _PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
+_PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 
 # Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
 # isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
@@ -622,6 +623,30 @@ _DIGEST_JSON = json.JSONEncoder(check_circular=False)  # one encoder: dumps() ma
 
 def _span(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
+
+
+# The pictures a page shows, by the bytes they start with: formats browsers decode without
+# running anything (not SVG), each checked against its type, so a mislabelled blob is not shown.
+_PICTURES = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+_BASE64 = "[A-Za-z0-9+/]*={0,2}"
+
+
+def _picture(mime: Any, data: str) -> bool:
+    """Whether *data* is base64 text of a picture of the type *mime* that the page shows."""
+    import base64
+
+    starts = _PICTURES.get(mime) if type(mime) is str else None
+    if not starts or not data or not re.fullmatch(_BASE64, data) or len(data) % 4:
+        return False
+    head = base64.b64decode(data[:16])
+    if mime == "image/webp" and head[8:12] != b"WEBP":
+        return False
+    return head.startswith(starts)
 
 
 def _money(usd: float) -> str:
@@ -979,15 +1004,26 @@ class _Page:
             args = self.value(call.get("args"), more, "args")
             return head + args + (self.value(rest, more) if rest else "") + "</div>"
         if kind == "image" and type(block.get("image")) is dict:
-            image = block["image"]
-            data, url, mime = image.get("data"), image.get("url"), image.get("mime_type")
-            size = f"{len(data) * 3 // 4} bytes" if type(data) is str else ""
-            where = f"at {_hs(url)}" if url else ""  # as text: a page never fetches
-            about = ", ".join(part for part in (_hs(mime) if mime else "", size, where) if part)
-            return f'<div class="image">[image: {about}]</div>'
+            return self.image(block["image"], more)
         if kind == "tool_reference" and type(block.get("tool_name")) is str:
             return f'<div class="call">tool reference <b>{_hs(block["tool_name"])}</b></div>'
         return self.value(block, more, "block")
+
+    def image(self, image: Dict[str, Any], more: str) -> str:
+        """An image block: its inline data shown, if a picture of a kind browsers decode safely
+        and the page has room for it; else what it is, and a URL only as text (a page never
+        fetches)."""
+        data, url, mime = image.get("data"), image.get("url"), image.get("mime_type")
+        size = f"{len(data) * 3 // 4} bytes" if type(data) is str else ""
+        where = f"at {_hs(url)}" if url else ""
+        about = ", ".join(part for part in (_hs(mime) if mime else "", size, where) if part)
+        data = data if type(data) is str else ""
+        picture = _picture(mime, data)
+        if picture and len(data) <= min(_PAGE_IMAGE, self.room):  # mime: one of _PICTURES
+            source = f"data:{mime};base64,{_h(data)}"
+            return f'<div class="image"><img class="shot" alt="{mime} image, {size}" src="{source}"></div>'
+        more = f": too large for this page, see {more}" if picture else ""
+        return f'<div class="image">[image: {about}{more}]</div>'
 
     def tool_link(self, run_id: str, call_id: str) -> str:
         seq = self.facts.tool_seq.get((run_id, call_id))
@@ -1094,7 +1130,7 @@ class _Page:
             return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
         policy = (
-            f"default-src 'none'; script-src {digest(script)}; style-src {digest(style)}; "
+            f"default-src 'none'; script-src {digest(script)}; style-src {digest(style)}; img-src data:; "
             "base-uri 'none'; form-action 'none'"
         )
         summary = self.summary
@@ -1606,6 +1642,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-
 .rec.fail{color:#b00020}.seq{color:#777;text-decoration:none}.type{font-weight:600}.time{color:#777;font-size:12px}
 .how{font-size:11px;color:#555}.how code{font-size:11px}
 .msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
+.shot{display:block;max-width:100%;max-height:480px;border:1px solid #ccd}
 svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
 .waterfall text.end{text-anchor:end}
 rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}

@@ -665,12 +665,15 @@ PAGE_IDS = re.compile(
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|ref|chart|bar|compaction|waterfall|end|tie|filters"
+    "|time|how|msg|call|image|shot|ref|chart|bar|compaction|waterfall|end|tie|filters"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
-    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img"
 )
+
+
+PICTURE = r"img data:image/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/]+={0,2}"
 
 
 def csp_hash(text: str) -> str:
@@ -692,13 +695,14 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
     (style,) = parts.texts["style"]
     data, script = parts.texts["script"]
     assert policy == (
-        f"default-src 'none'; script-src {csp_hash(script)}; style-src {csp_hash(style)}; "
+        f"default-src 'none'; script-src {csp_hash(script)}; style-src {csp_hash(style)}; img-src data:; "
         "base-uri 'none'; form-action 'none'"
     )
     assert all(PAGE_TAGS.fullmatch(tag) for tag in tags)
     for tag, attrs in parts.elements:
         assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
-        assert "src" not in attrs and "style" not in attrs and "action" not in attrs
+        assert "style" not in attrs and "action" not in attrs
+        assert "src" not in attrs or re.fullmatch(PICTURE, f"{tag} {attrs['src']}"), (tag, attrs)
         assert re.fullmatch(r"#(seq|cut)-\d+", attrs.get("href") or "#seq-1"), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
         assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
@@ -1213,3 +1217,61 @@ def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_pa
     assert sum(n for _, n in labels) == 31 and len(labels) > 1
     starts = [x for x, _ in labels]
     assert all(b - a >= 100 for a, b in zip(starts, starts[1:])) and starts[-1] <= 900
+
+
+def png(width: int, height: int, seed: Optional[int] = None) -> bytes:
+    """A valid PNG of *width* by *height* grey pixels, of random shades with a *seed*."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rng = random.Random(seed)
+
+    def shade() -> bytes:
+        return b"\x80" * width if seed is None else bytes(rng.getrandbits(8) for _ in range(width))
+
+    rows = b"".join(b"\x00" + shade() for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    blocks: List[session.ContentBlock] = [
+        session.image_block(data=png(3, 2), mime_type="image/png"),
+        session.image_block(data=png(3, 2), mime_type="image/jpeg"),  # mislabelled: not shown
+        session.image_block(data=b"<svg onload=alert(1)/>", mime_type="image/svg+xml"),  # never shown
+        session.image_block(url="https://example.com/x.png", mime_type="image/png"),  # text, not fetched
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("message_end", execution=MODEL, message=Message("user", blocks)))
+    page = html_page(path)
+    assert page.count("<img ") == 1
+    assert '<img class="shot" alt="image/png image, ' in page
+    assert "[image: image/jpeg, " in page and "[image: image/svg+xml, " in page
+    assert "[image: image/png, at https://example.com/x.png]" in page
+    large = tmp_path / "large.jsonl"
+    with session.create(large) as s, s.begin_run() as run:
+        shot = session.image_block(data=png(200, 200, seed=1), mime_type="image/png")  # 53 kB of base64
+        run.record(Event("message_end", execution=MODEL, message=Message("user", [shot])))
+    assert html_page(large).count("<img ") == 1
+    small = html_page(large, "--max-bytes", "30000")  # no room: named, with the command that prints it
+    assert "<img " not in small and "too large for this page, see <code>python -m session show" in small
+    copy = tmp_path / "page.html"
+    copy.write_text(page, encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": copy.as_uri()})
+        script = "return [...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
+        assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == [[True, 3, 2]]
+        script = "return performance.getEntriesByType('resource').map(e => e.name)"
+        assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == []
+    finally:
+        browser.close()
