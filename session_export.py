@@ -520,6 +520,7 @@ _PAGE_FOLD_LINES = 8
 _PAGE_NAME = 200  # characters of a name, id or key shown
 _PAGE_LIST = 100  # failed attempts and gaps listed in the header, at most
 _PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
+_PAGE_RUN = 200  # attempts of a run whose waterfall starts unfolded, at most
 _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 
 # Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
@@ -567,6 +568,7 @@ class _Attempt:
         "name",
         "offsets",
         "parent",
+        "reason",
         "run_id",
         "seqs",
         "start",
@@ -585,6 +587,7 @@ class _Attempt:
         self.start: Optional[float] = None  # POSIX seconds of its earliest record
         self.end: Optional[float] = None
         self.failed = False
+        self.reason = ""  # why it failed: its error's type and message, shortened
         self.parent = execution.parent_id
         self.model = ""  # provider and model, as the usage of a model call says
         self.cost: Optional[float] = None  # in USD, as its usage says
@@ -717,6 +720,10 @@ class _Facts:
         data = record.data
         if "error" in data or data.get("is_error") is True:
             attempt.failed = True
+            error = data.get("error", "its result is marked as an error")
+            attempt.reason = (
+                attempt.reason or (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
+            )
         if attempt.kind == "tool" and type(data.get("tool")) is str:
             attempt.name = data["tool"]
         if record.type == "model_request":
@@ -1158,8 +1165,9 @@ class _Page:
         return b'<a href="#seq-%d">%s</a>' % (seq, mark.group(2)) if seq in self.anchors else mark.group(2)
 
     def header(self) -> None:
-        summary, facts = self.summary, self.facts
+        summary = self.summary
         write = self.out.write
+        write('<a class="skip" href="#records">skip to the records</a>\n')
         write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
         write(self.banner())
         self.cut_place = self.out.later()  # what the page leaves out, once the cards are chosen
@@ -1168,27 +1176,55 @@ class _Page:
         )
         counts = f"{_count(summary.records, 'record')}, {_count(len(summary.runs), 'run')}"
         write(f"<p>{_h(self.name)}: {counts}{tail}{self.costs()}</p>\n")
-        write("<table><tr><th>run</th><th>records</th><th>start</th><th>end</th><th>duration</th>")
-        write("<th>closed</th><th>end reason</th><th>error</th></tr>\n")
-        for run in summary.runs:
+        self.runs()
+        write("<p>records by type: ")
+        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
+        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
+        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
+        self.failures()
+        self.gaps()
+        write("</header>\n")
+
+    def runs(self) -> None:
+        """The runs: where each starts, its calls and failures, times, end and error."""
+        write = self.out.write
+        calls: Dict[str, List[_Attempt]] = {}
+        for attempt in self.facts.attempts.values():
+            calls.setdefault(attempt.run_id, []).append(attempt)
+        write("<table><tr><th>run</th><th>records</th><th>calls</th><th>failed</th><th>start</th>")
+        write("<th>end</th><th>duration</th><th>closed</th><th>end reason</th><th>error</th></tr>\n")
+        for run in self.summary.runs:
             error = _hs(_error_text(run.error)) if run.error is not None else ""
+            attempts = calls.get(run.run_id, [])
+            failed = sum(attempt.failed for attempt in attempts)
+            marked = f'<td class="error">{failed} ✗</td>' if failed else "<td>0</td>"
             write(
                 f"<tr><td>{_link(run.first_seq, f'<code>{_hs(run.run_id)}</code>')}</td>"
-                f"<td>{run.records}</td><td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
+                f"<td>{run.records}</td><td>{len(attempts)}</td>"
+                f"{marked}<td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
                 f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
                 f"<td>{'yes' if run.closed else 'no'}</td>"
                 f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
             )
-        write("</table>\n<p>records by type: ")
-        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
-        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
-        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
-        failed = [attempt for attempt in facts.attempts.values() if attempt.failed]
-        write(f"<h2>{_count(len(failed), 'failed attempt')}</h2>\n<ul>")
+        write("</table>\n")
+
+    def failures(self) -> None:
+        """The failed attempts, one line each with the reason; folded when over ten."""
+        write = self.out.write
+        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
+        write(f"<details{' open' if len(failed) <= 10 else ''}><summary><h2>")
+        write(f"{_count(len(failed), 'failed attempt')}</h2></summary>\n<ul>")
         for attempt in failed[:_PAGE_LIST]:
-            write(f"<li>{self.attempt_link(attempt)}{self.attempt_ref(attempt)}</li>\n")
+            write(
+                f'<li>{self.attempt_link(attempt)}: <span class="error">{_hs(attempt.reason)}</span></li>\n'
+            )
         self.more(len(failed), "tick “errors only” below to see them all")
-        write(f"</ul>\n<h2>{_count(len(summary.gaps), 'gap')}</h2>\n<ul>")
+        write("</ul></details>\n")
+
+    def gaps(self) -> None:
+        write = self.out.write
+        summary = self.summary
+        write(f"<h2>{_count(len(summary.gaps), 'gap')}</h2>\n<ul>")
         for gap in summary.gaps[:_PAGE_LIST]:
             write(f"<li>{_link(gap.seq, f'#{gap.seq}')} {_hs(gap.kind)} ")
             if gap.ref is None:
@@ -1198,7 +1234,7 @@ class _Page:
                 write(f"{self.ref(ref.run_id, ref.execution_id, ref.attempt)} ")
                 write(f"{self.command(ref.run_id, ref.execution_id, ref.attempt)}</li>\n")
         self.more(len(summary.gaps), f"see {self.summary_command()}")
-        write("</ul></header>\n")
+        write("</ul>\n")
 
     def banner(self) -> str:
         """For a damaged file, where it breaks, why, and the command that mends it."""
@@ -1287,15 +1323,20 @@ class _Page:
         for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
             write(f"<li>{_span(attempt.seconds)} {self.attempt_link(attempt)}</li>\n")
         write("</ol>\n")
-        turns: Dict[Tuple[str, int], List[_Attempt]] = {}
+        runs: Dict[str, Dict[int, List[_Attempt]]] = {}
         for attempt in self.facts.attempts.values():
-            turns.setdefault((attempt.run_id, attempt.turn), []).append(attempt)
-        run_id, limit = None, self.out.size + self.out.budget // 4  # the rest is for the records
-        for (run, turn), group in turns.items():
-            if run != run_id:
-                write(f"<h3>run <code>{_hs(run)}</code></h3>\n")
-                run_id = run
-            if not self.turn(turn, group, limit):
+            runs.setdefault(attempt.run_id, {}).setdefault(attempt.turn, []).append(attempt)
+        limit = self.out.size + self.out.budget // 4  # the rest is for the records
+        for run, turns in runs.items():
+            count = sum(len(group) for group in turns.values())
+            failed = sum(attempt.failed for group in turns.values() for attempt in group)
+            write(
+                f"<details{' open' if count <= _PAGE_RUN else ''}><summary>run <code>{_hs(run)}</code>: "
+                f"{_count(len(turns), 'turn')}, {_count(count, 'attempt')}, {failed} failed</summary>\n"
+            )
+            full = not all(self.turn(turn, group, limit) for turn, group in turns.items())
+            write("</details>\n")
+            if full:
                 write('<p class="cut">The waterfall stops here, at a quarter of the page budget.</p>')
                 break
         write("</section>\n")
@@ -1358,12 +1399,17 @@ class _Page:
     def cards(self, source: BinaryIO, max_line_bytes: int) -> None:
         write = self.out.write
         write(
-            '<section><h2>records</h2>\n<form class="filters">'
+            '<section id="records"><h2>records</h2>\n<form class="filters">'
             '<label><input type="checkbox" id="only-errors"> errors only</label> '
             '<label><input type="checkbox" id="show-model" checked> model calls</label> '
             '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
             '<label><input type="checkbox" id="show-other" checked> other records</label> '
-            '<input type="search" id="search" placeholder="search" hidden></form>\n'
+            '<input type="search" id="search" placeholder="search" hidden> '
+            '<span class="how" id="matches" hidden></span></form>\n'
+            '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
+            "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>/</kbd> search, <kbd>Enter</kbd> "
+            "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
+            "<kbd>Esc</kbd> leaves the search</p>\n"
         )
         cards = self.choose(source, max_line_bytes)
         items = self.facts.items
@@ -1652,7 +1698,10 @@ rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray
 body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .rec:not(.fail){display:none}
 body:has(#show-model:not(:checked)) .card.model,body:has(#show-tool:not(:checked)) .card.tool{display:none}
 body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .card.compact{display:none}
-.miss{display:none}
+.miss{display:none}::highlight(search){background:#ffd54a;color:#000}
+.skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
+kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
+:focus{outline:2px solid #35557a}
 @media print{.filters{display:none}body{max-width:none;font-size:11px}.card{break-inside:avoid}
 a{color:inherit;text-decoration:none}details::details-content{display:block;content-visibility:visible}}
 """
@@ -1662,21 +1711,95 @@ _PAGE_SCRIPT = """
 document.documentElement.setAttribute("data-js", "on");
 (function () {
   var box = document.getElementById("search");
+  var count = document.getElementById("matches");
   var items = document.querySelectorAll(".card, .rec");
-  var texts = null;
-  box.hidden = false;
+  var calls = document.querySelectorAll(".card");
+  var errors = document.querySelectorAll(".card.fail, .rec.fail");
+  var texts = null, hits = [], timer = 0, current = null;
+  box.hidden = count.hidden = document.getElementById("keys").hidden = false;
   function filter() {
     var query = box.value.toLowerCase();
     if (texts === null) {
       texts = [];
       for (var i = 0; i < items.length; i++) texts.push(items[i].textContent.toLowerCase());
     }
+    hits = [];
     for (var j = 0; j < items.length; j++) {
-      items[j].classList.toggle("miss", query !== "" && texts[j].indexOf(query) < 0);
+      var miss = query !== "" && texts[j].indexOf(query) < 0;
+      items[j].classList.toggle("miss", miss);
+      if (query !== "" && !miss) hits.push(items[j]);
     }
+    count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
+    highlight(query);
   }
-  box.addEventListener("input", filter);
+  function highlight(query) {
+    if (!window.CSS || !CSS.highlights || typeof Highlight === "undefined") return;
+    CSS.highlights.delete("search");
+    var marks = new Highlight(), left = query === "" ? 0 : 2000;
+    for (var i = 0; i < hits.length && left > 0; i++) {
+      var walker = document.createTreeWalker(hits[i], NodeFilter.SHOW_TEXT);
+      for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
+        var text = node.data.toLowerCase();
+        for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
+          if (at + query.length > node.length) break;
+          var range = new Range();
+          range.setStart(node, at);
+          range.setEnd(node, at + query.length);
+          marks.add(range);
+          left--;
+        }
+      }
+    }
+    CSS.highlights.set("search", marks);
+  }
+  function go(list, step) {
+    var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
+    if (shown.length === 0) return -1;
+    var n = shown.indexOf(current);
+    if (n < 0) {
+      n = 0;
+      while (n < shown.length && shown[n].getBoundingClientRect().top < 1) n++;
+      if (step < 0) n--;
+    } else {
+      n += step;
+    }
+    n = (n + shown.length) % shown.length;
+    current = shown[n];
+    current.setAttribute("tabindex", "-1");
+    current.focus();
+    return n;
+  }
+  function match(step) {
+    var n = go(hits, step);
+    var noun = hits.length === 1 ? " match" : " matches";
+    if (n >= 0) count.textContent = (n + 1) + " of " + hits.length + noun;
+  }
+  box.addEventListener("input", function () {
+    clearTimeout(timer);
+    timer = setTimeout(filter, 120);
+  });
   box.addEventListener("change", filter);
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target === box) {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        clearTimeout(timer);
+        filter();
+        match(event.shiftKey ? -1 : 1);
+      } else if (event.key === "Escape") {
+        box.blur();
+      }
+      return;
+    }
+    if (event.target.tagName === "INPUT") return;
+    var moves = {j: [calls, 1], k: [calls, -1], e: [errors, 1], E: [errors, -1]};
+    if (moves[event.key]) go(moves[event.key][0], moves[event.key][1]);
+    else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
+    else if (event.key === "/") box.focus();
+    else return;
+    event.preventDefault();
+  });
   window.addEventListener("beforeprint", function () {
     var folded = document.querySelectorAll("details");
     for (var i = 0; i < folded.length; i++) folded[i].open = true;

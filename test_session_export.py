@@ -661,15 +661,15 @@ class PageParts(html.parser.HTMLParser):
 
 
 PAGE_IDS = re.compile(
-    r"seq-\d+|cut-\d+|damage|only-errors|show-model|show-tool|show-other|search|session-data"
+    r"seq-\d+|cut-\d+|damage|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|chart|bar|compaction|waterfall|end|tie|filters"
+    "|time|how|msg|call|image|shot|ref|skip|chart|bar|compaction|waterfall|end|tie|filters"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
-    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd"
 )
 
 
@@ -703,7 +703,7 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
         assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
         assert "style" not in attrs and "action" not in attrs
         assert "src" not in attrs or re.fullmatch(PICTURE, f"{tag} {attrs['src']}"), (tag, attrs)
-        assert re.fullmatch(r"#(seq|cut)-\d+", attrs.get("href") or "#seq-1"), attrs
+        assert re.fullmatch(r"#(seq-\d+|cut-\d+|records)", attrs.get("href") or "#seq-1"), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
         assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
     assert json.loads(data) == {
@@ -834,6 +834,21 @@ class WebDriver:
         )
         return self.page("POST", "/execute/sync", {"script": script, "args": []})  # type: ignore[no-any-return]
 
+    def run(self, script: str) -> Any:
+        return self.page("POST", "/execute/sync", {"script": script, "args": []})
+
+    def until(self, check: Callable[[], bool]) -> bool:
+        """Whether *check* comes true within ten seconds (the page's search waits for a pause)."""
+        for _ in range(100):
+            if check():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def keys(self, text: str) -> None:
+        presses = [{"type": kind, "value": char} for char in text for kind in ("keyDown", "keyUp")]
+        self.page("POST", "/actions", {"actions": [{"type": "key", "id": "k", "actions": presses}]})
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.call("DELETE", f"/session/{self.id}")
@@ -865,9 +880,28 @@ def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
         browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
         search = browser.element("#search")
         browser.page("POST", f"/element/{search}/value", {"text": "BETA"})
-        assert browser.visible(".card") == 1 and browser.visible(".card.tool") == 1
+        assert browser.until(lambda: browser.visible(".card") == 1) and browser.visible(".card.tool") == 1
+        assert browser.run("return document.getElementById('matches').textContent") == "1 match"
+        assert browser.run("return CSS.highlights.get('search').size") == 1  # "beta" in the result
+        browser.page("POST", f"/element/{search}/value", {"text": "\ue007"})  # Enter: the next match
+        assert browser.run("return document.getElementById('matches').textContent") == "1 of 1 match"
+        assert browser.run("return document.activeElement.className") == "card tool fail"
         browser.page("POST", f"/element/{search}/value", {"text": "\ue003" * 4})  # backspace
-        assert browser.visible(".card") == 2
+        assert browser.until(lambda: browser.visible(".card") == 2)
+        browser.page("POST", f"/element/{search}/value", {"text": "\ue00c"})  # Escape
+        browser.keys("j")  # the first call
+        assert browser.run("return document.activeElement.className") == "card model"
+        browser.keys("j")
+        assert browser.run("return document.activeElement.className") == "card tool fail"
+        browser.keys("k")
+        assert browser.run("return document.activeElement.className") == "card model"
+        browser.keys("e")  # the next error
+        assert browser.run("return document.activeElement.className") == "card tool fail"
+        browser.keys("/")
+        assert browser.run("return document.activeElement.id") == "search"
+        assert browser.visible("#keys") == 1 and "next / previous call" in browser.run(
+            "return document.getElementById('keys').textContent"
+        )
     finally:
         browser.close()
 
@@ -1057,6 +1091,24 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert "turn 1: 2 attempts, 3.000 s, 1 failed" in page
     assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
     assert "1 failed attempt<" in page
+    assert re.search(
+        r'<details open><summary><h2>1 failed attempt</h2></summary>\n<ul><li><a href="#seq-\d+">'
+        r'tool <code>t1</code> x attempt 1</a>: <span class="error">boom</span></li>',
+        page,
+    )
+    assert '<td>2</td><td class="error">1 ✗</td>' in page  # the run's calls and failures
+    assert "run <code>" in page and ": 1 turn, 2 attempts, 1 failed</summary>" in page  # its waterfall
+
+
+def test_html_page_folds_a_long_list_of_failures(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(11):
+            error = {"type": "RateLimit", "message": f"slow down {n}"}
+            run.record(Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", error=error))
+    page = html_page(path)
+    assert "<details><summary><h2>11 failed attempts</h2></summary>" in page
+    assert '<span class="error">RateLimit: slow down 10</span>' in page
 
 
 def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
