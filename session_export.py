@@ -1702,7 +1702,12 @@ body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .ca
 .skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
 kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
 :focus{outline:2px solid #35557a}
-@media print{.filters{display:none}body{max-width:none;font-size:11px}.card{break-inside:avoid}
+@page{margin:1cm}
+@media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
+h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}
+#records{columns:2;column-gap:1.2em}#records h2{column-span:all}
+code,pre,.how,.how code{font-size:9px;line-height:1.2}pre{margin:.1em 0;padding:.1em .3em}
+.part,.rec{padding:.05em 0}table{font-size:9px}
 a{color:inherit;text-decoration:none}details::details-content{display:block;content-visibility:visible}}
 """
 

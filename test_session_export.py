@@ -1327,3 +1327,27 @@ def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path:
         assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == []
     finally:
         browser.close()
+
+
+def test_html_page_prints_packed_in_chromium(tmp_path: Path) -> None:
+    need("chromium", "the page is printed by a real browser")
+    path = tmp_path / "demo.jsonl"
+    made = subprocess.run(
+        [sys.executable, str(HERE / "examples" / "agent_loop.py"), str(path)], capture_output=True
+    )
+    assert made.returncode == 0 and len(records(path)) == 74
+    page = tmp_path / "demo.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    pdf = tmp_path / "demo.pdf"
+    done = subprocess.run(
+        [
+            "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--no-pdf-header-footer", f"--user-data-dir={tmp_path / 'profile'}", f"--print-to-pdf={pdf}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf.read_bytes()))
+    assert 0 < pages <= 8  # every value unfolded, the cards in two columns (13 pages before they were)
