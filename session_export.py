@@ -520,6 +520,8 @@ _PAGE_FOLD_LINES = 8
 _PAGE_NAME = 200  # characters of a name, id or key shown
 _PAGE_LIST = 100  # failed attempts and gaps listed in the header, at most
 _PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
+_PAGE_TALK = 300  # characters of a text shown in the conversation
+_PAGE_SAID = 5  # new user and system messages of a request shown in the conversation
 _PAGE_RUN = 200  # attempts of a run whose waterfall starts unfolded, at most
 _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 
@@ -902,6 +904,130 @@ class _PageOut:
         self._parts = []
 
 
+class _Conversation:
+    """The conversation view: each call or record as one step of what happened, read top to
+    bottom (user, assistant with thinking folded, a tool call beside its result, errors in red,
+    retries and compactions marked), each linked to its card; texts shortened, the card has
+    them whole."""
+
+    _ROLES = ("user", "assistant", "tool", "system")
+
+    def __init__(self, facts: _Facts) -> None:
+        self.facts = facts
+
+    def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
+        if not isinstance(item, _Attempt):
+            return self.lone(records[0])
+        link = _link(item.seqs[0], f"#{item.seqs[0]}")
+        fail = " fail" if item.failed else ""
+        retry = f'<span class="change">retry {item.attempt}</span> ' if item.attempt > 1 else ""
+        if item.kind == "compact":
+            return f'<div class="step flow">{link} context compacted</div>\n'
+        if item.kind == "tool":
+            body = self.tool(item, records)
+        else:
+            body = "".join(self.said(record) for record in records)
+        reason = f'<div class="error">{_hs(item.reason)}</div>' if item.failed else ""
+        head = f'<div class="step {_kind(item)}{fail}"><span class="seq">{link}</span> {retry}'
+        return f"{head}{body}{reason}</div>\n"
+
+    def lone(self, record: Record) -> str:
+        link = _link(record.seq, f"#{record.seq}")
+        if record.type == "run_start":
+            return f'<h3 class="flow">{link} run <code>{_hs(record.run_id)}</code></h3>\n'
+        if record.type == "turn_start" and "turn_index" in record.data:
+            return f'<div class="step flow">{link} turn {_hs(record.data["turn_index"])}</div>\n'
+        if "error" in record.data:
+            error = record.data["error"]
+            text = error if type(error) is str else _error_text(error)
+            error = f'<span class="error">{_hs(text)}</span>'
+            return f'<div class="step fail">{link} {_hs(record.type)}: {error}</div>\n'
+        return ""
+
+    def said(self, record: Record) -> str:
+        """What a model call's record adds to the conversation: the new user messages of its
+        request, the messages it answered with (each once)."""
+        if record.type == "model_request":
+            change = self.facts.changes.get(record.seq)
+            request = record.data.get("request")
+            messages = request.get("messages") if type(request) is dict else None
+            if change is None or type(messages) is not list:
+                return ""
+            new = [messages[index] for index, _ in change.new if index < len(messages)]
+            said = [message for message in new if _role(message) in ("user", "system")]
+            more = len(said) - _PAGE_SAID
+            note = (
+                f'<div class="cut">and {_count(more, "more new message")} in the card</div>'
+                if more > 0
+                else ""
+            )
+            return "".join(self.message(message) for message in said[:_PAGE_SAID]) + note
+        if "message" in record.data and record.seq not in self.facts.same:
+            return self.message(record.data["message"])
+        return ""
+
+    def message(self, message: Any) -> str:
+        value = _message_value(message)
+        if value is None:
+            return ""
+        role = _role(message)
+        parts = []
+        for block in value["content"]:
+            kind = block.get("type") if type(block) is dict else None
+            if kind == "text" and type(block.get("text")) is str:
+                parts.append(f"<div>{_short(block['text'])}</div>")
+            elif kind == "thinking" and type(block.get("thinking")) is str:
+                thinking = _short(block["thinking"])
+                parts.append(f'<details class="thinking"><summary>thinking</summary>{thinking}</details>')
+            elif kind == "toolCall" and type(block.get("tool_call")) is dict:
+                call = block["tool_call"]
+                args = _json_head(call.get("args"), _ONE_LINE, _PAGE_TALK)[0]
+                name = _hs(call.get("name"))
+                parts.append(
+                    f'<div class="call">calls <b>{name}</b> <code>{_h(args, inline=True)}</code></div>'
+                )
+            elif kind == "image":
+                parts.append('<div class="image">[image]</div>')
+        css = role if role in self._ROLES else "other"
+        return f'<div class="say {css}"><span class="role">{_hs(role)}</span>{"".join(parts)}</div>'
+
+    @staticmethod
+    def tool(attempt: _Attempt, records: List[Record]) -> str:
+        """A tool call beside its result."""
+        args, result = None, None
+        for record in records:
+            args = record.data.get("args", args)
+            result = record.data.get("result", result)
+        shown = [
+            ""
+            if value is None
+            else value
+            if type(value) is str
+            else _json_head(value, _ONE_LINE, _PAGE_TALK)[0]
+            for value in (args, result)
+        ]
+        name = _hs(attempt.name or attempt.id)
+        return (
+            f'<div class="pair"><div>tool <b>{name}</b> <code>{_short(shown[0])}</code></div>'
+            f"<div>→ {_short(shown[1])}</div></div>"
+        )
+
+
+def _kind(attempt: _Attempt) -> str:
+    return attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+
+
+def _role(message: Any) -> Any:
+    value = _message_value(message)
+    return value.get("role") if value is not None else None
+
+
+def _short(text: str) -> str:
+    """*text* for the conversation: its first _PAGE_TALK characters, and a mark if cut."""
+    cut = '<span class="cut">…</span>' if len(text) > _PAGE_TALK else ""
+    return _h(text[:_PAGE_TALK]) + cut
+
+
 class _Page:
     """The second pass: renders *facts* of the session file *name* to *out*."""
 
@@ -920,6 +1046,7 @@ class _Page:
         self.summary = summary
         self.out = out
         self.field = field
+        self.talk = _Conversation(facts)
         self.anchors: Set[int] = set()  # the seqs of the records the page shows
         self.room = out.budget  # bytes left for the card being made
 
@@ -1148,6 +1275,7 @@ class _Page:
             f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
         )
         self.header()
+        self.talk_place = self.out.later()  # the conversation, once the cards are chosen
         self.chart()
         self.waterfall()
         self.cards(source, max_line_bytes)
@@ -1411,21 +1539,28 @@ class _Page:
             "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
             "<kbd>Esc</kbd> leaves the search</p>\n"
         )
-        cards = self.choose(source, max_line_bytes)
+        cards, steps = self.choose(source, max_line_bytes)
         items = self.facts.items
         gaps = _left_out(cards)
         for n, (start, end) in enumerate(gaps, 1):
             cards[start] = self.cut_note(n, items[start:end])
+            left = _count(end - start, "step")
+            steps[start] = f'<p class="cut">{left} left out here: see <a href="#cut-{n}">below</a></p>\n'
         self.out.fill(self.cut_place, self.cut_summary(gaps))
+        self.out.fill(
+            self.talk_place, f'<section id="conversation"><h2>conversation</h2>\n{"".join(steps)}</section>\n'
+        )
         write(*(card for card in cards if card is not None))
         write("</section>\n")
 
-    def choose(self, source: BinaryIO, max_line_bytes: int) -> List[Optional[str]]:
-        """Each item's card, or None where the page leaves it out: the first and the last
-        item, then every failed call, then the others from both ends inwards, as long as the
-        page is within its budget (the end is where failures usually are)."""
+    def choose(self, source: BinaryIO, max_line_bytes: int) -> Tuple[List[Optional[str]], List[str]]:
+        """Each item's card, or None where the page leaves it out, and its conversation step:
+        the first and the last item, then every failed call, then the others from both ends
+        inwards, as long as the page is within its budget (the end is where failures usually
+        are)."""
         items = self.facts.items
         cards: List[Optional[str]] = [None] * len(items)
+        steps = [""] * len(items)
         ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
         failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
         used = self.out.size
@@ -1435,14 +1570,13 @@ class _Page:
             if cards[n] is None:
                 self.room = self.out.budget - used
                 item = items[n]
-                if isinstance(item, _Attempt):
-                    card = self.card(source, max_line_bytes, item)
-                else:
-                    card = self.lone(self.read(source, max_line_bytes, *item))
-                cards[n] = card
-                used += len(card.encode())
+                places = zip(item.seqs, item.offsets) if isinstance(item, _Attempt) else [item]
+                records = [self.read(source, max_line_bytes, seq, offset) for seq, offset in places]
+                card = self.card(item, records) if isinstance(item, _Attempt) else self.lone(records[0])
+                cards[n], steps[n] = card, self.talk.step(item, records)
+                used += len(card.encode()) + len(steps[n].encode())
                 self.anchors.update(_item_seqs(item))
-        return cards
+        return cards, steps
 
     def cut_note(self, number: int, items: List[Union[Tuple[int, int], _Attempt]]) -> str:
         """Where the page leaves records out: how many, which, and the command that prints them."""
@@ -1496,7 +1630,7 @@ class _Page:
             f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
         )
 
-    def card(self, source: BinaryIO, max_line_bytes: int, attempt: _Attempt) -> str:
+    def card(self, attempt: _Attempt, records: List[Record]) -> str:
         kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
         fail = " fail" if attempt.failed else ""
         parts = [f'<article class="card {kind}{fail}"><h3>{self.attempt_link(attempt)}</h3>\n<p>']
@@ -1511,10 +1645,9 @@ class _Page:
                 parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
         parts.append(f"{self.parent(attempt)}</p>{self.attempt_ref(attempt)}\n")
         more = self.command(attempt.run_id, attempt.id, attempt.attempt)
-        for seq, offset in zip(attempt.seqs, attempt.offsets):
-            record = self.read(source, max_line_bytes, seq, offset)
+        for record in records:
             body = self.record_body(record, more)
-            parts.append(f'<div class="part" id="seq-{seq}">{self.record_head(record)}{body}</div>\n')
+            parts.append(f'<div class="part" id="seq-{record.seq}">{self.record_head(record)}{body}</div>\n')
         return "".join(parts) + "</article>\n"
 
     def parent(self, attempt: _Attempt) -> str:
@@ -1698,7 +1831,13 @@ rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray
 body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .rec:not(.fail){display:none}
 body:has(#show-model:not(:checked)) .card.model,body:has(#show-tool:not(:checked)) .card.tool{display:none}
 body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .card.compact{display:none}
-.miss{display:none}::highlight(search){background:#ffd54a;color:#000}
+.miss{display:none}
+.step{margin:.25em 0;padding:.15em .5em;border-left:3px solid #ccd}.step.tool{border-left-color:#6bb38a}
+.step.fail{border-left-color:#d33;background:#fff5f5}.flow{color:#555;font-style:italic}
+.say{margin:.15em 0;white-space:pre-wrap;overflow-wrap:anywhere}.say.user{background:#f2f6fc}
+.say .role{margin-right:.5em}summary>h2{display:inline}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:.8em}
+.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}::highlight(search){background:#ffd54a;color:#000}
 .skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
 kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
 :focus{outline:2px solid #35557a}

@@ -661,11 +661,11 @@ class PageParts(html.parser.HTMLParser):
 
 
 PAGE_IDS = re.compile(
-    r"seq-\d+|cut-\d+|damage|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
+    r"seq-\d+|cut-\d+|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|chart|bar|compaction|waterfall|end|tie|filters"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
@@ -977,7 +977,8 @@ def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path
     page = html_page(path)
     seqs = [(r.type, r.seq) for r in records(path)]
     request, end, _, tool_start, answer = [seq for kind, seq in seqs if kind not in ("message", "tools")][2:7]
-    assert page.count("question") == 1
+    talk, cards = page.split('<section id="records">')
+    assert talk.count("question") == 1 and cards.count("question") == 1  # in the conversation and a card
     assert f'the same message as <a href="#seq-{end}">#{end}</a>' in page  # message_end = the response
     new = 'new: <span class="role">{}</span> message as recorded in <a href="#seq-{}">#{}</a>'
     assert new.format("assistant", end, end) in page and new.format("tool", answer, answer) in page
@@ -1038,8 +1039,12 @@ def test_html_page_cut_keeps_start_end_and_failures_and_names_what_it_left_out(t
             not set(range(int(first), int(last) + 1)) & set(shown)
             and int(count) == int(last) - int(first) + 1
         )
-    new = page.count('<span class="role">user</span>')
-    assert 0 < new < 300 and f"{300 - new} more new messages not shown: see" in page
+    talk, cards = page.split('<section id="records">')
+    new = cards.count('<span class="role">user</span>')
+    assert 0 < new < 300 and f"{300 - new} more new messages not shown: see" in cards
+    assert (
+        talk.count('<span class="role">user</span>') == 5 and "and 295 more new messages in the card" in talk
+    )
 
 
 def test_html_page_lists_gaps_with_refs_and_commands_that_work(tmp_path: Path) -> None:
@@ -1351,3 +1356,42 @@ def test_html_page_prints_packed_in_chromium(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf.read_bytes()))
     assert 0 < pages <= 8  # every value unfolded, the cards in two columns (13 pages before they were)
+
+
+def test_html_page_opens_on_the_conversation(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("turn_start", turn_index=1))
+        model = Execution("m1", "model")
+        run.record(Event("model_request", execution=model, request=ModelRequest([say("list the files")])))
+        call = session.tool_call_block("k1", "ls", {"d": "/"})
+        thought = {"type": "thinking", "thinking": "I should look"}
+        reply = Message("assistant", [thought, call], "toolUse")  # type: ignore[list-item]
+        run.record(Event("model_exec_end", execution=model, message=reply))
+        tool = Execution("k1", "tool", parent_id="m1")
+        run.record(Event("tool_exec_start", execution=tool, tool="ls", args={"d": "/"}))
+        run.record(Event("tool_exec_end", execution=tool, tool="ls", result="a.txt b.txt"))
+        failing = Execution("k2", "tool", parent_id="m1")
+        run.record(
+            Event("tool_exec_end", execution=failing, tool="rm", error={"type": "Denied", "message": "no"})
+        )
+        compact = Execution("c1", "compact")
+        run.record(Event("context_compacted", execution=compact, compaction={"dropped": 1}))
+        model_call(run, "m2", [say("list the files"), say("now sum them")], attempt=2)
+    page = html_page(path)
+    talk = page.split('<section id="conversation"><h2>conversation</h2>\n', 1)[1].split("</section>", 1)[0]
+    assert (
+        page.index('id="conversation"')
+        < page.index("input tokens per model call")
+        < page.index('id="records"')
+    )
+    order = ["turn 1", "list the files", "thinking</summary>I should look", "calls <b>ls</b>",
+             "tool <b>ls</b>", "a.txt b.txt", "tool <b>rm</b>", "Denied: no", "context compacted", "retry 2",
+             "now sum them", "reply of m2"]  # fmt: skip
+    places = [talk.find(text) for text in order]
+    assert -1 not in places and places == sorted(places), list(zip(order, places))
+    assert talk.count("list the files") == 1  # a message is said once, when it is new
+    assert '<div class="step tool fail">' in talk  # errors in red
+    assert '<div class="pair"><div>tool <b>ls</b> <code>{&quot;d&quot;: &quot;/&quot;}</code></div>' in talk
+    for seq in re.findall(r'<span class="seq"><a href="#seq-(\d+)">', talk):  # each step links to its card
+        assert f'id="seq-{seq}"' in page
