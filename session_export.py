@@ -904,6 +904,21 @@ class _PageOut:
         self._parts = []
 
 
+def _kind(attempt: _Attempt) -> str:
+    return attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+
+
+def _role(message: Any) -> Any:
+    value = _message_value(message)
+    return value.get("role") if value is not None else None
+
+
+def _short(text: str) -> str:
+    """*text* for the conversation: its first _PAGE_TALK characters, and a mark if cut."""
+    cut = '<span class="cut">…</span>' if len(text) > _PAGE_TALK else ""
+    return _h(text[:_PAGE_TALK]) + cut
+
+
 class _Conversation:
     """The conversation view: each call or record as one step of what happened, read top to
     bottom (user, assistant with thinking folded, a tool call beside its result, errors in red,
@@ -1013,19 +1028,286 @@ class _Conversation:
         )
 
 
-def _kind(attempt: _Attempt) -> str:
-    return attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+def _attempt_link(attempt: _Attempt) -> str:
+    name = f" {_hs(attempt.name)}" if attempt.name else ""
+    return _link(
+        attempt.seqs[0],
+        f"{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} attempt {attempt.attempt}",
+    )
 
 
-def _role(message: Any) -> Any:
-    value = _message_value(message)
-    return value.get("role") if value is not None else None
+class _Timeline:
+    """The charts: input tokens per model call, and each turn's calls to time scale."""
+
+    def __init__(self, facts: _Facts, out: _PageOut) -> None:
+        self.facts = facts
+        self.out = out
+
+    def chart(self) -> None:
+        """Input tokens per successful model call, compactions as dashed lines."""
+        tokens = self.facts.tokens
+        write = self.out.write
+        write("<section><h2>input tokens per model call</h2>\n")
+        if not tokens:
+            write("<p>no model call reported its input tokens</p></section>\n")
+            return
+        per_bar = -(-len(tokens) // _PAGE_BARS)
+        bars = [tokens[start : start + per_bar] for start in range(0, len(tokens), per_bar)]
+        top = max(count for _, count in tokens) or 1
+        width = 1000 / len(bars)
+        note = f"; each bar the largest of {per_bar} calls" if per_bar > 1 else ""
+        write(f"<p>{_count(len(tokens), 'call')}, at most {top} input tokens{note}</p>\n")
+        write('<svg class="chart" viewBox="0 0 1000 100" role="img">')
+        for n, bar in enumerate(bars):
+            seq, count = max(bar, key=lambda point: point[1])
+            height = count * 95 // top
+            rect = (
+                f'<rect class="bar" x="{n * width:.1f}" y="{100 - height}" width="{max(width - 1, 1):.1f}" '
+                f'height="{height}"><title>#{seq}: {count} input tokens</title></rect>'
+            )
+            write(_link(seq, rect))
+        lines = [calls // per_bar * width for calls in self.facts.compactions]
+        for x in lines:
+            write(
+                f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
+                "<title>compaction</title></line>"
+            )
+        for x, count in _labels(lines):
+            write(f'<text x="{x:.1f}" y="10">{_count(count, "compaction")}</text>')
+        write("</svg></section>\n")
+
+    def waterfall(self) -> None:
+        """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
+        retries tied to the attempt they repeat; and the slowest calls."""
+        write = self.out.write
+        attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
+        write("<section><h2>calls over time</h2>\n<p>slowest calls:</p><ol>")
+        for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
+            write(f"<li>{_span(attempt.seconds)} {_attempt_link(attempt)}</li>\n")
+        write("</ol>\n")
+        runs: Dict[str, Dict[int, List[_Attempt]]] = {}
+        for attempt in self.facts.attempts.values():
+            runs.setdefault(attempt.run_id, {}).setdefault(attempt.turn, []).append(attempt)
+        limit = self.out.size + self.out.budget // 4  # the rest is for the records
+        for run, turns in runs.items():
+            count = sum(len(group) for group in turns.values())
+            failed = sum(attempt.failed for group in turns.values() for attempt in group)
+            write(
+                f"<details{' open' if count <= _PAGE_RUN else ''}><summary>run <code>{_hs(run)}</code>: "
+                f"{_count(len(turns), 'turn')}, {_count(count, 'attempt')}, {failed} failed</summary>\n"
+            )
+            full = not all(self.turn(turn, group, limit) for turn, group in turns.items())
+            write("</details>\n")
+            if full:
+                write('<p class="cut">The waterfall stops here, at a quarter of the page budget.</p>')
+                break
+        write("</section>\n")
+
+    def turn(self, turn: int, group: List[_Attempt], limit: int) -> bool:
+        """One turn's waterfall, as many rows as fit below *limit*; False if not all did."""
+        timed = [attempt for attempt in group if attempt.start is not None]
+        start = min((a.start or 0.0 for a in timed), default=0.0)
+        span = max((a.end or 0.0 for a in timed), default=0.0) - start or 1e-6
+        rows: List[str] = []
+        size = self.out.size
+        ends: Dict[str, Tuple[float, int]] = {}  # execution id -> end x, row of its latest attempt
+        for row, attempt in enumerate(group):
+            if size >= limit:
+                break
+            rows.append(self.bar(row, attempt, start, span, ends))
+            size += len(rows[-1])
+        failed = sum(attempt.failed for attempt in group)
+        shown = f", {len(rows)} drawn" if len(rows) < len(group) else ""
+        bottom = len(rows) * 18 + 16
+        self.out.write(
+            f"<details{' open' if len(group) <= 40 else ''}>"
+            f"<summary>turn {turn}: {_count(len(group), 'attempt')}"
+            f"{shown}, {_span(span)}, {failed} failed</summary>\n"
+            f'<svg class="waterfall" viewBox="0 0 1000 {bottom + 4}">',
+            *rows,
+            f'<text x="300" y="{bottom}">0 s</text><text class="end" x="990" y="{bottom}">'
+            f"{_span(span)}</text></svg></details>\n",
+        )
+        return len(rows) == len(group)
+
+    @staticmethod
+    def bar(
+        row: int, attempt: _Attempt, start: float, span: float, ends: Dict[str, Tuple[float, int]]
+    ) -> str:
+        """One attempt's row: its label, and its bar tied to the attempt it retries."""
+        y = row * 18 + 2
+        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+        mark = " ✗" if attempt.failed else ""
+        label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
+        parts = [f'<text x="0" y="{y + 12}">{_hs(label)}</text>']
+        if attempt.start is not None:
+            x = 300 + (attempt.start - start) / span * 690
+            width = max(attempt.seconds / span * 690, 2)
+            fail = " fail" if attempt.failed else ""
+            parts.append(
+                f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
+                f"<title>{_hs(attempt.kind)} {_hs(attempt.id)} attempt {attempt.attempt}: "
+                f"{_span(attempt.seconds)}</title></rect>"
+            )
+            tied = ends.get(attempt.id)
+            if tied is not None and attempt.attempt > 1:
+                parts.append(
+                    f'<path class="tie" d="M{tied[0]:.1f} {tied[1] * 18 + 9}L{x:.1f} {y + 7}">'
+                    f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
+                )
+            ends[attempt.id] = (x + width, row)
+        return _link(attempt.seqs[0], "".join(parts))
 
 
-def _short(text: str) -> str:
-    """*text* for the conversation: its first _PAGE_TALK characters, and a mark if cut."""
-    cut = '<span class="cut">…</span>' if len(text) > _PAGE_TALK else ""
-    return _h(text[:_PAGE_TALK]) + cut
+class _Commands:
+    """The commands and CallRefs a page shows to look records up, for the file *name*."""
+
+    def __init__(self, name: str, session_id: str) -> None:
+        self.name = name
+        self.session_id = session_id
+
+    def command(self, run_id: Optional[str], execution: str = "", attempt: int = 0, kind: str = "") -> str:
+        """The ``python -m session show`` command for these records, shell-quoted, as HTML."""
+        words = ["python", "-m", "session", "show", self.name]
+        if run_id is not None:
+            words += ["--run", run_id]
+        if execution:
+            words += ["--execution", execution, "--attempt", str(attempt)]
+        if kind:
+            words += ["--type", kind]
+        return f"<code>{_h(' '.join(map(_shell_word, words)), inline=True)}</code>"
+
+    def ref(self, run_id: str, execution: str, attempt: int) -> str:
+        ref = CallRef(self.session_id, run_id, execution, attempt)
+        return f'<code class="ref">{_h(json.dumps(ref.to_json(), ensure_ascii=False))}</code>'
+
+    def summary_command(self) -> str:
+        return f"<code>python -m session summary {_h(_shell_word(self.name))}</code>"
+
+    def attempt_ref(self, attempt: _Attempt) -> str:
+        """An attempt's CallRef and the command that prints its records."""
+        return (
+            f'<div class="how">{self.ref(attempt.run_id, attempt.id, attempt.attempt)}<br>'
+            f"{self.command(attempt.run_id, attempt.id, attempt.attempt)}</div>"
+        )
+
+
+class _Header:
+    """The page's header: the session, its runs, costs, failures and gaps."""
+
+    def __init__(
+        self,
+        commands: _Commands,
+        facts: _Facts,
+        summary: Summary,
+        out: _PageOut,
+        damage: Optional[FormatError],
+    ) -> None:
+        self.commands = commands
+        self.facts = facts
+        self.summary = summary
+        self.out = out
+        self.name = commands.name
+        self.damage = damage
+
+    def header(self) -> int:
+        """Write the header; returns the place for what the page leaves out (_PageOut.fill)."""
+        summary = self.summary
+        write = self.out.write
+        write('<a class="skip" href="#records">skip to the records</a>\n')
+        write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
+        write(self.banner())
+        cut_place = self.out.later()  # what the page leaves out, once the cards are chosen
+        tail = (
+            f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
+        )
+        counts = f"{_count(summary.records, 'record')}, {_count(len(summary.runs), 'run')}"
+        write(f"<p>{_h(self.name)}: {counts}{tail}{self.costs()}</p>\n")
+        self.runs()
+        write("<p>records by type: ")
+        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
+        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
+        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
+        self.failures()
+        self.gaps()
+        write("</header>\n")
+        return cut_place
+
+    def runs(self) -> None:
+        """The runs: where each starts, its calls and failures, times, end and error."""
+        write = self.out.write
+        calls: Dict[str, List[_Attempt]] = {}
+        for attempt in self.facts.attempts.values():
+            calls.setdefault(attempt.run_id, []).append(attempt)
+        write("<table><tr><th>run</th><th>records</th><th>calls</th><th>failed</th><th>start</th>")
+        write("<th>end</th><th>duration</th><th>closed</th><th>end reason</th><th>error</th></tr>\n")
+        for run in self.summary.runs:
+            error = _hs(_error_text(run.error)) if run.error is not None else ""
+            attempts = calls.get(run.run_id, [])
+            failed = sum(attempt.failed for attempt in attempts)
+            marked = f'<td class="error">{failed} ✗</td>' if failed else "<td>0</td>"
+            write(
+                f"<tr><td>{_link(run.first_seq, f'<code>{_hs(run.run_id)}</code>')}</td>"
+                f"<td>{run.records}</td><td>{len(attempts)}</td>"
+                f"{marked}<td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
+                f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
+                f"<td>{'yes' if run.closed else 'no'}</td>"
+                f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
+            )
+        write("</table>\n")
+
+    def failures(self) -> None:
+        """The failed attempts, one line each with the reason; folded when over ten."""
+        write = self.out.write
+        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
+        write(f"<details{' open' if len(failed) <= 10 else ''}><summary><h2>")
+        write(f"{_count(len(failed), 'failed attempt')}</h2></summary>\n<ul>")
+        for attempt in failed[:_PAGE_LIST]:
+            write(f'<li>{_attempt_link(attempt)}: <span class="error">{_hs(attempt.reason)}</span></li>\n')
+        self.more(len(failed), "tick “errors only” below to see them all")
+        write("</ul></details>\n")
+
+    def gaps(self) -> None:
+        write = self.out.write
+        summary = self.summary
+        write(f"<h2>{_count(len(summary.gaps), 'gap')}</h2>\n<ul>")
+        for gap in summary.gaps[:_PAGE_LIST]:
+            write(f"<li>{_link(gap.seq, f'#{gap.seq}')} {_hs(gap.kind)} ")
+            if gap.ref is None:
+                write(f"run <code>{_hs(gap.run_id)}</code>: {self.commands.command(gap.run_id)}</li>\n")
+            else:
+                ref = gap.ref
+                write(f"{self.commands.ref(ref.run_id, ref.execution_id, ref.attempt)} ")
+                write(f"{self.commands.command(ref.run_id, ref.execution_id, ref.attempt)}</li>\n")
+        self.more(len(summary.gaps), f"see {self.commands.summary_command()}")
+        write("</ul>\n")
+
+    def banner(self) -> str:
+        """For a damaged file, where it breaks, why, and the command that mends it."""
+        damage = self.damage
+        if damage is None:
+            return ""
+        where = f"line {damage.line}" if damage.line is not None else "a line"
+        if damage.offset is not None:
+            where += f" (offset {damage.offset})"
+        repair = f"<code>python -m session repair {_h(_shell_word(self.name), inline=True)}</code>"
+        return (
+            f'<p class="damage" id="damage">This file is damaged at {where}: '
+            f"{_h(damage.reason, inline=True)}. "
+            f"The page shows the {self.summary.records} records before it; {repair} keeps them "
+            "and drops the rest, having copied the whole file aside first.</p>\n"
+        )
+
+    def costs(self) -> str:
+        """The cost of the model calls, as far as they report it."""
+        facts = self.facts
+        if not facts.costed:
+            return ""
+        return f", cost {_money(facts.cost)} ({_count(facts.costed, 'model call')} reporting it)"
+
+    def more(self, count: int, where: str) -> None:
+        if count > _PAGE_LIST:
+            self.out.write(f'<li class="cut">and {count - _PAGE_LIST} more: {where}</li>')
 
 
 class _Page:
@@ -1042,6 +1324,7 @@ class _Page:
     ) -> None:
         self.name = name
         self.damage = damage  # the bad line the file's records stop before
+        self.commands = _Commands(name, summary.session_id)
         self.facts = facts
         self.summary = summary
         self.out = out
@@ -1051,21 +1334,6 @@ class _Page:
         self.room = out.budget  # bytes left for the card being made
 
     # -- commands and references
-
-    def command(self, run_id: Optional[str], execution: str = "", attempt: int = 0, kind: str = "") -> str:
-        """The ``python -m session show`` command for these records, shell-quoted, as HTML."""
-        words = ["python", "-m", "session", "show", self.name]
-        if run_id is not None:
-            words += ["--run", run_id]
-        if execution:
-            words += ["--execution", execution, "--attempt", str(attempt)]
-        if kind:
-            words += ["--type", kind]
-        return f"<code>{_h(' '.join(map(_shell_word, words)), inline=True)}</code>"
-
-    def ref(self, run_id: str, execution: str, attempt: int) -> str:
-        ref = CallRef(self.summary.session_id, run_id, execution, attempt)
-        return f'<code class="ref">{_h(json.dumps(ref.to_json(), ensure_ascii=False))}</code>'
 
     # -- values
 
@@ -1274,10 +1542,11 @@ class _Page:
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
         )
-        self.header()
+        self.cut_place = _Header(self.commands, self.facts, summary, self.out, self.damage).header()
         self.talk_place = self.out.later()  # the conversation, once the cards are chosen
-        self.chart()
-        self.waterfall()
+        timeline = _Timeline(self.facts, self.out)
+        timeline.chart()
+        timeline.waterfall()
         self.cards(source, max_line_bytes)
         data = {"file": self.name, "session_id": summary.session_id, "records": summary.records}
         self.out.write(
@@ -1291,238 +1560,6 @@ class _Page:
         record: no link on the page leads nowhere."""
         seq = int(mark.group(1))
         return b'<a href="#seq-%d">%s</a>' % (seq, mark.group(2)) if seq in self.anchors else mark.group(2)
-
-    def header(self) -> None:
-        summary = self.summary
-        write = self.out.write
-        write('<a class="skip" href="#records">skip to the records</a>\n')
-        write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
-        write(self.banner())
-        self.cut_place = self.out.later()  # what the page leaves out, once the cards are chosen
-        tail = (
-            f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
-        )
-        counts = f"{_count(summary.records, 'record')}, {_count(len(summary.runs), 'run')}"
-        write(f"<p>{_h(self.name)}: {counts}{tail}{self.costs()}</p>\n")
-        self.runs()
-        write("<p>records by type: ")
-        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
-        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
-        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
-        self.failures()
-        self.gaps()
-        write("</header>\n")
-
-    def runs(self) -> None:
-        """The runs: where each starts, its calls and failures, times, end and error."""
-        write = self.out.write
-        calls: Dict[str, List[_Attempt]] = {}
-        for attempt in self.facts.attempts.values():
-            calls.setdefault(attempt.run_id, []).append(attempt)
-        write("<table><tr><th>run</th><th>records</th><th>calls</th><th>failed</th><th>start</th>")
-        write("<th>end</th><th>duration</th><th>closed</th><th>end reason</th><th>error</th></tr>\n")
-        for run in self.summary.runs:
-            error = _hs(_error_text(run.error)) if run.error is not None else ""
-            attempts = calls.get(run.run_id, [])
-            failed = sum(attempt.failed for attempt in attempts)
-            marked = f'<td class="error">{failed} ✗</td>' if failed else "<td>0</td>"
-            write(
-                f"<tr><td>{_link(run.first_seq, f'<code>{_hs(run.run_id)}</code>')}</td>"
-                f"<td>{run.records}</td><td>{len(attempts)}</td>"
-                f"{marked}<td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
-                f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
-                f"<td>{'yes' if run.closed else 'no'}</td>"
-                f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
-            )
-        write("</table>\n")
-
-    def failures(self) -> None:
-        """The failed attempts, one line each with the reason; folded when over ten."""
-        write = self.out.write
-        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
-        write(f"<details{' open' if len(failed) <= 10 else ''}><summary><h2>")
-        write(f"{_count(len(failed), 'failed attempt')}</h2></summary>\n<ul>")
-        for attempt in failed[:_PAGE_LIST]:
-            write(
-                f'<li>{self.attempt_link(attempt)}: <span class="error">{_hs(attempt.reason)}</span></li>\n'
-            )
-        self.more(len(failed), "tick “errors only” below to see them all")
-        write("</ul></details>\n")
-
-    def gaps(self) -> None:
-        write = self.out.write
-        summary = self.summary
-        write(f"<h2>{_count(len(summary.gaps), 'gap')}</h2>\n<ul>")
-        for gap in summary.gaps[:_PAGE_LIST]:
-            write(f"<li>{_link(gap.seq, f'#{gap.seq}')} {_hs(gap.kind)} ")
-            if gap.ref is None:
-                write(f"run <code>{_hs(gap.run_id)}</code>: {self.command(gap.run_id)}</li>\n")
-            else:
-                ref = gap.ref
-                write(f"{self.ref(ref.run_id, ref.execution_id, ref.attempt)} ")
-                write(f"{self.command(ref.run_id, ref.execution_id, ref.attempt)}</li>\n")
-        self.more(len(summary.gaps), f"see {self.summary_command()}")
-        write("</ul>\n")
-
-    def banner(self) -> str:
-        """For a damaged file, where it breaks, why, and the command that mends it."""
-        damage = self.damage
-        if damage is None:
-            return ""
-        where = f"line {damage.line}" if damage.line is not None else "a line"
-        if damage.offset is not None:
-            where += f" (offset {damage.offset})"
-        repair = f"<code>python -m session repair {_h(_shell_word(self.name), inline=True)}</code>"
-        return (
-            f'<p class="damage" id="damage">This file is damaged at {where}: '
-            f"{_h(damage.reason, inline=True)}. "
-            f"The page shows the {self.summary.records} records before it; {repair} keeps them "
-            "and drops the rest, having copied the whole file aside first.</p>\n"
-        )
-
-    def costs(self) -> str:
-        """The cost of the model calls, as far as they report it."""
-        facts = self.facts
-        if not facts.costed:
-            return ""
-        return f", cost {_money(facts.cost)} ({_count(facts.costed, 'model call')} reporting it)"
-
-    def summary_command(self) -> str:
-        return f"<code>python -m session summary {_h(_shell_word(self.name))}</code>"
-
-    def more(self, count: int, where: str) -> None:
-        if count > _PAGE_LIST:
-            self.out.write(f'<li class="cut">and {count - _PAGE_LIST} more: {where}</li>')
-
-    @staticmethod
-    def attempt_link(attempt: _Attempt) -> str:
-        name = f" {_hs(attempt.name)}" if attempt.name else ""
-        return _link(
-            attempt.seqs[0],
-            f"{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} attempt {attempt.attempt}",
-        )
-
-    def attempt_ref(self, attempt: _Attempt) -> str:
-        """An attempt's CallRef and the command that prints its records."""
-        return (
-            f'<div class="how">{self.ref(attempt.run_id, attempt.id, attempt.attempt)}<br>'
-            f"{self.command(attempt.run_id, attempt.id, attempt.attempt)}</div>"
-        )
-
-    def chart(self) -> None:
-        """Input tokens per successful model call, compactions as dashed lines."""
-        tokens = self.facts.tokens
-        write = self.out.write
-        write("<section><h2>input tokens per model call</h2>\n")
-        if not tokens:
-            write("<p>no model call reported its input tokens</p></section>\n")
-            return
-        per_bar = -(-len(tokens) // _PAGE_BARS)
-        bars = [tokens[start : start + per_bar] for start in range(0, len(tokens), per_bar)]
-        top = max(count for _, count in tokens) or 1
-        width = 1000 / len(bars)
-        note = f"; each bar the largest of {per_bar} calls" if per_bar > 1 else ""
-        write(f"<p>{_count(len(tokens), 'call')}, at most {top} input tokens{note}</p>\n")
-        write('<svg class="chart" viewBox="0 0 1000 100" role="img">')
-        for n, bar in enumerate(bars):
-            seq, count = max(bar, key=lambda point: point[1])
-            height = count * 95 // top
-            rect = (
-                f'<rect class="bar" x="{n * width:.1f}" y="{100 - height}" width="{max(width - 1, 1):.1f}" '
-                f'height="{height}"><title>#{seq}: {count} input tokens</title></rect>'
-            )
-            write(_link(seq, rect))
-        lines = [calls // per_bar * width for calls in self.facts.compactions]
-        for x in lines:
-            write(
-                f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
-                "<title>compaction</title></line>"
-            )
-        for x, count in _labels(lines):
-            write(f'<text x="{x:.1f}" y="10">{_count(count, "compaction")}</text>')
-        write("</svg></section>\n")
-
-    def waterfall(self) -> None:
-        """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
-        retries tied to the attempt they repeat; and the slowest calls."""
-        write = self.out.write
-        attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
-        write("<section><h2>calls over time</h2>\n<p>slowest calls:</p><ol>")
-        for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
-            write(f"<li>{_span(attempt.seconds)} {self.attempt_link(attempt)}</li>\n")
-        write("</ol>\n")
-        runs: Dict[str, Dict[int, List[_Attempt]]] = {}
-        for attempt in self.facts.attempts.values():
-            runs.setdefault(attempt.run_id, {}).setdefault(attempt.turn, []).append(attempt)
-        limit = self.out.size + self.out.budget // 4  # the rest is for the records
-        for run, turns in runs.items():
-            count = sum(len(group) for group in turns.values())
-            failed = sum(attempt.failed for group in turns.values() for attempt in group)
-            write(
-                f"<details{' open' if count <= _PAGE_RUN else ''}><summary>run <code>{_hs(run)}</code>: "
-                f"{_count(len(turns), 'turn')}, {_count(count, 'attempt')}, {failed} failed</summary>\n"
-            )
-            full = not all(self.turn(turn, group, limit) for turn, group in turns.items())
-            write("</details>\n")
-            if full:
-                write('<p class="cut">The waterfall stops here, at a quarter of the page budget.</p>')
-                break
-        write("</section>\n")
-
-    def turn(self, turn: int, group: List[_Attempt], limit: int) -> bool:
-        """One turn's waterfall, as many rows as fit below *limit*; False if not all did."""
-        timed = [attempt for attempt in group if attempt.start is not None]
-        start = min((a.start or 0.0 for a in timed), default=0.0)
-        span = max((a.end or 0.0 for a in timed), default=0.0) - start or 1e-6
-        rows: List[str] = []
-        size = self.out.size
-        ends: Dict[str, Tuple[float, int]] = {}  # execution id -> end x, row of its latest attempt
-        for row, attempt in enumerate(group):
-            if size >= limit:
-                break
-            rows.append(self.bar(row, attempt, start, span, ends))
-            size += len(rows[-1])
-        failed = sum(attempt.failed for attempt in group)
-        shown = f", {len(rows)} drawn" if len(rows) < len(group) else ""
-        bottom = len(rows) * 18 + 16
-        self.out.write(
-            f"<details{' open' if len(group) <= 40 else ''}>"
-            f"<summary>turn {turn}: {_count(len(group), 'attempt')}"
-            f"{shown}, {_span(span)}, {failed} failed</summary>\n"
-            f'<svg class="waterfall" viewBox="0 0 1000 {bottom + 4}">',
-            *rows,
-            f'<text x="300" y="{bottom}">0 s</text><text class="end" x="990" y="{bottom}">'
-            f"{_span(span)}</text></svg></details>\n",
-        )
-        return len(rows) == len(group)
-
-    @staticmethod
-    def bar(
-        row: int, attempt: _Attempt, start: float, span: float, ends: Dict[str, Tuple[float, int]]
-    ) -> str:
-        """One attempt's row: its label, and its bar tied to the attempt it retries."""
-        y = row * 18 + 2
-        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
-        mark = " ✗" if attempt.failed else ""
-        label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
-        parts = [f'<text x="0" y="{y + 12}">{_hs(label)}</text>']
-        if attempt.start is not None:
-            x = 300 + (attempt.start - start) / span * 690
-            width = max(attempt.seconds / span * 690, 2)
-            fail = " fail" if attempt.failed else ""
-            parts.append(
-                f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
-                f"<title>{_hs(attempt.kind)} {_hs(attempt.id)} attempt {attempt.attempt}: "
-                f"{_span(attempt.seconds)}</title></rect>"
-            )
-            tied = ends.get(attempt.id)
-            if tied is not None and attempt.attempt > 1:
-                parts.append(
-                    f'<path class="tie" d="M{tied[0]:.1f} {tied[1] * 18 + 9}L{x:.1f} {y + 7}">'
-                    f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
-                )
-            ends[attempt.id] = (x + width, row)
-        return _link(attempt.seqs[0], "".join(parts))
 
     def cards(self, source: BinaryIO, max_line_bytes: int) -> None:
         write = self.out.write
@@ -1624,7 +1661,7 @@ class _Page:
     def lone(self, record: Record) -> str:
         fail = " fail" if "error" in record.data else ""
         heading = record.type in ("run_start", "turn_start", "session_start")
-        more = self.command(record.run_id, kind=record.type)
+        more = self.commands.command(record.run_id, kind=record.type)
         return (
             f'<div class="rec{fail}{" heading" if heading else ""}" id="seq-{record.seq}">'
             f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
@@ -1633,7 +1670,7 @@ class _Page:
     def card(self, attempt: _Attempt, records: List[Record]) -> str:
         kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
         fail = " fail" if attempt.failed else ""
-        parts = [f'<article class="card {kind}{fail}"><h3>{self.attempt_link(attempt)}</h3>\n<p>']
+        parts = [f'<article class="card {kind}{fail}"><h3>{_attempt_link(attempt)}</h3>\n<p>']
         parts.append(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
         if attempt.model:
             parts.append(f", model <b>{_hs(attempt.model)}</b>")
@@ -1643,8 +1680,8 @@ class _Page:
             earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
             if earlier is not None:
                 parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
-        parts.append(f"{self.parent(attempt)}</p>{self.attempt_ref(attempt)}\n")
-        more = self.command(attempt.run_id, attempt.id, attempt.attempt)
+        parts.append(f"{self.parent(attempt)}</p>{self.commands.attempt_ref(attempt)}\n")
+        more = self.commands.command(attempt.run_id, attempt.id, attempt.attempt)
         for record in records:
             body = self.record_body(record, more)
             parts.append(f'<div class="part" id="seq-{record.seq}">{self.record_head(record)}{body}</div>\n')
