@@ -4453,6 +4453,8 @@ def _in_line(value: Any) -> str:
 def _show_command(args: Any) -> int:
     if args.attempt is not None and args.execution is None:
         args.usage_error("--attempt needs --execution")
+    if args.follow and args.file == "-":
+        args.usage_error("--follow needs a file, not standard input")
     types = set(args.type or ())
     never = sorted(kind for kind in types if _PROJECTIONS.get(kind, True) is None)
     if never:
@@ -4489,12 +4491,14 @@ def _show_command(args: Any) -> int:
             line = _for_terminal(_transcript(record), newlines=True).encode(errors="backslashreplace")
         try:
             out.write(line)
+            if args.follow:
+                out.flush()
         except OSError as exc:
             raise _OutputError(exc) from exc
 
     try:
         with _input(args.file) as f:
-            lines = _Tap(f)
+            lines = _Tap(_Following(f, args.file) if args.follow else f)
             index = _Index(f, keep=not (args.as_written or _seekable(f)))
             _read_file(args.file, args.max_line_bytes, visit, lines, None, index)
     except (FormatError, OSError) as exc:
@@ -4532,10 +4536,60 @@ class _OutputError(Exception):
         self.error = error
 
 
+class _Following:
+    """A session file read as it grows (``show --follow``): a line is handed out once whole;
+    the end comes once the writer has let the file go (on Linux, where its lock shows in
+    /proc/locks; elsewhere only Ctrl-C ends it), a torn last line then handed out as the
+    unfinished tail it is.  A file truncated or replaced meanwhile is a ``FormatError``."""
+
+    _WAIT = 0.2  # seconds between looks at a file that has not grown
+
+    def __init__(self, f: BinaryIO, name: str) -> None:
+        self._f = f
+        self._name = name
+        self._id = os.fstat(f.fileno())
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readline(self, size: int = -1, /) -> bytes:
+        line = b""
+        while True:
+            line += self._f.readline(size - len(line) if size >= 0 else -1)
+            if line.endswith(b"\n") or 0 <= size <= len(line):
+                return line
+            self._check()
+            if not self._written():
+                return line + self._f.readline(size - len(line) if size >= 0 else -1)
+            import time
+
+            time.sleep(self._WAIT)
+
+    def _check(self) -> None:
+        now = os.stat(self._name)
+        if (now.st_dev, now.st_ino) != (self._id.st_dev, self._id.st_ino) or now.st_size < self._f.tell():
+            raise FormatError(
+                "the file was truncated or replaced while followed (see python -m session repair)",
+                self._name,
+                None,
+                self._f.tell(),
+            )
+
+    def _written(self) -> bool:
+        """Whether a writer holds the file, as far as this system shows (else True)."""
+        try:
+            with builtins.open("/proc/locks", encoding="ascii", errors="replace") as locks:
+                held = [line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]]
+        except (OSError, IndexError):
+            return True
+        device = self._id.st_dev
+        return f"{os.major(device):02x}:{os.minor(device):02x}:{self._id.st_ino}" in held
+
+
 class _Tap:
     """A binary file that keeps the last line it handed out: ``show`` prints it as it was."""
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: Union[BinaryIO, _Following]) -> None:
         self._f = f
         self.last = b""
 
@@ -4896,6 +4950,11 @@ def _show_options(sub: Any) -> None:
         "--as-written",
         action="store_true",
         help="a version-2 model_request as written, with references (default: with its messages and tools)",
+    )
+    sub.add_argument(
+        "--follow",
+        action="store_true",
+        help="print records as they are appended, until the writer closes the file (default: read once)",
     )
 
 

@@ -62,6 +62,7 @@ from typing import (
     Protocol,
     Set,
     Tuple,
+    TypeVar,
     Union,
 )
 
@@ -592,8 +593,8 @@ else:
             os.close(fd)
 
 
-def _new_file(name: str) -> BinaryIO:
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
+def _new_file(name: str, mode: int = 0o600) -> BinaryIO:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, mode)
     return builtins.open(fd, "wb", _READ_BUFFER)
 
 
@@ -679,6 +680,10 @@ _PAGE_FOLD_LINES = 8
 _PAGE_NAME = 200  # characters of a name, id or key shown
 _PAGE_LIST = 100  # failed attempts and gaps listed in the header, at most
 _PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
+_PAGE_TALK = 300  # characters of a text shown in the conversation
+_PAGE_SAID = 5  # new user and system messages of a request shown in the conversation
+_PAGE_RUN = 200  # attempts of a run whose waterfall starts unfolded, at most
+_PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 
 # Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
 # isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
@@ -716,13 +721,16 @@ class _Attempt:
 
     __slots__ = (
         "attempt",
+        "cost",
         "end",
         "failed",
         "id",
         "kind",
+        "model",
         "name",
         "offsets",
         "parent",
+        "reason",
         "run_id",
         "seqs",
         "start",
@@ -741,7 +749,10 @@ class _Attempt:
         self.start: Optional[float] = None  # POSIX seconds of its earliest record
         self.end: Optional[float] = None
         self.failed = False
+        self.reason = ""  # why it failed: its error's type and message, shortened
         self.parent = execution.parent_id
+        self.model = ""  # provider and model, as the usage of a model call says
+        self.cost: Optional[float] = None  # in USD, as its usage says
 
     @property
     def seconds(self) -> float:
@@ -779,6 +790,34 @@ def _span(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
 
 
+# The pictures a page shows, by the bytes they start with: formats browsers decode without
+# running anything (not SVG), each checked against its type, so a mislabelled blob is not shown.
+_PICTURES = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+_BASE64 = "[A-Za-z0-9+/]*={0,2}"
+
+
+def _picture(mime: Any, data: str) -> bool:
+    """Whether *data* is base64 text of a picture of the type *mime* that the page shows."""
+    import base64
+
+    starts = _PICTURES.get(mime) if type(mime) is str else None
+    if not starts or not data or not re.fullmatch(_BASE64, data) or len(data) % 4:
+        return False
+    head = base64.b64decode(data[:16])
+    if mime == "image/webp" and head[8:12] != b"WEBP":
+        return False
+    return head.startswith(starts)
+
+
+def _money(usd: float) -> str:
+    return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
+
+
 def _seconds(time: str) -> Optional[float]:
     try:
         return _parse_rfc3339(time).timestamp()
@@ -809,6 +848,10 @@ class _Facts:
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
         self.compactions: List[int] = []  # number of model calls before each compaction
         self.turn = 0
+        self.cost = 0.0  # in USD, of the model calls that report it
+        self.costed = 0
+        self.session_id = ""  # of the records read
+        self.records = 0
         self._previous: Dict[bytes, int] = {}  # the previous request's message digests -> count
         self._previous_seq = 0
         self._previous_run = ""
@@ -818,6 +861,8 @@ class _Facts:
 
     def __call__(self, record: Record) -> None:
         self.summarizer(record)
+        self.session_id = record.session_id
+        self.records += 1
         if record.type in _POOLED and self.index.version > 1:
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
@@ -837,6 +882,10 @@ class _Facts:
         data = record.data
         if "error" in data or data.get("is_error") is True:
             attempt.failed = True
+            error = data.get("error", "its result is marked as an error")
+            attempt.reason = (
+                attempt.reason or (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
+            )
         if attempt.kind == "tool" and type(data.get("tool")) is str:
             attempt.name = data["tool"]
         if record.type == "model_request":
@@ -845,7 +894,7 @@ class _Facts:
             self._compacted = True
             self.compactions.append(len(self.tokens))
         elif "message" in data:
-            self._message(record, data["message"])
+            self._message(record, data["message"], attempt)
 
     def _attempt(self, record: Record, execution: Execution) -> _Attempt:
         run_id = record.run_id or ""
@@ -869,7 +918,7 @@ class _Facts:
             attempt.end = moment if attempt.end is None else max(attempt.end, moment)
         return attempt
 
-    def _message(self, record: Record, message: Any) -> None:
+    def _message(self, record: Record, message: Any, attempt: _Attempt) -> None:
         digest = _digest(message)
         earlier = self._recent.setdefault(digest, record.seq)
         if earlier != record.seq:
@@ -879,6 +928,24 @@ class _Facts:
         tokens = usage.get("input") if type(usage) is dict else None
         if record.type == "model_exec_end" and type(tokens) is int and tokens >= 0:
             self.tokens.append((record.seq, tokens))
+        if record.type == "model_exec_end" and type(usage) is dict:
+            self._usage(usage, attempt)
+
+    def _usage(self, usage: Dict[str, Any], attempt: _Attempt) -> None:
+        """The model and cost of a model call, from its usage."""
+        names = [usage.get("model"), usage.get("provider")]
+        attempt.model = " ".join(name for name in names if type(name) is str and name)
+        cost = usage.get("cost")
+        amounts: Dict[str, Any] = cost if type(cost) is dict else {}
+        total = amounts.get("total")
+        if type(total) not in (int, float):
+            keys = ("input", "output", "cache_read", "cache_write")
+            numbers: List[float] = [amounts[key] for key in keys if type(amounts.get(key)) in (int, float)]
+            total = sum(numbers) if numbers else None
+        if total is not None:
+            attempt.cost = total
+            self.cost += total
+            self.costed += 1
 
     def _request(self, record: Record) -> None:
         request = record.data.get("request")
@@ -943,36 +1010,321 @@ def _hs(value: Any) -> str:
     return _h(text, inline=True) + ('<span class="cut">…</span>' if cut else "")
 
 
+_T = TypeVar("_T")
+
+
+def _output_step(step: Callable[[], _T]) -> _T:
+    """*step*, which opens, writes or places the output: an OSError of it is the output's."""
+    try:
+        return step()
+    except OSError as exc:
+        raise _OutputError(exc) from exc
+
+
+def _link(seq: int, inner: str) -> str:
+    """A link to the record *seq* around the markup *inner*: a mark that becomes the link when
+    the page is written, or *inner* alone if the page leaves that record out (_Page.resolve).
+    (The mark's characters never come from a value: _h shows them as [U+0000] and so on.)"""
+    return f"\x00{seq}\x01{inner}\x02"
+
+
+_LINKS = re.compile(b"\x00([0-9]+)\x01([^\x02]*)\x02")
+
+
 class _PageOut:
-    """The page as it is written: UTF-8 bytes, counted against the budget."""
+    """The page as it is made: UTF-8 bytes, counted against the budget and held until it is
+    written whole (which records it shows, and so which links lead somewhere, is known only
+    at the end; it holds no more than the budget and one card)."""
 
     def __init__(self, out: BinaryIO, budget: int) -> None:
         self._out = out
         self.budget = budget
         self.size = 0
+        self._parts: List[bytes] = []
 
     def write(self, *parts: str) -> None:
         data = "".join(parts).encode()
-        self._out.write(data)
+        self._parts.append(data)
         self.size += len(data)
 
-    @property
-    def full(self) -> bool:
-        return self.size >= self.budget
+    def later(self) -> int:
+        """A place for what is written there later, with fill."""
+        self._parts.append(b"")
+        return len(self._parts) - 1
+
+    def fill(self, place: int, text: str) -> None:
+        self._parts[place] = text.encode()
+        self.size += len(self._parts[place])
+
+    def release(self, link: Callable[[re.Match[bytes]], bytes]) -> None:
+        """Write the page, each link mark made what *link* returns for it."""
+        for data in self._parts:
+            resolved = _LINKS.sub(link, data) if b"\x00" in data else data
+            _output_step(lambda: self._out.write(resolved))  # noqa: B023 (called at once)
+        self._parts = []
 
 
-class _Page:
-    """The second pass: renders *facts* of the session file *name* to *out*."""
+def _kind(attempt: _Attempt) -> str:
+    return attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
 
-    def __init__(self, name: str, facts: _Facts, summary: Summary, out: _PageOut, field: int) -> None:
-        self.name = name
+
+def _role(message: Any) -> Any:
+    value = _message_value(message)
+    return value.get("role") if value is not None else None
+
+
+def _short(text: str) -> str:
+    """*text* for the conversation: its first _PAGE_TALK characters, and a mark if cut."""
+    cut = '<span class="cut">…</span>' if len(text) > _PAGE_TALK else ""
+    return _h(text[:_PAGE_TALK]) + cut
+
+
+class _Conversation:
+    """The conversation view: each call or record as one step of what happened, read top to
+    bottom (user, assistant with thinking folded, a tool call beside its result, errors in red,
+    retries and compactions marked), each linked to its card; texts shortened, the card has
+    them whole."""
+
+    _ROLES = ("user", "assistant", "tool", "system")
+
+    def __init__(self, facts: _Facts) -> None:
         self.facts = facts
-        self.summary = summary
-        self.out = out
-        self.field = field
-        self.shown = 0  # records rendered so far
 
-    # -- commands and references
+    def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
+        if not isinstance(item, _Attempt):
+            return self.lone(records[0])
+        link = _link(item.seqs[0], f"#{item.seqs[0]}")
+        fail = " fail" if item.failed else ""
+        retry = f'<span class="change">retry {item.attempt}</span> ' if item.attempt > 1 else ""
+        if item.kind == "compact":
+            return f'<div class="step flow">{link} context compacted</div>\n'
+        if item.kind == "tool":
+            body = self.tool(item, records)
+        else:
+            body = "".join(self.said(record) for record in records)
+        reason = f'<div class="error">{_hs(item.reason)}</div>' if item.failed else ""
+        head = f'<div class="step {_kind(item)}{fail}"><span class="seq">{link}</span> {retry}'
+        return f"{head}{body}{reason}</div>\n"
+
+    def lone(self, record: Record) -> str:
+        link = _link(record.seq, f"#{record.seq}")
+        if record.type == "run_start":
+            return f'<h3 class="flow">{link} run <code>{_hs(record.run_id)}</code></h3>\n'
+        if record.type == "turn_start" and "turn_index" in record.data:
+            return f'<div class="step flow">{link} turn {_hs(record.data["turn_index"])}</div>\n'
+        if "error" in record.data:
+            error = record.data["error"]
+            text = error if type(error) is str else _error_text(error)
+            error = f'<span class="error">{_hs(text)}</span>'
+            return f'<div class="step fail">{link} {_hs(record.type)}: {error}</div>\n'
+        return ""
+
+    def said(self, record: Record) -> str:
+        """What a model call's record adds to the conversation: the new user messages of its
+        request, the messages it answered with (each once)."""
+        if record.type == "model_request":
+            change = self.facts.changes.get(record.seq)
+            request = record.data.get("request")
+            messages = request.get("messages") if type(request) is dict else None
+            if change is None or type(messages) is not list:
+                return ""
+            new = [messages[index] for index, _ in change.new if index < len(messages)]
+            said = [message for message in new if _role(message) in ("user", "system")]
+            more = len(said) - _PAGE_SAID
+            note = (
+                f'<div class="cut">and {_count(more, "more new message")} in the card</div>'
+                if more > 0
+                else ""
+            )
+            return "".join(self.message(message) for message in said[:_PAGE_SAID]) + note
+        if "message" in record.data and record.seq not in self.facts.same:
+            return self.message(record.data["message"])
+        return ""
+
+    def message(self, message: Any) -> str:
+        value = _message_value(message)
+        if value is None:
+            return ""
+        role = _role(message)
+        parts = []
+        for block in value["content"]:
+            kind = block.get("type") if type(block) is dict else None
+            if kind == "text" and type(block.get("text")) is str:
+                parts.append(f"<div>{_short(block['text'])}</div>")
+            elif kind == "thinking" and type(block.get("thinking")) is str:
+                thinking = _short(block["thinking"])
+                parts.append(f'<details class="thinking"><summary>thinking</summary>{thinking}</details>')
+            elif kind == "toolCall" and type(block.get("tool_call")) is dict:
+                call = block["tool_call"]
+                args = _json_head(call.get("args"), _ONE_LINE, _PAGE_TALK)[0]
+                name = _hs(call.get("name"))
+                parts.append(
+                    f'<div class="call">calls <b>{name}</b> <code>{_h(args, inline=True)}</code></div>'
+                )
+            elif kind == "image":
+                parts.append('<div class="image">[image]</div>')
+        css = role if role in self._ROLES else "other"
+        return f'<div class="say {css}"><span class="role">{_hs(role)}</span>{"".join(parts)}</div>'
+
+    @staticmethod
+    def tool(attempt: _Attempt, records: List[Record]) -> str:
+        """A tool call beside its result."""
+        args, result = None, None
+        for record in records:
+            args = record.data.get("args", args)
+            result = record.data.get("result", result)
+        shown = [
+            ""
+            if value is None
+            else value
+            if type(value) is str
+            else _json_head(value, _ONE_LINE, _PAGE_TALK)[0]
+            for value in (args, result)
+        ]
+        name = _hs(attempt.name or attempt.id)
+        return (
+            f'<div class="pair"><div>tool <b>{name}</b> <code>{_short(shown[0])}</code></div>'
+            f"<div>→ {_short(shown[1])}</div></div>"
+        )
+
+
+def _attempt_link(attempt: _Attempt) -> str:
+    name = f" {_hs(attempt.name)}" if attempt.name else ""
+    return _link(
+        attempt.seqs[0],
+        f"{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} attempt {attempt.attempt}",
+    )
+
+
+class _Timeline:
+    """The charts: input tokens per model call, and each turn's calls to time scale."""
+
+    def __init__(self, facts: _Facts, out: _PageOut) -> None:
+        self.facts = facts
+        self.out = out
+
+    def chart(self) -> None:
+        """Input tokens per successful model call, compactions as dashed lines."""
+        tokens = self.facts.tokens
+        write = self.out.write
+        write("<section><h2>input tokens per model call</h2>\n")
+        if not tokens:
+            write("<p>no model call reported its input tokens</p></section>\n")
+            return
+        per_bar = -(-len(tokens) // _PAGE_BARS)
+        bars = [tokens[start : start + per_bar] for start in range(0, len(tokens), per_bar)]
+        top = max(count for _, count in tokens) or 1
+        width = 1000 / len(bars)
+        note = f"; each bar the largest of {per_bar} calls" if per_bar > 1 else ""
+        write(f"<p>{_count(len(tokens), 'call')}, at most {top} input tokens{note}</p>\n")
+        write('<svg class="chart" viewBox="0 0 1000 100" role="img">')
+        for n, bar in enumerate(bars):
+            seq, count = max(bar, key=lambda point: point[1])
+            height = count * 95 // top
+            rect = (
+                f'<rect class="bar" x="{n * width:.1f}" y="{100 - height}" width="{max(width - 1, 1):.1f}" '
+                f'height="{height}"><title>#{seq}: {count} input tokens</title></rect>'
+            )
+            write(_link(seq, rect))
+        lines = [calls // per_bar * width for calls in self.facts.compactions]
+        for x in lines:
+            write(
+                f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
+                "<title>compaction</title></line>"
+            )
+        for x, count in _labels(lines):
+            write(f'<text x="{x:.1f}" y="10">{_count(count, "compaction")}</text>')
+        write("</svg></section>\n")
+
+    def waterfall(self) -> None:
+        """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
+        retries tied to the attempt they repeat; and the slowest calls."""
+        write = self.out.write
+        attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
+        write("<section><h2>calls over time</h2>\n<p>slowest calls:</p><ol>")
+        for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
+            write(f"<li>{_span(attempt.seconds)} {_attempt_link(attempt)}</li>\n")
+        write("</ol>\n")
+        runs: Dict[str, Dict[int, List[_Attempt]]] = {}
+        for attempt in self.facts.attempts.values():
+            runs.setdefault(attempt.run_id, {}).setdefault(attempt.turn, []).append(attempt)
+        limit = self.out.size + self.out.budget // 4  # the rest is for the records
+        for run, turns in runs.items():
+            count = sum(len(group) for group in turns.values())
+            failed = sum(attempt.failed for group in turns.values() for attempt in group)
+            write(
+                f"<details{' open' if count <= _PAGE_RUN else ''}><summary>run <code>{_hs(run)}</code>: "
+                f"{_count(len(turns), 'turn')}, {_count(count, 'attempt')}, {failed} failed</summary>\n"
+            )
+            full = not all(self.turn(turn, group, limit) for turn, group in turns.items())
+            write("</details>\n")
+            if full:
+                write('<p class="cut">The waterfall stops here, at a quarter of the page budget.</p>')
+                break
+        write("</section>\n")
+
+    def turn(self, turn: int, group: List[_Attempt], limit: int) -> bool:
+        """One turn's waterfall, as many rows as fit below *limit*; False if not all did."""
+        timed = [attempt for attempt in group if attempt.start is not None]
+        start = min((a.start or 0.0 for a in timed), default=0.0)
+        span = max((a.end or 0.0 for a in timed), default=0.0) - start or 1e-6
+        rows: List[str] = []
+        size = self.out.size
+        ends: Dict[str, Tuple[float, int]] = {}  # execution id -> end x, row of its latest attempt
+        for row, attempt in enumerate(group):
+            if size >= limit:
+                break
+            rows.append(self.bar(row, attempt, start, span, ends))
+            size += len(rows[-1])
+        failed = sum(attempt.failed for attempt in group)
+        shown = f", {len(rows)} drawn" if len(rows) < len(group) else ""
+        bottom = len(rows) * 18 + 16
+        self.out.write(
+            f"<details{' open' if len(group) <= 40 else ''}>"
+            f"<summary>turn {turn}: {_count(len(group), 'attempt')}"
+            f"{shown}, {_span(span)}, {failed} failed</summary>\n"
+            f'<svg class="waterfall" viewBox="0 0 1000 {bottom + 4}">',
+            *rows,
+            f'<text x="300" y="{bottom}">0 s</text><text class="end" x="990" y="{bottom}">'
+            f"{_span(span)}</text></svg></details>\n",
+        )
+        return len(rows) == len(group)
+
+    @staticmethod
+    def bar(
+        row: int, attempt: _Attempt, start: float, span: float, ends: Dict[str, Tuple[float, int]]
+    ) -> str:
+        """One attempt's row: its label, and its bar tied to the attempt it retries."""
+        y = row * 18 + 2
+        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+        mark = " ✗" if attempt.failed else ""
+        label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
+        parts = [f'<text x="0" y="{y + 12}">{_hs(label)}</text>']
+        if attempt.start is not None:
+            x = 300 + (attempt.start - start) / span * 690
+            width = max(attempt.seconds / span * 690, 2)
+            fail = " fail" if attempt.failed else ""
+            parts.append(
+                f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
+                f"<title>{_hs(attempt.kind)} {_hs(attempt.id)} attempt {attempt.attempt}: "
+                f"{_span(attempt.seconds)}</title></rect>"
+            )
+            tied = ends.get(attempt.id)
+            if tied is not None and attempt.attempt > 1:
+                parts.append(
+                    f'<path class="tie" d="M{tied[0]:.1f} {tied[1] * 18 + 9}L{x:.1f} {y + 7}">'
+                    f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
+                )
+            ends[attempt.id] = (x + width, row)
+        return _link(attempt.seqs[0], "".join(parts))
+
+
+class _Commands:
+    """The commands and CallRefs a page shows to look records up, for the file *name*."""
+
+    def __init__(self, name: str, session_id: str) -> None:
+        self.name = name
+        self.session_id = session_id
 
     def command(self, run_id: Optional[str], execution: str = "", attempt: int = 0, kind: str = "") -> str:
         """The ``python -m session show`` command for these records, shell-quoted, as HTML."""
@@ -986,8 +1338,162 @@ class _Page:
         return f"<code>{_h(' '.join(map(_shell_word, words)), inline=True)}</code>"
 
     def ref(self, run_id: str, execution: str, attempt: int) -> str:
-        ref = CallRef(self.summary.session_id, run_id, execution, attempt)
+        ref = CallRef(self.session_id, run_id, execution, attempt)
         return f'<code class="ref">{_h(json.dumps(ref.to_json(), ensure_ascii=False))}</code>'
+
+    def summary_command(self) -> str:
+        return f"<code>python -m session summary {_h(_shell_word(self.name))}</code>"
+
+    def attempt_ref(self, attempt: _Attempt) -> str:
+        """An attempt's CallRef and the command that prints its records."""
+        return (
+            f'<div class="how">{self.ref(attempt.run_id, attempt.id, attempt.attempt)}<br>'
+            f"{self.command(attempt.run_id, attempt.id, attempt.attempt)}</div>"
+        )
+
+
+class _Header:
+    """The page's header: the session, its runs, costs, failures and gaps."""
+
+    def __init__(
+        self,
+        commands: _Commands,
+        facts: _Facts,
+        summary: Summary,
+        out: _PageOut,
+        damage: Optional[FormatError],
+    ) -> None:
+        self.commands = commands
+        self.facts = facts
+        self.summary = summary
+        self.out = out
+        self.name = commands.name
+        self.damage = damage
+
+    def header(self) -> int:
+        """Write the header; returns the place for what the page leaves out (_PageOut.fill)."""
+        summary = self.summary
+        write = self.out.write
+        write('<a class="skip" href="#records">skip to the records</a>\n')
+        write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
+        write(self.banner())
+        cut_place = self.out.later()  # what the page leaves out, once the cards are chosen
+        tail = (
+            f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
+        )
+        counts = f"{_count(summary.records, 'record')}, {_count(len(summary.runs), 'run')}"
+        write(f"<p>{_h(self.name)}: {counts}{tail}{self.costs()}</p>\n")
+        self.runs()
+        write("<p>records by type: ")
+        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
+        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
+        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
+        self.failures()
+        self.gaps()
+        write("</header>\n")
+        return cut_place
+
+    def runs(self) -> None:
+        """The runs: where each starts, its calls and failures, times, end and error."""
+        write = self.out.write
+        calls: Dict[str, List[_Attempt]] = {}
+        for attempt in self.facts.attempts.values():
+            calls.setdefault(attempt.run_id, []).append(attempt)
+        write("<table><tr><th>run</th><th>records</th><th>calls</th><th>failed</th><th>start</th>")
+        write("<th>end</th><th>duration</th><th>closed</th><th>end reason</th><th>error</th></tr>\n")
+        for run in self.summary.runs:
+            error = _hs(_error_text(run.error)) if run.error is not None else ""
+            attempts = calls.get(run.run_id, [])
+            failed = sum(attempt.failed for attempt in attempts)
+            marked = f'<td class="error">{failed} ✗</td>' if failed else "<td>0</td>"
+            write(
+                f"<tr><td>{_link(run.first_seq, f'<code>{_hs(run.run_id)}</code>')}</td>"
+                f"<td>{run.records}</td><td>{len(attempts)}</td>"
+                f"{marked}<td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
+                f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
+                f"<td>{'yes' if run.closed else 'no'}</td>"
+                f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
+            )
+        write("</table>\n")
+
+    def failures(self) -> None:
+        """The failed attempts, one line each with the reason; folded when over ten."""
+        write = self.out.write
+        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
+        write(f"<details{' open' if len(failed) <= 10 else ''}><summary><h2>")
+        write(f"{_count(len(failed), 'failed attempt')}</h2></summary>\n<ul>")
+        for attempt in failed[:_PAGE_LIST]:
+            write(f'<li>{_attempt_link(attempt)}: <span class="error">{_hs(attempt.reason)}</span></li>\n')
+        self.more(len(failed), "tick “errors only” below to see them all")
+        write("</ul></details>\n")
+
+    def gaps(self) -> None:
+        write = self.out.write
+        summary = self.summary
+        write(f"<h2>{_count(len(summary.gaps), 'gap')}</h2>\n<ul>")
+        for gap in summary.gaps[:_PAGE_LIST]:
+            write(f"<li>{_link(gap.seq, f'#{gap.seq}')} {_hs(gap.kind)} ")
+            if gap.ref is None:
+                write(f"run <code>{_hs(gap.run_id)}</code>: {self.commands.command(gap.run_id)}</li>\n")
+            else:
+                ref = gap.ref
+                write(f"{self.commands.ref(ref.run_id, ref.execution_id, ref.attempt)} ")
+                write(f"{self.commands.command(ref.run_id, ref.execution_id, ref.attempt)}</li>\n")
+        self.more(len(summary.gaps), f"see {self.commands.summary_command()}")
+        write("</ul>\n")
+
+    def banner(self) -> str:
+        """For a damaged file, where it breaks, why, and the command that mends it."""
+        damage = self.damage
+        if damage is None:
+            return ""
+        where = f"line {damage.line}" if damage.line is not None else "a line"
+        if damage.offset is not None:
+            where += f" (offset {damage.offset})"
+        repair = f"<code>python -m session repair {_h(_shell_word(self.name), inline=True)}</code>"
+        return (
+            f'<p class="damage" id="damage">This file is damaged at {where}: '
+            f"{_h(damage.reason, inline=True)}. "
+            f"The page shows the {self.summary.records} records before it; {repair} keeps them "
+            "and drops the rest, having copied the whole file aside first.</p>\n"
+        )
+
+    def costs(self) -> str:
+        """The cost of the model calls, as far as they report it."""
+        facts = self.facts
+        if not facts.costed:
+            return ""
+        return f", cost {_money(facts.cost)} ({_count(facts.costed, 'model call')} reporting it)"
+
+    def more(self, count: int, where: str) -> None:
+        if count > _PAGE_LIST:
+            self.out.write(f'<li class="cut">and {count - _PAGE_LIST} more: {where}</li>')
+
+
+class _Page:
+    """The second pass: renders *facts* of the session file *name* to *out*."""
+
+    def __init__(
+        self,
+        name: str,
+        facts: _Facts,
+        summary: Summary,
+        out: _PageOut,
+        field: int,
+        damage: Optional[FormatError] = None,
+    ) -> None:
+        self.name = name
+        self.damage = damage  # the bad line the file's records stop before
+        self.commands = _Commands(name, summary.session_id)
+        self.facts = facts
+        self.summary = summary
+        self.out = out
+        self.field = field
+        self.talk = _Conversation(facts)
+        self.anchors: Set[int] = set()  # the seqs of the records the page shows
+        self.room = out.budget  # bytes left for the card being made
+
+    # -- commands and references
 
     # -- values
 
@@ -1033,9 +1539,11 @@ class _Page:
             parts.append(f" result of {self.tool_link(run_id, call_id)}")
         for block in value["content"]:
             parts.append(self.block(block, run_id, more))
-        for key in ("stop_reason", "usage"):
-            if value.get(key):
-                parts.append(self.value(value[key], more, key))
+        if value.get("stop_reason"):
+            parts.append(self.value(value["stop_reason"], more, "stop_reason"))
+        if value.get("usage"):
+            usage = value["usage"]
+            parts.append(_usage_line(usage) if type(usage) is dict else self.value(usage, more, "usage"))
         if type(metadata) is dict and set(metadata) - {"tool_call_id"}:
             parts.append(self.value(metadata, more, "metadata"))
         return "".join(parts) + "</div>"
@@ -1050,27 +1558,40 @@ class _Page:
             call = block["tool_call"]
             call_id, name = call.get("id"), call.get("name")
             head = f'<div class="call">calls <b>{_hs(name)}</b>'
+            if call.get("args_invalid") is True:
+                head += ' <span class="error">(its arguments did not parse: see args_raw_text)</span>'
             if type(call_id) is str:
                 head += f" id {self.tool_link(run_id, call_id)}"
             rest = {key: item for key, item in call.items() if key not in ("id", "name", "args")}
             args = self.value(call.get("args"), more, "args")
             return head + args + (self.value(rest, more) if rest else "") + "</div>"
         if kind == "image" and type(block.get("image")) is dict:
-            image = block["image"]
-            data, url, mime = image.get("data"), image.get("url"), image.get("mime_type")
-            size = f"{len(data) * 3 // 4} bytes" if type(data) is str else ""
-            where = f"at {_hs(url)}" if url else ""  # as text: a page never fetches
-            about = ", ".join(part for part in (_hs(mime) if mime else "", size, where) if part)
-            return f'<div class="image">[image: {about}]</div>'
+            return self.image(block["image"], more)
         if kind == "tool_reference" and type(block.get("tool_name")) is str:
             return f'<div class="call">tool reference <b>{_hs(block["tool_name"])}</b></div>'
         return self.value(block, more, "block")
+
+    def image(self, image: Dict[str, Any], more: str) -> str:
+        """An image block: its inline data shown, if a picture of a kind browsers decode safely
+        and the page has room for it; else what it is, and a URL only as text (a page never
+        fetches)."""
+        data, url, mime = image.get("data"), image.get("url"), image.get("mime_type")
+        size = f"{len(data) * 3 // 4} bytes" if type(data) is str else ""
+        where = f"at {_hs(url)}" if url else ""
+        about = ", ".join(part for part in (_hs(mime) if mime else "", size, where) if part)
+        data = data if type(data) is str else ""
+        picture = _picture(mime, data)
+        if picture and len(data) <= min(_PAGE_IMAGE, self.room):  # mime: one of _PICTURES
+            source = f"data:{mime};base64,{_h(data)}"
+            return f'<div class="image"><img class="shot" alt="{mime} image, {size}" src="{source}"></div>'
+        more = f": too large for this page, see {more}" if picture else ""
+        return f'<div class="image">[image: {about}{more}]</div>'
 
     def tool_link(self, run_id: str, call_id: str) -> str:
         seq = self.facts.tool_seq.get((run_id, call_id))
         if seq is None:
             return f"<code>{_hs(call_id)}</code>"
-        return f'<a href="#seq-{seq}"><code>{_hs(call_id)}</code></a>'
+        return _link(seq, f"<code>{_hs(call_id)}</code>")
 
     # -- records
 
@@ -1090,7 +1611,7 @@ class _Page:
                 continue
             if key in ("message", "partial_message"):
                 if same is not None and key == "message":
-                    parts.append(f'<div>the same message as <a href="#seq-{same}">#{same}</a></div>')
+                    parts.append(f"<div>the same message as {_link(same, f'#{same}')}</div>")
                 else:
                     parts.append(self.message(item, run_id, more))
             elif key == "request" and type(item) is dict:
@@ -1111,7 +1632,7 @@ class _Page:
             parts += self.new_messages(record, messages, change.new, more)
         if change is not None and change.same_settings:
             seq = change.previous
-            parts.append(f'<div>tools and config as in <a href="#seq-{seq}">#{seq}</a></div>')
+            parts.append(f"<div>tools and config as in {_link(seq, f'#{seq}')}</div>")
             return "".join(parts)
         for key, item in request.items():
             if key == "tools" and type(item) is list:
@@ -1128,17 +1649,19 @@ class _Page:
         """The new messages of a request: a link to a record that showed one already, else the
         message; none past the page budget."""
         parts: List[str] = []
-        size = self.out.size
+        size = 0
         for n, (index, earlier) in enumerate(new):
-            if size >= self.out.budget or index >= len(messages):
-                parts.append(f'<div class="cut">{len(new) - n} more new messages not shown: see {more}</div>')
+            if size >= self.room or index >= len(messages):
+                parts.append(
+                    f'<div class="cut">{_count(len(new) - n, "more new message")} not shown: see {more}</div>'
+                )
                 break
             if earlier:
                 value = _message_value(messages[index])
                 role = _hs(value.get("role")) if value is not None else "a"
                 parts.append(
                     f'<div class="msg">new: <span class="role">{role}</span> message as recorded '
-                    f'in <a href="#seq-{earlier}">#{earlier}</a></div>'
+                    f"in {_link(earlier, f'#{earlier}')}</div>"
                 )
             else:
                 parts.append(self.message(messages[index], record.run_id or "", more))
@@ -1147,10 +1670,10 @@ class _Page:
 
     @staticmethod
     def change_text(change: _Change, total: int) -> str:
-        text = f"context: {total} messages; {len(change.new)} new"
+        text = f"context: {_count(total, 'message')}; {len(change.new)} new"
         if change.previous:
             kept = "carried over from the previous run" if change.resumed else "unchanged"
-            link = f'<a href="#seq-{change.previous}">#{change.previous}</a>'
+            link = _link(change.previous, f"#{change.previous}")
             text += f", {change.unchanged} {kept} since request {link}"
         if change.dropped:
             why = "by a compaction" if change.compacted else "with no compaction recorded"
@@ -1169,7 +1692,7 @@ class _Page:
             return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
         policy = (
-            f"default-src 'none'; script-src {digest(script)}; style-src {digest(style)}; "
+            f"default-src 'none'; script-src {digest(script)}; style-src {digest(style)}; img-src data:; "
             "base-uri 'none'; form-action 'none'"
         )
         summary = self.summary
@@ -1179,208 +1702,108 @@ class _Page:
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
         )
-        self.header()
-        self.chart()
-        self.waterfall()
+        self.cut_place = _Header(self.commands, self.facts, summary, self.out, self.damage).header()
+        self.talk_place = self.out.later()  # the conversation, once the cards are chosen
+        timeline = _Timeline(self.facts, self.out)
+        timeline.chart()
+        timeline.waterfall()
         self.cards(source, max_line_bytes)
         data = {"file": self.name, "session_id": summary.session_id, "records": summary.records}
         self.out.write(
             f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
             f"<script>{script}</script>\n</body></html>\n"
         )
+        self.out.release(self.resolve)
 
-    def header(self) -> None:
-        summary, facts = self.summary, self.facts
-        write = self.out.write
-        write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
-        tail = (
-            f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
-        )
-        write(f"<p>{_h(self.name)}: {summary.records} records, {len(summary.runs)} runs{tail}</p>\n")
-        write("<table><tr><th>run</th><th>records</th><th>start</th><th>end</th><th>duration</th>")
-        write("<th>closed</th><th>end reason</th><th>error</th></tr>\n")
-        for run in summary.runs:
-            error = _hs(_error_text(run.error)) if run.error is not None else ""
-            write(
-                f'<tr><td><a href="#seq-{run.first_seq}"><code>{_hs(run.run_id)}</code></a></td>'
-                f"<td>{run.records}</td><td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
-                f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
-                f"<td>{'yes' if run.closed else 'no'}</td>"
-                f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
-            )
-        write("</table>\n<p>records by type: ")
-        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
-        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
-        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
-        failed = [attempt for attempt in facts.attempts.values() if attempt.failed]
-        write(f"<h2>{len(failed)} failed attempts</h2>\n<ul>")
-        for attempt in failed[:_PAGE_LIST]:
-            write(f"<li>{self.attempt_link(attempt)}{self.attempt_ref(attempt)}</li>\n")
-        self.more(len(failed), "tick “errors only” below to see them all")
-        write(f"</ul>\n<h2>{len(summary.gaps)} gaps</h2>\n<ul>")
-        for gap in summary.gaps[:_PAGE_LIST]:
-            write(f'<li><a href="#seq-{gap.seq}">#{gap.seq}</a> {_hs(gap.kind)} ')
-            if gap.ref is None:
-                write(f"run <code>{_hs(gap.run_id)}</code>: {self.command(gap.run_id)}</li>\n")
-            else:
-                ref = gap.ref
-                write(f"{self.ref(ref.run_id, ref.execution_id, ref.attempt)} ")
-                write(f"{self.command(ref.run_id, ref.execution_id, ref.attempt)}</li>\n")
-        self.more(len(summary.gaps), f"see {self.summary_command()}")
-        write("</ul></header>\n")
-
-    def summary_command(self) -> str:
-        return f"<code>python -m session summary {_h(_shell_word(self.name))}</code>"
-
-    def more(self, count: int, where: str) -> None:
-        if count > _PAGE_LIST:
-            self.out.write(f'<li class="cut">and {count - _PAGE_LIST} more: {where}</li>')
-
-    @staticmethod
-    def attempt_link(attempt: _Attempt) -> str:
-        name = f" {_hs(attempt.name)}" if attempt.name else ""
-        return (
-            f'<a href="#seq-{attempt.seqs[0]}">{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} '
-            f"attempt {attempt.attempt}</a>"
-        )
-
-    def attempt_ref(self, attempt: _Attempt) -> str:
-        """An attempt's CallRef and the command that prints its records."""
-        return (
-            f'<div class="how">{self.ref(attempt.run_id, attempt.id, attempt.attempt)}<br>'
-            f"{self.command(attempt.run_id, attempt.id, attempt.attempt)}</div>"
-        )
-
-    def chart(self) -> None:
-        """Input tokens per successful model call, compactions as dashed lines."""
-        tokens = self.facts.tokens
-        write = self.out.write
-        write("<section><h2>input tokens per model call</h2>\n")
-        if not tokens:
-            write("<p>no model call reported its input tokens</p></section>\n")
-            return
-        per_bar = -(-len(tokens) // _PAGE_BARS)
-        bars = [tokens[start : start + per_bar] for start in range(0, len(tokens), per_bar)]
-        top = max(count for _, count in tokens) or 1
-        width = 1000 / len(bars)
-        note = f"; each bar the largest of {per_bar} calls" if per_bar > 1 else ""
-        write(f"<p>{len(tokens)} calls, at most {top} input tokens{note}</p>\n")
-        write('<svg class="chart" viewBox="0 0 1000 100" role="img">')
-        for n, bar in enumerate(bars):
-            seq, count = max(bar, key=lambda point: point[1])
-            height = count * 95 // top
-            write(
-                f'<a href="#seq-{seq}"><rect class="bar" x="{n * width:.1f}" y="{100 - height}" '
-                f'width="{max(width - 1, 1):.1f}" height="{height}"><title>#{seq}: {count} input tokens'
-                "</title></rect></a>"
-            )
-        for calls in self.facts.compactions:
-            x = calls // per_bar * width
-            write(
-                f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
-                f'<title>compaction</title></line><text x="{x + 4:.1f}" y="10">compaction</text>'
-            )
-        write("</svg></section>\n")
-
-    def waterfall(self) -> None:
-        """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
-        retries tied to the attempt they repeat; and the slowest calls."""
-        write = self.out.write
-        attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
-        write("<section><h2>calls over time</h2>\n<p>slowest calls:</p><ol>")
-        for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
-            write(f"<li>{_span(attempt.seconds)} {self.attempt_link(attempt)}</li>\n")
-        write("</ol>\n")
-        turns: Dict[Tuple[str, int], List[_Attempt]] = {}
-        for attempt in self.facts.attempts.values():
-            turns.setdefault((attempt.run_id, attempt.turn), []).append(attempt)
-        run_id, limit = None, self.out.size + self.out.budget // 4  # the rest is for the records
-        for (run, turn), group in turns.items():
-            if run != run_id:
-                write(f"<h3>run <code>{_hs(run)}</code></h3>\n")
-                run_id = run
-            if not self.turn(turn, group, limit):
-                write('<p class="cut">The waterfall stops here, at a quarter of the page budget.</p>')
-                break
-        write("</section>\n")
-
-    def turn(self, turn: int, group: List[_Attempt], limit: int) -> bool:
-        """One turn's waterfall, as many rows as fit below *limit*; False if not all did."""
-        timed = [attempt for attempt in group if attempt.start is not None]
-        start = min((a.start or 0.0 for a in timed), default=0.0)
-        span = max((a.end or 0.0 for a in timed), default=0.0) - start or 1e-6
-        rows: List[str] = []
-        size = self.out.size
-        ends: Dict[str, Tuple[float, int]] = {}  # execution id -> end x, row of its latest attempt
-        for row, attempt in enumerate(group):
-            if size >= limit:
-                break
-            rows.append(self.bar(row, attempt, start, span, ends))
-            size += len(rows[-1])
-        failed = sum(attempt.failed for attempt in group)
-        shown = f", {len(rows)} drawn" if len(rows) < len(group) else ""
-        bottom = len(rows) * 18 + 16
-        self.out.write(
-            f"<details{' open' if len(group) <= 40 else ''}><summary>turn {turn}: {len(group)} attempts"
-            f"{shown}, {_span(span)}, {failed} failed</summary>\n"
-            f'<svg class="waterfall" viewBox="0 0 1000 {bottom + 4}">',
-            *rows,
-            f'<text x="300" y="{bottom}">0 s</text><text class="end" x="990" y="{bottom}">'
-            f"{_span(span)}</text></svg></details>\n",
-        )
-        return len(rows) == len(group)
-
-    @staticmethod
-    def bar(
-        row: int, attempt: _Attempt, start: float, span: float, ends: Dict[str, Tuple[float, int]]
-    ) -> str:
-        """One attempt's row: its label, and its bar tied to the attempt it retries."""
-        y = row * 18 + 2
-        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
-        mark = " ✗" if attempt.failed else ""
-        label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
-        parts = [f'<a href="#seq-{attempt.seqs[0]}"><text x="0" y="{y + 12}">{_hs(label)}</text>']
-        if attempt.start is not None:
-            x = 300 + (attempt.start - start) / span * 690
-            width = max(attempt.seconds / span * 690, 2)
-            fail = " fail" if attempt.failed else ""
-            parts.append(
-                f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
-                f"<title>{_hs(attempt.kind)} {_hs(attempt.id)} attempt {attempt.attempt}: "
-                f"{_span(attempt.seconds)}</title></rect>"
-            )
-            tied = ends.get(attempt.id)
-            if tied is not None and attempt.attempt > 1:
-                parts.append(
-                    f'<path class="tie" d="M{tied[0]:.1f} {tied[1] * 18 + 9}L{x:.1f} {y + 7}">'
-                    f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
-                )
-            ends[attempt.id] = (x + width, row)
-        return "".join(parts) + "</a>"
+    def resolve(self, mark: re.Match[bytes]) -> bytes:
+        """A link mark (_link) as the link, or as its text alone if the page leaves out its
+        record: no link on the page leads nowhere."""
+        seq = int(mark.group(1))
+        return b'<a href="#seq-%d">%s</a>' % (seq, mark.group(2)) if seq in self.anchors else mark.group(2)
 
     def cards(self, source: BinaryIO, max_line_bytes: int) -> None:
         write = self.out.write
         write(
-            '<section><h2>records</h2>\n<form class="filters">'
+            '<section id="records"><h2>records</h2>\n<form class="filters">'
             '<label><input type="checkbox" id="only-errors"> errors only</label> '
             '<label><input type="checkbox" id="show-model" checked> model calls</label> '
             '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
             '<label><input type="checkbox" id="show-other" checked> other records</label> '
-            '<input type="search" id="search" placeholder="search" hidden></form>\n'
+            '<input type="search" id="search" placeholder="search" hidden> '
+            '<span class="how" id="matches" hidden></span></form>\n'
+            '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
+            "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>/</kbd> search, <kbd>Enter</kbd> "
+            "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
+            "<kbd>Esc</kbd> leaves the search</p>\n"
         )
-        for item in self.facts.items:
-            if self.out.full:
-                left = self.summary.records - self.shown
-                write(
-                    f'<p class="cut">The page reached its budget of {self.out.budget} bytes: '
-                    f"{left} more records are not shown here; {self.command(None)} prints them all.</p>"
-                )
-                break
-            if isinstance(item, _Attempt):
-                self.card(source, max_line_bytes, item)
-            else:
-                self.lone(self.read(source, max_line_bytes, *item))
+        cards, steps = self.choose(source, max_line_bytes)
+        items = self.facts.items
+        gaps = _left_out(cards)
+        for n, (start, end) in enumerate(gaps, 1):
+            cards[start] = self.cut_note(n, items[start:end])
+            left = _count(end - start, "step")
+            steps[start] = f'<p class="cut">{left} left out here: see <a href="#cut-{n}">below</a></p>\n'
+        self.out.fill(self.cut_place, self.cut_summary(gaps))
+        self.out.fill(
+            self.talk_place, f'<section id="conversation"><h2>conversation</h2>\n{"".join(steps)}</section>\n'
+        )
+        write(*(card for card in cards if card is not None))
         write("</section>\n")
+
+    def choose(self, source: BinaryIO, max_line_bytes: int) -> Tuple[List[Optional[str]], List[str]]:
+        """Each item's card, or None where the page leaves it out, and its conversation step:
+        the first and the last item, then every failed call, then the others from both ends
+        inwards, as long as the page is within its budget (the end is where failures usually
+        are)."""
+        items = self.facts.items
+        cards: List[Optional[str]] = [None] * len(items)
+        steps = [""] * len(items)
+        ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
+        failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
+        used = self.out.size
+        for n in ends[:2] + failed + ends[2:]:
+            if used >= self.out.budget:
+                break
+            if cards[n] is None:
+                self.room = self.out.budget - used
+                item = items[n]
+                places = zip(item.seqs, item.offsets) if isinstance(item, _Attempt) else [item]
+                records = [self.read(source, max_line_bytes, seq, offset) for seq, offset in places]
+                card = self.card(item, records) if isinstance(item, _Attempt) else self.lone(records[0])
+                cards[n], steps[n] = card, self.talk.step(item, records)
+                used += len(card.encode()) + len(steps[n].encode())
+                self.anchors.update(_item_seqs(item))
+        return cards, steps
+
+    def cut_note(self, number: int, items: List[Union[Tuple[int, int], _Attempt]]) -> str:
+        """Where the page leaves records out: how many, which, and the command that prints them."""
+        seqs = [seq for item in items for seq in _item_seqs(item)]
+        calls = [item for item in items if isinstance(item, _Attempt)]
+        failed = sum(call.failed for call in calls)
+        first, last = min(seqs), max(seqs)
+        command = " ".join(map(_shell_word, ["python", "-m", "session", "show", self.name]))
+        return (
+            f'<p class="cut" id="cut-{number}">Left out here: {_count(len(seqs), "record")} between #{first} '
+            f"and #{last} ({_count(len(calls), 'call')}, {failed} failed), which "
+            f"<code>{_h(command, inline=True)} | sed -n {first},{last}p</code> prints.</p>\n"
+        )
+
+    def cut_summary(self, gaps: List[Tuple[int, int]]) -> str:
+        """For the header: what the page leaves out, and where."""
+        if not gaps:
+            return ""
+        left = sum(len(_item_seqs(item)) for start, end in gaps for item in self.facts.items[start:end])
+        places = ", ".join(
+            f'<a href="#cut-{n}">#{_first_seq(self.facts.items[start])}</a>'
+            for n, (start, end) in enumerate(gaps[:_PAGE_LIST], 1)
+        )
+        more = f" and {len(gaps) - _PAGE_LIST} more" if len(gaps) > _PAGE_LIST else ""
+        return (
+            f'<p class="cut">To keep to its budget of {self.out.budget} bytes, this page leaves out '
+            f"{_count(left, 'record')} in {_count(len(gaps), 'place')} (from {places}{more}); it shows "
+            "the start, the end and every failed call it has room for. Each place says which records "
+            "it leaves out and the command that prints them.</p>\n"
+        )
 
     def read(self, source: BinaryIO, max_line_bytes: int, seq: int, offset: int) -> Record:
         """The record *seq* again, at the *offset* the first pass found it."""
@@ -1389,47 +1812,102 @@ class _Page:
         obj = _parse_line(raw, self.name, seq, offset, None, -1) if raw.endswith(b"\n") else {}
         if obj.get("seq") != seq or obj.get("session_id") != self.summary.session_id:
             raise FormatError(f"record {seq} changed while the page was made", self.name, seq, offset)
-        self.shown += 1
         data = obj["data"]
         index = self.facts.index
         if obj["type"] == "model_request" and index.version > 1 and "messages" in data:
             data = index.resolved(data, self.name)
         return Record(obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), data, offset)
 
-    def lone(self, record: Record) -> None:
+    def lone(self, record: Record) -> str:
         fail = " fail" if "error" in record.data else ""
         heading = record.type in ("run_start", "turn_start", "session_start")
-        more = self.command(record.run_id, kind=record.type)
-        self.out.write(
+        more = self.commands.command(record.run_id, kind=record.type)
+        return (
             f'<div class="rec{fail}{" heading" if heading else ""}" id="seq-{record.seq}">'
             f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
         )
 
-    def card(self, source: BinaryIO, max_line_bytes: int, attempt: _Attempt) -> None:
+    def card(self, attempt: _Attempt, records: List[Record]) -> str:
         kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
         fail = " fail" if attempt.failed else ""
-        write = self.out.write
-        write(f'<article class="card {kind}{fail}"><h3>{self.attempt_link(attempt)}</h3>\n<p>')
-        write(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
+        parts = [f'<article class="card {kind}{fail}"><h3>{_attempt_link(attempt)}</h3>\n<p>']
+        parts.append(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
+        if attempt.model:
+            parts.append(f", model <b>{_hs(attempt.model)}</b>")
+        if attempt.cost is not None:
+            parts.append(f", cost {_money(attempt.cost)}")
         if attempt.attempt > 1:
             earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
             if earlier is not None:
-                write(f', retry of <a href="#seq-{earlier.seqs[0]}">attempt {earlier.attempt}</a>')
-        write(self.parent(attempt))
-        write(f"</p>{self.attempt_ref(attempt)}\n")
-        more = self.command(attempt.run_id, attempt.id, attempt.attempt)
-        for seq, offset in zip(attempt.seqs, attempt.offsets):
-            record = self.read(source, max_line_bytes, seq, offset)
+                parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
+        parts.append(f"{self.parent(attempt)}</p>{self.commands.attempt_ref(attempt)}\n")
+        more = self.commands.command(attempt.run_id, attempt.id, attempt.attempt)
+        for record in records:
             body = self.record_body(record, more)
-            write(f'<div class="part" id="seq-{seq}">{self.record_head(record)}{body}</div>\n')
-        write("</article>\n")
+            parts.append(f'<div class="part" id="seq-{record.seq}">{self.record_head(record)}{body}</div>\n')
+        return "".join(parts) + "</article>\n"
 
     def parent(self, attempt: _Attempt) -> str:
         """For a tool call, a link to the model call that asked for it."""
-        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent)) if attempt.parent else None
-        if seq is None:
+        if not attempt.parent:
             return ""
-        return f', asked for by <a href="#seq-{seq}">model call <code>{_hs(attempt.parent)}</code></a>'
+        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent))
+        if seq is None:
+            missing = '<span class="error">not in this run</span>'
+            return f", asked for by model call <code>{_hs(attempt.parent)}</code>, {missing}"
+        return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
+
+
+def _usage_line(usage: Dict[str, Any]) -> str:
+    """A message's usage on one line: token counts, provider, model and cost."""
+    parts = []
+    for key, item in usage.items():
+        if key == "cost" and type(item) is dict:
+            parts += [
+                f"cost {_hs(name)} {_money(amount) if type(amount) in (int, float) else _hs(amount)}"
+                for name, amount in item.items()
+            ]
+        else:
+            parts.append(f"{_hs(key)} {_hs(item)}")
+    return f'<div><span class="key">usage</span> {", ".join(parts)}</div>'
+
+
+_LABEL_WIDTH = 100  # of the chart's 1000: "999 compactions" in its 11 units wide font
+
+
+def _labels(lines: List[float]) -> List[Tuple[float, int]]:
+    """Where the chart labels the compaction *lines*, and how many each label counts: one
+    label for lines too close to label apart, none running over another or off the chart."""
+    labels: List[Tuple[float, int]] = []
+    for x in lines:
+        at = min(x + 4, 1000 - _LABEL_WIDTH)
+        if labels and at < labels[-1][0] + _LABEL_WIDTH:
+            labels[-1] = (labels[-1][0], labels[-1][1] + 1)
+        else:
+            labels.append((at, 1))
+    return labels
+
+
+def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> List[int]:
+    """The seqs of the records of one of _Facts.items."""
+    return item.seqs if isinstance(item, _Attempt) else [item[0]]
+
+
+def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
+    return item.seqs[0] if isinstance(item, _Attempt) else item[0]
+
+
+def _left_out(cards: List[Optional[str]]) -> List[Tuple[int, int]]:
+    """The runs of cards left out (None), as (start, end) indexes."""
+    gaps: List[Tuple[int, int]] = []
+    for n, card in enumerate(cards):
+        if card is not None:
+            continue
+        if gaps and gaps[-1][1] == n:
+            gaps[-1] = (gaps[-1][0], n + 1)
+        else:
+            gaps.append((n, n + 1))
+    return gaps
 
 
 def _html_options(sub: Any) -> None:
@@ -1458,34 +1936,66 @@ def _html_command(args: Any) -> int:
     try:
         with builtins.open(args.file, "rb", _READ_BUFFER) as source:
             facts = _Facts(_Index(source, resolving=True))
-            result = _read_file(args.file, args.max_line_bytes, facts, source, None, facts.index)
+            damage = None
+            try:
+                result = _read_file(args.file, args.max_line_bytes, facts, source, None, facts.index)
+            except FormatError as exc:  # the records before the bad line still get their page
+                damage = exc
+                result = ReadResult(facts.session_id, facts.records, exc.offset or 0, 0)
             summary = facts.summarizer.summary(result)
-            _publish_page(args, facts, summary, source)
+            _publish_page(args, functools.partial(_write_page, args, facts, summary, damage, source))
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, False)
+        return 1
+    if damage is not None:
+        _print_failure(args.file, damage, False)
         return 1
     return 0
 
 
-def _publish_page(args: Any, facts: _Facts, summary: Summary, source: BinaryIO) -> None:
-    """The page to stdout, or to ``--output``, where it appears whole or not at all."""
+def _publish_page(args: Any, write: Callable[[BinaryIO], None]) -> None:
+    """The page to stdout, or to ``--output``: a new path or a regular file gets it whole or
+    not at all (written under a temporary name, then renamed over it); anything else, such as
+    a symlink, a device or a pipe, is written through and never replaced.  Whatever fails
+    there is the output's fault (``_OutputError``)."""
     if args.output is None:
-        _write_page(args, facts, summary, source, sys.stdout.buffer)
+        write(sys.stdout.buffer)
         return
     if os.path.exists(args.output) and os.path.samefile(args.output, args.file):
         raise OSError(errno.EEXIST, f"will not write the page over the session itself ({args.output})")
-    temporary = args.output + ".partial"
+    through = not _output_step(lambda: _replaceable(args.output))
+    target = args.output if through else f"{args.output}.{_new_id()[:12]}.tmp"
+    out = _output_step(lambda: _opened_output(target, through))
     try:
-        with builtins.open(temporary, "wb") as out:
-            _write_page(args, facts, summary, source, out)
-        os.replace(temporary, args.output)
+        write(out)
+        _output_step(out.close if through else lambda: _finish(out))
+        if not through:
+            _output_step(lambda: os.replace(target, args.output))
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        with contextlib.suppress(OSError):  # what a failed write left in the buffer fails again
+            out.close()
+        if not through:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target)
 
 
-def _write_page(args: Any, facts: _Facts, summary: Summary, source: BinaryIO, out: BinaryIO) -> None:
-    page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field)
+def _opened_output(name: str, through: bool) -> BinaryIO:
+    """*name* opened to write the page through it, or else created as a new file."""
+    return builtins.open(name, "wb") if through else _new_file(name, 0o666)
+
+
+def _replaceable(name: str) -> bool:
+    """Whether *name* is new or a regular file (not a symlink): what a rename may replace."""
+    try:
+        return stat.S_ISREG(os.lstat(name).st_mode)
+    except FileNotFoundError:
+        return True
+
+
+def _write_page(
+    args: Any, facts: _Facts, summary: Summary, damage: Optional[FormatError], source: BinaryIO, out: BinaryIO
+) -> None:
+    page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field, damage)
     page.render(source, args.max_line_bytes)
 
 
@@ -1499,6 +2009,7 @@ pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4
 table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 .mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
 .cut{color:#7a4a00;font-style:italic}.error,.fail>h3{color:#b00020}
+.damage{border:2px solid #b00020;background:#fff0f0;padding:.4em .6em;font-weight:600}
 .key,.role{font-weight:600;color:#35557a}.thinking{opacity:.75}.change{color:#2d6a2d;font-weight:600}
 .card{border:1px solid #ccd;border-left:5px solid #6b8fc7;border-radius:4px;margin:.6em 0;padding:.3em .6em}
 .card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
@@ -1507,6 +2018,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-
 .rec.fail{color:#b00020}.seq{color:#777;text-decoration:none}.type{font-weight:600}.time{color:#777;font-size:12px}
 .how{font-size:11px;color:#555}.how code{font-size:11px}
 .msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
+.shot{display:block;max-width:100%;max-height:480px;border:1px solid #ccd}
 svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
 .waterfall text.end{text-anchor:end}
 rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
@@ -1517,7 +2029,21 @@ body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .
 body:has(#show-model:not(:checked)) .card.model,body:has(#show-tool:not(:checked)) .card.tool{display:none}
 body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .card.compact{display:none}
 .miss{display:none}
-@media print{.filters{display:none}body{max-width:none;font-size:11px}.card{break-inside:avoid}
+.step{margin:.25em 0;padding:.15em .5em;border-left:3px solid #ccd}.step.tool{border-left-color:#6bb38a}
+.step.fail{border-left-color:#d33;background:#fff5f5}.flow{color:#555;font-style:italic}
+.say{margin:.15em 0;white-space:pre-wrap;overflow-wrap:anywhere}.say.user{background:#f2f6fc}
+.say .role{margin-right:.5em}summary>h2{display:inline}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:.8em}
+.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}::highlight(search){background:#ffd54a;color:#000}
+.skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
+kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
+:focus{outline:2px solid #35557a}
+@page{margin:1cm}
+@media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
+h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}
+#records{columns:2;column-gap:1.2em}#records h2{column-span:all}
+code,pre,.how,.how code{font-size:9px;line-height:1.2}pre{margin:.1em 0;padding:.1em .3em}
+.part,.rec{padding:.05em 0}table{font-size:9px}
 a{color:inherit;text-decoration:none}details::details-content{display:block;content-visibility:visible}}
 """
 
@@ -1526,21 +2052,95 @@ _PAGE_SCRIPT = """
 document.documentElement.setAttribute("data-js", "on");
 (function () {
   var box = document.getElementById("search");
+  var count = document.getElementById("matches");
   var items = document.querySelectorAll(".card, .rec");
-  var texts = null;
-  box.hidden = false;
+  var calls = document.querySelectorAll(".card");
+  var errors = document.querySelectorAll(".card.fail, .rec.fail");
+  var texts = null, hits = [], timer = 0, current = null;
+  box.hidden = count.hidden = document.getElementById("keys").hidden = false;
   function filter() {
     var query = box.value.toLowerCase();
     if (texts === null) {
       texts = [];
       for (var i = 0; i < items.length; i++) texts.push(items[i].textContent.toLowerCase());
     }
+    hits = [];
     for (var j = 0; j < items.length; j++) {
-      items[j].classList.toggle("miss", query !== "" && texts[j].indexOf(query) < 0);
+      var miss = query !== "" && texts[j].indexOf(query) < 0;
+      items[j].classList.toggle("miss", miss);
+      if (query !== "" && !miss) hits.push(items[j]);
     }
+    count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
+    highlight(query);
   }
-  box.addEventListener("input", filter);
+  function highlight(query) {
+    if (!window.CSS || !CSS.highlights || typeof Highlight === "undefined") return;
+    CSS.highlights.delete("search");
+    var marks = new Highlight(), left = query === "" ? 0 : 2000;
+    for (var i = 0; i < hits.length && left > 0; i++) {
+      var walker = document.createTreeWalker(hits[i], NodeFilter.SHOW_TEXT);
+      for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
+        var text = node.data.toLowerCase();
+        for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
+          if (at + query.length > node.length) break;
+          var range = new Range();
+          range.setStart(node, at);
+          range.setEnd(node, at + query.length);
+          marks.add(range);
+          left--;
+        }
+      }
+    }
+    CSS.highlights.set("search", marks);
+  }
+  function go(list, step) {
+    var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
+    if (shown.length === 0) return -1;
+    var n = shown.indexOf(current);
+    if (n < 0) {
+      n = 0;
+      while (n < shown.length && shown[n].getBoundingClientRect().top < 1) n++;
+      if (step < 0) n--;
+    } else {
+      n += step;
+    }
+    n = (n + shown.length) % shown.length;
+    current = shown[n];
+    current.setAttribute("tabindex", "-1");
+    current.focus();
+    return n;
+  }
+  function match(step) {
+    var n = go(hits, step);
+    var noun = hits.length === 1 ? " match" : " matches";
+    if (n >= 0) count.textContent = (n + 1) + " of " + hits.length + noun;
+  }
+  box.addEventListener("input", function () {
+    clearTimeout(timer);
+    timer = setTimeout(filter, 120);
+  });
   box.addEventListener("change", filter);
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target === box) {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        clearTimeout(timer);
+        filter();
+        match(event.shiftKey ? -1 : 1);
+      } else if (event.key === "Escape") {
+        box.blur();
+      }
+      return;
+    }
+    if (event.target.tagName === "INPUT") return;
+    var moves = {j: [calls, 1], k: [calls, -1], e: [errors, 1], E: [errors, -1]};
+    if (moves[event.key]) go(moves[event.key][0], moves[event.key][1]);
+    else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
+    else if (event.key === "/") box.focus();
+    else return;
+    event.preventDefault();
+  });
   window.addEventListener("beforeprint", function () {
     var folded = document.querySelectorAll("details");
     for (var i = 0; i < folded.length; i++) folded[i].open = true;
@@ -1581,7 +2181,7 @@ COMMANDS = [  # what python -m session takes from this module
     _Command(
         "html",
         _EXPORT_COMMANDS["html"],
-        "0 written; 1 the file invalid or unreadable, or -o names the session itself",
+        "0 written; 1 the file damaged (its page shows what comes before), unreadable, or named by -o",
         False,
         _html_options,
         _html_command,

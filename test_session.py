@@ -7298,3 +7298,76 @@ def test_a_message_as_deep_as_the_reader_takes_opens_and_shows(tmp_path: Path) -
     assert (
         run_cli("show", str(path)).returncode == 0 and run_cli("show", str(path), "--pretty").returncode == 0
     )
+
+
+FOLLOWED_WRITER = """
+import os, sys, time
+sys.path.insert(0, sys.argv[2])
+import session
+with session.create(sys.argv[1]) as s, s.begin_run() as run:
+    run.record(session.Event("agent_start"))
+    s.sync()
+    while not os.path.exists(sys.argv[1] + ".go"):  # the test reads what came so far
+        time.sleep(0.05)
+    for n in range(3):
+        run.record(session.Event("turn_start", turn_index=n))
+        time.sleep(0.1)
+"""
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/locks"), reason="the writer's lock shows in /proc/locks on Linux"
+)
+def test_show_follow_prints_records_as_another_process_writes_them(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    writer = subprocess.Popen([sys.executable, "-c", FOLLOWED_WRITER, str(path), str(HERE)])
+    while len(path.read_bytes().splitlines()) < 3 if path.exists() else True:
+        time.sleep(0.05)
+    follow = subprocess.Popen(
+        [sys.executable, str(MODULE), "show", str(path), "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert follow.stdout is not None and follow.stderr is not None
+    first = [follow.stdout.readline() for _ in range(3)]  # printed while the writer still writes
+    assert writer.poll() is None and first == path.read_bytes().splitlines(keepends=True)[:3]
+    Path(f"{path}.go").touch()
+    rest = follow.stdout.read()
+    assert (writer.wait(timeout=60), follow.wait(timeout=60), follow.stderr.read()) == (0, 0, b"")
+    assert b"".join(first) + rest == path.read_bytes()  # every record, each once, up to run_close
+    follow.stdout.close()
+    follow.stderr.close()
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/locks"), reason="the writer's lock shows in /proc/locks on Linux"
+)
+def test_show_follow_ends_on_ctrl_c_and_at_a_truncated_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    s = session.create(path)
+    s.begin_run()
+    s.sync()
+    for how in ("interrupt", "truncate"):
+        follow = subprocess.Popen(
+            [sys.executable, str(MODULE), "show", str(path), "--follow"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert follow.stdout is not None and follow.stderr is not None
+        assert follow.stdout.readline().startswith(b'{"session_id"')  # then it waits for more
+        if how == "interrupt":
+            follow.send_signal(signal.SIGINT)
+            assert (follow.wait(timeout=60), follow.stderr.read()) == (
+                130,
+                b"python -m session show: interrupted\n",
+            )
+        else:
+            os.truncate(path, 10)
+            assert follow.wait(timeout=60) == 1
+            assert (
+                b"truncated or replaced while followed (see python -m session repair)" in follow.stderr.read()
+            )
+        follow.stdout.close()
+        follow.stderr.close()
+    with contextlib.suppress(session.SessionError):
+        s.close()

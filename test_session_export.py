@@ -670,14 +670,29 @@ def hostile_session(directory: Path) -> Path:
 
 
 def html_page(path: Path, *options: str) -> str:
-    """The page of *path*, made the way a user makes it (a lone module, -I -S)."""
+    """The page of *path*, made the way a user makes it (a lone module, -I -S); every link on
+    it leads somewhere."""
     done = subprocess.run(
         [sys.executable, "-I", "-S", str(MODULE), "html", str(path), *options],
         capture_output=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout.decode()
+    page = done.stdout.decode()
+    assert_links_lead_somewhere(page)
+    return page
+
+
+def assert_links_lead_somewhere(page: str) -> None:
+    """Every ``href="#…"`` on *page* names an element's id (a cut page leaves no dead link)."""
+    parts = PageParts()
+    parts.feed(page)
+    ids = {attrs["id"] for _, attrs in parts.elements if attrs.get("id")}
+    links = {attrs["href"] for _, attrs in parts.elements if attrs.get("href")}
+    assert all(link and link.startswith("#") for link in links)
+    assert {link[1:] for link in links if link} <= ids, sorted(
+        {link for link in links if link} - {f"#{i}" for i in ids}
+    )[:5]
 
 
 class PageParts(html.parser.HTMLParser):
@@ -703,15 +718,20 @@ class PageParts(html.parser.HTMLParser):
             self.texts[self._open][-1] += data
 
 
-PAGE_IDS = re.compile(r"seq-\d+|only-errors|show-model|show-tool|show-other|search|session-data")
+PAGE_IDS = re.compile(
+    r"seq-\d+|cut-\d+|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
+)
 PAGE_CLASSES = re.compile(
-    "mark|cut|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|ref|chart|bar|compaction|waterfall|end|tie|filters"
+    "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
-    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd"
 )
+
+
+PICTURE = r"img data:image/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/]+={0,2}"
 
 
 def csp_hash(text: str) -> str:
@@ -733,14 +753,15 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
     (style,) = parts.texts["style"]
     data, script = parts.texts["script"]
     assert policy == (
-        f"default-src 'none'; script-src {csp_hash(script)}; style-src {csp_hash(style)}; "
+        f"default-src 'none'; script-src {csp_hash(script)}; style-src {csp_hash(style)}; img-src data:; "
         "base-uri 'none'; form-action 'none'"
     )
     assert all(PAGE_TAGS.fullmatch(tag) for tag in tags)
     for tag, attrs in parts.elements:
         assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
-        assert "src" not in attrs and "style" not in attrs and "action" not in attrs
-        assert re.fullmatch(r"#seq-\d+", attrs.get("href") or "#seq-1"), attrs
+        assert "style" not in attrs and "action" not in attrs
+        assert "src" not in attrs or re.fullmatch(PICTURE, f"{tag} {attrs['src']}"), (tag, attrs)
+        assert re.fullmatch(r"#(seq-\d+|cut-\d+|records)", attrs.get("href") or "#seq-1"), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
         assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
     assert json.loads(data) == {
@@ -871,6 +892,21 @@ class WebDriver:
         )
         return self.page("POST", "/execute/sync", {"script": script, "args": []})  # type: ignore[no-any-return]
 
+    def run(self, script: str) -> Any:
+        return self.page("POST", "/execute/sync", {"script": script, "args": []})
+
+    def until(self, check: Callable[[], bool]) -> bool:
+        """Whether *check* comes true within ten seconds (the page's search waits for a pause)."""
+        for _ in range(100):
+            if check():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def keys(self, text: str) -> None:
+        presses = [{"type": kind, "value": char} for char in text for kind in ("keyDown", "keyUp")]
+        self.page("POST", "/actions", {"actions": [{"type": "key", "id": "k", "actions": presses}]})
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.call("DELETE", f"/session/{self.id}")
@@ -902,9 +938,28 @@ def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
         browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
         search = browser.element("#search")
         browser.page("POST", f"/element/{search}/value", {"text": "BETA"})
-        assert browser.visible(".card") == 1 and browser.visible(".card.tool") == 1
+        assert browser.until(lambda: browser.visible(".card") == 1) and browser.visible(".card.tool") == 1
+        assert browser.run("return document.getElementById('matches').textContent") == "1 match"
+        assert browser.run("return CSS.highlights.get('search').size") == 1  # "beta" in the result
+        browser.page("POST", f"/element/{search}/value", {"text": "\ue007"})  # Enter: the next match
+        assert browser.run("return document.getElementById('matches').textContent") == "1 of 1 match"
+        assert browser.run("return document.activeElement.className") == "card tool fail"
         browser.page("POST", f"/element/{search}/value", {"text": "\ue003" * 4})  # backspace
-        assert browser.visible(".card") == 2
+        assert browser.until(lambda: browser.visible(".card") == 2)
+        browser.page("POST", f"/element/{search}/value", {"text": "\ue00c"})  # Escape
+        browser.keys("j")  # the first call
+        assert browser.run("return document.activeElement.className") == "card model"
+        browser.keys("j")
+        assert browser.run("return document.activeElement.className") == "card tool fail"
+        browser.keys("k")
+        assert browser.run("return document.activeElement.className") == "card model"
+        browser.keys("e")  # the next error
+        assert browser.run("return document.activeElement.className") == "card tool fail"
+        browser.keys("/")
+        assert browser.run("return document.activeElement.id") == "search"
+        assert browser.visible("#keys") == 1 and "next / previous call" in browser.run(
+            "return document.getElementById('keys').textContent"
+        )
     finally:
         browser.close()
 
@@ -980,7 +1035,8 @@ def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path
     page = html_page(path)
     seqs = [(r.type, r.seq) for r in records(path)]
     request, end, _, tool_start, answer = [seq for kind, seq in seqs if kind not in ("message", "tools")][2:7]
-    assert page.count("question") == 1
+    talk, cards = page.split('<section id="records">')
+    assert talk.count("question") == 1 and cards.count("question") == 1  # in the conversation and a card
     assert f'the same message as <a href="#seq-{end}">#{end}</a>' in page  # message_end = the response
     new = 'new: <span class="role">{}</span> message as recorded in <a href="#seq-{}">#{}</a>'
     assert new.format("assistant", end, end) in page and new.format("tool", answer, answer) in page
@@ -1006,23 +1062,47 @@ def test_html_page_shortens_long_values_with_a_visible_mark(tmp_path: Path) -> N
     assert "n" * 200 + '<span class="cut">…</span>' in page and "n" * 301 not in page  # names too
 
 
-def test_html_page_keeps_to_its_budget_and_says_what_it_left_out(tmp_path: Path) -> None:
+def test_html_page_cut_keeps_start_end_and_failures_and_names_what_it_left_out(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
-    with session.create(path) as s, s.begin_run() as run:
+    with session.create(path, version=1) as s, s.begin_run() as run:
         context = [say(f"{n} {'z' * 500}") for n in range(300)]
         run.record(Event("model_request", execution=MODEL, request=ModelRequest(context)))
         for n in range(300):
-            run.record(
-                Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", result="y" * 500)
-            )
+            error = f"failure {n}" if n in (150, 299) else None
+            tool = Execution(f"t{n}", "tool")
+            run.record(Event("tool_exec_end", execution=tool, tool="x", result="y" * 500, error=error))
     whole = html_page(path)
     page = html_page(path, "--max-bytes", "40000")
     assert len(page.encode()) < 50000 < len(whole.encode())
-    shown = len(re.findall(r'id="seq-\d+"', page))
-    assert f"{len(records(path)) - shown} more records are not shown here" in page
-    new = page.count('<span class="role">user</span>')
-    assert 0 < new < 300 and f"{300 - new} more new messages not shown: see" in page
-    assert f"<code>python -m session show {path}</code> prints them all" in page
+    shown = sorted(map(int, re.findall(r'id="seq-(\d+)"', page)))
+    seqs = [record.seq for record in records(path)]
+    failed = [record.seq for record in records(path) if "error" in record.data]
+    assert shown[:3] == seqs[:3] and shown[-2:] == seqs[-2:]  # the start and the end
+    assert set(failed) <= set(shown) and len(failed) == 2  # every failed call
+    places = re.findall(r'id="cut-(\d+)">Left out here: (\d+) records between #(\d+) and #(\d+)', page)
+    assert [int(place[0]) for place in places] == list(range(1, len(places) + 1)) and len(places) >= 2
+    left = sum(int(place[1]) for place in places)
+    assert left + len(shown) == len(seqs)
+    assert f"this page leaves out {left} records in {len(places)} places" in page
+    for _, count, first, last in places:
+        command = html.unescape(re.search(rf"<code>([^<]*sed -n {first},{last}p)</code>", page).group(1))  # type: ignore[union-attr]
+        printed = subprocess.run(
+            command.replace("python -m session", f"{shlex.quote(sys.executable)} {shlex.quote(str(MODULE))}"),
+            shell=True, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert [json.loads(line)["seq"] for line in printed.stdout.splitlines()] == list(
+            range(int(first), int(last) + 1)
+        )
+        assert (
+            not set(range(int(first), int(last) + 1)) & set(shown)
+            and int(count) == int(last) - int(first) + 1
+        )
+    talk, cards = page.split('<section id="records">')
+    new = cards.count('<span class="role">user</span>')
+    assert 0 < new < 300 and f"{300 - new} more new messages not shown: see" in cards
+    assert (
+        talk.count('<span class="role">user</span>') == 5 and "and 295 more new messages in the card" in talk
+    )
 
 
 def test_html_page_lists_gaps_with_refs_and_commands_that_work(tmp_path: Path) -> None:
@@ -1073,7 +1153,25 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert '<rect class="tool fail" x="530.0" y="20" width="460.0" height="14">' in page
     assert "turn 1: 2 attempts, 3.000 s, 1 failed" in page
     assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
-    assert "1 failed attempts" in page
+    assert "1 failed attempt<" in page
+    assert re.search(
+        r'<details open><summary><h2>1 failed attempt</h2></summary>\n<ul><li><a href="#seq-\d+">'
+        r'tool <code>t1</code> x attempt 1</a>: <span class="error">boom</span></li>',
+        page,
+    )
+    assert '<td>2</td><td class="error">1 ✗</td>' in page  # the run's calls and failures
+    assert "run <code>" in page and ": 1 turn, 2 attempts, 1 failed</summary>" in page  # its waterfall
+
+
+def test_html_page_folds_a_long_list_of_failures(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(11):
+            error = {"type": "RateLimit", "message": f"slow down {n}"}
+            run.record(Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", error=error))
+    page = html_page(path)
+    assert "<details><summary><h2>11 failed attempts</h2></summary>" in page
+    assert '<span class="error">RateLimit: slow down 10</span>' in page
 
 
 def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
@@ -1084,18 +1182,40 @@ def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> N
     deep = b"[" * 980 + b"0" + b"]" * 980  # too deep for json.dumps under pytest's stack
     path.write_bytes(dump(objs).replace(b'"messages":[0]', b'"messages":[' + deep + b"]"))
     page = html_page(path, "--max-field", str(10**6))  # everything, as far as the stack allows
-    assert "context: 1 messages; 1 new" in page
+    assert "context: 1 message; 1 new" in page
     whole = "[" * 980 + "0" + "]" * 980 in re.sub(r"\s", "", page)
     assert whole or "cannot be shown here: maximum recursion depth exceeded" in page  # never a crash
 
 
-def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
-    path.write_bytes(dump(envelope_lines())[:-30] + b"\n")
+def test_html_page_of_a_damaged_file_shows_the_records_before_the_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "it's damaged.jsonl"
+    sample_file(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = len(b"".join(lines[:5]))
+    path.write_bytes(b"".join(lines[:5]) + b'{"seq": 6, <script>\n' + b"".join(lines[6:]))
     out = tmp_path / "page.html"
     done = run_cli("html", str(path), "-o", str(out))
-    assert done.returncode == 1 and f"{path}:4: invalid JSON" in done.stderr
-    assert not out.exists() and list(tmp_path.iterdir()) == [path]
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"{path}:6: invalid JSON") and done.stderr.endswith(f" (offset {bad})\n")
+    page = out.read_text(encoding="utf-8")
+    repair = html.escape(f"python -m session repair {shlex.quote(str(path))}")
+    assert (
+        f'<p class="damage" id="damage">This file is damaged at line 6 (offset {bad}): invalid JSON' in page
+    )
+    assert f"The page shows the 5 records before it; <code>{repair}</code> keeps them" in page
+    assert sorted(map(int, re.findall(r'id="seq-(\d+)"', page))) == [1, 2, 3, 4, 5]
+    assert "&lt;script&gt;" not in page  # the bad line itself is not shown
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"<b>garbage\n")
+    done = run_cli("html", str(garbage))
+    assert done.returncode == 1 and done.stdout.startswith("<!DOCTYPE html>")
+    assert "damaged at line 1 (offset 0)" in done.stdout and "shows the 0 records" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.jsonl", "it's damaged.jsonl", "page.html"]
+
+
+def test_html_page_refuses_to_overwrite_its_session(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    out = tmp_path / "page.html"
     good = str(sample_file(path.with_name("ok.jsonl")))
     before = Path(good).read_bytes()
     done = run_cli("html", good, "-o", str(tmp_path / "." / "ok.jsonl"))
@@ -1105,3 +1225,231 @@ def test_html_page_of_an_invalid_file_writes_nothing(tmp_path: Path) -> None:
     assert done.returncode == 2 and "positive" in done.stderr and not out.exists()
     done = run_cli("html", good, "-o", str(out))
     assert done.returncode == 0 and out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_html_page_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
+    path = busy_file(tmp_path / "s.jsonl", 60, seed=1)  # a page larger than a pipe holds
+    reader = subprocess.Popen(
+        [sys.executable, str(MODULE), "html", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    assert reader.stdout.read(15) == b"<!DOCTYPE html>"
+    reader.stdout.close()  # as `| head -c 15` does
+    assert (reader.wait(timeout=120), reader.stderr.read()) == (0, b"")
+    reader.stderr.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full stands for a full disk")
+def test_html_page_on_a_full_disk_blames_the_output_and_never_replaces_a_device(tmp_path: Path) -> None:
+    path = busy_file(tmp_path / "s.jsonl", 60, seed=1)
+    full = f"python -m session html: cannot write the output: {os.strerror(errno.ENOSPC)}\n"
+    with open("/dev/full", "wb") as out:
+        done = subprocess.run(
+            [sys.executable, str(MODULE), "html", str(path)], stdout=out, stderr=subprocess.PIPE, text=True
+        )
+    assert (done.returncode, done.stderr) == (74, full)
+    done = run_cli("html", str(path), "-o", "/dev/full")
+    assert (done.returncode, done.stderr) == (74, full)
+    assert os.stat("/dev/full").st_rdev and not os.path.isfile("/dev/full")  # still the device
+    assert sorted(p.name for p in Path("/dev").glob("full*")) == ["full"]  # no temporary left
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a file size limit (RLIMIT_FSIZE) stands for a full disk")
+def test_html_page_that_cannot_be_written_leaves_the_old_page(tmp_path: Path) -> None:
+    path = busy_file(tmp_path / "s.jsonl", 60, seed=1)
+    out = tmp_path / "page.html"
+    out.write_text("the old page", encoding="utf-8")
+
+    def small_disk() -> None:
+        if sys.platform != "win32":  # (skipped there: this tells mypy)
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+
+    done = subprocess.run(
+        [sys.executable, str(MODULE), "html", str(path), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=small_disk,
+    )
+    assert done.returncode == 74
+    assert done.stderr == f"python -m session html: cannot write the output: {os.strerror(errno.EFBIG)}\n"
+    assert out.read_text(encoding="utf-8") == "the old page"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html", "s.jsonl"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symlinks and FIFOs are POSIX")
+def test_html_page_is_written_through_a_symlink_and_into_a_fifo(tmp_path: Path) -> None:
+    path = sample_file(tmp_path / "s.jsonl")
+    page = html_page(path)
+    target = tmp_path / "target.html"
+    target.write_text("old", encoding="utf-8")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    assert run_cli("html", str(path), "-o", str(link)).returncode == 0
+    assert link.is_symlink() and target.read_text(encoding="utf-8") == page  # the link kept
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: List[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    done = run_cli("html", str(path), "-o", str(fifo))
+    reader.join(timeout=60)
+    assert done.returncode == 0 and got == [page.encode()]
+    assert fifo.is_fifo()  # written through, not replaced by a file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "link.html", "s.jsonl", "target.html"]
+    done = run_cli("html", str(path), "-o", str(tmp_path))  # a directory: the output's fault
+    assert done.returncode == 74 and "cannot write the output: Is a directory" in done.stderr
+
+
+def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(31):  # compactions close together: their labels must not overlap
+            model_call(run, f"m{n}", [say(f"u{n}")])
+            compact = Execution(f"c{n}", "compact")
+            run.record(Event("context_compacted", execution=compact, compaction={"dropped": 1}, timestamp=T0))
+        usage = session.Usage(input=3, provider="acme", model="gpt-x", cost={"input": 0.25, "total": 0.5})
+        call = session.tool_call_block("k1", "grep", {}, args_invalid=True, args_raw_text="{oops")
+        reply = Message("assistant", [call], "toolUse", usage)
+        run.record(Event("model_exec_end", execution=Execution("priced", "model"), message=reply))
+        run.record(Event("tool_exec_end", execution=Execution("k1", "tool", parent_id="nobody"), tool="grep"))
+    page = html_page(path)
+    assert "gpt-x acme</b>, cost $0.5000" in page  # on the call's card
+    assert (
+        "<p>" + html.escape(str(path)) + ": 160 records, 1 run, cost $0.5000 (1 model call reporting it)</p>"
+        in page
+    )
+    assert "usage</span> input 3, provider acme, model gpt-x, cost input $0.2500, cost total $0.5000" in page
+    assert 'calls <b>grep</b> <span class="error">(its arguments did not parse' in page
+    assert 'asked for by model call <code>nobody</code>, <span class="error">not in this run</span>' in page
+    chart = page.split('<svg class="chart"', 1)[1].split("</svg>", 1)[0]
+    assert chart.count('<line class="compaction"') == 31
+    labels = [
+        (float(x), int(n))
+        for x, n in re.findall(r'<text x="([\d.]+)" y="10">(\d+) compactions?</text>', chart)
+    ]
+    assert sum(n for _, n in labels) == 31 and len(labels) > 1
+    starts = [x for x, _ in labels]
+    assert all(b - a >= 100 for a, b in zip(starts, starts[1:])) and starts[-1] <= 900
+
+
+def png(width: int, height: int, seed: Optional[int] = None) -> bytes:
+    """A valid PNG of *width* by *height* grey pixels, of random shades with a *seed*."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rng = random.Random(seed)
+
+    def shade() -> bytes:
+        return b"\x80" * width if seed is None else bytes(rng.getrandbits(8) for _ in range(width))
+
+    rows = b"".join(b"\x00" + shade() for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    blocks: List[session.ContentBlock] = [
+        session.image_block(data=png(3, 2), mime_type="image/png"),
+        session.image_block(data=png(3, 2), mime_type="image/jpeg"),  # mislabelled: not shown
+        session.image_block(data=b"<svg onload=alert(1)/>", mime_type="image/svg+xml"),  # never shown
+        session.image_block(url="https://example.com/x.png", mime_type="image/png"),  # text, not fetched
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("message_end", execution=MODEL, message=Message("user", blocks)))
+    page = html_page(path)
+    assert page.count("<img ") == 1
+    assert '<img class="shot" alt="image/png image, ' in page
+    assert "[image: image/jpeg, " in page and "[image: image/svg+xml, " in page
+    assert "[image: image/png, at https://example.com/x.png]" in page
+    large = tmp_path / "large.jsonl"
+    with session.create(large) as s, s.begin_run() as run:
+        shot = session.image_block(data=png(200, 200, seed=1), mime_type="image/png")  # 53 kB of base64
+        run.record(Event("message_end", execution=MODEL, message=Message("user", [shot])))
+    assert html_page(large).count("<img ") == 1
+    small = html_page(large, "--max-bytes", "30000")  # no room: named, with the command that prints it
+    assert "<img " not in small and "too large for this page, see <code>python -m session show" in small
+    copy = tmp_path / "page.html"
+    copy.write_text(page, encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": copy.as_uri()})
+        script = "return [...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
+        assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == [[True, 3, 2]]
+        script = "return performance.getEntriesByType('resource').map(e => e.name)"
+        assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == []
+    finally:
+        browser.close()
+
+
+def test_html_page_prints_packed_in_chromium(tmp_path: Path) -> None:
+    need("chromium", "the page is printed by a real browser")
+    path = tmp_path / "demo.jsonl"
+    made = subprocess.run(
+        [sys.executable, str(HERE / "examples" / "agent_loop.py"), str(path)], capture_output=True
+    )
+    assert made.returncode == 0 and len(records(path)) == 74
+    page = tmp_path / "demo.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    pdf = tmp_path / "demo.pdf"
+    done = subprocess.run(
+        [
+            "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--no-pdf-header-footer", f"--user-data-dir={tmp_path / 'profile'}", f"--print-to-pdf={pdf}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf.read_bytes()))
+    assert 0 < pages <= 8  # every value unfolded, the cards in two columns (13 pages before they were)
+
+
+def test_html_page_opens_on_the_conversation(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("turn_start", turn_index=1))
+        model = Execution("m1", "model")
+        run.record(Event("model_request", execution=model, request=ModelRequest([say("list the files")])))
+        call = session.tool_call_block("k1", "ls", {"d": "/"})
+        thought = {"type": "thinking", "thinking": "I should look"}
+        reply = Message("assistant", [thought, call], "toolUse")  # type: ignore[list-item]
+        run.record(Event("model_exec_end", execution=model, message=reply))
+        tool = Execution("k1", "tool", parent_id="m1")
+        run.record(Event("tool_exec_start", execution=tool, tool="ls", args={"d": "/"}))
+        run.record(Event("tool_exec_end", execution=tool, tool="ls", result="a.txt b.txt"))
+        failing = Execution("k2", "tool", parent_id="m1")
+        run.record(
+            Event("tool_exec_end", execution=failing, tool="rm", error={"type": "Denied", "message": "no"})
+        )
+        compact = Execution("c1", "compact")
+        run.record(Event("context_compacted", execution=compact, compaction={"dropped": 1}))
+        model_call(run, "m2", [say("list the files"), say("now sum them")], attempt=2)
+    page = html_page(path)
+    talk = page.split('<section id="conversation"><h2>conversation</h2>\n', 1)[1].split("</section>", 1)[0]
+    assert (
+        page.index('id="conversation"')
+        < page.index("input tokens per model call")
+        < page.index('id="records"')
+    )
+    order = ["turn 1", "list the files", "thinking</summary>I should look", "calls <b>ls</b>",
+             "tool <b>ls</b>", "a.txt b.txt", "tool <b>rm</b>", "Denied: no", "context compacted", "retry 2",
+             "now sum them", "reply of m2"]  # fmt: skip
+    places = [talk.find(text) for text in order]
+    assert -1 not in places and places == sorted(places), list(zip(order, places))
+    assert talk.count("list the files") == 1  # a message is said once, when it is new
+    assert '<div class="step tool fail">' in talk  # errors in red
+    assert '<div class="pair"><div>tool <b>ls</b> <code>{&quot;d&quot;: &quot;/&quot;}</code></div>' in talk
+    for seq in re.findall(r'<span class="seq"><a href="#seq-(\d+)">', talk):  # each step links to its card
+        assert f'id="seq-{seq}"' in page
