@@ -2915,12 +2915,25 @@ class _Index:
         while self._seekable and self._kept_bytes > _KEPT:
             self._kept_bytes -= len(self._kept.popitem(last=False)[1])
 
-    def resolved(self, data: Dict[str, Any], name: Optional[str]) -> Dict[str, Any]:
-        """A copy of the checked request *data* with its messages and tools in ``request``."""
+    def message_seqs(self, ranges: List[List[int]]) -> List[int]:
+        """The seqs of the message records that the checked *ranges* of a request cover."""
+        seqs, out = self._seqs, array("q")
+        for first, last in ranges:
+            out.extend(seqs[bisect_left(seqs, first) : bisect_right(seqs, last)])
+        return out.tolist()
+
+    def resolved(
+        self, data: Dict[str, Any], name: Optional[str], only: Optional[Set[int]] = None
+    ) -> Dict[str, Any]:
+        """A copy of the checked request *data* with its messages and tools in ``request``;
+        with *only*, the messages at those positions alone, the others ``None``."""
         seqs = self._seqs
-        messages = []
+        messages: List[Any] = []
         for first, last in data["messages"]:
             for at in range(bisect_left(seqs, first), bisect_right(seqs, last)):
+                if only is not None and len(messages) not in only:
+                    messages.append(None)
+                    continue
                 size = self._sums[at + 1] - self._sums[at]
                 messages.append(self._content("message", seqs[at], self._places[at], size, name))
         tools = data.get("tools")

@@ -852,7 +852,8 @@ class _Facts:
         self.costed = 0
         self.session_id = ""  # of the records read
         self.records = 0
-        self._previous: Dict[bytes, int] = {}  # the previous request's message digests -> count
+        self._previous: List[bytes] = []  # the previous request's message digests
+        self._written: Dict[int, bytes] = {}  # a version-2 file's message records: seq -> digest
         self._previous_seq = 0
         self._previous_run = ""
         self._settings = b""
@@ -864,6 +865,8 @@ class _Facts:
         self.session_id = record.session_id
         self.records += 1
         if record.type in _POOLED and self.index.version > 1:
+            if record.type == "message":  # each message once, for the requests that refer to it
+                self._written[record.seq] = _digest(record.data["message"])
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
             self.turn = record.data["turn_index"]
@@ -948,36 +951,64 @@ class _Facts:
             self.costed += 1
 
     def _request(self, record: Record) -> None:
-        request = record.data.get("request")
-        messages = request.get("messages") if type(request) is dict else None
-        remaining = dict(self._previous)
-        current: Dict[bytes, int] = {}
-        new = []
-        for index, message in enumerate(messages if type(messages) is list else ()):
-            digest = _digest(message)
-            current[digest] = current.get(digest, 0) + 1
-            if remaining.get(digest, 0) > 0:
-                remaining[digest] -= 1
-            else:
-                new.append((index, self._recent.get(digest, 0)))
-        unchanged = sum(current.values()) - len(new)
+        digests = self._digests(record)
+        previous = self._previous
+        if digests[: len(previous)] == previous:  # the context grew: the rest is new
+            new = [
+                (index, self._recent.get(digests[index], 0)) for index in range(len(previous), len(digests))
+            ]
+            dropped = 0
+        else:
+            new, dropped = self._compared(digests)
         resumed = bool(self._previous_run) and self._previous_run != record.run_id
+        request = record.data.get("request")
         settings = _digest(
-            {key: item for key, item in request.items() if key != "messages"} if type(request) is dict else 0
+            {
+                **{key: item for key, item in request.items() if key != "messages"},
+                "": record.data.get("tools"),
+            }
+            if type(request) is dict
+            else 0
         )
         self.changes[record.seq] = _Change(
             tuple(new),
-            unchanged,
-            sum(remaining.values()),
+            len(digests) - len(new),
+            dropped,
             self._previous_seq,
             self._compacted,
             resumed,
             settings == self._settings,
         )
-        self._previous, self._previous_seq, self._previous_run = current, record.seq, record.run_id or ""
+        self._previous, self._previous_seq, self._previous_run = digests, record.seq, record.run_id or ""
         self._settings = settings
         self._compacted = False
         self._recent = {}
+
+    def _digests(self, record: Record) -> List[bytes]:
+        """The digests of the messages the request *record* sends: a version-2 file's read
+        once from each message record (the request as written refers to them), else each
+        message's own."""
+        ranges = record.data.get("messages")
+        if self.index.version > 1 and type(ranges) is list:
+            return [self._written[seq] for seq in self.index.message_seqs(ranges)]
+        request = record.data.get("request")
+        messages = request.get("messages") if type(request) is dict else None
+        return [_digest(message) for message in messages] if type(messages) is list else []
+
+    def _compared(self, digests: List[bytes]) -> Tuple[List[Tuple[int, int]], int]:
+        """The messages of *digests* that the previous request did not send (each as many
+        times as it sent it), with the record that holds one already; and how many of the
+        previous request's it does not send."""
+        remaining: Dict[bytes, int] = {}
+        for digest in self._previous:
+            remaining[digest] = remaining.get(digest, 0) + 1
+        new = []
+        for index, digest in enumerate(digests):
+            if remaining.get(digest, 0) > 0:
+                remaining[digest] -= 1
+            else:
+                new.append((index, self._recent.get(digest, 0)))
+        return new, sum(remaining.values())
 
 
 # iterencode (lazy, unlike dumps) stops after the characters shown: a huge value costs no more
@@ -1815,7 +1846,8 @@ class _Page:
         data = obj["data"]
         index = self.facts.index
         if obj["type"] == "model_request" and index.version > 1 and "messages" in data:
-            data = index.resolved(data, self.name)
+            change = self.facts.changes.get(seq)  # what a card shows of a request: its new messages
+            data = index.resolved(data, self.name, None if change is None else {at for at, _ in change.new})
         return Record(obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), data, offset)
 
     def lone(self, record: Record) -> str:
@@ -1935,7 +1967,7 @@ def _html_command(args: Any) -> int:
         return 2
     try:
         with builtins.open(args.file, "rb", _READ_BUFFER) as source:
-            facts = _Facts(_Index(source, resolving=True))
+            facts = _Facts(_Index(source, keep=True))  # requests as written: see _Facts._digests
             damage = None
             try:
                 result = _read_file(args.file, args.max_line_bytes, facts, source, None, facts.index)
