@@ -2915,27 +2915,39 @@ class _Index:
         while self._seekable and self._kept_bytes > _KEPT:
             self._kept_bytes -= len(self._kept.popitem(last=False)[1])
 
+    def _spans(self, ranges: List[List[int]]) -> List[Tuple[int, int]]:
+        """Where the message records the checked *ranges* cover lie among all of them."""
+        seqs = self._seqs
+        return [(bisect_left(seqs, first), bisect_right(seqs, last)) for first, last in ranges]
+
     def message_seqs(self, ranges: List[List[int]]) -> List[int]:
         """The seqs of the message records that the checked *ranges* of a request cover."""
-        seqs, out = self._seqs, array("q")
-        for first, last in ranges:
-            out.extend(seqs[bisect_left(seqs, first) : bisect_right(seqs, last)])
+        out = array("q")
+        for start, end in self._spans(ranges):
+            out.extend(self._seqs[start:end])
         return out.tolist()
+
+    def _message(self, at: int, name: Optional[str]) -> Any:
+        size = self._sums[at + 1] - self._sums[at]
+        return self._content("message", self._seqs[at], self._places[at], size, name)
 
     def resolved(
         self, data: Dict[str, Any], name: Optional[str], only: Optional[Set[int]] = None
     ) -> Dict[str, Any]:
         """A copy of the checked request *data* with its messages and tools in ``request``;
         with *only*, the messages at those positions alone, the others ``None``."""
-        seqs = self._seqs
-        messages: List[Any] = []
-        for first, last in data["messages"]:
-            for at in range(bisect_left(seqs, first), bisect_right(seqs, last)):
-                if only is not None and len(messages) not in only:
-                    messages.append(None)
-                    continue
-                size = self._sums[at + 1] - self._sums[at]
-                messages.append(self._content("message", seqs[at], self._places[at], size, name))
+        spans = self._spans(data["messages"])
+        if only is None:
+            messages = [self._message(at, name) for start, end in spans for at in range(start, end)]
+        else:
+            messages = [None] * sum(end - start for start, end in spans)
+            wanted, before = iter(sorted(only)), 0  # before: the messages of the spans before
+            index = next(wanted, None)
+            for start, end in spans:
+                while index is not None and index < before + end - start:
+                    messages[index] = self._message(start + index - before, name)
+                    index = next(wanted, None)
+                before += end - start
         tools = data.get("tools")
         out = {key: value for key, value in data.items() if key not in _POOLED_KEYS}
         tool_list = [] if tools is None else self._content("tools", tools, *self._tools[tools], name)

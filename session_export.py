@@ -854,6 +854,7 @@ class _Facts:
         self.records = 0
         self._previous: List[bytes] = []  # the previous request's message digests
         self._written: Dict[int, bytes] = {}  # a version-2 file's message records: seq -> digest
+        self._sent: Tuple[List[int], List[bytes]] = ([], [])  # the previous request's: seqs, digests
         self._previous_seq = 0
         self._previous_run = ""
         self._settings = b""
@@ -990,7 +991,11 @@ class _Facts:
         message's own."""
         ranges = record.data.get("messages")
         if self.index.version > 1 and type(ranges) is list:
-            return [self._written[seq] for seq in self.index.message_seqs(ranges)]
+            seqs, (before, digests) = self.index.message_seqs(ranges), self._sent
+            if seqs[: len(before)] != before:  # not the previous request's and more
+                before, digests = [], []
+            self._sent = (seqs, digests + [self._written[seq] for seq in seqs[len(before) :]])
+            return self._sent[1]
         request = record.data.get("request")
         messages = request.get("messages") if type(request) is dict else None
         return [_digest(message) for message in messages] if type(messages) is list else []
