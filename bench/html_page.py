@@ -1,9 +1,10 @@
 """How long ``python -m session html`` takes on a large session, against ``validate``.
 
-    python3 bench/html_page.py          # a ~230 MB session: every model request holds the whole context
+    python3 bench/html_page.py          # a ~230 MB session: every model request sends the whole context
     python3 bench/html_page.py 0.1      # a tenth of that: a smoke test
 
-The session is made at run time under a temporary folder and removed afterwards.  Both
+The session is made at run time, in format version 2 (each message written once: 230 MB is
+some 30,000 turns), under a temporary folder and removed afterwards.  Both
 commands run as a user runs them (a new interpreter each time); the figure that counts is the
 ratio of their median times (wall clock and CPU), measured in the same run, with the page's
 size.  Unix only (CPU time of child processes).
