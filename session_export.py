@@ -1991,29 +1991,35 @@ def _html_command(args: Any) -> int:
 
 
 def _publish_page(args: Any, write: Callable[[BinaryIO], None]) -> None:
-    """The page to stdout, or to ``--output``: a new path or a regular file gets it whole or
-    not at all (written under a temporary name, then renamed over it); anything else, such as
-    a symlink, a device or a pipe, is written through and never replaced.  Whatever fails
-    there is the output's fault (``_OutputError``)."""
+    """The page to stdout, or to ``--output`` as ``_publish`` writes it (never over the session)."""
     if args.output is None:
         write(sys.stdout.buffer)
         return
     if os.path.exists(args.output) and os.path.samefile(args.output, args.file):
         raise OSError(errno.EEXIST, f"will not write the page over the session itself ({args.output})")
-    through = not _output_step(lambda: _replaceable(args.output))
-    target = args.output if through else f"{args.output}.{_new_id()[:12]}.tmp"
+    _publish(args.output, write)
+
+
+def _publish(output: str, write: Callable[[BinaryIO], _T]) -> _T:
+    """What *write* writes, into the file *output*: a new path or a regular file gets it whole
+    or not at all (written under a temporary name, then renamed over it); anything else, such
+    as a symlink, a device or a pipe, is written through and never replaced.  Opening, closing
+    and placing the output raise ``_OutputError``; *write* raises it for its own writes."""
+    through = not _output_step(lambda: _replaceable(output))
+    target = output if through else f"{output}.{_new_id()[:12]}.tmp"
     out = _output_step(lambda: _opened_output(target, through))
     try:
-        write(out)
+        done = write(out)
         _output_step(out.close if through else lambda: _finish(out))
         if not through:
-            _output_step(lambda: os.replace(target, args.output))
+            _output_step(lambda: os.replace(target, output))
     finally:
         with contextlib.suppress(OSError):  # what a failed write left in the buffer fails again
             out.close()
         if not through:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(target)
+    return done
 
 
 def _opened_output(name: str, through: bool) -> BinaryIO:
@@ -3178,33 +3184,16 @@ def _otlp_report(
 
 
 def _write_requests(requests: Iterable[bytes], name: str, protocol: str) -> int:
-    """Write *requests* to the file *name*, in place once complete (a device or a pipe, such
-    as /dev/stdout, is written straight into, never replaced): protobuf requests one after
-    another (which protobuf reads as one request), JSON ones a line each."""
-    try:
-        if os.path.exists(name) and not stat.S_ISREG(os.stat(name).st_mode):
-            with builtins.open(name, "wb") as device:
-                return _write_each(requests, device, protocol)
-        temp = f"{name}.{_new_id()[:12]}.tmp"
-        f = _new_file(temp)
-        try:
-            count = _write_each(requests, f, protocol)
-            _finish(f)
-            os.replace(temp, name)
-        except BaseException:
-            f.close()
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
-    except OSError as exc:
-        raise _OutputError(exc) from exc
-    return count
+    """Write *requests* to the file *name* as ``_publish`` writes a file (a device or a pipe,
+    such as /dev/stdout, is written straight into, never replaced): protobuf requests one
+    after another (which protobuf reads as one request), JSON ones a line each."""
+    return _publish(name, functools.partial(_write_each, requests, protocol=protocol))
 
 
 def _write_each(requests: Iterable[bytes], f: BinaryIO, protocol: str) -> int:
     count = 0
     for body in requests:
-        f.write(body + b"\n" if protocol == "http/json" else body)
+        _output_step(functools.partial(f.write, body + b"\n" if protocol == "http/json" else body))
         count += 1
     return count
 
