@@ -3028,18 +3028,20 @@ _SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()  # what a forked child m
 
 _Redact = Callable[[Dict[str, Any]], Dict[str, Any]]
 _Place = Tuple[int, int, int]  # a message record's seq, the message records before it, its line's size
+_NO_PLACE: _Place = (0, -2, 0)  # no record: seq 0, and no message record comes right after it
 
 
 class _Context(NamedTuple):
     """The messages of the latest request written, if each is a ``Message``, and what its
     references come to: the closed ranges' text, the open range's ends, the bytes referred
     to.  A request that sends the same objects and more goes on from here: the messages
-    already written cost nothing again, so recording stays linear in the conversation."""
+    already written are neither looked up nor encoded again (what each still costs is a
+    pointer comparison, in C)."""
 
     messages: List[Any]
     ranges: Tuple[str, ...] = ()
-    first: _Place = (0, -2, 0)
-    last: _Place = (0, -2, 0)
+    first: _Place = _NO_PLACE
+    last: _Place = _NO_PLACE  # a seq of 0: no range open
     size: int = 0
 
     def extended(self, messages: List[Any], places: List[_Place]) -> _Context:
@@ -3139,30 +3141,32 @@ class _Written:
         return (key, value) if place is None else (place, None)
 
     def request_text(
-        self, text: str, plan: Tuple[_Context, List[Any], Any], messages: List[Any]
+        self, text: str, context: _Context, places: List[Any], tools: Any, messages: List[Any]
     ) -> Tuple[str, int]:
         """The data *text* of a request with its references: ``messages``, the seq ranges of
         the message records that hold its messages in order, and ``tools``, the seq of its
-        tool list; and the bytes of the lines they refer to.  *plan* is ``plan``'s context and
-        places, and ``tool_list``'s place.  Called as its line is written, when the new ones
-        are in the file; the request becomes the latest."""
-        context, places, tools = plan
+        tool list; and the bytes of the lines they refer to.  *context* and *places* are what
+        ``plan`` found, *tools* what ``tool_list`` did.  Called as its line is written, when
+        the new ones are in the file; the request becomes the latest (even if its line is then
+        refused as too long: its references name records that are in the file all the same)."""
         try:
             if type(tools) is bytes:
                 tools = self.tools[tools]
             places = [self.messages[place] if type(place) is bytes else place for place in places]
         except KeyError:
             raise ValueError("a message or tool list of this request is not in the file") from None
+        carried = bool(context.messages)
         new = messages[len(context.messages) :]
         context = context.extended(messages, places)
-        self._remember(context, new, places)
+        self._remember(context, new, places, carried)
         tail = f",{context.references()}" + ("" if tools is None else f',"tools":{tools[0]}')
         referred = context.size + (0 if tools is None else tools[1])
         return (f"{text[:-1]}{tail}}}" if text != "{}" else f"{{{tail[1:]}}}"), referred
 
-    def _remember(self, context: _Context, new: List[Any], places: List[_Place]) -> None:
-        """Make *context*, whose last messages are *new*, at *places*, the latest request's."""
-        if len(new) < len(context.messages):  # it went on from the latest request
+    def _remember(self, context: _Context, new: List[Any], places: List[_Place], carried: bool) -> None:
+        """Make *context*, whose last messages are *new*, at *places*, the latest request's;
+        *carried*: it went on from the latest request's context."""
+        if carried:
             self.latest.update((id(m), (m, place)) for m, place in zip(new, places) if type(m) is Message)
         else:
             self.latest = {id(m): (m, place) for m, place in zip(new, places) if type(m) is Message}
@@ -3732,7 +3736,7 @@ class Session:
             )
         text = self._encoded(data)
         if request is not None and type(data.get("request")) is dict:  # else the redactor took it
-            later = functools.partial(written.request_text, text, (context, places, tools), messages)
+            later = functools.partial(written.request_text, text, context, places, tools, messages)
             writes.append(functools.partial(self._append, run, "model_request", time, later))
         else:
             writes.append(functools.partial(self._append, run, "model_request", time, text))

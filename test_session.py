@@ -6797,6 +6797,16 @@ def test_a_request_that_goes_on_from_the_previous_one_refers_to_what_it_did(tmp_
     ]
     one, two = record_both(tmp_path, contexts)
     same_events(one, two)
+    written = session._Written()  # which requests take the carried-on path
+    carried = []
+    for messages, _ in contexts:
+        context, places, _ = written.plan(list(messages), JSONCodec())
+        carried.append(len(context.messages))
+        tools = written.tool_list([])[0]
+        for n, place in enumerate(places):
+            written.add("message", place if type(place) is bytes else None, 100 + n, 1)
+        written.request_text("{}", context, places, tools, list(messages))
+    assert carried == [0, 2, 0, 3, 0, 0, 0, 2]  # the prefix of the request before, where it is one
     seq = [r.seq for r in records(two) if r.type == "message"]  # a, b, c, d, the plain one, e
     raw = [r.data["messages"] for r in requests(two, resolve=False)]
     a_, b_, c_, d_, plain, e_ = ([n, n] for n in seq)
