@@ -342,6 +342,7 @@ class SessionRecorder(BasePlugin):
         self._turn = 0
         self._in_turn = False
         self._ended = False
+        self._answered = False  # whether the run's latest event is a final response
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
@@ -385,7 +386,8 @@ class SessionRecorder(BasePlugin):
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
         if invocation_context.invocation_id == self._main and not self._ended:
             await self._end_turn(invocation_context.session.events)
-            self._end("stop", None)
+            # ADK ends a run closed early (its events no longer read) as it ends a whole one
+            self._end("stop" if self._answered else "aborted", None)
 
     async def on_run_error_callback(self, *, invocation_context: InvocationContext, error: Exception) -> None:
         if invocation_context.invocation_id == self._main and not self._ended:
@@ -396,8 +398,10 @@ class SessionRecorder(BasePlugin):
         self, *, invocation_context: InvocationContext, event: AdkEvent
     ) -> AdkEvent | None:
         scope = self._scope(invocation_context.invocation_id)
-        if scope.caller is None and event.content is not None and not event.partial:
-            self._commit(event.content, scope)
+        if scope.caller is None and not event.partial:
+            self._answered = event.is_final_response()
+            if event.content is not None:
+                self._commit(event.content, scope)
         return None
 
     # -- model calls

@@ -11,7 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import check_both_versions, check_file, check_nested, events, messages, need, transcript
+from conftest import (
+    check_aborted,
+    check_both_versions,
+    check_converted_once,
+    check_each_message_once,
+    check_file,
+    check_nested,
+    events,
+    messages,
+    need,
+    transcript,
+)
 
 need("google.adk")
 
@@ -110,7 +121,9 @@ async def run(
     ]
 
 
-def test_parallel_tools_and_usage(tmp_path: Path) -> None:
+def test_parallel_tools_and_usage(
+    tmp_path: Path, sent_messages: dict[str, list[list[session.Message]]]
+) -> None:
     path = tmp_path / "chat.jsonl"
     agent = LlmAgent(
         name="root",
@@ -158,6 +171,10 @@ def test_parallel_tools_and_usage(tmp_path: Path) -> None:
     ]
     text = transcript(path)
     assert "user: add 2 and 3, and look up x" in text and "assistant: done: add=5" in text
+    # the system instruction, the prompt, the tool calls and their two results: the second
+    # request sends the first two again
+    assert check_each_message_once(path)["messages"] == 5
+    check_converted_once(sent_messages)
 
 
 def test_a_failing_tool_is_a_failed_call_and_the_run_an_error(tmp_path: Path) -> None:
@@ -305,6 +322,65 @@ def test_a_streamed_run(tmp_path: Path, every_event: dict[str, list[session.Even
         {"type": "text", "text": "the answer is 3"}
     ]
     check_both_versions(every_event, tmp_path)
+
+
+def test_a_stream_closed_early_is_aborted(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    agent = LlmAgent(name="root", model=Scripted(script=two_tools_then_answer), tools=[add, lookup])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            service = InMemorySessionService()
+            runner = Runner(
+                app=App(name="app", root_agent=agent, plugins=[recorder]), session_service=service
+            )
+            chat = await service.create_session(app_name="app", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="add 2 and 3")])
+            stream = runner.run_async(user_id="u", session_id=chat.id, new_message=message)
+            first = await stream.__anext__()  # the tool calls: the rest is never read
+            assert first.get_function_calls()
+            await stream.aclose()
+
+    asyncio.run(main())
+    check_aborted(path)
+    assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == ["model-1"]
+
+
+def test_a_cancelled_run_is_a_visible_gap(tmp_path: Path) -> None:
+    """ADK calls no plugin callback when a run is cancelled: the file's summary says the run
+    has no end (and the tool call under way is an error, or unfinished), rather than look
+    complete."""
+    path = tmp_path / "chat.jsonl"
+
+    started = asyncio.Event()
+
+    async def slow(key: str) -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return key
+
+    agent = LlmAgent(
+        name="root",
+        model=Scripted(script=lambda request: [reply(call("call-1", "slow", key="x"), given=1, made=1)]),
+        tools=[slow],
+    )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            task = asyncio.ensure_future(run(recorder, agent, "x"))
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())
+    gaps = [gap.kind for gap in session.summarize(path).gaps]
+    ends = [(e.is_error, (e.error or {}).get("type")) for e in events(path, "tool_exec_end")]
+    # ADK 2.13 tells the plugin that the tool failed (cancelled); 2.11 does not: a gap too
+    assert (gaps, ends) in [
+        (["no_agent_end"], [(True, "CancelledError")]),
+        (["no_agent_end", "tool_call_unfinished"], []),
+    ], (gaps, ends)
 
 
 # AgentTool gives its own runner the parent's plugins through the argument ADK deprecates
