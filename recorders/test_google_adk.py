@@ -12,15 +12,18 @@ from typing import Any
 
 import pytest
 from conftest import (
+    SECRET,
     check_aborted,
     check_both_versions,
     check_converted_once,
     check_each_message_once,
     check_file,
     check_nested,
+    check_redacted,
     events,
     messages,
     need,
+    scrub,
     transcript,
 )
 
@@ -381,6 +384,27 @@ def test_a_cancelled_run_is_a_visible_gap(tmp_path: Path) -> None:
         (["no_agent_end"], [(True, "CancelledError")]),
         (["no_agent_end", "tool_call_unfinished"], []),
     ], (gaps, ends)
+
+
+def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def login(token: str) -> str:
+        return f"logged in with {token}"
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-1", "login", token=SECRET), given=2, made=1)]
+        return [reply(types.Part(text="in"), given=3, made=1)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[login])
+
+    async def main() -> None:
+        async with recording(path, redact=scrub) as recorder:
+            await run(recorder, agent, "log in")
+
+    asyncio.run(main())
+    check_redacted(path)
 
 
 # AgentTool gives its own runner the parent's plugins through the argument ADK deprecates
