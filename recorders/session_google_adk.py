@@ -46,8 +46,10 @@ import functools
 import json
 import os
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import pydantic
@@ -187,6 +189,80 @@ class _Converted(Generic[_T]):
         key = self._key(source)
         self._contents.setdefault(key, []).append(converted)
         self._objects[id(source)] = (source, _fields(source), key, converted)
+
+
+_CODEC = session.JSONCodec()
+
+
+class _Recalled:
+    """When the messages of a resumed conversation were first recorded: those of the latest
+    model request before the checkpoint its history comes from, by their content.  A history
+    message converted anew (this framework's messages carry no time of their own) takes the
+    time it was recorded with, so that a version-2 file refers to the record it holds rather
+    than writing the message again."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, deque[datetime | None]] = {}
+        self._left = 0
+
+    def load(self, path: str, before: int) -> None:
+        """Learn the messages of the latest model request before the record *before* of the
+        session file at *path* (it reads the file: call it in a worker thread); a file that
+        cannot be read teaches nothing."""
+        try:
+            sent = _sent_before(path, before)
+        except (OSError, ValueError, session.SessionError):
+            return
+        for value in sent:
+            with contextlib.suppress(session.CodecError, TypeError, ValueError):
+                message = _CODEC.decode(value)
+                if isinstance(message, session.Message):
+                    self._times.setdefault(_unstamped(value), deque()).append(message.timestamp)
+                    self._left += 1
+
+    def stamp(self, message: session.Message) -> session.Message:
+        """*message*, given the time it was recorded with if it is one of those learnt."""
+        if self._left:
+            with contextlib.suppress(session.CodecError, TypeError, ValueError):
+                times = self._times.get(_unstamped(_CODEC.encode(message)))
+                if times:
+                    message.timestamp = times.popleft()
+                    self._left -= 1
+        return message
+
+
+def _sent_before(path: str, before: int) -> list[Any]:
+    """The messages, as read back, of the latest model request before the record *before* of
+    the session file at *path*; an empty list when there is none."""
+    latest: session.Record | None = None
+    for record in session.iter_records(path, resolve=False):
+        if record.seq >= before:
+            break
+        if record.type == "model_request":
+            latest = record
+    ref = latest.ref if latest is not None else None
+    if latest is None or ref is None:
+        return []
+    for record in session.find(path, ref):
+        request = record.data.get("request")
+        if record.seq == latest.seq and isinstance(request, dict):
+            messages = request.get("messages")
+            return messages if isinstance(messages, list) else []
+    return []
+
+
+def _unstamped(value: Any) -> str:
+    """A message's codec value as text without its timestamp: raw JSON parsed, keys sorted."""
+    inner = value.get("value") if isinstance(value, dict) else None
+    if isinstance(inner, dict):
+        value = {**value, "value": {key: item for key, item in inner.items() if key != "timestamp"}}
+    return json.dumps(value, sort_keys=True, default=_parsed)
+
+
+def _parsed(value: Any) -> Any:
+    if isinstance(value, session.RawJSON):
+        return json.loads(value.text)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 # ---------------------------------------------------------------------------- messages
@@ -345,12 +421,15 @@ class SessionRecorder(BasePlugin):
         self._answered = False  # whether the run's latest event is a final response
         self._tool_calls = 0
         self._tool_errors = 0
+        self._recalled = _Recalled()  # when the history's messages were recorded
+        self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         # every message converted once: the same object whenever it is sent again
-        self._converted: _Converted[session.Message] = _Converted(_content_key, _unit_message)
+        self._converted: _Converted[session.Message] = _Converted(_content_key, self._first_seen)
 
     def history(self) -> list[AdkEvent]:
         """The ADK session events of the session's latest checkpoint; empty when it has none."""
         saved = self.source.load_checkpoint() if self.source is not None else None
+        self._recall = 0 if saved is None else saved.seq
         return [] if saved is None else [AdkEvent.model_validate(event) for event in saved.snapshot]
 
     def ref(self, execution: session.Execution) -> session.CallRef:
@@ -476,6 +555,11 @@ class SessionRecorder(BasePlugin):
 
     # -- writing
 
+    def _first_seen(self, unit: Any) -> session.Message:
+        """The message of *unit* (of ``_units``), the first time it is seen: one of the history
+        takes the time it was recorded with."""
+        return self._recalled.stamp(_unit_message(unit))
+
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
 
@@ -509,6 +593,9 @@ class SessionRecorder(BasePlugin):
         """End the turn under way (its checkpoint saved) and begin the next; the first turn of
         a resumed conversation counts the model replies before it."""
         events = context.session.events
+        if self._recall and self.source is not None:
+            before, self._recall = self._recall, 0
+            await asyncio.to_thread(self._recalled.load, self.source.path, before)
         if self._turn == 0:
             earlier = [e for e in events if e.invocation_id != context.invocation_id]
             self._turn = sum(e.content is not None and e.content.role == "model" for e in earlier)

@@ -295,6 +295,8 @@ def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> Non
     ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
     assert ids == ["model-1", "model-2"]  # the resumed run goes on counting turns
     assert [m.role for m in messages(path)] == ["user", "assistant", "user", "assistant"]
+    # the resumed run's request refers to the messages the first run wrote
+    assert check_each_message_once(path)["messages"] == 4
 
 
 def test_a_streamed_run(tmp_path: Path, every_event: dict[str, list[session.Event]]) -> None:
