@@ -346,6 +346,11 @@ def _usage(response: LlmResponse) -> session.Usage:
     return usage
 
 
+# the settings a request's record holds apart from the others: its tools, its first message
+# and its max_tokens (google-genai's JSON names them in camelCase; both spellings, to be sure)
+_SENT_APART = {"tools", "systemInstruction", "system_instruction", "maxOutputTokens", "max_output_tokens"}
+
+
 def _request(messages: list[session.Message], request: LlmRequest) -> session.ModelRequest:
     config = request.config or types.GenerateContentConfig()
     tools = [
@@ -362,7 +367,7 @@ def _request(messages: list[session.Message], request: LlmRequest) -> session.Mo
     extra = {
         key: value
         for key, value in (settings if isinstance(settings, dict) else {}).items()
-        if value is not None and key not in ("tools", "system_instruction", "max_output_tokens")
+        if value is not None and key not in _SENT_APART
     }
     limit = config.max_output_tokens
     options = session.CallConfig(max_tokens=limit or 0, extra={"model": request.model or "", **extra})

@@ -268,6 +268,40 @@ def test_stray_values_are_kept_and_the_session_lives_on(tmp_path: Path) -> None:
     }
 
 
+class Opaque:
+    """A value no JSON encoder knows."""
+
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+def test_settings_that_do_not_serialize_do_not_fail_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    settings = types.GenerateContentConfig(
+        temperature=0.5, max_output_tokens=64, http_options=types.HttpOptions(extra_body={"opaque": Opaque()})
+    )
+    agent = LlmAgent(
+        name="root",
+        model=Scripted(script=lambda request: [reply(types.Part(text="ok"), given=2, made=1)]),
+        generate_content_config=settings,
+    )
+
+    async def main() -> list[Event]:
+        async with recording(path) as recorder:
+            return await run(recorder, agent, "hi")
+
+    assert [e.content.parts[0].text for e in asyncio.run(main()) if e.content and e.content.parts] == ["ok"]
+    check_file(path)
+    [request] = events(path, "model_request")
+    assert request.request is not None
+    extra = request.request["config"]["extra"]
+    assert extra["temperature"] == 0.5 and extra["httpOptions"]["extraBody"] == {
+        "opaque": {"type": "test_google_adk.Opaque", "repr": "<opaque>"}
+    }
+    assert "systemInstruction" not in extra  # the request's first message
+    assert request.request["config"]["max_tokens"] == 64 and "maxOutputTokens" not in extra
+
+
 def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     seen: list[LlmRequest] = []
