@@ -1,0 +1,624 @@
+# SPDX-License-Identifier: MIT
+# MIT License
+#
+# Copyright (c) 2026 The session.py authors
+#
+# Permission is hereby granted, free of charge, to any person obtaining a copy
+# of this software and associated documentation files (the "Software"), to deal
+# in the Software without restriction, including without limitation the rights
+# to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+# copies of the Software, and to permit persons to whom the Software is
+# furnished to do so, subject to the following conditions:
+#
+# The above copyright notice and this permission notice shall be included in all
+# copies or substantial portions of the Software.
+#
+# THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+# IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+# FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+# AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+# LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+# OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+# SOFTWARE.
+"""Record a Google ADK (Agent Development Kit) agent's runs into a ``session.py`` file.
+
+    from session_google_adk import recording
+
+    async with recording("chat.jsonl", checkpoint=True) as recorder:
+        runner = Runner(app=App(name="app", root_agent=agent, plugins=[recorder]), session_service=service)
+        async for event in runner.run_async(user_id="u", session_id=sid, new_message=message): ...
+
+``recording`` creates the file (or opens it to continue the conversation), begins a run and
+yields a ``SessionRecorder``: an ADK plugin (``BasePlugin``) that writes the run's events, from
+``agent_start`` to ``agent_end``, every model call with its usage and every tool call, and, with
+*checkpoint*, the ADK session's events at each turn's end.  ``recorder.history()`` is those
+events as ADK ``Event`` objects, to append to a new session (empty for a new file).  A
+sub-agent run by an ``AgentTool`` (which hands its runner the parent's plugins) is recorded
+nested in that tool call.  Copy this file next to ``session.py``; it needs only google-adk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import json
+import os
+import re
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+import pydantic
+import pydantic_core
+from google.adk import version as adk_version
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.agents.invocation_context import InvocationContext
+from google.adk.events.event import Event as AdkEvent
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
+from google.genai import types
+
+import session
+
+__all__ = ["SessionRecorder", "recording", "to_json", "to_messages"]
+
+_NEEDED = (2, 11)  # the oldest google-adk the recorder is tested with
+if tuple(int(number) for number in re.findall(r"\d+", adk_version.__version__)[:2]) < _NEEDED:
+    raise ImportError(f"session_google_adk needs google-adk 2.11 or later, not {adk_version.__version__}")
+
+
+@contextlib.asynccontextmanager
+async def recording(
+    path: str | os.PathLike[str],
+    *,
+    checkpoint: bool = False,
+    redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    max_line_bytes: int | None = None,
+) -> AsyncIterator[SessionRecorder]:
+    """Open the session at *path* (create it if missing), begin a run and yield its recorder.
+
+    *redact* and *max_line_bytes* are ``session.open``'s: *redact* takes each event's and
+    checkpoint's JSON-ready data just before it is written and returns what to write instead
+    (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
+    default when not given).  The file is created, opened and closed in a worker thread: its
+    fsyncs never block the event loop.  One recording records one conversation: run
+    concurrent conversations each in its own ``recording`` of its own file.
+    """
+    target = os.fspath(path)
+    limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
+    opened = await asyncio.to_thread(
+        functools.partial(session.open, target, create=True, redact=redact, **limit)
+    )
+    try:
+        run = await asyncio.to_thread(opened.begin_run)
+        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+    finally:
+        await asyncio.to_thread(opened.close)
+
+
+def to_json(value: Any) -> Any:
+    """*value* as plain JSON, through pydantic's own JSON form: models, dataclasses, enums and
+    datetimes as pydantic writes them, bytes as base64, NaN and infinities as strings; a value
+    pydantic cannot serialize (nor the python dump of a model) becomes ``{"type": ...,
+    "repr": ...}`` rather than fail."""
+    try:
+        return _loads(value)
+    except pydantic_core.PydanticSerializationError:  # a model's own config says bytes are text
+        pass
+    try:
+        return _loads(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
+    except pydantic_core.PydanticSerializationError:
+        return _unknown(value)
+
+
+def _loads(value: Any) -> Any:
+    text = pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
+    return json.loads(text)
+
+
+def _unknown(value: Any) -> Any:
+    return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+_T = TypeVar("_T")
+
+
+def _content_key(value: Any) -> str:
+    """*value*'s content as text: its JSON (``to_json``), keys sorted."""
+    return json.dumps(to_json(value), sort_keys=True)
+
+
+def _fields(value: Any) -> tuple[int, ...]:
+    """The identities of the values of *value*'s fields (or items): changed when one of them
+    is given a new value."""
+    fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
+    return tuple(map(id, fields.values()))
+
+
+class _Converted(Generic[_T]):
+    """The conversation's messages as this recorder converted them the first time it saw
+    them (one per recorder).  A framework message sent again, the same object or one whose
+    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
+    is neither converted again nor, in a version-2 file, written or encoded again (the writer
+    knows a ``session.Message`` of the request before by the object).  Of equal messages in
+    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
+    fields was given a new value since is looked up by its content again (a value changed in
+    place, a list appended to, is not seen: replace it).  It keeps each distinct message
+    converted, and the framework's object, so that its id is not reused."""
+
+    def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
+        self._key = key
+        self._convert = convert
+        # id -> (the object, its fields' identities, its key, converted)
+        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
+        self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+
+    def all(self, sources: Sequence[Any]) -> list[_T]:
+        """Each of *sources*, one request's messages in order, as first converted."""
+        counts: dict[str, int] = {}
+        out: list[_T] = []
+        for source in sources:
+            hit = self._objects.get(id(source))
+            known = hit is not None and hit[0] is source
+            if hit is not None and known and hit[1] == _fields(source):
+                counts[hit[2]] = counts.get(hit[2], 0) + 1
+                out.append(hit[3])
+                continue
+            key = self._key(source)
+            nth = counts.get(key, 0)
+            counts[key] = nth + 1
+            seen = self._contents.setdefault(key, [])
+            fresh = nth >= len(seen)
+            if fresh:
+                seen.append(self._convert(source))
+            converted = seen[-1] if fresh else seen[nth]
+            if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                self._objects[id(source)] = (source, _fields(source), key, converted)
+            out.append(converted)
+        return out
+
+    def add(self, source: Any, converted: _T) -> None:
+        """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
+        key = self._key(source)
+        self._contents.setdefault(key, []).append(converted)
+        self._objects[id(source)] = (source, _fields(source), key, converted)
+
+
+_CODEC = session.JSONCodec()
+
+
+class _Recalled:
+    """When the messages of a resumed conversation were first recorded: those of the latest
+    model request before the checkpoint its history comes from, by their content.  A history
+    message converted anew (this framework's messages carry no time of their own) takes the
+    time it was recorded with, so that a version-2 file refers to the record it holds rather
+    than writing the message again."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, deque[datetime | None]] = {}
+        self._left = 0
+
+    def load(self, path: str, before: int) -> None:
+        """Learn the messages of the latest model request before the record *before* of the
+        session file at *path* (it reads the file: call it in a worker thread); a file that
+        cannot be read teaches nothing."""
+        try:
+            sent = _sent_before(path, before)
+        except (OSError, ValueError, session.SessionError):
+            return
+        for value in sent:
+            with contextlib.suppress(session.CodecError, TypeError, ValueError):
+                message = _CODEC.decode(value)
+                if isinstance(message, session.Message):
+                    self._times.setdefault(_unstamped(value), deque()).append(message.timestamp)
+                    self._left += 1
+
+    def stamp(self, message: session.Message) -> session.Message:
+        """*message*, given the time it was recorded with if it is one of those learnt."""
+        if self._left:
+            with contextlib.suppress(session.CodecError, TypeError, ValueError):
+                times = self._times.get(_unstamped(_CODEC.encode(message)))
+                if times:
+                    message.timestamp = times.popleft()
+                    self._left -= 1
+        return message
+
+
+def _sent_before(path: str, before: int) -> list[Any]:
+    """The messages, as read back, of the latest model request before the record *before* of
+    the session file at *path*; an empty list when there is none."""
+    latest: session.Record | None = None
+    for record in session.iter_records(path, resolve=False):
+        if record.seq >= before:
+            break
+        if record.type == "model_request":
+            latest = record
+    ref = latest.ref if latest is not None else None
+    if latest is None or ref is None:
+        return []
+    for record in session.find(path, ref):
+        request = record.data.get("request")
+        if record.seq == latest.seq and isinstance(request, dict):
+            messages = request.get("messages")
+            return messages if isinstance(messages, list) else []
+    return []
+
+
+def _unstamped(value: Any) -> str:
+    """A message's codec value as text without its timestamp: raw JSON parsed, keys sorted."""
+    inner = value.get("value") if isinstance(value, dict) else None
+    if isinstance(inner, dict):
+        value = {**value, "value": {key: item for key, item in inner.items() if key != "timestamp"}}
+    return json.dumps(value, sort_keys=True, default=_parsed)
+
+
+def _parsed(value: Any) -> Any:
+    if isinstance(value, session.RawJSON):
+        return json.loads(value.text)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# ---------------------------------------------------------------------------- messages
+
+
+def to_messages(content: types.Content) -> list[session.Message]:
+    """One ADK (google-genai) content as agentgo-shaped messages: a model's content is one
+    assistant message; a user's is one user message, or one tool result per function response."""
+    return [_unit_message(unit) for unit in _units(content)]
+
+
+def _units(content: types.Content) -> list[Any]:
+    """What ``to_messages`` makes one message of: each part of a content that holds function
+    responses, the content whole otherwise."""
+    parts = content.parts or []
+    return list(parts) if any(part.function_response for part in parts) else [content]
+
+
+def _unit_message(unit: Any) -> session.Message:
+    """A content, one of its parts, or a system instruction (text) as a message."""
+    if isinstance(unit, types.Content):
+        return _content_message(unit, None)
+    if isinstance(unit, types.Part) and unit.function_response is not None:
+        response = unit.function_response
+        return session.tool_result(response.id or "", json.dumps(to_json(response.response)))
+    if isinstance(unit, types.Part):
+        return session.Message("user", [_block(unit)])
+    return session.Message("system", [session.text_block(unit if isinstance(unit, str) else _text(unit))])
+
+
+def _text(value: Any) -> str:
+    """The text of a system instruction given as a content or parts; its JSON otherwise."""
+    parts = value.parts if isinstance(value, types.Content) else value
+    texts = [part.text for part in parts if isinstance(part, types.Part)] if isinstance(parts, list) else []
+    whole = isinstance(parts, list) and len(texts) == len(parts) and None not in texts
+    return "\n".join(text or "" for text in texts) if whole else json.dumps(to_json(value))
+
+
+def _content_message(content: types.Content, usage: session.Usage | None) -> session.Message:
+    blocks = [_block(part) for part in content.parts or []]
+    if content.role != "model":
+        return session.Message("user", blocks)
+    calls = any(part.function_call for part in content.parts or [])
+    return session.Message("assistant", blocks, stop_reason="toolUse" if calls else "stop", usage=usage)
+
+
+def _block(part: types.Part) -> session.ContentBlock:
+    if part.text is not None and part.thought:
+        return session.thinking_block(part.text)
+    if part.text is not None:
+        return session.text_block(part.text)
+    if part.function_call is not None:
+        call = part.function_call
+        return session.tool_call_block(call.id or "", call.name or "", to_json(call.args or {}))
+    data = part.inline_data
+    if data is not None and data.data is not None and (data.mime_type or "").startswith("image/"):
+        return session.image_block(data=data.data, mime_type=data.mime_type or "")
+    return session.text_block(json.dumps(to_json(part)))  # files, code, audio: kept as their JSON
+
+
+def _response_message(response: LlmResponse) -> session.Message:
+    """A model's reply (its content, possibly none) with its usage and stop reason."""
+    message = _content_message(response.content or types.Content(role="model", parts=[]), _usage(response))
+    if response.error_code:
+        message.stop_reason = "error"
+    return message
+
+
+def _usage(response: LlmResponse) -> session.Usage:
+    used = response.usage_metadata or types.GenerateContentResponseUsageMetadata()
+    given, made = used.prompt_token_count or 0, used.candidates_token_count or 0
+    usage: session.Usage = {
+        "input": given,
+        "output": made,
+        "cache_read": used.cached_content_token_count or 0,
+        "cache_write": 0,
+        "total_tokens": used.total_token_count or given + made,
+    }
+    if response.model_version:
+        usage["model"] = response.model_version
+    return usage
+
+
+# the settings a request's record holds apart from the others: its tools, its first message
+# and its max_tokens (google-genai's JSON names them in camelCase; both spellings, to be sure)
+_SENT_APART = {"tools", "systemInstruction", "system_instruction", "maxOutputTokens", "max_output_tokens"}
+
+
+def _request(messages: list[session.Message], request: LlmRequest) -> session.ModelRequest:
+    config = request.config or types.GenerateContentConfig()
+    tools = [
+        {
+            "name": declaration.name,
+            "description": declaration.description,
+            "parameters": to_json(declaration.parameters_json_schema or declaration.parameters),
+        }
+        for tool in config.tools or []
+        if isinstance(tool, types.Tool)
+        for declaration in tool.function_declarations or []
+    ]
+    settings = to_json(config)
+    extra = {
+        key: value
+        for key, value in (settings if isinstance(settings, dict) else {}).items()
+        if value is not None and key not in _SENT_APART
+    }
+    limit = config.max_output_tokens
+    options = session.CallConfig(max_tokens=limit or 0, extra={"model": request.model or "", **extra})
+    return session.ModelRequest(messages, tools, options)
+
+
+def _sent(request: LlmRequest) -> list[Any]:
+    """The units of the messages *request* sends: its system instruction, then its contents."""
+    instruction = request.config.system_instruction if request.config else None
+    units = [instruction] if instruction else []
+    return units + [unit for content in request.contents for unit in _units(content)]
+
+
+# ---------------------------------------------------------------------------- the plugin
+
+
+@dataclass
+class _Scope:
+    """What the recorder knows of one ADK invocation: the run it records, or a sub-agent's
+    run inside one of its tool calls (*caller*), whose calls are nested in that call."""
+
+    caller: session.Execution | None
+    calls: int = 0  # the sub-agent's model calls
+    model: session.Execution | None = None
+    tools: dict[str, session.Execution] = field(default_factory=dict)
+
+
+# the recorder and the tool call running now: a sub-agent's run in it is nested in it
+_CALLER: contextvars.ContextVar[tuple[SessionRecorder, session.Execution] | None] = contextvars.ContextVar(
+    "session_google_adk_caller", default=None
+)
+
+
+class SessionRecorder(BasePlugin):
+    """An ADK plugin that records one run of a ``Runner`` into *run* (a ``session.Run``).
+
+    Give it to the app of one run: ``App(..., plugins=[recorder])``.  With *checkpoint*,
+    the ADK session's events (their JSON) are saved at the end of every turn; resume by
+    appending ``recorder.history()`` to a new session.  *source* is the session the history is
+    read from.  A sub-agent an ``AgentTool`` runs (with the parent's plugins, its default) has
+    its model and tool calls recorded nested in that tool call.
+    """
+
+    def __init__(
+        self, run: session.Run, *, checkpoint: bool = False, source: session.Session | None = None
+    ) -> None:
+        super().__init__(name="session_recorder")
+        self.run = run
+        self.checkpoint = checkpoint
+        self.source = source
+        self._main = ""  # the invocation id of the run recorded
+        self._scopes: dict[str, _Scope] = {}
+        self._turn = 0
+        self._in_turn = False
+        self._ended = False
+        self._answered = False  # whether the run's latest event is a final response
+        self._tool_calls = 0
+        self._tool_errors = 0
+        self._recalled = _Recalled()  # when the history's messages were recorded
+        self._recall = 0  # the seq of the checkpoint the history came from, until recalled
+        # every message converted once: the same object whenever it is sent again
+        self._converted: _Converted[session.Message] = _Converted(_content_key, self._first_seen)
+
+    def history(self) -> list[AdkEvent]:
+        """The ADK session events of the session's latest checkpoint; empty when it has none."""
+        saved = self.source.load_checkpoint() if self.source is not None else None
+        self._recall = 0 if saved is None else saved.seq
+        return [] if saved is None else [AdkEvent.model_validate(event) for event in saved.snapshot]
+
+    def ref(self, execution: session.Execution) -> session.CallRef:
+        """The ``CallRef`` of *execution* in this run, for the host's timeline."""
+        return self.run.ref(execution)
+
+    def _scope(self, invocation_id: str) -> _Scope:
+        """The scope of the invocation *invocation_id*; a new one begins the run, or, inside
+        one of its tool calls, a sub-agent's run nested in the call."""
+        known = self._scopes.get(invocation_id)
+        if known is not None:
+            return known
+        caller = _CALLER.get()
+        if caller is not None and caller[0] is self:
+            scope = self._scopes[invocation_id] = _Scope(caller[1])
+            return scope
+        if self._main:
+            raise RuntimeError("a SessionRecorder records one run: give each run its own recording()")
+        self._main = invocation_id
+        scope = self._scopes[invocation_id] = _Scope(None)
+        self._record("agent_start")
+        return scope
+
+    # -- the run
+
+    async def on_user_message_callback(
+        self, *, invocation_context: InvocationContext, user_message: types.Content
+    ) -> types.Content | None:
+        if self._scope(invocation_context.invocation_id).caller is None:
+            self._commit(user_message, None)
+        return None
+
+    async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
+        if invocation_context.invocation_id == self._main and not self._ended:
+            await self._end_turn(invocation_context.session.events)
+            # ADK ends a run closed early (its events no longer read) as it ends a whole one
+            self._end("stop" if self._answered else "aborted", None)
+
+    async def on_run_error_callback(self, *, invocation_context: InvocationContext, error: Exception) -> None:
+        if invocation_context.invocation_id == self._main and not self._ended:
+            await self._end_turn(None)
+            self._end("error", error)
+
+    async def on_event_callback(
+        self, *, invocation_context: InvocationContext, event: AdkEvent
+    ) -> AdkEvent | None:
+        scope = self._scope(invocation_context.invocation_id)
+        if scope.caller is None and not event.partial:
+            self._answered = event.is_final_response()
+            if event.content is not None:
+                self._commit(event.content, scope)
+        return None
+
+    # -- model calls
+
+    async def before_model_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest
+    ) -> LlmResponse | None:
+        scope = self._scope(callback_context.invocation_id)
+        if scope.caller is None:
+            await self._next_turn(callback_context)
+            execution = session.Execution(f"model-{self._turn}", "model", turn_index=self._turn)
+        else:
+            scope.calls += 1
+            caller = scope.caller.id
+            execution = session.Execution(
+                f"{caller}/model-{scope.calls}", "model", parent_id=caller, turn_index=self._turn
+            )
+        scope.model = execution
+        self._record("model_exec_start", execution=execution)
+        sent = self._converted.all(_sent(llm_request))
+        self._record("model_request", execution=execution, request=_request(sent, llm_request))
+        return None
+
+    async def after_model_callback(
+        self, *, callback_context: CallbackContext, llm_response: LlmResponse
+    ) -> LlmResponse | None:
+        if llm_response.partial:  # a streamed chunk: the whole reply comes last
+            return None
+        message = _response_message(llm_response)
+        if llm_response.content is not None:
+            self._converted.add(llm_response.content, message)
+        execution = self._scope(callback_context.invocation_id).model
+        self._record("model_exec_end", execution=execution, message=message)
+        return None
+
+    async def on_model_error_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
+    ) -> LlmResponse | None:
+        execution = self._scope(callback_context.invocation_id).model
+        self._record("model_exec_end", execution=execution, error=error)
+        return None
+
+    # -- tool calls
+
+    async def before_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
+    ) -> dict[str, Any] | None:
+        scope = self._scope(tool_context.invocation_id)
+        call_id = tool_context.function_call_id or ""
+        name = f"tool-{self._turn}-{call_id}" if scope.caller is None else f"{scope.caller.id}/tool-{call_id}"
+        parent = scope.model.id if scope.model is not None else ""
+        execution = session.Execution(name, "tool", parent_id=parent, turn_index=self._turn)
+        scope.tools[call_id] = execution
+        self._tool_calls += 1
+        args = to_json(tool_args)
+        self._record("tool_exec_start", execution=execution, tool_id=call_id, tool=tool.name, args=args)
+        self._record("tool_invoke_start", execution=execution, tool_id=call_id, tool=tool.name, args=args)
+        _CALLER.set((self, execution))
+        return None
+
+    async def after_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: Any
+    ) -> dict[str, Any] | None:
+        self._tool_end(tool, tool_context, result, None)
+        return None
+
+    async def on_tool_error_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, error: Exception
+    ) -> dict[str, Any] | None:
+        self._tool_end(tool, tool_context, None, error)
+        return None
+
+    # -- writing
+
+    def _first_seen(self, unit: Any) -> session.Message:
+        """The message of *unit* (of ``_units``), the first time it is seen: one of the history
+        takes the time it was recorded with."""
+        return self._recalled.stamp(_unit_message(unit))
+
+    def _record(self, kind: str, **fields: Any) -> None:
+        self.run.record(session.Event(kind, **fields))
+
+    def _tool_end(
+        self, tool: BaseTool, tool_context: ToolContext, result: Any, error: BaseException | None
+    ) -> None:
+        scope = self._scope(tool_context.invocation_id)
+        call_id = tool_context.function_call_id or ""
+        _CALLER.set(None if scope.caller is None else (self, scope.caller))
+        self._tool_errors += error is not None
+        self._record(
+            "tool_exec_end",
+            execution=scope.tools.get(call_id),
+            tool_id=call_id,
+            tool=tool.name,
+            result=None if error is not None else to_json(result),
+            is_error=error is not None,
+            error=error,
+        )
+
+    def _commit(self, content: types.Content, scope: _Scope | None) -> None:
+        """``message_end`` for each message of *content*, in the call that made it."""
+        for message in self._converted.all(_units(content)):
+            call_id = (message.metadata or {}).get("tool_call_id")
+            execution = scope.model if scope is not None and message.role == "assistant" else None
+            if scope is not None and isinstance(call_id, str):
+                execution = scope.tools.get(call_id)
+            self._record("message_end", execution=execution, message=message)
+
+    async def _next_turn(self, context: CallbackContext) -> None:
+        """End the turn under way (its checkpoint saved) and begin the next; the first turn of
+        a resumed conversation counts the model replies before it."""
+        events = context.session.events
+        if self._recall and self.source is not None:
+            before, self._recall = self._recall, 0
+            await asyncio.to_thread(self._recalled.load, self.source.path, before)
+        if self._turn == 0:
+            earlier = [e for e in events if e.invocation_id != context.invocation_id]
+            self._turn = sum(e.content is not None and e.content.role == "model" for e in earlier)
+        await self._end_turn(events)
+        self._turn += 1
+        self._in_turn = True
+        self._record("turn_start", turn_index=self._turn)
+
+    async def _end_turn(self, events: Sequence[AdkEvent] | None) -> None:
+        """``turn_end`` of the turn under way, and with *checkpoint* the session's *events*."""
+        if not self._in_turn:
+            return
+        self._record("turn_end", turn_index=self._turn)
+        self._in_turn = False
+        if self.checkpoint and events is not None:
+            await asyncio.to_thread(self.run.save_checkpoint, [to_json(event) for event in events])
+
+    def _end(self, reason: str, error: BaseException | None) -> None:
+        self._ended = True
+        summary = session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)
+        self._record("agent_end", summary=summary, error=error)

@@ -1,0 +1,487 @@
+"""The Google ADK recorder against the real framework, offline, with a scripted ``BaseLlm``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+from collections.abc import AsyncGenerator, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    SECRET,
+    check_aborted,
+    check_both_versions,
+    check_converted_once,
+    check_each_message_once,
+    check_file,
+    check_nested,
+    check_redacted,
+    events,
+    messages,
+    need,
+    scrub,
+    transcript,
+)
+
+need("google.adk")
+
+from google.adk.agents import LlmAgent, RunConfig
+from google.adk.apps import App
+from google.adk.events.event import Event
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.adk.tools.agent_tool import AgentTool
+from google.genai import types
+from session_google_adk import SessionRecorder, recording
+
+import session
+
+Script = Callable[[LlmRequest], list[LlmResponse]]
+
+
+class Scripted(BaseLlm):
+    """A model whose replies *script* gives for each request (several: a streamed reply's
+    chunks, the whole reply last)."""
+
+    model: str = "scripted"
+    script: Any = None
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        for response in self.script(llm_request):
+            yield response
+
+
+def reply(*parts: types.Part, given: int, made: int, partial: bool | None = None) -> LlmResponse:
+    usage = types.GenerateContentResponseUsageMetadata(
+        prompt_token_count=given, candidates_token_count=made, total_token_count=given + made
+    )
+    content = types.Content(role="model", parts=list(parts))
+    return LlmResponse(content=content, usage_metadata=usage, partial=partial)
+
+
+def call(call_id: str, name: str, **args: Any) -> types.Part:
+    return types.Part(function_call=types.FunctionCall(id=call_id, name=name, args=args))
+
+
+def answers(request: LlmRequest) -> list[types.FunctionResponse]:
+    return [p.function_response for c in request.contents for p in c.parts or [] if p.function_response]
+
+
+def two_tools_then_answer(request: LlmRequest) -> list[LlmResponse]:
+    """First call: two tool calls at once; then an answer naming what the tools returned."""
+    returned = answers(request)
+    if not returned:
+        return [
+            reply(call("call-add", "add", a=2, b=3), call("call-lookup", "lookup", key="x"), given=11, made=7)
+        ]
+    text = "; ".join(f"{r.name}={(r.response or {}).get('result')}" for r in returned)
+    return [reply(types.Part(text=f"done: {text}"), given=23, made=5)]
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def lookup(key: str) -> str:
+    return f"entry {key}"
+
+
+def broken_lookup(key: str) -> str:
+    raise KeyError(key)
+
+
+async def run(
+    recorder: SessionRecorder,
+    agent: LlmAgent,
+    prompt: str,
+    *,
+    service: InMemorySessionService | None = None,
+    history: list[Event] = (),  # type: ignore[assignment]
+    config: RunConfig | None = None,
+) -> list[Event]:
+    """Run *agent* once on *prompt* with the recorder as its runner's plugin, in a new session
+    that starts with *history*; the events it gave."""
+    service = service or InMemorySessionService()
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[recorder]), session_service=service)
+    chat = await service.create_session(app_name="app", user_id="u")
+    for event in history:
+        await service.append_event(chat, event)
+    message = types.Content(role="user", parts=[types.Part(text=prompt)])
+    return [
+        event
+        async for event in runner.run_async(
+            user_id="u", session_id=chat.id, new_message=message, run_config=config
+        )
+    ]
+
+
+def test_parallel_tools_and_usage(
+    tmp_path: Path, sent_messages: dict[str, list[list[session.Message]]]
+) -> None:
+    path = tmp_path / "chat.jsonl"
+    agent = LlmAgent(
+        name="root",
+        model=Scripted(script=two_tools_then_answer),
+        instruction="Be brief.",
+        tools=[add, lookup],
+    )
+
+    async def main() -> list[Event]:
+        async with recording(path) as recorder:
+            return await run(recorder, agent, "add 2 and 3, and look up x")
+
+    given = asyncio.run(main())
+    assert (
+        given[-1].content
+        and given[-1].content.parts
+        and given[-1].content.parts[0].text == "done: add=5; lookup=entry x"
+    )
+    summary = check_file(path)
+    assert summary.usage == {"input": 34, "output": 12, "cache_read": 0, "cache_write": 0, "total_tokens": 46}
+    assert summary.runs[0].end_reason == "stop"
+    ends = events(path, "model_exec_end")
+    assert [(e.execution.id, e.execution.attempt, bool(e.error)) for e in ends if e.execution] == [
+        ("model-1", 1, False),
+        ("model-2", 1, False),
+    ]
+    [first, _] = events(path, "model_request")
+    assert first.request is not None and {tool["name"] for tool in first.request["tools"]} == {
+        "add",
+        "lookup",
+    }
+    assert first.request["config"]["extra"]["model"] == "scripted"
+    system = first.request["messages"][0]["value"]
+    assert system["role"] == "system" and "Be brief." in system["content"][0]["text"], system
+    tool_ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert tool_ends["call-add"].result == 5 and not tool_ends["call-add"].is_error
+    assert tool_ends["call-lookup"].result == "entry x"
+    assert [e.args for e in events(path, "tool_invoke_start")] == [{"a": 2, "b": 3}, {"key": "x"}]
+    assert [(m.role, m.metadata) for m in messages(path)] == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", {"tool_call_id": "call-add"}),
+        ("tool", {"tool_call_id": "call-lookup"}),
+        ("assistant", None),
+    ]
+    text = transcript(path)
+    assert "user: add 2 and 3, and look up x" in text and "assistant: done: add=5" in text
+    # the system instruction, the prompt, the tool calls and their two results: the second
+    # request sends the first two again
+    assert check_each_message_once(path)["messages"] == 5
+    check_converted_once(sent_messages)
+
+
+def test_a_failing_tool_is_a_failed_call_and_the_run_an_error(tmp_path: Path) -> None:
+    """In ADK a tool that raises ends the whole run: its call is an error, and so is the run."""
+    path = tmp_path / "chat.jsonl"
+    agent = LlmAgent(name="root", model=Scripted(script=two_tools_then_answer), tools=[add, broken_lookup])
+    agent.model.script = lambda request: [  # type: ignore[union-attr]
+        reply(
+            call("call-add", "add", a=2, b=3), call("call-lookup", "broken_lookup", key="x"), given=11, made=7
+        )
+    ]
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "add 2 and 3, and look up x")
+
+    with pytest.raises(KeyError):
+        asyncio.run(main())
+    summary = check_file(path)
+    [end] = [e for e in events(path, "tool_exec_end") if e.tool_id == "call-lookup"]
+    assert end.is_error and end.error is not None and end.error["type"] == "KeyError"
+    run_ = summary.runs[0]
+    assert run_.end_reason == "error" and run_.error is not None
+    assert summary.counts["turn_end"] == 1
+    [agent_end] = events(path, "agent_end")
+    assert agent_end.summary is not None and agent_end.summary.tool_errors == 1
+
+
+def test_a_model_error_ends_the_run_in_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def failing(request: LlmRequest) -> list[LlmResponse]:
+        raise ConnectionError("model unreachable")
+
+    agent = LlmAgent(name="root", model=Scripted(script=failing))
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "hi")
+
+    with pytest.raises(ConnectionError):
+        asyncio.run(main())
+    summary = check_file(path)
+    assert summary.runs[0].end_reason == "error"
+    assert summary.runs[0].error == {"message": "model unreachable", "type": "ConnectionError"}
+    [end] = events(path, "model_exec_end")
+    assert end.error == {"message": "model unreachable", "type": "ConnectionError"}
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Blob:
+    data: bytes
+    when: datetime  # naive, as some libraries hand them over
+
+
+def test_stray_values_are_kept_and_the_session_lives_on(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def report() -> dict[str, Any]:
+        return {
+            "color": Color.RED,
+            "blob": Blob(b"\x00\xff", datetime(2026, 1, 2, 3, 4, 5)),
+            "ratio": float("nan"),
+        }
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-1", "report"), given=2, made=1)]
+        return [reply(types.Part(text="ok"), given=3, made=1)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[report])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "report")
+
+    asyncio.run(main())
+    check_file(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.result == {
+        "color": "red",
+        "blob": {"data": "AP8=", "when": "2026-01-02T03:04:05"},
+        "ratio": "NaN",
+    }
+
+
+class Opaque:
+    """A value no JSON encoder knows."""
+
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+def test_settings_that_do_not_serialize_do_not_fail_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    settings = types.GenerateContentConfig(
+        temperature=0.5, max_output_tokens=64, http_options=types.HttpOptions(extra_body={"opaque": Opaque()})
+    )
+    agent = LlmAgent(
+        name="root",
+        model=Scripted(script=lambda request: [reply(types.Part(text="ok"), given=2, made=1)]),
+        generate_content_config=settings,
+    )
+
+    async def main() -> list[Event]:
+        async with recording(path) as recorder:
+            return await run(recorder, agent, "hi")
+
+    assert [e.content.parts[0].text for e in asyncio.run(main()) if e.content and e.content.parts] == ["ok"]
+    check_file(path)
+    [request] = events(path, "model_request")
+    assert request.request is not None
+    extra = request.request["config"]["extra"]
+    assert extra["temperature"] == 0.5 and extra["httpOptions"]["extraBody"] == {
+        "opaque": {"type": "test_google_adk.Opaque", "repr": "<opaque>"}
+    }
+    assert "systemInstruction" not in extra  # the request's first message
+    assert request.request["config"]["max_tokens"] == 64 and "maxOutputTokens" not in extra
+
+
+def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    seen: list[LlmRequest] = []
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        seen.append(request)
+        return [reply(types.Part(text=f"answer {len(seen)}"), given=3, made=2)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script))
+
+    async def turn(prompt: str) -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await run(recorder, agent, prompt, history=recorder.history())
+
+    asyncio.run(turn("first"))
+    asyncio.run(turn("second"))  # a new session service: the conversation comes from the file
+    assert [(c.role, (c.parts or [])[0].text) for c in seen[1].contents] == [
+        ("user", "first"),
+        ("model", "answer 1"),
+        ("user", "second"),
+    ]
+    summary = check_file(path)
+    assert len(summary.runs) == 2 and summary.checkpoints == 2
+    assert summary.usage["total_tokens"] == 10
+    ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert ids == ["model-1", "model-2"]  # the resumed run goes on counting turns
+    assert [m.role for m in messages(path)] == ["user", "assistant", "user", "assistant"]
+    # the resumed run's request refers to the messages the first run wrote
+    assert check_each_message_once(path)["messages"] == 4
+
+
+def test_a_streamed_run(tmp_path: Path, every_event: dict[str, list[session.Event]]) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-1", "add", a=1, b=2), given=4, made=2)]
+        chunks = [
+            reply(types.Part(text=text), given=0, made=0, partial=True) for text in ("the answer ", "is 3")
+        ]
+        return [*chunks, reply(types.Part(text="the answer is 3"), given=6, made=3)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[add])
+
+    async def main() -> list[Event]:
+        async with recording(path) as recorder:
+            return await run(
+                recorder, agent, "add 1 and 2", config=RunConfig.model_validate({"streaming_mode": "sse"})
+            )
+
+    given = asyncio.run(main())
+    assert sum(bool(e.partial) for e in given) == 2
+    summary = check_file(path)
+    assert summary.counts["model_exec_end"] == 2 and summary.usage["total_tokens"] == 15
+    assert summary.runs[0].end_reason == "stop"
+    assert [m.content for m in messages(path) if m.role == "assistant"][-1] == [
+        {"type": "text", "text": "the answer is 3"}
+    ]
+    check_both_versions(every_event, tmp_path)
+
+
+def test_a_stream_closed_early_is_aborted(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    agent = LlmAgent(name="root", model=Scripted(script=two_tools_then_answer), tools=[add, lookup])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            service = InMemorySessionService()
+            runner = Runner(
+                app=App(name="app", root_agent=agent, plugins=[recorder]), session_service=service
+            )
+            chat = await service.create_session(app_name="app", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="add 2 and 3")])
+            stream = runner.run_async(user_id="u", session_id=chat.id, new_message=message)
+            first = await stream.__anext__()  # the tool calls: the rest is never read
+            assert first.get_function_calls()
+            await stream.aclose()
+
+    asyncio.run(main())
+    check_aborted(path)
+    assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == ["model-1"]
+
+
+def test_a_cancelled_run_is_a_visible_gap(tmp_path: Path) -> None:
+    """ADK calls no plugin callback when a run is cancelled: the file's summary says the run
+    has no end (and the tool call under way is an error, or unfinished), rather than look
+    complete."""
+    path = tmp_path / "chat.jsonl"
+
+    started = asyncio.Event()
+
+    async def slow(key: str) -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return key
+
+    agent = LlmAgent(
+        name="root",
+        model=Scripted(script=lambda request: [reply(call("call-1", "slow", key="x"), given=1, made=1)]),
+        tools=[slow],
+    )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            task = asyncio.ensure_future(run(recorder, agent, "x"))
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())
+    gaps = [gap.kind for gap in session.summarize(path).gaps]
+    ends = [(e.is_error, (e.error or {}).get("type")) for e in events(path, "tool_exec_end")]
+    # ADK 2.13 tells the plugin that the tool failed (cancelled); 2.11 does not: a gap too
+    assert (gaps, ends) in [
+        (["no_agent_end"], [(True, "CancelledError")]),
+        (["no_agent_end", "tool_call_unfinished"], []),
+    ], (gaps, ends)
+
+
+def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    def login(token: str) -> str:
+        return f"logged in with {token}"
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-1", "login", token=SECRET), given=2, made=1)]
+        return [reply(types.Part(text="in"), given=3, made=1)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[login])
+
+    async def main() -> None:
+        async with recording(path, redact=scrub) as recorder:
+            await run(recorder, agent, "log in")
+
+    asyncio.run(main())
+    check_redacted(path)
+
+
+# AgentTool gives its own runner the parent's plugins through the argument ADK deprecates
+@pytest.mark.filterwarnings("ignore:The `plugins` argument is deprecated:DeprecationWarning")
+def test_a_sub_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    helper = LlmAgent(
+        name="helper",
+        description="answers questions",
+        model=Scripted(script=lambda request: [reply(types.Part(text="42"), given=10, made=3)]),
+    )
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-ask", "helper", request="what is it?"), given=5, made=2)]
+        return [reply(types.Part(text="it is 42"), given=8, made=2)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[AgentTool(helper)])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "ask the helper")
+
+    asyncio.run(main())
+    check_file(path)
+    check_nested(path, "call-ask", 13)
+    [end] = [e for e in events(path, "tool_exec_end") if e.tool_id == "call-ask"]
+    assert end.result == "42" and not end.is_error
+
+
+def test_one_recorder_records_one_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    agent = LlmAgent(
+        name="root", model=Scripted(script=lambda r: [reply(types.Part(text="hi"), given=1, made=1)])
+    )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "one")
+            await run(recorder, agent, "two")
+
+    with pytest.raises(RuntimeError, match="records one run"):
+        asyncio.run(main())
+    assert check_file(path).runs[0].end_reason == "stop"
