@@ -73,8 +73,9 @@ def check_file(path: Path, unrecorded: tuple[session.CallRef, ...] = ()) -> sess
 
 def check_spans(path: Path) -> None:
     """``otlp`` (OTLP/JSON, written with ``--output``) gives a span to each run and to each
-    attempt of each call, none unfinished; a model call's span carries its usage, a tool
-    call's its name and call id, under the model call that asked for it."""
+    attempt of each call, none unfinished, the same spans as it gives in protobuf; a model
+    call's span carries its usage, a tool call's its name and call id, under the model call
+    that asked for it."""
     out = path.with_name(path.name + ".otlp.jsonl")
     done = _cli("otlp", str(path), "--protocol", "http/json", "--content", "--output", str(out))
     assert done.returncode == 0, done.stderr
@@ -98,6 +99,7 @@ def check_spans(path: Path) -> None:
         for span, found in zip(spans, values.values())
     }
     assert not [span for span in spans if "unfinished" in span.get("status", {}).get("message", "")]
+    assert _as_decoded(spans) == _protobuf_spans(path)
     records = [record for record in session.iter_records(path) if record.ref is not None]
     runs = [span["traceId"] for span in spans if span["name"] == "invoke_agent"]
     traces = dict(zip((r.run_id for r in session.iter_records(path) if r.type == "run_start"), runs))
@@ -118,6 +120,62 @@ def check_spans(path: Path) -> None:
             if data["execution"].get("parent_id"):
                 parent = values[span["parentSpanId"]]
                 assert parent["session_jsonl.execution.id"] == data["execution"]["parent_id"], (found, parent)
+
+
+def _json_value(value: dict[str, Any]) -> Any:
+    ((kind, item),) = value.items()
+    if kind == "arrayValue":
+        return [_json_value(v) for v in item.get("values", [])]
+    return int(item) if kind == "intValue" else item
+
+
+def _as_decoded(spans: list[Any]) -> list[tuple[Any, ...]]:
+    """OTLP/JSON *spans* as ``_protobuf_spans`` gives them: ids in hex, attribute values."""
+    return [
+        (
+            span["traceId"],
+            span["spanId"],
+            span.get("parentSpanId", ""),
+            span["name"],
+            span.get("kind", 0),
+            int(span["startTimeUnixNano"]),
+            int(span["endTimeUnixNano"]),
+            {a["key"]: _json_value(a["value"]) for a in span["attributes"]},
+            span.get("status", {}).get("code", 0),
+        )
+        for span in spans
+    ]
+
+
+def _protobuf_spans(path: Path) -> list[tuple[Any, ...]]:
+    """The spans ``otlp`` writes for *path* in protobuf, decoded with opentelemetry-proto."""
+    need("opentelemetry.proto")
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    def value(v: Any) -> Any:
+        which = v.WhichOneof("value")
+        return [value(x) for x in v.array_value.values] if which == "array_value" else getattr(v, which)
+
+    out = path.with_name(path.name + ".otlp.pb")
+    done = _cli("otlp", str(path), "--content", "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    request = trace_service_pb2.ExportTraceServiceRequest.FromString(out.read_bytes())  # requests merge
+    return [
+        (
+            span.trace_id.hex(),
+            span.span_id.hex(),
+            span.parent_span_id.hex(),
+            span.name,
+            span.kind,
+            span.start_time_unix_nano,
+            span.end_time_unix_nano,
+            {a.key: value(a.value) for a in span.attributes},
+            span.status.code,
+        )
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]
 
 
 def check_tool_failures(path: Path, ends: dict[str, str]) -> None:
