@@ -179,14 +179,18 @@ def export(
     return entries
 
 
+def _replaceable(name: str) -> bool:
+    """Whether *name* is new or a regular file (not a symlink): what a rename may replace."""
+    try:
+        return stat.S_ISREG(os.lstat(name).st_mode)
+    except FileNotFoundError:
+        return True
+
+
 def _check_replaceable(name: str) -> None:
     """``ValueError`` unless *name* is free or a regular file, which an export replaces by
     rename: never a device, a pipe, a symlink or a directory."""
-    try:
-        mode = os.lstat(name).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(mode):
+    if not _replaceable(name):
         raise ValueError(f"{name} is not a regular file: an export replaces only a regular file")
 
 
@@ -2025,14 +2029,6 @@ def _publish(output: str, write: Callable[[BinaryIO], _T]) -> _T:
 def _opened_output(name: str, through: bool) -> BinaryIO:
     """*name* opened to write the page through it, or else created as a new file."""
     return builtins.open(name, "wb") if through else _new_file(name, 0o666)
-
-
-def _replaceable(name: str) -> bool:
-    """Whether *name* is new or a regular file (not a symlink): what a rename may replace."""
-    try:
-        return stat.S_ISREG(os.lstat(name).st_mode)
-    except FileNotFoundError:
-        return True
 
 
 def _write_page(
