@@ -1,10 +1,12 @@
 """How long ``python -m session html`` takes on a large session, against ``validate``.
 
-    python3 bench/html_page.py          # a ~230 MB session: every model request sends the whole context
-    python3 bench/html_page.py 0.1      # a tenth of that: a smoke test
+    python3 bench/html_page.py              # a ~230 MB session: every model request sends the whole context
+    python3 bench/html_page.py 0.1          # a tenth of that: a smoke test
+    python3 bench/html_page.py --version 1  # the same size in format version 1
 
 The session is made at run time, in format version 2 (each message written once: 230 MB is
-some 30,000 turns), under a temporary folder and removed afterwards.  Both
+some 30,000 turns) or 1 (each request writes every message again: 230 MB is some 400 turns),
+under a temporary folder and removed afterwards.  Both
 commands run as a user runs them (a new interpreter each time); the figure that counts is the
 ratio of their median times (wall clock and CPU), measured in the same run, with the page's
 size.  Unix only (CPU time of child processes).
@@ -12,6 +14,7 @@ size.  Unix only (CPU time of child processes).
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import resource
 import statistics
@@ -33,12 +36,12 @@ TEXT = "The quick brown fox jumps over the lazy dog; sphinx of black quartz, jud
 TOOLS = [{"name": "read_file", "description": "Read a file", "parameters": {"path": "string"}}]
 
 
-def build(path: Path, target: int) -> int:
+def build(path: Path, target: int, version: int) -> int:
     """Turns of question, tool call and result until the file holds *target* bytes; each
     model request carries every message so far, as an agent without compaction sends it."""
     messages: List[session.Message] = []
     turn = 0
-    with session.create(path) as s, s.begin_run() as run:
+    with session.create(path, version=version) as s, s.begin_run() as run:
         run.record(session.Event("agent_start", timestamp=T0))
         while path.stat().st_size < target:
             turn += 1
@@ -92,17 +95,23 @@ def seconds(*args: str) -> Tuple[float, float]:
 
 
 def main() -> int:
-    scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("scale", nargs="?", type=float, default=1.0, help="of 230 MB (default: 1)")
+    parser.add_argument("--version", type=int, choices=(1, 2), default=2, help="format version (default: 2)")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         path, page = Path(folder) / "big.jsonl", Path(folder) / "big.html"
-        turns = build(path, int(230e6 * scale))
+        turns = build(path, int(230e6 * args.scale), args.version)
         size = path.stat().st_size
         validate: List[Tuple[float, float]] = []
         html: List[Tuple[float, float]] = []
         for _ in range(3):  # interleaved: both see the same machine load
             validate.append(seconds("validate", str(path)))
             html.append(seconds("html", str(path), "-o", str(page)))
-        print(f"session: {size / 1e6:.1f} MB, {turns} turns, full context in each of {turns} requests")
+        print(
+            f"session: {size / 1e6:.1f} MB in version {args.version}, {turns} turns,"
+            f" full context in each of {turns} requests"
+        )
         for n, what in enumerate(("wall clock", "CPU")):
             v = statistics.median(times[n] for times in validate)
             h = statistics.median(times[n] for times in html)
