@@ -52,7 +52,7 @@ import os
 import time
 import warnings
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, Generic, TypeVar
 
@@ -454,6 +454,17 @@ def _request(
 # ---------------------------------------------------------------------------- the recorder
 
 
+@dataclasses.dataclass
+class _Nested:
+    """The work of agents run in one tool call (agents as tools)."""
+
+    calls: int = 0  # their model calls
+    model: session.Execution | None = None  # the latest model call attempt
+    error: BaseException | None = None  # and why it failed
+    asked: int = 0  # the function tool calls their model calls asked for
+    started: int = 0  # and those that started (hooks=recorder handed on to their run)
+
+
 class SessionRecorder(RunHooks[Any]):
     """Run hooks that record one ``Runner.run`` into *run* (a ``session.Run``).
 
@@ -486,7 +497,7 @@ class SessionRecorder(RunHooks[Any]):
         self._failed: set[str] = set()  # the ids of those that failed
         self._failures: dict[str, BaseException] = {}  # why a tool call failed, by call id
         self._begun: dict[str, float] = {}  # when a tool call started (on_tool_start), by call id
-        self._nested: dict[str, int] = {}  # model calls made in a tool call, by its execution id
+        self._nested: dict[str, _Nested] = {}  # the work of agents run in a tool call, by its id
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
@@ -563,7 +574,16 @@ class SessionRecorder(RunHooks[Any]):
         model = _RecordingModel(agent.model, self) if isinstance(agent.model, Model) else agent.model
         copied = agent.clone(model=model, tools=[_watched(tool, self) for tool in agent.tools])
         done[id(agent)] = copied
-        copied.handoffs = [self._wrapped(to, done) if isinstance(to, Agent) else to for to in agent.handoffs]
+        copied.handoffs = [self._handed_to(to, done) for to in agent.handoffs]
+        return copied
+
+    def _handed_to(self, to: Agent[Any] | Handoff[Any, Any], done: dict[int, Agent[Any]]) -> Any:
+        """A handoff of an agent being wrapped: an agent wrapped alike, a ``Handoff`` (of
+        ``handoff(...)``) copied to hand on to the agent it gives, wrapped alike."""
+        if isinstance(to, Agent):
+            return self._wrapped(to, done)
+        copied = copy.copy(to)  # its target's weak reference kept
+        copied.on_invoke_handoff = _HandingOn(to.on_invoke_handoff, self, done)
         return copied
 
     async def _stream(
@@ -609,6 +629,8 @@ class SessionRecorder(RunHooks[Any]):
         system_prompt: str | None,
         input_items: list[TResponseInputItem],
     ) -> None:
+        if self._caller() is not None:  # an agent run in a tool call, given the recorder as hooks
+            return
         if self._recall and self._source is not None:
             before, self._recall = self._recall, 0
             await asyncio.to_thread(self._recalled.load, self._source.path, before)
@@ -629,17 +651,21 @@ class SessionRecorder(RunHooks[Any]):
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
-        self._record("message_end", execution=self._model, message=_response_message(response))
+        if self._caller() is None:
+            self._record("message_end", execution=self._model, message=_response_message(response))
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool) -> None:
         if not isinstance(context, ToolContext):
             return  # hosted and computer tools: no call id to pair start and end
-        execution = session.Execution(
-            f"tool-{self._turn}-{context.tool_call_id}",
-            "tool",
-            parent_id=self._model.id if self._model else "",
-            turn_index=self._turn,
-        )
+        caller = self._caller()
+        if caller is None:
+            name, model = f"tool-{self._turn}-{context.tool_call_id}", self._model
+        else:  # a tool call of an agent run in the tool call *caller*: nested in it
+            nested = self._nested.setdefault(caller.id, _Nested())
+            nested.started += 1
+            name, model = f"{caller.id}/tool-{context.tool_call_id}", nested.model
+        parent = model.id if model is not None else ""
+        execution = session.Execution(name, "tool", parent_id=parent, turn_index=self._turn)
         self._tools[context.tool_call_id] = (execution, tool.name)
         self._begun[context.tool_call_id] = time.monotonic()
         self._tool_calls += 1
@@ -659,6 +685,11 @@ class SessionRecorder(RunHooks[Any]):
             return
         error = self._failures.pop(context.tool_call_id, None)
         self._tool_end(context.tool_call_id, result, error)
+
+    def _caller(self) -> session.Execution | None:
+        """The tool call of this run whose work runs now (an agent run as a tool), if any."""
+        caller = _CALLER.get()
+        return caller[1] if caller is not None and caller[0] is self else None
 
     # -- writing
 
@@ -736,15 +767,9 @@ class SessionRecorder(RunHooks[Any]):
     # -- model attempts (called by _RecordingModel)
 
     def _attempt_start(self, request: session.ModelRequest) -> session.Execution:
-        caller = _CALLER.get()
-        if caller is not None and caller[0] is self:  # made in a tool call: nested in it
-            self._nested[caller[1].id] = count = self._nested.get(caller[1].id, 0) + 1
-            execution = session.Execution(
-                f"{caller[1].id}/model-{count}", "model", parent_id=caller[1].id, turn_index=self._turn
-            )
-            self._record("model_exec_start", execution=execution)
-            self._record("model_request", execution=execution, request=request)
-            return execution
+        caller = self._caller()
+        if caller is not None:  # made in a tool call: nested in it
+            return self._nested_start(caller, request)
         self._attempt += 1
         execution = session.Execution(
             f"model-{self._turn}", "model", turn_index=self._turn, attempt=self._attempt
@@ -757,14 +782,39 @@ class SessionRecorder(RunHooks[Any]):
         self._record("model_request", execution=execution, request=request)
         return execution
 
+    def _nested_start(self, caller: session.Execution, request: session.ModelRequest) -> session.Execution:
+        """An attempt of a model call of an agent run in the tool call *caller*, nested in it:
+        the attempt after a failed one is its retry (the runner raises a failure it does not
+        retry), numbered as the run's are."""
+        nested = self._nested.setdefault(caller.id, _Nested())
+        if nested.error is not None and nested.model is not None:
+            execution = dataclasses.replace(nested.model, attempt=nested.model.attempt + 1)
+            info = session.RetryInfo(error=nested.error)
+            self._record("retry", execution=execution, retry=info, error=nested.error)
+        else:
+            nested.calls += 1
+            execution = session.Execution(
+                f"{caller.id}/model-{nested.calls}", "model", parent_id=caller.id, turn_index=self._turn
+            )
+        nested.model = execution
+        self._record("model_exec_start", execution=execution)
+        self._record("model_request", execution=execution, request=request)
+        return execution
+
     def _attempt_end(
         self,
         execution: session.Execution,
         response: ModelResponse | Response | None,
         error: BaseException | None,
+        asked: int = 0,
     ) -> None:
-        if not execution.parent_id:
+        """The end of a model call attempt: *response*, or *error*; *asked* is how many calls
+        of function tools the response asks for."""
+        nested = self._nested.get(execution.parent_id) if execution.parent_id else None
+        if nested is None:
             self._last_error = error
+        else:
+            nested.error, nested.asked = error, nested.asked + asked
         if response is None:
             self._record("model_exec_end", execution=execution, error=error)
             return
@@ -780,6 +830,12 @@ async def _closing(stream: AsyncIterator[_T]) -> AsyncIterator[AsyncIterator[_T]
         close = getattr(stream, "aclose", None)
         if close is not None:
             await close()
+
+
+def _asked(output: Sequence[Any], tools: list[Tool]) -> int:
+    """How many calls of the function *tools* a response's *output* asks for."""
+    names = {tool.name for tool in tools if isinstance(tool, FunctionTool)}
+    return sum(getattr(item, "type", "") == "function_call" and item.name in names for item in output)
 
 
 class _RecordingModel(Model):
@@ -827,7 +883,7 @@ class _RecordingModel(Model):
         except BaseException as exc:
             recorder._attempt_end(execution, None, exc)
             raise
-        recorder._attempt_end(execution, response, None)
+        recorder._attempt_end(execution, response, None, _asked(response.output, tools))
         return response
 
     async def stream_response(
@@ -875,7 +931,7 @@ class _RecordingModel(Model):
                 execution, None, RuntimeError("the stream ended without a completed response")
             )
             return
-        recorder._attempt_end(execution, completed, None)
+        recorder._attempt_end(execution, completed, None, _asked(completed.output, tools))
 
 
 class _RecordingProvider(ModelProvider):
@@ -934,6 +990,33 @@ def _unreachable(tool: FunctionTool) -> str:
     return ""
 
 
+def _unseen(tool: FunctionTool, nested: _Nested | None) -> str:
+    """What of the work of the agent *tool* runs (an agent as a tool) the recorder did not
+    see, *nested* being what it saw: tool calls its model asked for that did not start in
+    view (its run not given the recorder as hooks); "" when nothing."""
+    unseen = 0 if nested is None else nested.asked - nested.started
+    if unseen <= 0:
+        return ""
+    agent = getattr(getattr(tool, "_agent_instance", None), "name", "?")
+    return (
+        f"the agent tool {tool.name!r} runs agent {agent!r}, whose model asked for {unseen} tool"
+        " call(s) the recorder did not see: pass hooks=recorder to its as_tool() to have them recorded"
+    )
+
+
+@dataclasses.dataclass
+class _HandingOn:
+    """The invoker of a ``Handoff`` object: the agent it hands on to, wrapped as the run's
+    agents are (*done*: those wrapped already)."""
+
+    invoke: Callable[[RunContextWrapper[Any], str], Awaitable[Agent[Any]]]
+    recorder: SessionRecorder
+    done: dict[int, Agent[Any]]
+
+    async def __call__(self, context: RunContextWrapper[Any], arguments: str) -> Agent[Any]:
+        return self.recorder._wrapped(await self.invoke(context, arguments), self.done)
+
+
 # the recorder and the tool call whose work runs now (an agent run as a tool): model calls
 # made in it are that call's nested executions
 _CALLER: contextvars.ContextVar[tuple[SessionRecorder, session.Execution] | None] = contextvars.ContextVar(
@@ -970,6 +1053,8 @@ class _Invoker:
             raise
         finally:
             _CALLER.reset(token)
+            if running is not None:
+                recorder._gap(running[0], _unseen(self.tool, recorder._nested.get(running[0].id)))
 
     def __getattr__(self, name: str) -> Any:
         if name == "invoke":  # not set yet (a copy being made): no such attribute

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import json
 import os
@@ -344,6 +345,17 @@ def _request(
 
 
 @dataclass
+class _Nested:
+    """The work of delegate agents run in one tool call."""
+
+    calls: int = 0  # their model calls
+    answered: int = 0  # their model requests answered (counted in the run's usage)
+    model: session.Execution | None = None  # the latest model call attempt
+    error: BaseException | None = None  # and why it failed
+    tools: dict[str, session.Execution] = field(default_factory=dict)  # their tool calls, by call id
+
+
+@dataclass
 class SessionRecorder(AbstractCapability[Any]):
     """A capability that records one agent run into *run* (a ``session.Run``).
 
@@ -370,7 +382,7 @@ class SessionRecorder(AbstractCapability[Any]):
     _tools: dict[str, session.Execution] = field(default_factory=dict, init=False)
     _tool_calls: int = field(default=0, init=False)
     _tool_errors: int = field(default=0, init=False)
-    _nested: dict[str, int] = field(default_factory=dict, init=False)  # model calls in a tool call
+    _nested: dict[str, _Nested] = field(default_factory=dict, init=False)  # by the tool call's id
     # every response and request part converted once: the same object whenever it is sent again
     # (per part: pydantic-ai and capabilities add parts to a request after the hooks saw it)
     _converted: _Converted[session.Message] = field(
@@ -449,22 +461,29 @@ class SessionRecorder(AbstractCapability[Any]):
         args: RawToolArgs,
         handler: WrapToolValidateHandler,
     ) -> ValidatedToolArgs:
-        execution = session.Execution(
-            f"tool-{self._turn}-{call.tool_call_id}",
-            "tool",
-            parent_id=self._model.id if self._model else "",
-            turn_index=self._turn,
-        )
-        self._tools[call.tool_call_id] = execution
-        self._tool_calls += 1
-        model_args = _tool_call_block(call)["tool_call"]["args"]
-        self._record(
-            "tool_exec_start",
-            execution=execution,
-            tool_id=call.tool_call_id,
-            tool=call.tool_name,
-            args=model_args,
-        )
+        return await self._validate(None, call, args, handler)
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        return await self._execute(ctx, None, call, args, handler)
+
+    # -- tool calls, of the run (*caller* None) or of a delegate run in the tool call *caller*
+
+    async def _validate(
+        self,
+        caller: session.Execution | None,
+        call: pm.ToolCallPart,
+        args: RawToolArgs,
+        handler: WrapToolValidateHandler,
+    ) -> ValidatedToolArgs:
+        execution = self._tool_start(caller, call)
         try:
             validated = await handler(args)
         except BaseException as exc:
@@ -479,17 +498,38 @@ class SessionRecorder(AbstractCapability[Any]):
         )
         return validated
 
-    async def wrap_tool_execute(
+    def _tool_start(self, caller: session.Execution | None, call: pm.ToolCallPart) -> session.Execution:
+        """``tool_exec_start`` of *call*: a call of the run, or nested in *caller*."""
+        if caller is None:
+            name, model, tools = f"tool-{self._turn}-{call.tool_call_id}", self._model, self._tools
+        else:
+            nested = self._nested.setdefault(caller.id, _Nested())
+            name, model, tools = f"{caller.id}/tool-{call.tool_call_id}", nested.model, nested.tools
+        parent = model.id if model is not None else ""
+        execution = session.Execution(name, "tool", parent_id=parent, turn_index=self._turn)
+        tools[call.tool_call_id] = execution
+        self._tool_calls += 1
+        model_args = _tool_call_block(call)["tool_call"]["args"]
+        self._record(
+            "tool_exec_start",
+            execution=execution,
+            tool_id=call.tool_call_id,
+            tool=call.tool_name,
+            args=model_args,
+        )
+        return execution
+
+    async def _execute(
         self,
         ctx: RunContext[Any],
-        *,
+        caller: session.Execution | None,
         call: pm.ToolCallPart,
-        tool_def: ToolDefinition,
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        execution = self._tools[call.tool_call_id]
-        requests, nested = ctx.usage.requests, self._nested.get(execution.id, 0)
+        tools = self._tools if caller is None else self._nested[caller.id].tools
+        execution = tools[call.tool_call_id]
+        requests, nested = ctx.usage.requests, self._answered(execution)
         token = _CALLER.set((self, execution))
         try:
             result = await handler(args)
@@ -498,11 +538,16 @@ class SessionRecorder(AbstractCapability[Any]):
             raise
         finally:
             _CALLER.reset(token)
-        unseen = ctx.usage.requests - requests - (self._nested.get(execution.id, 0) - nested)
+        unseen = ctx.usage.requests - requests - (self._answered(execution) - nested)
         if unseen > 0:
             self._gap(execution, call, unseen)
         self._tool_end(execution, call, result, None)
         return result
+
+    def _answered(self, caller: session.Execution) -> int:
+        """The model requests answered in the tool call *caller*, in it or deeper."""
+        within = [n for key, n in self._nested.items() if key == caller.id or key.startswith(caller.id + "/")]
+        return sum(nested.answered for nested in within)
 
     def _gap(self, execution: session.Execution, call: pm.ToolCallPart, unseen: int) -> None:
         """Say loudly, at run time and in the file (a ``recording_gap`` event in the tool
@@ -580,16 +625,25 @@ class SessionRecorder(AbstractCapability[Any]):
     def _nested_start(
         self,
         caller: session.Execution,
+        attempt: int,
         messages: list[pm.ModelMessage],
         settings: ModelSettings | None,
         params: ModelRequestParameters,
         model: str,
     ) -> session.Execution:
-        """A model call of a delegate agent run in the tool call *caller*: nested in it."""
-        self._nested[caller.id] = count = self._nested.get(caller.id, 0) + 1
-        execution = session.Execution(
-            f"{caller.id}/model-{count}", "model", parent_id=caller.id, turn_index=self._turn
-        )
+        """Attempt *attempt* of a model call of a delegate agent run in the tool call
+        *caller*: nested in it, a retry numbered as the run's are."""
+        nested = self._nested.setdefault(caller.id, _Nested())
+        if attempt > 1 and nested.model is not None:
+            execution = dataclasses.replace(nested.model, attempt=attempt)
+            info = session.RetryInfo(error=nested.error)
+            self._record("retry", execution=execution, retry=info, error=nested.error)
+        else:
+            nested.calls += 1
+            execution = session.Execution(
+                f"{caller.id}/model-{nested.calls}", "model", parent_id=caller.id, turn_index=self._turn
+            )
+        nested.model = execution
         self._record("model_exec_start", execution=execution)
         sent = self._converted.all([unit for message in messages for unit in _units(message)])
         self._record("model_request", execution=execution, request=_request(sent, settings, params, model))
@@ -598,8 +652,11 @@ class SessionRecorder(AbstractCapability[Any]):
     def _attempt_end(
         self, execution: session.Execution, response: pm.ModelResponse | None, error: BaseException | None
     ) -> None:
-        if not execution.parent_id:
+        nested = self._nested.get(execution.parent_id) if execution.parent_id else None
+        if nested is None:
             self._last_error = error
+        else:
+            nested.error, nested.answered = error, nested.answered + (response is not None)
         if response is not None:
             self._record("model_exec_end", execution=execution, message=_response_message(response))
         else:
@@ -615,13 +672,43 @@ _CALLER: contextvars.ContextVar[tuple[SessionRecorder, session.Execution] | None
 @dataclass
 class _Delegated(AbstractCapability[Any]):
     """The recorder, given to a delegate agent's run inside its tool call *caller*: that
-    run's model calls are recorded as executions nested in the call, with their usage."""
+    run's model calls (their attempts numbered as the run's are) and tool calls are recorded
+    as executions nested in the call, with their usage."""
 
     recorder: SessionRecorder
     caller: session.Execution
+    _attempt: int = field(default=1, init=False)
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        self._attempt = request_context.attempt
+        return request_context
 
     def get_wrapper_model(self, model: Model) -> Model | None:
         return _RecordingModel(model, self)
+
+    async def wrap_tool_validate(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: RawToolArgs,
+        handler: WrapToolValidateHandler,
+    ) -> ValidatedToolArgs:
+        return await self.recorder._validate(self.caller, call, args, handler)
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        return await self.recorder._execute(ctx, self.caller, call, args, handler)
 
     def _attempt_start(
         self,
@@ -630,7 +717,7 @@ class _Delegated(AbstractCapability[Any]):
         params: ModelRequestParameters,
         model: str,
     ) -> session.Execution:
-        return self.recorder._nested_start(self.caller, messages, settings, params, model)
+        return self.recorder._nested_start(self.caller, self._attempt, messages, settings, params, model)
 
     def _attempt_end(
         self, execution: session.Execution, response: pm.ModelResponse | None, error: BaseException | None
