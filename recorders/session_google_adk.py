@@ -89,7 +89,9 @@ async def recording(
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
     fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    concurrent conversations each in its own ``recording`` of its own file.  A run that has
+    not ended when the block is left (cancelled, interrupted: ADK tells no plugin) ends then,
+    ``aborted``, or ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -98,7 +100,13 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        try:
+            yield recorder
+        except BaseException as exc:
+            recorder._left(exc)
+            raise
+        recorder._left(None)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -125,6 +133,10 @@ def _loads(value: Any) -> Any:
 
 def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+# a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
+_ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 _T = TypeVar("_T")
@@ -426,6 +438,7 @@ class SessionRecorder(BasePlugin):
         self._answered = False  # whether the run's latest event is a final response
         self._tool_calls = 0
         self._tool_errors = 0
+        self._running: dict[str, tuple[session.Execution, str, str]] = {}  # calls under way: tool, call id
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         # every message converted once: the same object whenever it is sent again
@@ -504,6 +517,7 @@ class SessionRecorder(BasePlugin):
                 f"{caller}/model-{scope.calls}", "model", parent_id=caller, turn_index=self._turn
             )
         scope.model = execution
+        self._running[execution.id] = (execution, "", "")
         self._record("model_exec_start", execution=execution)
         sent = self._converted.all(_sent(llm_request))
         self._record("model_request", execution=execution, request=_request(sent, llm_request))
@@ -518,14 +532,14 @@ class SessionRecorder(BasePlugin):
         if llm_response.content is not None:
             self._converted.add(llm_response.content, message)
         execution = self._scope(callback_context.invocation_id).model
-        self._record("model_exec_end", execution=execution, message=message)
+        self._model_end(execution, message, None)
         return None
 
     async def on_model_error_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> LlmResponse | None:
         execution = self._scope(callback_context.invocation_id).model
-        self._record("model_exec_end", execution=execution, error=error)
+        self._model_end(execution, None, error)
         return None
 
     # -- tool calls
@@ -539,6 +553,7 @@ class SessionRecorder(BasePlugin):
         parent = scope.model.id if scope.model is not None else ""
         execution = session.Execution(name, "tool", parent_id=parent, turn_index=self._turn)
         scope.tools[call_id] = execution
+        self._running[execution.id] = (execution, tool.name, call_id)
         self._tool_calls += 1
         args = to_json(tool_args)
         self._record("tool_exec_start", execution=execution, tool_id=call_id, tool=tool.name, args=args)
@@ -568,18 +583,43 @@ class SessionRecorder(BasePlugin):
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
 
+    def _model_end(
+        self,
+        execution: session.Execution | None,
+        message: session.Message | None,
+        error: BaseException | None,
+    ) -> None:
+        if execution is not None:
+            self._running.pop(execution.id, None)
+        if error is None:
+            self._record("model_exec_end", execution=execution, message=message)
+        else:
+            self._record("model_exec_end", execution=execution, error=error)
+
     def _tool_end(
         self, tool: BaseTool, tool_context: ToolContext, result: Any, error: BaseException | None
     ) -> None:
         scope = self._scope(tool_context.invocation_id)
         call_id = tool_context.function_call_id or ""
         _CALLER.set(None if scope.caller is None else (self, scope.caller))
+        self._tool_result(scope.tools.get(call_id), tool.name, call_id, result, error)
+
+    def _tool_result(
+        self,
+        execution: session.Execution | None,
+        name: str,
+        call_id: str,
+        result: Any,
+        error: BaseException | None,
+    ) -> None:
+        if execution is not None:
+            self._running.pop(execution.id, None)
         self._tool_errors += error is not None
         self._record(
             "tool_exec_end",
-            execution=scope.tools.get(call_id),
+            execution=execution,
             tool_id=call_id,
-            tool=tool.name,
+            tool=name,
             result=None if error is not None else to_json(result),
             is_error=error is not None,
             error=error,
@@ -613,10 +653,30 @@ class SessionRecorder(BasePlugin):
         """``turn_end`` of the turn under way, and with *checkpoint* the session's *events*."""
         if not self._in_turn:
             return
-        self._record("turn_end", turn_index=self._turn)
-        self._in_turn = False
+        self._turn_end()
         if self.checkpoint and events is not None:
             await asyncio.to_thread(self.run.save_checkpoint, [to_json(event) for event in events])
+
+    def _turn_end(self) -> None:
+        if self._in_turn:
+            self._record("turn_end", turn_index=self._turn)
+        self._in_turn = False
+
+    def _left(self, error: BaseException | None) -> None:
+        """The block recording the run was left, by *error* or not: a run begun and not
+        ended (ADK tells a plugin nothing of a cancelled run) ends now, ``aborted`` (or
+        ``error`` when *error* is not a cancellation or interruption), its calls under way
+        failed with *error*."""
+        if not self._main or self._ended:
+            return
+        failure = error or asyncio.CancelledError("the run was left before it ended")
+        for execution, name, call_id in list(self._running.values()):
+            if execution.kind == "model":
+                self._model_end(execution, None, failure)
+            else:
+                self._tool_result(execution, name, call_id, None, failure)
+        self._turn_end()
+        self._end("error" if error is not None and not isinstance(error, _ABORTS) else "aborted", error)
 
     def _end(self, reason: str, error: BaseException | None) -> None:
         self._ended = True

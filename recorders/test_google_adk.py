@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import signal
 from collections.abc import AsyncGenerator, Callable
 from datetime import datetime
 from pathlib import Path
@@ -385,16 +386,18 @@ def test_a_stream_closed_early_is_aborted(tmp_path: Path) -> None:
     assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == ["model-1"]
 
 
-def test_a_cancelled_run_is_a_visible_gap(tmp_path: Path) -> None:
-    """ADK calls no plugin callback when a run is cancelled: the file's summary says the run
-    has no end (and the tool call under way is an error, or unfinished), rather than look
-    complete."""
+@pytest.mark.parametrize("stop", ["cancel", "ctrl-c"])
+def test_a_cancelled_or_interrupted_run_ends_aborted(tmp_path: Path, stop: str) -> None:
+    """ADK calls no plugin callback when a run is cancelled (a task cancelled, or Ctrl-C,
+    which ``asyncio.run`` turns into a cancellation): the run ends ``aborted`` when its
+    ``recording`` block is left, the tool call under way failed."""
     path = tmp_path / "chat.jsonl"
-
     started = asyncio.Event()
 
     async def slow(key: str) -> str:
         started.set()
+        if stop == "ctrl-c":
+            signal.raise_signal(signal.SIGINT)
         await asyncio.sleep(60)
         return key
 
@@ -406,20 +409,23 @@ def test_a_cancelled_run_is_a_visible_gap(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with recording(path) as recorder:
+            if stop == "ctrl-c":
+                await run(recorder, agent, "x")
             task = asyncio.ensure_future(run(recorder, agent, "x"))
             await started.wait()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
 
-    asyncio.run(main())
-    gaps = [gap.kind for gap in session.summarize(path).gaps]
-    ends = [(e.is_error, (e.error or {}).get("type")) for e in events(path, "tool_exec_end")]
-    # ADK 2.13 tells the plugin that the tool failed (cancelled); 2.11 does not: a gap too
-    assert (gaps, ends) in [
-        (["no_agent_end"], [(True, "CancelledError")]),
-        (["no_agent_end", "tool_call_unfinished"], []),
-    ], (gaps, ends)
+    if stop == "ctrl-c":
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(main())
+    else:
+        asyncio.run(main())
+    check_aborted(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.is_error and (end.error or {}).get("type") in ("CancelledError", "KeyboardInterrupt"), end
+    assert session.summarize(path).counts["turn_end"] == 1
 
 
 def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: Path) -> None:
@@ -443,22 +449,30 @@ def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: P
     check_redacted(path)
 
 
+def helper_agent() -> LlmAgent:
+    """A sub-agent that looks a key up with its tool, then answers."""
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-l", "lookup", key="x"), given=10, made=3)]
+        return [reply(types.Part(text="42"), given=12, made=1)]
+
+    return LlmAgent(
+        name="helper", description="answers questions", model=Scripted(script=script), tools=[lookup]
+    )
+
+
 # AgentTool gives its own runner the parent's plugins through the argument ADK deprecates
 @pytest.mark.filterwarnings("ignore:The `plugins` argument is deprecated:DeprecationWarning")
 def test_a_sub_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
-    helper = LlmAgent(
-        name="helper",
-        description="answers questions",
-        model=Scripted(script=lambda request: [reply(types.Part(text="42"), given=10, made=3)]),
-    )
 
     def script(request: LlmRequest) -> list[LlmResponse]:
         if not answers(request):
             return [reply(call("call-ask", "helper", request="what is it?"), given=5, made=2)]
         return [reply(types.Part(text="it is 42"), given=8, made=2)]
 
-    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[AgentTool(helper)])
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[AgentTool(helper_agent())])
 
     async def main() -> None:
         async with recording(path) as recorder:
@@ -466,9 +480,39 @@ def test_a_sub_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
 
     asyncio.run(main())
     check_file(path)
-    check_nested(path, "call-ask", 13)
-    [end] = [e for e in events(path, "tool_exec_end") if e.tool_id == "call-ask"]
-    assert end.result == "42" and not end.is_error
+    check_nested(path, "call-ask", 13 + 13, tools=("call-l",))
+    ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert ends["call-ask"].result == "42" and not ends["call-ask"].is_error
+    assert ends["call-l"].result == "entry x"
+
+
+def test_an_agent_transferred_to_takes_the_next_turns(tmp_path: Path) -> None:
+    """A multi-agent tree: the root transfers the conversation to its sub-agent, whose model
+    and tool calls are the run's next turns (one invocation)."""
+    path = tmp_path / "chat.jsonl"
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        return [reply(call("call-t", "transfer_to_agent", agent_name="helper"), given=4, made=1)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), sub_agents=[helper_agent()])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "ask the helper")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 5 + 13 + 13
+    assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == [
+        "model-1",
+        "model-2",
+        "model-3",
+    ]
+    assert [(e.tool_id, e.tool) for e in events(path, "tool_exec_start")] == [
+        ("call-t", "transfer_to_agent"),
+        ("call-l", "lookup"),
+    ]
+    assert summary.runs[0].end_reason == "stop"
 
 
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
