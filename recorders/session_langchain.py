@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -373,6 +374,15 @@ def _request(messages: list[session.Message], params: dict[str, Any]) -> session
 # ---------------------------------------------------------------------------- the handler
 
 
+@dataclasses.dataclass
+class _Nested:
+    """The work of agents run in one tool call."""
+
+    calls: int = 0  # their chat model calls
+    model: session.Execution | None = None  # the latest attempt
+    error: BaseException | None = None  # and why it failed
+
+
 class SessionRecorder(AsyncCallbackHandler):
     """A callback handler that records one invocation into *run* (a ``session.Run``).
 
@@ -402,6 +412,8 @@ class SessionRecorder(AsyncCallbackHandler):
         self._calls: dict[UUID, session.Execution] = {}  # model attempts and tool calls running
         self._tool_ids: dict[UUID, tuple[str, str]] = {}  # tool run -> (call id, tool name)
         self._finished: dict[str, session.Execution] = {}  # tool call id -> its execution
+        self._parents: dict[UUID, UUID] = {}  # the runs under way in the run, by their parent run
+        self._nested: dict[str, _Nested] = {}  # the work of agents run in a tool call, by its id
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
@@ -432,6 +444,8 @@ class SessionRecorder(AsyncCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
+        if parent_run_id is not None:
+            self._parents[run_id] = parent_run_id
         if parent_run_id is None:
             with self._lock:
                 if self._root is not None:
@@ -440,6 +454,7 @@ class SessionRecorder(AsyncCallbackHandler):
                 self._record("agent_start")
 
     async def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._parents.pop(run_id, None)
         if run_id != self._root:
             return
         messages = outputs.get("messages") if isinstance(outputs, dict) else None
@@ -453,6 +468,7 @@ class SessionRecorder(AsyncCallbackHandler):
             self._record("agent_end", summary=self._summary("stop"))
 
     async def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._parents.pop(run_id, None)
         if run_id != self._root:
             return
         with self._lock:
@@ -474,6 +490,11 @@ class SessionRecorder(AsyncCallbackHandler):
         **kwargs: Any,
     ) -> None:
         sent = messages[0] if messages else []
+        caller = self._caller(parent_run_id)
+        if caller is not None:  # an agent run in a tool call: nested in it
+            with self._lock:
+                self._nested_start(run_id, caller, sent, kwargs)
+            return
         if parent_run_id is None:  # a chat model called alone (invoke, stream): it is the run
             await self.on_chain_start({}, {}, run_id=run_id)
             self._alone = list(sent)
@@ -513,8 +534,10 @@ class SessionRecorder(AsyncCallbackHandler):
             else:  # the next request sends this message as it is now: with the time it came
                 converted = to_message(message)
                 self._converted.add(message, converted)
+            nested = bool(self._calls[run_id].parent_id)
             self._end_call(run_id, converted, None)
-            self._record("message_end", execution=self._model, message=converted)
+            if not nested:
+                self._record("message_end", execution=self._model, message=converted)
         if run_id == self._root and self._alone is not None:
             reply = [] if message is None else [message]
             await self.on_chain_end({"messages": [*self._alone, *reply]}, run_id=run_id)
@@ -539,13 +562,20 @@ class SessionRecorder(AsyncCallbackHandler):
     ) -> None:
         call_id = str(kwargs.get("tool_call_id") or run_id)
         name = str(serialized.get("name") or kwargs.get("name") or "")
+        parent = kwargs.get("parent_run_id")
+        caller = self._caller(parent)
         with self._lock:
-            execution = session.Execution(
-                f"tool-{self._turn}-{call_id}",
-                "tool",
-                parent_id=self._model.id if self._model else "",
-                turn_index=self._turn,
-            )
+            if parent is not None:
+                self._parents[run_id] = parent
+            if caller is None:
+                label, model = f"tool-{self._turn}-{call_id}", self._model
+            else:  # a tool call of an agent run in the tool call *caller*: nested in it
+                label, model = (
+                    f"{caller.id}/tool-{call_id}",
+                    self._nested.setdefault(caller.id, _Nested()).model,
+                )
+            parent_id = model.id if model is not None else ""
+            execution = session.Execution(label, "tool", parent_id=parent_id, turn_index=self._turn)
             self._calls[run_id] = execution
             self._tool_ids[run_id] = (call_id, name)
             self._tool_calls += 1
@@ -563,7 +593,42 @@ class SessionRecorder(AsyncCallbackHandler):
             if run_id in self._calls:
                 self._end_call(run_id, None, error)
 
+    def _caller(self, parent: UUID | None) -> session.Execution | None:
+        """The tool call of the run that the run whose parent is *parent* is made in (an
+        agent run in a tool), if any: the nearest tool call among its ancestors."""
+        with self._lock:
+            while parent is not None:
+                execution = self._calls.get(parent)
+                if execution is not None and execution.kind == "tool":
+                    return execution
+                parent = self._parents.get(parent)
+        return None
+
     # -- writing (with self._lock held)
+
+    def _nested_start(
+        self, run_id: UUID, caller: session.Execution, sent: list[BaseMessage], kwargs: dict[str, Any]
+    ) -> None:
+        """An attempt of a chat model call of an agent run in the tool call *caller*, nested
+        in it: the attempt after a failed one is its retry or fallback, numbered as the run's
+        are."""
+        nested = self._nested.setdefault(caller.id, _Nested())
+        if nested.error is not None and nested.model is not None:
+            execution = dataclasses.replace(nested.model, attempt=nested.model.attempt + 1)
+            info = session.RetryInfo(error=nested.error)
+            self._record("retry", execution=execution, retry=info, error=nested.error)
+        else:
+            nested.calls += 1
+            execution = session.Execution(
+                f"{caller.id}/model-{nested.calls}", "model", parent_id=caller.id, turn_index=self._turn
+            )
+        nested.model = execution
+        self._calls[run_id] = execution
+        self._record("model_exec_start", execution=execution)
+        params = to_json(kwargs.get("invocation_params") or {})
+        self._record(
+            "model_request", execution=execution, request=_request(self._converted.all(sent), params)
+        )
 
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
@@ -580,8 +645,13 @@ class SessionRecorder(AsyncCallbackHandler):
 
     def _end_call(self, run_id: UUID, result: Any, error: BaseException | None) -> None:
         execution = self._calls.pop(run_id)
+        self._parents.pop(run_id, None)
         if execution.kind == "model":
-            self._failed, self._last_error = error is not None, error
+            nested = self._nested.get(execution.parent_id)
+            if nested is not None:
+                nested.error = error
+            else:
+                self._failed, self._last_error = error is not None, error
             if error is None:
                 self._record("model_exec_end", execution=execution, message=result)
             else:

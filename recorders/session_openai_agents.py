@@ -683,7 +683,8 @@ class SessionRecorder(RunHooks[Any]):
     ) -> None:
         if not isinstance(context, ToolContext) or context.tool_call_id not in self._tools:
             return
-        error = self._failures.pop(context.tool_call_id, None)
+        begun = self._begun.get(context.tool_call_id, time.monotonic())
+        error = self._failures.pop(context.tool_call_id, None) or _timed_out(tool, begun)
         self._tool_end(context.tool_call_id, result, error)
 
     def _caller(self) -> session.Execution | None:
@@ -975,6 +976,18 @@ def _watched(tool: Tool, recorder: SessionRecorder) -> Tool:
     if formatter is not None and formatter is not default_tool_error_function:
         set_function_tool_failure_error_function(watched, _FailureNoter(formatter, recorder._failures))
     return watched
+
+
+def _timed_out(tool: Tool, begun: float) -> ToolTimeoutError | None:
+    """The timeout of a call of *tool* begun at *begun* (``time.monotonic``) that ended after
+    its ``timeout`` had passed (a sub-agent's tool, which the recorder does not watch: the SDK
+    gives the model a message in place of the timeout); None when it did not."""
+    limit = tool.timeout_seconds if isinstance(tool, FunctionTool) else None
+    return (
+        ToolTimeoutError(tool.name, limit)
+        if limit is not None and time.monotonic() - begun >= limit
+        else None
+    )
 
 
 def _unreachable(tool: FunctionTool) -> str:

@@ -567,10 +567,21 @@ def fetch() -> str:
     raise ConnectionError("offline")
 
 
+@function_tool(timeout=0.05)
+async def slow() -> str:
+    """Take too long."""
+    await asyncio.sleep(5)
+    return "late"
+
+
 def researcher_model() -> ScriptedModel:
     """A sub-agent's model: rate limited once (the runner retries it), then asks for
-    ``search`` and ``fetch`` (which fails), then answers."""
-    calls = [call("call-s", "search", '{"q": "why"}'), call("call-f", "fetch", "{}")]
+    ``search``, ``fetch`` (which fails) and ``slow`` (which times out), then answers."""
+    calls = [
+        call("call-s", "search", '{"q": "why"}'),
+        call("call-f", "fetch", "{}"),
+        call("call-t", "slow", "{}"),
+    ]
     step = ModelStep(output=calls, usage=Usage(requests=1, input_tokens=10, output_tokens=2, total_tokens=12))
     return ScriptedModel([rate_limited(), step, answer("found it", tokens=20)])
 
@@ -583,7 +594,7 @@ def lead_model() -> ScriptedModel:
 
 def test_an_agent_run_as_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
-    researcher = Agent(name="researcher", model="sub", tools=[search, fetch], model_settings=RETRY)
+    researcher = Agent(name="researcher", model="sub", tools=[search, fetch, slow], model_settings=RETRY)
 
     async def main() -> Any:
         async with recording(path) as recorder:
@@ -602,16 +613,17 @@ def test_an_agent_run_as_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> No
     starts = [(e.execution.id, e.execution.attempt) for e in events(path, "model_exec_start") if e.execution]
     nested = f"{tool.id}/model-"
     assert starts == [("model-1", 1), (nested + "1", 1), (nested + "1", 2), (nested + "2", 1), ("model-2", 1)]
-    check_nested(path, "call-r", 12 + 22, tools=("call-s", "call-f"))
+    check_nested(path, "call-r", 12 + 22, tools=("call-s", "call-f", "call-t"))
     ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
     assert ends["call-s"].result == "results for why"
     assert ends["call-f"].error == {"message": "offline", "type": "ConnectionError"}
+    assert (ends["call-t"].error or {}).get("type") == "ToolTimeoutError", ends["call-t"]
     assert summary.counts["turn_start"] == 2  # the sub-agent's calls are no turns of the run
 
 
 def test_an_agent_tool_whose_run_is_not_given_the_recorder_is_a_loud_gap(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
-    researcher = Agent(name="researcher", model="sub", tools=[search, fetch], model_settings=RETRY)
+    researcher = Agent(name="researcher", model="sub", tools=[search, fetch, slow], model_settings=RETRY)
     research = researcher.as_tool(tool_name="research", tool_description="Research a question.")
 
     async def main() -> Any:
@@ -620,7 +632,7 @@ def test_an_agent_tool_whose_run_is_not_given_the_recorder_is_a_loud_gap(tmp_pat
             agent = Agent(name="lead", model=lead_model(), tools=[research])
             return (await recorder.run(agent, "find out", run_config=config)).final_output
 
-    unseen = "'researcher', whose model asked for 2 tool call.*hooks=recorder"
+    unseen = "'researcher', whose model asked for 3 tool call.*hooks=recorder"
     with pytest.warns(RuntimeWarning, match=unseen):
         assert asyncio.run(main()) == "done"
     check_gap(path, "call-r")
