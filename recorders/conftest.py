@@ -317,6 +317,45 @@ def _check_attempts(starts: list[session.Record]) -> None:
         latest[execution["id"]] = execution["attempt"]
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_example(name: str, path: Path) -> list[str]:
+    """Run the example script ``examples/recorders/<name>`` twice (a conversation, then one
+    going on from its checkpoint) as its docstring says, from the project's folder with
+    ``PYTHONPATH=.:recorders``, recording into *path*; the last line each run printed."""
+    script = Path("examples", "recorders", name)
+    assert f"PYTHONPATH=.:recorders python3 {script.as_posix()} chat.jsonl" in (ROOT / script).read_text()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([".", "recorders"])}
+    printed = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(script), str(path)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            encoding="utf-8",
+        )
+        assert done.returncode == 0, done.stderr
+        printed.append(done.stdout.splitlines()[-1])
+    return printed
+
+
+def check_example(path: Path, calls: int, tools: list[str]) -> None:
+    """The file an example script recorded twice: it validates, with no gaps; two runs, each
+    ended ``stop``, the second going on from the first's checkpoint (its turns counted on);
+    *calls* model calls and the tool calls *tools*, by name, in all."""
+    summary = check_file(path)
+    assert [run.end_reason for run in summary.runs] == ["stop", "stop"]
+    assert summary.checkpoints >= 2
+    assert summary.counts["model_exec_end"] == calls
+    assert [e.tool for e in events(path, "tool_exec_start")] == tools
+    ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert ids == [f"model-{n}" for n in range(1, calls + 1)], ids
+
+
 def check_gap(path: Path, tool_id: str) -> None:
     """Work in the tool call *tool_id* the recorder could not see is said in the file: a
     ``recording_gap`` event in that call, saying what went unrecorded."""

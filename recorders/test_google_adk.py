@@ -18,12 +18,14 @@ from conftest import (
     check_both_versions,
     check_converted_once,
     check_each_message_once,
+    check_example,
     check_file,
     check_nested,
     check_redacted,
     events,
     messages,
     need,
+    run_example,
     scrub,
     transcript,
 )
@@ -529,3 +531,9 @@ def test_one_recorder_records_one_run(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="records one run"):
         asyncio.run(main())
     assert check_file(path).runs[0].end_reason == "stop"
+
+
+def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    assert run_example("google_adk_example.py", path) == ["It is sunny in Paris."] * 2
+    check_example(path, 4, ["weather", "weather"])

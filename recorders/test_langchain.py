@@ -21,6 +21,7 @@ from conftest import (
     check_conversation,
     check_converted_once,
     check_each_message_once,
+    check_example,
     check_file,
     check_nested,
     check_redacted,
@@ -28,6 +29,7 @@ from conftest import (
     events,
     messages,
     need,
+    run_example,
     scrub,
     unstamped,
 )
@@ -645,3 +647,9 @@ def test_an_agent_run_in_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> No
 def check_conversation_of_two_turns(path: Path) -> None:
     """The run's own messages only: the prompt, the call, its result, the answer."""
     assert [m.role for m in messages(path)] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    assert run_example("langchain_example.py", path) == ["It is sunny in Paris."] * 2
+    check_example(path, 4, ["weather", "weather"])

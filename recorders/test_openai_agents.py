@@ -21,6 +21,7 @@ from conftest import (
     check_conversation,
     check_converted_once,
     check_each_message_once,
+    check_example,
     check_file,
     check_gap,
     check_nested,
@@ -29,6 +30,7 @@ from conftest import (
     events,
     messages,
     need,
+    run_example,
     scrub,
     unstamped,
 )
@@ -686,3 +688,9 @@ def test_the_recorder_given_to_runner_as_hooks_is_a_loud_gap(tmp_path: Path) -> 
     [gap] = events(path, "recording_gap")
     assert isinstance(gap.details, dict) and "recorder.run_streamed" in gap.details["unrecorded"]
     assert [g.kind for g in session.summarize(path).gaps] == ["no_agent_end", "unrecorded"]
+
+
+def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    assert run_example("openai_agents_example.py", path) == ["It is sunny in Paris."] * 2
+    check_example(path, 4, ["weather", "weather"])

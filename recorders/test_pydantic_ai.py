@@ -20,6 +20,7 @@ from conftest import (
     check_conversation,
     check_converted_once,
     check_each_message_once,
+    check_example,
     check_file,
     check_gap,
     check_nested,
@@ -28,6 +29,7 @@ from conftest import (
     events,
     messages,
     need,
+    run_example,
     scrub,
 )
 
@@ -622,3 +624,9 @@ def test_a_delegate_run_without_the_recorder_is_a_loud_gap(tmp_path: Path) -> No
     with pytest.warns(RuntimeWarning, match="'research' made 1 model request.*did not see"):
         assert asyncio.run(main()) == "lead: found it"
     check_gap(path, "call-r")
+
+
+def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    assert run_example("pydantic_ai_example.py", path) == ['{"weather":"sunny in a"}'] * 2
+    check_example(path, 3, ["weather"])  # TestModel calls the tool, then answers; resumed, it answers at once
