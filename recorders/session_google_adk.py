@@ -44,11 +44,12 @@ import contextlib
 import contextvars
 import functools
 import json
+import logging
 import os
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -403,8 +404,30 @@ class _Scope:
 
     caller: session.Execution | None
     calls: int = 0  # the sub-agent's model calls
-    model: session.Execution | None = None
+    model: session.Execution | None = None  # the latest model call attempt
+    request: session.ModelRequest | None = None  # and what it sent
     tools: dict[str, session.Execution] = field(default_factory=dict)
+
+
+# the recorder and the scope whose model call runs now: a FallbackModel's attempts are its
+_CALLING: contextvars.ContextVar[tuple[SessionRecorder, _Scope] | None] = contextvars.ContextVar(
+    "session_google_adk_calling", default=None
+)
+
+
+class _FallbackNoter(logging.Handler):
+    """Notes each model a ``FallbackModel`` falls back from (which it says in its log, as it
+    happens: the one sign a plugin gets of those attempts) as a failed attempt of the model
+    call under way."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        calling = _CALLING.get()
+        args = record.args if isinstance(record.args, tuple) else ()
+        if calling is not None and "falling back" in str(record.msg) and len(args) == 2:
+            calling[0]._fell_back(calling[1], f"model {args[0]} failed with status {args[1]}")
+
+
+logging.getLogger("google_adk.google.adk.models._fallback_model").addHandler(_FallbackNoter())
 
 
 # the recorder and the tool call running now: a sub-agent's run in it is nested in it
@@ -516,11 +539,9 @@ class SessionRecorder(BasePlugin):
             execution = session.Execution(
                 f"{caller}/model-{scope.calls}", "model", parent_id=caller, turn_index=self._turn
             )
-        scope.model = execution
-        self._running[execution.id] = (execution, "", "")
-        self._record("model_exec_start", execution=execution)
-        sent = self._converted.all(_sent(llm_request))
-        self._record("model_request", execution=execution, request=_request(sent, llm_request))
+        scope.request = _request(self._converted.all(_sent(llm_request)), llm_request)
+        self._attempt_start(scope, execution)
+        _CALLING.set((self, scope))
         return None
 
     async def after_model_callback(
@@ -583,11 +604,28 @@ class SessionRecorder(BasePlugin):
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
 
+    def _attempt_start(self, scope: _Scope, execution: session.Execution) -> None:
+        scope.model = execution
+        self._running[execution.id] = (execution, "", "")
+        self._record("model_exec_start", execution=execution)
+        self._record("model_request", execution=execution, request=scope.request)
+
+    def _fell_back(self, scope: _Scope, why: str) -> None:
+        """A ``FallbackModel`` said (*why*) that its model failed and it tries the next: the
+        attempt under way failed, the next one starts, sending the same request."""
+        failed = scope.model
+        if failed is None:
+            return
+        self._model_end(failed, None, why)
+        retry = replace(failed, attempt=failed.attempt + 1)
+        self._record("retry", execution=retry, retry=session.RetryInfo(error=why), error=why)
+        self._attempt_start(scope, retry)
+
     def _model_end(
         self,
         execution: session.Execution | None,
         message: session.Message | None,
-        error: BaseException | None,
+        error: BaseException | str | None,
     ) -> None:
         if execution is not None:
             self._running.pop(execution.id, None)

@@ -35,6 +35,7 @@ need("google.adk")
 from google.adk.agents import LlmAgent, RunConfig
 from google.adk.apps import App
 from google.adk.events.event import Event
+from google.adk.models import FallbackModel
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -42,6 +43,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.adk.tools.agent_tool import AgentTool
 from google.genai import types
+from google.genai.errors import ClientError
 from session_google_adk import SessionRecorder, recording
 
 import session
@@ -515,6 +517,41 @@ def test_an_agent_transferred_to_takes_the_next_turns(tmp_path: Path) -> None:
         ("call-l", "lookup"),
     ]
     assert summary.runs[0].end_reason == "stop"
+
+
+def rate_limited(request: LlmRequest) -> list[LlmResponse]:
+    """Fail as a rate-limited Gemini does (HTTP 429)."""
+    raise ClientError(429, {"error": {"code": 429, "message": "rate limit", "status": "RESOURCE_EXHAUSTED"}})
+
+
+@pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] feature FALLBACK_MODEL:UserWarning")
+def test_a_fallback_model_falling_back_is_a_retry(tmp_path: Path) -> None:
+    """ADK's ``FallbackModel`` tries its next model when one fails with a retriable status:
+    each model tried is an attempt of the one call, after a ``retry`` event naming the
+    failure."""
+    path = tmp_path / "chat.jsonl"
+    backup = Scripted(model="backup", script=two_tools_then_answer)
+    model = FallbackModel(models=[Scripted(model="primary", script=rate_limited), backup])
+    agent = LlmAgent(name="root", model=model, tools=[add, lookup])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "add 2 and 3, and look up x")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 18 + 28
+    ends = [
+        (e.execution.id, e.execution.attempt, e.error) for e in events(path, "model_exec_end") if e.execution
+    ]
+    failed = {"message": "model primary failed with status 429"}
+    assert ends == [
+        ("model-1", 1, failed),
+        ("model-1", 2, None),
+        ("model-2", 1, failed),
+        ("model-2", 2, None),
+    ]
+    assert [e.retry.error for e in events(path, "retry") if e.retry] == [failed] * 2
 
 
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
