@@ -453,21 +453,28 @@ def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: P
     check_redacted(path)
 
 
-def helper_agent() -> LlmAgent:
-    """A sub-agent that looks a key up with its tool, then answers."""
+def rate_limited(request: LlmRequest) -> list[LlmResponse]:
+    """Fail as a rate-limited Gemini does (HTTP 429)."""
+    raise ClientError(429, {"error": {"code": 429, "message": "rate limit", "status": "RESOURCE_EXHAUSTED"}})
+
+
+def helper_agent(model: BaseLlm | None = None) -> LlmAgent:
+    """A sub-agent that looks a key up with its tool, then answers; its *model* in front of
+    the scripted one (a ``FallbackModel`` falls back to it)."""
 
     def script(request: LlmRequest) -> list[LlmResponse]:
         if not answers(request):
             return [reply(call("call-l", "lookup", key="x"), given=10, made=3)]
         return [reply(types.Part(text="42"), given=12, made=1)]
 
-    return LlmAgent(
-        name="helper", description="answers questions", model=Scripted(script=script), tools=[lookup]
-    )
+    scripted = Scripted(model="backup", script=script)
+    given = scripted if model is None else FallbackModel(models=[model, scripted])
+    return LlmAgent(name="helper", description="answers questions", model=given, tools=[lookup])
 
 
 # AgentTool gives its own runner the parent's plugins through the argument ADK deprecates
 @pytest.mark.filterwarnings("ignore:The `plugins` argument is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] feature FALLBACK_MODEL:UserWarning")
 def test_a_sub_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
 
@@ -476,7 +483,8 @@ def test_a_sub_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
             return [reply(call("call-ask", "helper", request="what is it?"), given=5, made=2)]
         return [reply(types.Part(text="it is 42"), given=8, made=2)]
 
-    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[AgentTool(helper_agent())])
+    helper = helper_agent(Scripted(model="primary", script=rate_limited))  # it falls back each call
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[AgentTool(helper)])
 
     async def main() -> None:
         async with recording(path) as recorder:
@@ -485,6 +493,18 @@ def test_a_sub_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
     asyncio.run(main())
     check_file(path)
     check_nested(path, "call-ask", 13 + 13, tools=("call-l",))
+    [tool] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-ask"]
+    assert tool is not None
+    starts = [(e.execution.id, e.execution.attempt) for e in events(path, "model_exec_start") if e.execution]
+    nested = f"{tool.id}/model-"
+    assert starts == [
+        ("model-1", 1),
+        (nested + "1", 1),
+        (nested + "1", 2),
+        (nested + "2", 1),
+        (nested + "2", 2),
+        ("model-2", 1),
+    ]
     ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
     assert ends["call-ask"].result == "42" and not ends["call-ask"].is_error
     assert ends["call-l"].result == "entry x"
@@ -517,11 +537,6 @@ def test_an_agent_transferred_to_takes_the_next_turns(tmp_path: Path) -> None:
         ("call-l", "lookup"),
     ]
     assert summary.runs[0].end_reason == "stop"
-
-
-def rate_limited(request: LlmRequest) -> list[LlmResponse]:
-    """Fail as a rate-limited Gemini does (HTTP 429)."""
-    raise ClientError(429, {"error": {"code": 429, "message": "rate limit", "status": "RESOURCE_EXHAUSTED"}})
 
 
 @pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] feature FALLBACK_MODEL:UserWarning")
