@@ -386,7 +386,9 @@ class _Nested:
 class SessionRecorder(AsyncCallbackHandler):
     """A callback handler that records one invocation into *run* (a ``session.Run``).
 
-    Pass it in the config of one top-level call: ``config={"callbacks": [recorder]}``.  With
+    Pass it in the config of one top-level call: ``config={"callbacks": [recorder]}``.  A
+    graph, agent or chat model run inside one of its tool calls (which inherits the
+    callbacks) has its model and tool calls recorded nested in that call.  With
     *checkpoint*, the messages are saved at each turn's end.  *source* is the session that
     ``history`` reads the latest checkpoint from.
     """

@@ -472,10 +472,12 @@ class SessionRecorder(RunHooks[Any]):
     hooks, wraps the ``Model`` object of the agent and of every agent it hands off to, and
     every model the run's provider gives by name, copies their function tools, and ends the
     run's record, also when it raises.  A model call made inside a tool call (an agent run as
-    a tool) is an execution nested in that call; one the recorder cannot reach (an agent tool
-    whose agent holds a ``Model`` object) is a warning and a ``recording_gap`` event in the
-    call.  With *checkpoint*, the input list is saved at each turn's end.  *source* is the
-    session that ``history`` reads the latest checkpoint from.
+    a tool) is an execution nested in that call, and so are the tool calls of that agent when
+    its ``as_tool(..., hooks=recorder)`` hands the recorder on; what the recorder cannot reach
+    (an agent tool whose agent holds a ``Model`` object, or whose tool calls it did not see
+    start) is a warning and a ``recording_gap`` event in the call.  With *checkpoint*, the
+    input list is saved at each turn's end.  *source* is the session that ``history`` reads
+    the latest checkpoint from.
     """
 
     def __init__(

@@ -364,8 +364,8 @@ class SessionRecorder(AbstractCapability[Any]):
     passing ``recorder.history()`` (or ``ModelMessagesTypeAdapter.validate_python`` of the
     checkpoint) as ``message_history``.  *source* is the session the history is read from.
     A delegate agent run inside one of its tool calls and handed the recorder
-    (``capabilities=[recorder]``) has its model calls recorded nested in that call; one run
-    without it, sharing the run's usage (``usage=ctx.usage``), is a warning and a
+    (``capabilities=[recorder]``) has its model and tool calls recorded nested in that call;
+    one run without it, sharing the run's usage (``usage=ctx.usage``), is a warning and a
     ``recording_gap`` event in the call.
     """
 
@@ -400,7 +400,7 @@ class SessionRecorder(AbstractCapability[Any]):
 
     async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
         """This recorder for its run; for a run inside one of its tool calls (a delegate
-        agent), a capability that records that run's model calls nested in the call."""
+        agent), a capability that records that run's model and tool calls nested in the call."""
         caller = _CALLER.get()
         if self._started and caller is not None and caller[0] is self:
             return _Delegated(self, caller[1])
