@@ -98,7 +98,9 @@ async def recording(
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
     fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    concurrent conversations each in its own ``recording`` of its own file.  A run that has
+    not ended when the block is left (one left unfinished) ends then, ``aborted``, or
+    ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -107,7 +109,13 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        try:
+            yield recorder
+        except BaseException as exc:
+            recorder._left(exc)
+            raise
+        recorder._left(None)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -404,6 +412,7 @@ class SessionRecorder(AsyncCallbackHandler):
         self._source = source
         self._lock = threading.Lock()  # a synchronous graph runs tools, and their callbacks, in threads
         self._root: UUID | None = None
+        self._open = False  # agent_start recorded, agent_end not yet
         self._alone: list[BaseMessage] | None = None  # a chat model called alone: what it was sent
         self._history = 0  # messages of the input that came from the checkpoint
         self._seen = -1  # input messages already written as message_end
@@ -457,7 +466,7 @@ class SessionRecorder(AsyncCallbackHandler):
 
     async def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._parents.pop(run_id, None)
-        if run_id != self._root:
+        if run_id != self._root or not self._open:  # not the run, or ended already
             return
         messages = outputs.get("messages") if isinstance(outputs, dict) else None
         with self._lock:
@@ -471,14 +480,10 @@ class SessionRecorder(AsyncCallbackHandler):
 
     async def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._parents.pop(run_id, None)
-        if run_id != self._root:
+        if run_id != self._root or not self._open:  # not the run, or ended already
             return
         with self._lock:
-            for call_id in list(self._calls):
-                self._end_call(call_id, None, error)
-            self._end_turn()
-            reason = "aborted" if isinstance(error, _ABORTS) else "error"
-            self._record("agent_end", summary=self._summary(reason), error=error)
+            self._end(error)
 
     # -- chat model attempts
 
@@ -634,6 +639,23 @@ class SessionRecorder(AsyncCallbackHandler):
 
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
+        self._open = kind == "agent_start" or (self._open and kind != "agent_end")
+
+    def _end(self, error: BaseException) -> None:
+        """The run raised: close what it left open, then ``agent_end`` with the error."""
+        for call_id in list(self._calls):
+            self._end_call(call_id, None, error)
+        self._end_turn()
+        reason = "aborted" if isinstance(error, _ABORTS) else "error"
+        self._record("agent_end", summary=self._summary(reason), error=error)
+
+    def _left(self, error: BaseException | None) -> None:
+        """The block recording the run was left, by *error* or not: a run begun and not
+        ended ends now, ``aborted`` (or ``error`` when *error* is not a cancellation or an
+        interruption), the calls under way failed with it."""
+        with self._lock:
+            if self._open:
+                self._end(error or asyncio.CancelledError("the run was left before it ended"))
 
     def _close_turn(self, sent: Sequence[BaseMessage], converted: list[session.Message]) -> bool:
         """Commit what *sent* (*converted*) adds and end the turn before; whether there was one."""

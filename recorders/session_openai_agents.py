@@ -109,7 +109,9 @@ async def recording(
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
     fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    concurrent conversations each in its own ``recording`` of its own file.  A run that has
+    not ended when the block is left (one left unfinished) ends then, ``aborted``, or
+    ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -118,7 +120,13 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        try:
+            yield recorder
+        except BaseException as exc:
+            recorder._left(exc)
+            raise
+        recorder._left(None)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -487,6 +495,7 @@ class SessionRecorder(RunHooks[Any]):
         self.checkpoint = checkpoint
         self._source = source
         self._started = False
+        self._open = False  # agent_start recorded, agent_end not yet
         self._history = 0  # items of the input that came from the checkpoint
         self._seen = -1  # input items already written as message_end
         self._turn = 0
@@ -698,6 +707,14 @@ class SessionRecorder(RunHooks[Any]):
 
     def _record(self, kind: str, **fields: Any) -> None:
         self.run_record.record(session.Event(kind, **fields))
+        self._open = kind == "agent_start" or (self._open and kind != "agent_end")
+
+    def _left(self, error: BaseException | None) -> None:
+        """The block recording the run was left, by *error* or not: a run begun and not
+        ended ends now, ``aborted`` (or ``error`` when *error* is not a cancellation or an
+        interruption), the tool calls under way failed with it."""
+        if self._open and self._started:  # a run of recorder.run or run_streamed: its end is known
+            self._end(error or asyncio.CancelledError("the run was left before it ended"))
 
     def _tool_end(self, call_id: str, result: Any, error: BaseException | None) -> None:
         execution, name = self._tools.pop(call_id)
@@ -748,7 +765,10 @@ class SessionRecorder(RunHooks[Any]):
         self._in_turn, self._model = False, None
 
     def _end(self, error: BaseException) -> None:
-        """The run raised: close what it left open, then ``agent_end`` with the error."""
+        """The run raised: close what it left open, then ``agent_end`` with the error (once:
+        not when its ``recording()`` block was left before)."""
+        if self._seen >= 0 and not self._open:
+            return
         for call_id in list(self._tools):
             self._tool_end(call_id, None, error)
         if self._seen < 0:

@@ -97,7 +97,9 @@ async def recording(
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
     fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    concurrent conversations each in its own ``recording`` of its own file.  A run that has
+    not ended when the block is left (one left unfinished) ends then, ``aborted``, or
+    ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -106,7 +108,13 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        try:
+            yield recorder
+        except BaseException as exc:
+            recorder._left(exc)
+            raise
+        recorder._left(None)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -375,6 +383,7 @@ class SessionRecorder(AbstractCapability[Any]):
     _turn: int = field(default=0, init=False)
     _in_turn: bool = field(default=False, init=False)
     _started: bool = field(default=False, init=False)
+    _open: bool = field(default=False, init=False)  # agent_start recorded, agent_end not yet
     _seen: int = field(default=-1, init=False)  # history messages already written as message_end
     _attempt: int = field(default=1, init=False)
     _model: session.Execution | None = field(default=None, init=False)
@@ -414,9 +423,10 @@ class SessionRecorder(AbstractCapability[Any]):
         try:
             result = await handler()
         except BaseException as exc:
-            reason = "aborted" if isinstance(exc, _ABORTS) else "error"
-            self._end_turn()
-            self._record("agent_end", summary=self._summary(reason), error=exc)
+            if self._open:  # not ended already (its recording() block left before)
+                reason = "aborted" if isinstance(exc, _ABORTS) else "error"
+                self._end_turn()
+                self._record("agent_end", summary=self._summary(reason), error=exc)
             raise
         history = result.all_messages()
         self._commit(history)
@@ -563,6 +573,16 @@ class SessionRecorder(AbstractCapability[Any]):
 
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
+        self._open = kind == "agent_start" or (self._open and kind != "agent_end")
+
+    def _left(self, error: BaseException | None) -> None:
+        """The block recording the run was left, by *error* or not: a run begun and not
+        ended ends now, ``aborted`` (or ``error`` when *error* is not a cancellation or an
+        interruption), the calls under way left unfinished."""
+        if self._open:
+            self._end_turn()
+            reason = "error" if error is not None and not isinstance(error, _ABORTS) else "aborted"
+            self._record("agent_end", summary=self._summary(reason), error=error)
 
     def _tool_end(
         self, execution: session.Execution, call: pm.ToolCallPart, result: Any, error: BaseException | None

@@ -653,3 +653,24 @@ def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     assert run_example("langchain_example.py", path) == ["It is sunny in Paris."] * 2
     check_example(path, 4, ["weather", "weather"])
+
+
+def test_a_stream_left_unfinished_ends_aborted_when_its_recording_is_left(tmp_path: Path) -> None:
+    """A graph's stream broken out of and never closed (LangChain tells the recorder nothing
+    until it is collected): its run ends ``aborted`` when the ``recording`` block is left,
+    once."""
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "add", "args": {"a": 1, "b": 2}, "id": "call-1", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("three"))), [add])
+    streams: list[Any] = []  # kept from being collected until the loop ends
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            streams.append(graph.astream({"messages": [HumanMessage("add")]}, {"callbacks": [recorder]}))
+            async for _ in streams[0]:
+                break
+
+    asyncio.run(main())
+    check_aborted(path)
+    [end] = events(path, "agent_end")
+    assert end.error == {"message": "the run was left before it ended", "type": "CancelledError"}
