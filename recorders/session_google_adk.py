@@ -554,6 +554,7 @@ class SessionRecorder(BasePlugin):
             self._converted.add(llm_response.content, message)
         execution = self._scope(callback_context.invocation_id).model
         self._model_end(execution, message, None)
+        _CALLING.set(None)
         return None
 
     async def on_model_error_callback(
@@ -561,6 +562,7 @@ class SessionRecorder(BasePlugin):
     ) -> LlmResponse | None:
         execution = self._scope(callback_context.invocation_id).model
         self._model_end(execution, None, error)
+        _CALLING.set(None)
         return None
 
     # -- tool calls
