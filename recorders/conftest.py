@@ -264,22 +264,96 @@ def check_conversation(path: Path, answer: str) -> None:
     assert f"assistant: {answer}" in text
 
 
-def check_nested(path: Path, tool_id: str, tokens: int) -> None:
-    """A sub-agent's work (an agent run in the tool call *tool_id*) is in the file, nested: its
-    model calls are executions whose parent is that tool call, started and ended while the
-    call ran, with their usage (*tokens* in all, counted in the summary); no recording gap."""
+def check_nested(path: Path, tool_id: str, tokens: int, tools: tuple[str, ...] = ()) -> None:
+    """A sub-agent's work (an agent run in the tool call *tool_id*) is in the file whole,
+    nested in that call, with no recording gap: its model calls are executions whose parent
+    is the call, each attempt numbered from 1 (a retry is the next attempt of its call, after
+    a ``retry`` event), with their usage (*tokens* in all, counted in the summary); every
+    tool call its model calls asked for (the ids *tools*) is an execution within the call
+    whose parent is the model call that asked for it, started and ended; all of it between
+    the call's start and end."""
     records = list(session.iter_records(path))
-    [start] = [r.seq for r in records if r.type == "tool_exec_start" and r.data.get("tool_id") == tool_id]
+    [start] = [r for r in records if r.type == "tool_exec_start" and r.data.get("tool_id") == tool_id]
     [end] = [r.seq for r in records if r.type == "tool_exec_end" and r.data.get("tool_id") == tool_id]
-    tool = records[[r.seq for r in records].index(start)].data["execution"]["id"]
-    nested = [
-        r for r in records if r.type.startswith("model_exec") and r.data["execution"].get("parent_id") == tool
-    ]
-    assert nested and all(start < r.seq < end for r in nested), nested
-    used = [r.data["message"]["value"]["usage"]["total_tokens"] for r in nested if r.type == "model_exec_end"]
-    assert len(used) * 2 == len(nested) and sum(used) == tokens, nested
+    tool = start.data["execution"]["id"]
+    inside = [r for r in records if r.data.get("execution", {}).get("id", "").startswith(tool + "/")]
+    assert inside and all(start.seq < r.seq < end for r in inside), inside
+    models = [r for r in inside if r.type in ("model_exec_start", "model_exec_end", "retry")]
+    assert all(r.data["execution"]["parent_id"] == tool for r in models), models
+    _check_attempts([r for r in models if r.type != "model_exec_end"])
+    ends = [r for r in models if r.type == "model_exec_end"]
+    used = [r.data["message"]["value"]["usage"]["total_tokens"] for r in ends if "error" not in r.data]
+    assert sum(used) == tokens and len(ends) == len([r for r in models if r.type == "model_exec_start"])
     assert session.summarize(path).usage["total_tokens"] >= tokens
+    asked = {  # tool call id -> the model call that asked for it
+        block["tool_call"]["id"]: r.data["execution"]["id"]
+        for r in ends
+        for block in r.data.get("message", {}).get("value", {}).get("content", [])
+        if block["type"] == "toolCall"
+    }
+    calls = {r.data["tool_id"]: r for r in inside if r.type == "tool_exec_start"}
+    assert set(asked) == set(calls) == set(tools), (asked, calls)
+    for call_id, r in calls.items():
+        assert r.data["execution"]["parent_id"] == asked[call_id], r
+        found = [f.type for f in session.find(path, r.ref)] if r.ref is not None else []
+        assert found[0] == "tool_exec_start" and found[-1] == "tool_exec_end", found
     assert not [r for r in records if r.type == "recording_gap"]
+
+
+def _check_attempts(starts: list[session.Record]) -> None:
+    """The ``model_exec_start`` and ``retry`` records of some executions: each execution's
+    attempts numbered 1, 2, ... in order, every attempt after the first preceded by its
+    ``retry``."""
+    latest: dict[str, int] = {}
+    retried: set[tuple[str, int]] = set()
+    for r in starts:
+        execution = r.data["execution"]
+        key = (execution["id"], execution["attempt"])
+        if r.type == "retry":
+            retried.add(key)
+            continue
+        assert execution["attempt"] == latest.get(execution["id"], 0) + 1, r
+        assert execution["attempt"] == 1 or key in retried, r
+        latest[execution["id"]] = execution["attempt"]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_example(name: str, path: Path) -> list[str]:
+    """Run the example script ``examples/recorders/<name>`` twice (a conversation, then one
+    going on from its checkpoint) as its docstring says, from the project's folder with
+    ``PYTHONPATH=.:recorders``, recording into *path*; the last line each run printed."""
+    script = Path("examples", "recorders", name)
+    assert f"PYTHONPATH=.:recorders python3 {script.as_posix()} chat.jsonl" in (ROOT / script).read_text()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([".", "recorders"])}
+    printed = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(script), str(path)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            encoding="utf-8",
+        )
+        assert done.returncode == 0, done.stderr
+        printed.append(done.stdout.splitlines()[-1])
+    return printed
+
+
+def check_example(path: Path, calls: int, tools: list[str]) -> None:
+    """The file an example script recorded twice: it validates, with no gaps; two runs, each
+    ended ``stop``, the second going on from the first's checkpoint (its turns counted on);
+    *calls* model calls and the tool calls *tools*, by name, in all."""
+    summary = check_file(path)
+    assert [run.end_reason for run in summary.runs] == ["stop", "stop"]
+    assert summary.checkpoints >= 2
+    assert summary.counts["model_exec_end"] == calls
+    assert [e.tool for e in events(path, "tool_exec_start")] == tools
+    ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert ids == [f"model-{n}" for n in range(1, calls + 1)], ids
 
 
 def check_gap(path: Path, tool_id: str) -> None:

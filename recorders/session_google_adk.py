@@ -44,11 +44,12 @@ import contextlib
 import contextvars
 import functools
 import json
+import logging
 import os
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -89,7 +90,9 @@ async def recording(
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
     fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    concurrent conversations each in its own ``recording`` of its own file.  A run that has
+    not ended when the block is left (cancelled, interrupted: ADK tells no plugin) ends then,
+    ``aborted``, or ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -98,7 +101,13 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        try:
+            yield recorder
+        except BaseException as exc:
+            recorder._left(exc)
+            raise
+        recorder._left(None)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -125,6 +134,10 @@ def _loads(value: Any) -> Any:
 
 def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+# a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
+_ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 _T = TypeVar("_T")
@@ -391,8 +404,30 @@ class _Scope:
 
     caller: session.Execution | None
     calls: int = 0  # the sub-agent's model calls
-    model: session.Execution | None = None
+    model: session.Execution | None = None  # the latest model call attempt
+    request: session.ModelRequest | None = None  # and what it sent
     tools: dict[str, session.Execution] = field(default_factory=dict)
+
+
+# the recorder and the scope whose model call runs now: a FallbackModel's attempts are its
+_CALLING: contextvars.ContextVar[tuple[SessionRecorder, _Scope] | None] = contextvars.ContextVar(
+    "session_google_adk_calling", default=None
+)
+
+
+class _FallbackNoter(logging.Handler):
+    """Notes each model a ``FallbackModel`` falls back from (which it says in its log, as it
+    happens: the one sign a plugin gets of those attempts) as a failed attempt of the model
+    call under way."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        calling = _CALLING.get()
+        args = record.args if isinstance(record.args, tuple) else ()
+        if calling is not None and "falling back" in str(record.msg) and len(args) == 2:
+            calling[0]._fell_back(calling[1], f"model {args[0]} failed with status {args[1]}")
+
+
+logging.getLogger("google_adk.google.adk.models._fallback_model").addHandler(_FallbackNoter())
 
 
 # the recorder and the tool call running now: a sub-agent's run in it is nested in it
@@ -426,6 +461,7 @@ class SessionRecorder(BasePlugin):
         self._answered = False  # whether the run's latest event is a final response
         self._tool_calls = 0
         self._tool_errors = 0
+        self._running: dict[str, tuple[session.Execution, str, str]] = {}  # calls under way: tool, call id
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         # every message converted once: the same object whenever it is sent again
@@ -503,10 +539,9 @@ class SessionRecorder(BasePlugin):
             execution = session.Execution(
                 f"{caller}/model-{scope.calls}", "model", parent_id=caller, turn_index=self._turn
             )
-        scope.model = execution
-        self._record("model_exec_start", execution=execution)
-        sent = self._converted.all(_sent(llm_request))
-        self._record("model_request", execution=execution, request=_request(sent, llm_request))
+        scope.request = _request(self._converted.all(_sent(llm_request)), llm_request)
+        self._attempt_start(scope, execution)
+        _CALLING.set((self, scope))
         return None
 
     async def after_model_callback(
@@ -518,14 +553,16 @@ class SessionRecorder(BasePlugin):
         if llm_response.content is not None:
             self._converted.add(llm_response.content, message)
         execution = self._scope(callback_context.invocation_id).model
-        self._record("model_exec_end", execution=execution, message=message)
+        self._model_end(execution, message, None)
+        _CALLING.set(None)
         return None
 
     async def on_model_error_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> LlmResponse | None:
         execution = self._scope(callback_context.invocation_id).model
-        self._record("model_exec_end", execution=execution, error=error)
+        self._model_end(execution, None, error)
+        _CALLING.set(None)
         return None
 
     # -- tool calls
@@ -539,6 +576,7 @@ class SessionRecorder(BasePlugin):
         parent = scope.model.id if scope.model is not None else ""
         execution = session.Execution(name, "tool", parent_id=parent, turn_index=self._turn)
         scope.tools[call_id] = execution
+        self._running[execution.id] = (execution, tool.name, call_id)
         self._tool_calls += 1
         args = to_json(tool_args)
         self._record("tool_exec_start", execution=execution, tool_id=call_id, tool=tool.name, args=args)
@@ -568,18 +606,60 @@ class SessionRecorder(BasePlugin):
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
 
+    def _attempt_start(self, scope: _Scope, execution: session.Execution) -> None:
+        scope.model = execution
+        self._running[execution.id] = (execution, "", "")
+        self._record("model_exec_start", execution=execution)
+        self._record("model_request", execution=execution, request=scope.request)
+
+    def _fell_back(self, scope: _Scope, why: str) -> None:
+        """A ``FallbackModel`` said (*why*) that its model failed and it tries the next: the
+        attempt under way failed, the next one starts, sending the same request."""
+        failed = scope.model
+        if failed is None:
+            return
+        self._model_end(failed, None, why)
+        retry = replace(failed, attempt=failed.attempt + 1)
+        self._record("retry", execution=retry, retry=session.RetryInfo(error=why), error=why)
+        self._attempt_start(scope, retry)
+
+    def _model_end(
+        self,
+        execution: session.Execution | None,
+        message: session.Message | None,
+        error: BaseException | str | None,
+    ) -> None:
+        if execution is not None:
+            self._running.pop(execution.id, None)
+        if error is None:
+            self._record("model_exec_end", execution=execution, message=message)
+        else:
+            self._record("model_exec_end", execution=execution, error=error)
+
     def _tool_end(
         self, tool: BaseTool, tool_context: ToolContext, result: Any, error: BaseException | None
     ) -> None:
         scope = self._scope(tool_context.invocation_id)
         call_id = tool_context.function_call_id or ""
         _CALLER.set(None if scope.caller is None else (self, scope.caller))
+        self._tool_result(scope.tools.get(call_id), tool.name, call_id, result, error)
+
+    def _tool_result(
+        self,
+        execution: session.Execution | None,
+        name: str,
+        call_id: str,
+        result: Any,
+        error: BaseException | None,
+    ) -> None:
+        if execution is not None:
+            self._running.pop(execution.id, None)
         self._tool_errors += error is not None
         self._record(
             "tool_exec_end",
-            execution=scope.tools.get(call_id),
+            execution=execution,
             tool_id=call_id,
-            tool=tool.name,
+            tool=name,
             result=None if error is not None else to_json(result),
             is_error=error is not None,
             error=error,
@@ -613,10 +693,30 @@ class SessionRecorder(BasePlugin):
         """``turn_end`` of the turn under way, and with *checkpoint* the session's *events*."""
         if not self._in_turn:
             return
-        self._record("turn_end", turn_index=self._turn)
-        self._in_turn = False
+        self._turn_end()
         if self.checkpoint and events is not None:
             await asyncio.to_thread(self.run.save_checkpoint, [to_json(event) for event in events])
+
+    def _turn_end(self) -> None:
+        if self._in_turn:
+            self._record("turn_end", turn_index=self._turn)
+        self._in_turn = False
+
+    def _left(self, error: BaseException | None) -> None:
+        """The block recording the run was left, by *error* or not: a run begun and not
+        ended (ADK tells a plugin nothing of a cancelled run) ends now, ``aborted`` (or
+        ``error`` when *error* is not a cancellation or interruption), its calls under way
+        failed with *error*."""
+        if not self._main or self._ended:
+            return
+        failure = error or asyncio.CancelledError("the run was left before it ended")
+        for execution, name, call_id in list(self._running.values()):
+            if execution.kind == "model":
+                self._model_end(execution, None, failure)
+            else:
+                self._tool_result(execution, name, call_id, None, failure)
+        self._turn_end()
+        self._end("error" if error is not None and not isinstance(error, _ABORTS) else "aborted", error)
 
     def _end(self, reason: str, error: BaseException | None) -> None:
         self._ended = True

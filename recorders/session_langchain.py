@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -97,7 +98,9 @@ async def recording(
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
     fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    concurrent conversations each in its own ``recording`` of its own file.  A run that has
+    not ended when the block is left (one left unfinished) ends then, ``aborted``, or
+    ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -106,7 +109,13 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        try:
+            yield recorder
+        except BaseException as exc:
+            recorder._left(exc)
+            raise
+        recorder._left(None)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -373,10 +382,21 @@ def _request(messages: list[session.Message], params: dict[str, Any]) -> session
 # ---------------------------------------------------------------------------- the handler
 
 
+@dataclasses.dataclass
+class _Nested:
+    """The work of agents run in one tool call."""
+
+    calls: int = 0  # their chat model calls
+    model: session.Execution | None = None  # the latest attempt
+    error: BaseException | None = None  # and why it failed
+
+
 class SessionRecorder(AsyncCallbackHandler):
     """A callback handler that records one invocation into *run* (a ``session.Run``).
 
-    Pass it in the config of one top-level call: ``config={"callbacks": [recorder]}``.  With
+    Pass it in the config of one top-level call: ``config={"callbacks": [recorder]}``.  A
+    graph, agent or chat model run inside one of its tool calls (which inherits the
+    callbacks) has its model and tool calls recorded nested in that call.  With
     *checkpoint*, the messages are saved at each turn's end.  *source* is the session that
     ``history`` reads the latest checkpoint from.
     """
@@ -392,6 +412,7 @@ class SessionRecorder(AsyncCallbackHandler):
         self._source = source
         self._lock = threading.Lock()  # a synchronous graph runs tools, and their callbacks, in threads
         self._root: UUID | None = None
+        self._open = False  # agent_start recorded, agent_end not yet
         self._alone: list[BaseMessage] | None = None  # a chat model called alone: what it was sent
         self._history = 0  # messages of the input that came from the checkpoint
         self._seen = -1  # input messages already written as message_end
@@ -402,6 +423,8 @@ class SessionRecorder(AsyncCallbackHandler):
         self._calls: dict[UUID, session.Execution] = {}  # model attempts and tool calls running
         self._tool_ids: dict[UUID, tuple[str, str]] = {}  # tool run -> (call id, tool name)
         self._finished: dict[str, session.Execution] = {}  # tool call id -> its execution
+        self._parents: dict[UUID, UUID] = {}  # the runs under way in the run, by their parent run
+        self._nested: dict[str, _Nested] = {}  # the work of agents run in a tool call, by its id
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
@@ -432,6 +455,8 @@ class SessionRecorder(AsyncCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
+        if parent_run_id is not None:
+            self._parents[run_id] = parent_run_id
         if parent_run_id is None:
             with self._lock:
                 if self._root is not None:
@@ -440,7 +465,8 @@ class SessionRecorder(AsyncCallbackHandler):
                 self._record("agent_start")
 
     async def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        if run_id != self._root:
+        self._parents.pop(run_id, None)
+        if run_id != self._root or not self._open:  # not the run, or ended already
             return
         messages = outputs.get("messages") if isinstance(outputs, dict) else None
         with self._lock:
@@ -453,14 +479,11 @@ class SessionRecorder(AsyncCallbackHandler):
             self._record("agent_end", summary=self._summary("stop"))
 
     async def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        if run_id != self._root:
+        self._parents.pop(run_id, None)
+        if run_id != self._root or not self._open:  # not the run, or ended already
             return
         with self._lock:
-            for call_id in list(self._calls):
-                self._end_call(call_id, None, error)
-            self._end_turn()
-            reason = "aborted" if isinstance(error, _ABORTS) else "error"
-            self._record("agent_end", summary=self._summary(reason), error=error)
+            self._end(error)
 
     # -- chat model attempts
 
@@ -474,6 +497,11 @@ class SessionRecorder(AsyncCallbackHandler):
         **kwargs: Any,
     ) -> None:
         sent = messages[0] if messages else []
+        caller = self._caller(parent_run_id)
+        if caller is not None:  # an agent run in a tool call: nested in it
+            with self._lock:
+                self._nested_start(run_id, caller, sent, kwargs)
+            return
         if parent_run_id is None:  # a chat model called alone (invoke, stream): it is the run
             await self.on_chain_start({}, {}, run_id=run_id)
             self._alone = list(sent)
@@ -513,8 +541,10 @@ class SessionRecorder(AsyncCallbackHandler):
             else:  # the next request sends this message as it is now: with the time it came
                 converted = to_message(message)
                 self._converted.add(message, converted)
+            nested = bool(self._calls[run_id].parent_id)
             self._end_call(run_id, converted, None)
-            self._record("message_end", execution=self._model, message=converted)
+            if not nested:
+                self._record("message_end", execution=self._model, message=converted)
         if run_id == self._root and self._alone is not None:
             reply = [] if message is None else [message]
             await self.on_chain_end({"messages": [*self._alone, *reply]}, run_id=run_id)
@@ -539,13 +569,20 @@ class SessionRecorder(AsyncCallbackHandler):
     ) -> None:
         call_id = str(kwargs.get("tool_call_id") or run_id)
         name = str(serialized.get("name") or kwargs.get("name") or "")
+        parent = kwargs.get("parent_run_id")
+        caller = self._caller(parent)
         with self._lock:
-            execution = session.Execution(
-                f"tool-{self._turn}-{call_id}",
-                "tool",
-                parent_id=self._model.id if self._model else "",
-                turn_index=self._turn,
-            )
+            if parent is not None:
+                self._parents[run_id] = parent
+            if caller is None:
+                label, model = f"tool-{self._turn}-{call_id}", self._model
+            else:  # a tool call of an agent run in the tool call *caller*: nested in it
+                label, model = (
+                    f"{caller.id}/tool-{call_id}",
+                    self._nested.setdefault(caller.id, _Nested()).model,
+                )
+            parent_id = model.id if model is not None else ""
+            execution = session.Execution(label, "tool", parent_id=parent_id, turn_index=self._turn)
             self._calls[run_id] = execution
             self._tool_ids[run_id] = (call_id, name)
             self._tool_calls += 1
@@ -563,10 +600,62 @@ class SessionRecorder(AsyncCallbackHandler):
             if run_id in self._calls:
                 self._end_call(run_id, None, error)
 
+    def _caller(self, parent: UUID | None) -> session.Execution | None:
+        """The tool call of the run that the run whose parent is *parent* is made in (an
+        agent run in a tool), if any: the nearest tool call among its ancestors."""
+        with self._lock:
+            while parent is not None:
+                execution = self._calls.get(parent)
+                if execution is not None and execution.kind == "tool":
+                    return execution
+                parent = self._parents.get(parent)
+        return None
+
     # -- writing (with self._lock held)
+
+    def _nested_start(
+        self, run_id: UUID, caller: session.Execution, sent: list[BaseMessage], kwargs: dict[str, Any]
+    ) -> None:
+        """An attempt of a chat model call of an agent run in the tool call *caller*, nested
+        in it: the attempt after a failed one is its retry or fallback, numbered as the run's
+        are."""
+        nested = self._nested.setdefault(caller.id, _Nested())
+        if nested.error is not None and nested.model is not None:
+            execution = dataclasses.replace(nested.model, attempt=nested.model.attempt + 1)
+            info = session.RetryInfo(error=nested.error)
+            self._record("retry", execution=execution, retry=info, error=nested.error)
+        else:
+            nested.calls += 1
+            execution = session.Execution(
+                f"{caller.id}/model-{nested.calls}", "model", parent_id=caller.id, turn_index=self._turn
+            )
+        nested.model = execution
+        self._calls[run_id] = execution
+        self._record("model_exec_start", execution=execution)
+        params = to_json(kwargs.get("invocation_params") or {})
+        self._record(
+            "model_request", execution=execution, request=_request(self._converted.all(sent), params)
+        )
 
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
+        self._open = kind == "agent_start" or (self._open and kind != "agent_end")
+
+    def _end(self, error: BaseException) -> None:
+        """The run raised: close what it left open, then ``agent_end`` with the error."""
+        for call_id in list(self._calls):
+            self._end_call(call_id, None, error)
+        self._end_turn()
+        reason = "aborted" if isinstance(error, _ABORTS) else "error"
+        self._record("agent_end", summary=self._summary(reason), error=error)
+
+    def _left(self, error: BaseException | None) -> None:
+        """The block recording the run was left, by *error* or not: a run begun and not
+        ended ends now, ``aborted`` (or ``error`` when *error* is not a cancellation or an
+        interruption), the calls under way failed with it."""
+        with self._lock:
+            if self._open:
+                self._end(error or asyncio.CancelledError("the run was left before it ended"))
 
     def _close_turn(self, sent: Sequence[BaseMessage], converted: list[session.Message]) -> bool:
         """Commit what *sent* (*converted*) adds and end the turn before; whether there was one."""
@@ -580,8 +669,13 @@ class SessionRecorder(AsyncCallbackHandler):
 
     def _end_call(self, run_id: UUID, result: Any, error: BaseException | None) -> None:
         execution = self._calls.pop(run_id)
+        self._parents.pop(run_id, None)
         if execution.kind == "model":
-            self._failed, self._last_error = error is not None, error
+            nested = self._nested.get(execution.parent_id)
+            if nested is not None:
+                nested.error = error
+            else:
+                self._failed, self._last_error = error is not None, error
             if error is None:
                 self._record("model_exec_end", execution=execution, message=result)
             else:

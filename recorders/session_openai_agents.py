@@ -52,7 +52,7 @@ import os
 import time
 import warnings
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, Generic, TypeVar
 
@@ -109,7 +109,9 @@ async def recording(
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
     fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    concurrent conversations each in its own ``recording`` of its own file.  A run that has
+    not ended when the block is left (one left unfinished) ends then, ``aborted``, or
+    ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -118,7 +120,13 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        try:
+            yield recorder
+        except BaseException as exc:
+            recorder._left(exc)
+            raise
+        recorder._left(None)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -454,6 +462,17 @@ def _request(
 # ---------------------------------------------------------------------------- the recorder
 
 
+@dataclasses.dataclass
+class _Nested:
+    """The work of agents run in one tool call (agents as tools)."""
+
+    calls: int = 0  # their model calls
+    model: session.Execution | None = None  # the latest model call attempt
+    error: BaseException | None = None  # and why it failed
+    asked: int = 0  # the function tool calls their model calls asked for
+    started: int = 0  # and those that started (hooks=recorder handed on to their run)
+
+
 class SessionRecorder(RunHooks[Any]):
     """Run hooks that record one ``Runner.run`` into *run* (a ``session.Run``).
 
@@ -461,10 +480,12 @@ class SessionRecorder(RunHooks[Any]):
     hooks, wraps the ``Model`` object of the agent and of every agent it hands off to, and
     every model the run's provider gives by name, copies their function tools, and ends the
     run's record, also when it raises.  A model call made inside a tool call (an agent run as
-    a tool) is an execution nested in that call; one the recorder cannot reach (an agent tool
-    whose agent holds a ``Model`` object) is a warning and a ``recording_gap`` event in the
-    call.  With *checkpoint*, the input list is saved at each turn's end.  *source* is the
-    session that ``history`` reads the latest checkpoint from.
+    a tool) is an execution nested in that call, and so are the tool calls of that agent when
+    its ``as_tool(..., hooks=recorder)`` hands the recorder on; what the recorder cannot reach
+    (an agent tool whose agent holds a ``Model`` object, or whose tool calls it did not see
+    start) is a warning and a ``recording_gap`` event in the call.  With *checkpoint*, the
+    input list is saved at each turn's end.  *source* is the session that ``history`` reads
+    the latest checkpoint from.
     """
 
     def __init__(
@@ -474,6 +495,7 @@ class SessionRecorder(RunHooks[Any]):
         self.checkpoint = checkpoint
         self._source = source
         self._started = False
+        self._open = False  # agent_start recorded, agent_end not yet
         self._history = 0  # items of the input that came from the checkpoint
         self._seen = -1  # input items already written as message_end
         self._turn = 0
@@ -486,7 +508,7 @@ class SessionRecorder(RunHooks[Any]):
         self._failed: set[str] = set()  # the ids of those that failed
         self._failures: dict[str, BaseException] = {}  # why a tool call failed, by call id
         self._begun: dict[str, float] = {}  # when a tool call started (on_tool_start), by call id
-        self._nested: dict[str, int] = {}  # model calls made in a tool call, by its execution id
+        self._nested: dict[str, _Nested] = {}  # the work of agents run in a tool call, by its id
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
@@ -563,7 +585,16 @@ class SessionRecorder(RunHooks[Any]):
         model = _RecordingModel(agent.model, self) if isinstance(agent.model, Model) else agent.model
         copied = agent.clone(model=model, tools=[_watched(tool, self) for tool in agent.tools])
         done[id(agent)] = copied
-        copied.handoffs = [self._wrapped(to, done) if isinstance(to, Agent) else to for to in agent.handoffs]
+        copied.handoffs = [self._handed_to(to, done) for to in agent.handoffs]
+        return copied
+
+    def _handed_to(self, to: Agent[Any] | Handoff[Any, Any], done: dict[int, Agent[Any]]) -> Any:
+        """A handoff of an agent being wrapped: an agent wrapped alike, a ``Handoff`` (of
+        ``handoff(...)``) copied to hand on to the agent it gives, wrapped alike."""
+        if isinstance(to, Agent):
+            return self._wrapped(to, done)
+        copied = copy.copy(to)  # its target's weak reference kept
+        copied.on_invoke_handoff = _HandingOn(to.on_invoke_handoff, self, done)
         return copied
 
     async def _stream(
@@ -609,6 +640,8 @@ class SessionRecorder(RunHooks[Any]):
         system_prompt: str | None,
         input_items: list[TResponseInputItem],
     ) -> None:
+        if self._caller() is not None:  # an agent run in a tool call, given the recorder as hooks
+            return
         if self._recall and self._source is not None:
             before, self._recall = self._recall, 0
             await asyncio.to_thread(self._recalled.load, self._source.path, before)
@@ -629,17 +662,21 @@ class SessionRecorder(RunHooks[Any]):
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
-        self._record("message_end", execution=self._model, message=_response_message(response))
+        if self._caller() is None:
+            self._record("message_end", execution=self._model, message=_response_message(response))
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool) -> None:
         if not isinstance(context, ToolContext):
             return  # hosted and computer tools: no call id to pair start and end
-        execution = session.Execution(
-            f"tool-{self._turn}-{context.tool_call_id}",
-            "tool",
-            parent_id=self._model.id if self._model else "",
-            turn_index=self._turn,
-        )
+        caller = self._caller()
+        if caller is None:
+            name, model = f"tool-{self._turn}-{context.tool_call_id}", self._model
+        else:  # a tool call of an agent run in the tool call *caller*: nested in it
+            nested = self._nested.setdefault(caller.id, _Nested())
+            nested.started += 1
+            name, model = f"{caller.id}/tool-{context.tool_call_id}", nested.model
+        parent = model.id if model is not None else ""
+        execution = session.Execution(name, "tool", parent_id=parent, turn_index=self._turn)
         self._tools[context.tool_call_id] = (execution, tool.name)
         self._begun[context.tool_call_id] = time.monotonic()
         self._tool_calls += 1
@@ -657,13 +694,27 @@ class SessionRecorder(RunHooks[Any]):
     ) -> None:
         if not isinstance(context, ToolContext) or context.tool_call_id not in self._tools:
             return
-        error = self._failures.pop(context.tool_call_id, None)
+        begun = self._begun.get(context.tool_call_id, time.monotonic())
+        error = self._failures.pop(context.tool_call_id, None) or _timed_out(tool, begun)
         self._tool_end(context.tool_call_id, result, error)
+
+    def _caller(self) -> session.Execution | None:
+        """The tool call of this run whose work runs now (an agent run as a tool), if any."""
+        caller = _CALLER.get()
+        return caller[1] if caller is not None and caller[0] is self else None
 
     # -- writing
 
     def _record(self, kind: str, **fields: Any) -> None:
         self.run_record.record(session.Event(kind, **fields))
+        self._open = kind == "agent_start" or (self._open and kind != "agent_end")
+
+    def _left(self, error: BaseException | None) -> None:
+        """The block recording the run was left, by *error* or not: a run begun and not
+        ended ends now, ``aborted`` (or ``error`` when *error* is not a cancellation or an
+        interruption), the tool calls under way failed with it."""
+        if self._open and self._started:  # a run of recorder.run or run_streamed: its end is known
+            self._end(error or asyncio.CancelledError("the run was left before it ended"))
 
     def _tool_end(self, call_id: str, result: Any, error: BaseException | None) -> None:
         execution, name = self._tools.pop(call_id)
@@ -714,7 +765,10 @@ class SessionRecorder(RunHooks[Any]):
         self._in_turn, self._model = False, None
 
     def _end(self, error: BaseException) -> None:
-        """The run raised: close what it left open, then ``agent_end`` with the error."""
+        """The run raised: close what it left open, then ``agent_end`` with the error (once:
+        not when its ``recording()`` block was left before)."""
+        if self._seen >= 0 and not self._open:
+            return
         for call_id in list(self._tools):
             self._tool_end(call_id, None, error)
         if self._seen < 0:
@@ -736,15 +790,9 @@ class SessionRecorder(RunHooks[Any]):
     # -- model attempts (called by _RecordingModel)
 
     def _attempt_start(self, request: session.ModelRequest) -> session.Execution:
-        caller = _CALLER.get()
-        if caller is not None and caller[0] is self:  # made in a tool call: nested in it
-            self._nested[caller[1].id] = count = self._nested.get(caller[1].id, 0) + 1
-            execution = session.Execution(
-                f"{caller[1].id}/model-{count}", "model", parent_id=caller[1].id, turn_index=self._turn
-            )
-            self._record("model_exec_start", execution=execution)
-            self._record("model_request", execution=execution, request=request)
-            return execution
+        caller = self._caller()
+        if caller is not None:  # made in a tool call: nested in it
+            return self._nested_start(caller, request)
         self._attempt += 1
         execution = session.Execution(
             f"model-{self._turn}", "model", turn_index=self._turn, attempt=self._attempt
@@ -757,14 +805,39 @@ class SessionRecorder(RunHooks[Any]):
         self._record("model_request", execution=execution, request=request)
         return execution
 
+    def _nested_start(self, caller: session.Execution, request: session.ModelRequest) -> session.Execution:
+        """An attempt of a model call of an agent run in the tool call *caller*, nested in it:
+        the attempt after a failed one is its retry (the runner raises a failure it does not
+        retry), numbered as the run's are."""
+        nested = self._nested.setdefault(caller.id, _Nested())
+        if nested.error is not None and nested.model is not None:
+            execution = dataclasses.replace(nested.model, attempt=nested.model.attempt + 1)
+            info = session.RetryInfo(error=nested.error)
+            self._record("retry", execution=execution, retry=info, error=nested.error)
+        else:
+            nested.calls += 1
+            execution = session.Execution(
+                f"{caller.id}/model-{nested.calls}", "model", parent_id=caller.id, turn_index=self._turn
+            )
+        nested.model = execution
+        self._record("model_exec_start", execution=execution)
+        self._record("model_request", execution=execution, request=request)
+        return execution
+
     def _attempt_end(
         self,
         execution: session.Execution,
         response: ModelResponse | Response | None,
         error: BaseException | None,
+        asked: int = 0,
     ) -> None:
-        if not execution.parent_id:
+        """The end of a model call attempt: *response*, or *error*; *asked* is how many calls
+        of function tools the response asks for."""
+        nested = self._nested.get(execution.parent_id) if execution.parent_id else None
+        if nested is None:
             self._last_error = error
+        else:
+            nested.error, nested.asked = error, nested.asked + asked
         if response is None:
             self._record("model_exec_end", execution=execution, error=error)
             return
@@ -780,6 +853,12 @@ async def _closing(stream: AsyncIterator[_T]) -> AsyncIterator[AsyncIterator[_T]
         close = getattr(stream, "aclose", None)
         if close is not None:
             await close()
+
+
+def _asked(output: Sequence[Any], tools: list[Tool]) -> int:
+    """How many calls of the function *tools* a response's *output* asks for."""
+    names = {tool.name for tool in tools if isinstance(tool, FunctionTool)}
+    return sum(getattr(item, "type", "") == "function_call" and item.name in names for item in output)
 
 
 class _RecordingModel(Model):
@@ -827,7 +906,7 @@ class _RecordingModel(Model):
         except BaseException as exc:
             recorder._attempt_end(execution, None, exc)
             raise
-        recorder._attempt_end(execution, response, None)
+        recorder._attempt_end(execution, response, None, _asked(response.output, tools))
         return response
 
     async def stream_response(
@@ -875,7 +954,7 @@ class _RecordingModel(Model):
                 execution, None, RuntimeError("the stream ended without a completed response")
             )
             return
-        recorder._attempt_end(execution, completed, None)
+        recorder._attempt_end(execution, completed, None, _asked(completed.output, tools))
 
 
 class _RecordingProvider(ModelProvider):
@@ -921,6 +1000,18 @@ def _watched(tool: Tool, recorder: SessionRecorder) -> Tool:
     return watched
 
 
+def _timed_out(tool: Tool, begun: float) -> ToolTimeoutError | None:
+    """The timeout of a call of *tool* begun at *begun* (``time.monotonic``) that ended after
+    its ``timeout`` had passed (a sub-agent's tool, which the recorder does not watch: the SDK
+    gives the model a message in place of the timeout); None when it did not."""
+    limit = tool.timeout_seconds if isinstance(tool, FunctionTool) else None
+    return (
+        ToolTimeoutError(tool.name, limit)
+        if limit is not None and time.monotonic() - begun >= limit
+        else None
+    )
+
+
 def _unreachable(tool: FunctionTool) -> str:
     """Why the model calls of the agent that *tool* runs (an agent as a tool) cannot be
     recorded; "" when they can (or it runs no agent)."""
@@ -932,6 +1023,33 @@ def _unreachable(tool: FunctionTool) -> str:
             " name and the RunConfig a model_provider to have them recorded)"
         )
     return ""
+
+
+def _unseen(tool: FunctionTool, nested: _Nested | None) -> str:
+    """What of the work of the agent *tool* runs (an agent as a tool) the recorder did not
+    see, *nested* being what it saw: tool calls its model asked for that did not start in
+    view (its run not given the recorder as hooks); "" when nothing."""
+    unseen = 0 if nested is None else nested.asked - nested.started
+    if unseen <= 0:
+        return ""
+    agent = getattr(getattr(tool, "_agent_instance", None), "name", "?")
+    return (
+        f"the agent tool {tool.name!r} runs agent {agent!r}, whose model asked for {unseen} tool"
+        " call(s) the recorder did not see: pass hooks=recorder to its as_tool() to have them recorded"
+    )
+
+
+@dataclasses.dataclass
+class _HandingOn:
+    """The invoker of a ``Handoff`` object: the agent it hands on to, wrapped as the run's
+    agents are (*done*: those wrapped already)."""
+
+    invoke: Callable[[RunContextWrapper[Any], str], Awaitable[Agent[Any]]]
+    recorder: SessionRecorder
+    done: dict[int, Agent[Any]]
+
+    async def __call__(self, context: RunContextWrapper[Any], arguments: str) -> Agent[Any]:
+        return self.recorder._wrapped(await self.invoke(context, arguments), self.done)
 
 
 # the recorder and the tool call whose work runs now (an agent run as a tool): model calls
@@ -970,6 +1088,8 @@ class _Invoker:
             raise
         finally:
             _CALLER.reset(token)
+            if running is not None:
+                recorder._gap(running[0], _unseen(self.tool, recorder._nested.get(running[0].id)))
 
     def __getattr__(self, name: str) -> Any:
         if name == "invoke":  # not set yet (a copy being made): no such attribute

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import json
 import os
@@ -96,7 +97,9 @@ async def recording(
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
     fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    concurrent conversations each in its own ``recording`` of its own file.  A run that has
+    not ended when the block is left (one left unfinished) ends then, ``aborted``, or
+    ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -105,7 +108,13 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        try:
+            yield recorder
+        except BaseException as exc:
+            recorder._left(exc)
+            raise
+        recorder._left(None)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -344,6 +353,17 @@ def _request(
 
 
 @dataclass
+class _Nested:
+    """The work of delegate agents run in one tool call."""
+
+    calls: int = 0  # their model calls
+    answered: int = 0  # their model requests answered (counted in the run's usage)
+    model: session.Execution | None = None  # the latest model call attempt
+    error: BaseException | None = None  # and why it failed
+    tools: dict[str, session.Execution] = field(default_factory=dict)  # their tool calls, by call id
+
+
+@dataclass
 class SessionRecorder(AbstractCapability[Any]):
     """A capability that records one agent run into *run* (a ``session.Run``).
 
@@ -352,8 +372,8 @@ class SessionRecorder(AbstractCapability[Any]):
     passing ``recorder.history()`` (or ``ModelMessagesTypeAdapter.validate_python`` of the
     checkpoint) as ``message_history``.  *source* is the session the history is read from.
     A delegate agent run inside one of its tool calls and handed the recorder
-    (``capabilities=[recorder]``) has its model calls recorded nested in that call; one run
-    without it, sharing the run's usage (``usage=ctx.usage``), is a warning and a
+    (``capabilities=[recorder]``) has its model and tool calls recorded nested in that call;
+    one run without it, sharing the run's usage (``usage=ctx.usage``), is a warning and a
     ``recording_gap`` event in the call.
     """
 
@@ -363,6 +383,7 @@ class SessionRecorder(AbstractCapability[Any]):
     _turn: int = field(default=0, init=False)
     _in_turn: bool = field(default=False, init=False)
     _started: bool = field(default=False, init=False)
+    _open: bool = field(default=False, init=False)  # agent_start recorded, agent_end not yet
     _seen: int = field(default=-1, init=False)  # history messages already written as message_end
     _attempt: int = field(default=1, init=False)
     _model: session.Execution | None = field(default=None, init=False)
@@ -370,7 +391,7 @@ class SessionRecorder(AbstractCapability[Any]):
     _tools: dict[str, session.Execution] = field(default_factory=dict, init=False)
     _tool_calls: int = field(default=0, init=False)
     _tool_errors: int = field(default=0, init=False)
-    _nested: dict[str, int] = field(default_factory=dict, init=False)  # model calls in a tool call
+    _nested: dict[str, _Nested] = field(default_factory=dict, init=False)  # by the tool call's id
     # every response and request part converted once: the same object whenever it is sent again
     # (per part: pydantic-ai and capabilities add parts to a request after the hooks saw it)
     _converted: _Converted[session.Message] = field(
@@ -388,7 +409,7 @@ class SessionRecorder(AbstractCapability[Any]):
 
     async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
         """This recorder for its run; for a run inside one of its tool calls (a delegate
-        agent), a capability that records that run's model calls nested in the call."""
+        agent), a capability that records that run's model and tool calls nested in the call."""
         caller = _CALLER.get()
         if self._started and caller is not None and caller[0] is self:
             return _Delegated(self, caller[1])
@@ -402,9 +423,10 @@ class SessionRecorder(AbstractCapability[Any]):
         try:
             result = await handler()
         except BaseException as exc:
-            reason = "aborted" if isinstance(exc, _ABORTS) else "error"
-            self._end_turn()
-            self._record("agent_end", summary=self._summary(reason), error=exc)
+            if self._open:  # not ended already (its recording() block left before)
+                reason = "aborted" if isinstance(exc, _ABORTS) else "error"
+                self._end_turn()
+                self._record("agent_end", summary=self._summary(reason), error=exc)
             raise
         history = result.all_messages()
         self._commit(history)
@@ -449,22 +471,29 @@ class SessionRecorder(AbstractCapability[Any]):
         args: RawToolArgs,
         handler: WrapToolValidateHandler,
     ) -> ValidatedToolArgs:
-        execution = session.Execution(
-            f"tool-{self._turn}-{call.tool_call_id}",
-            "tool",
-            parent_id=self._model.id if self._model else "",
-            turn_index=self._turn,
-        )
-        self._tools[call.tool_call_id] = execution
-        self._tool_calls += 1
-        model_args = _tool_call_block(call)["tool_call"]["args"]
-        self._record(
-            "tool_exec_start",
-            execution=execution,
-            tool_id=call.tool_call_id,
-            tool=call.tool_name,
-            args=model_args,
-        )
+        return await self._validate(None, call, args, handler)
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        return await self._execute(ctx, None, call, args, handler)
+
+    # -- tool calls, of the run (*caller* None) or of a delegate run in the tool call *caller*
+
+    async def _validate(
+        self,
+        caller: session.Execution | None,
+        call: pm.ToolCallPart,
+        args: RawToolArgs,
+        handler: WrapToolValidateHandler,
+    ) -> ValidatedToolArgs:
+        execution = self._tool_start(caller, call)
         try:
             validated = await handler(args)
         except BaseException as exc:
@@ -479,17 +508,38 @@ class SessionRecorder(AbstractCapability[Any]):
         )
         return validated
 
-    async def wrap_tool_execute(
+    def _tool_start(self, caller: session.Execution | None, call: pm.ToolCallPart) -> session.Execution:
+        """``tool_exec_start`` of *call*: a call of the run, or nested in *caller*."""
+        if caller is None:
+            name, model, tools = f"tool-{self._turn}-{call.tool_call_id}", self._model, self._tools
+        else:
+            nested = self._nested.setdefault(caller.id, _Nested())
+            name, model, tools = f"{caller.id}/tool-{call.tool_call_id}", nested.model, nested.tools
+        parent = model.id if model is not None else ""
+        execution = session.Execution(name, "tool", parent_id=parent, turn_index=self._turn)
+        tools[call.tool_call_id] = execution
+        self._tool_calls += 1
+        model_args = _tool_call_block(call)["tool_call"]["args"]
+        self._record(
+            "tool_exec_start",
+            execution=execution,
+            tool_id=call.tool_call_id,
+            tool=call.tool_name,
+            args=model_args,
+        )
+        return execution
+
+    async def _execute(
         self,
         ctx: RunContext[Any],
-        *,
+        caller: session.Execution | None,
         call: pm.ToolCallPart,
-        tool_def: ToolDefinition,
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        execution = self._tools[call.tool_call_id]
-        requests, nested = ctx.usage.requests, self._nested.get(execution.id, 0)
+        tools = self._tools if caller is None else self._nested[caller.id].tools
+        execution = tools[call.tool_call_id]
+        requests, nested = ctx.usage.requests, self._answered(execution)
         token = _CALLER.set((self, execution))
         try:
             result = await handler(args)
@@ -498,11 +548,16 @@ class SessionRecorder(AbstractCapability[Any]):
             raise
         finally:
             _CALLER.reset(token)
-        unseen = ctx.usage.requests - requests - (self._nested.get(execution.id, 0) - nested)
+        unseen = ctx.usage.requests - requests - (self._answered(execution) - nested)
         if unseen > 0:
             self._gap(execution, call, unseen)
         self._tool_end(execution, call, result, None)
         return result
+
+    def _answered(self, caller: session.Execution) -> int:
+        """The model requests answered in the tool call *caller*, in it or deeper."""
+        within = [n for key, n in self._nested.items() if key == caller.id or key.startswith(caller.id + "/")]
+        return sum(nested.answered for nested in within)
 
     def _gap(self, execution: session.Execution, call: pm.ToolCallPart, unseen: int) -> None:
         """Say loudly, at run time and in the file (a ``recording_gap`` event in the tool
@@ -518,6 +573,16 @@ class SessionRecorder(AbstractCapability[Any]):
 
     def _record(self, kind: str, **fields: Any) -> None:
         self.run.record(session.Event(kind, **fields))
+        self._open = kind == "agent_start" or (self._open and kind != "agent_end")
+
+    def _left(self, error: BaseException | None) -> None:
+        """The block recording the run was left, by *error* or not: a run begun and not
+        ended ends now, ``aborted`` (or ``error`` when *error* is not a cancellation or an
+        interruption), the calls under way left unfinished."""
+        if self._open:
+            self._end_turn()
+            reason = "error" if error is not None and not isinstance(error, _ABORTS) else "aborted"
+            self._record("agent_end", summary=self._summary(reason), error=error)
 
     def _tool_end(
         self, execution: session.Execution, call: pm.ToolCallPart, result: Any, error: BaseException | None
@@ -580,16 +645,25 @@ class SessionRecorder(AbstractCapability[Any]):
     def _nested_start(
         self,
         caller: session.Execution,
+        attempt: int,
         messages: list[pm.ModelMessage],
         settings: ModelSettings | None,
         params: ModelRequestParameters,
         model: str,
     ) -> session.Execution:
-        """A model call of a delegate agent run in the tool call *caller*: nested in it."""
-        self._nested[caller.id] = count = self._nested.get(caller.id, 0) + 1
-        execution = session.Execution(
-            f"{caller.id}/model-{count}", "model", parent_id=caller.id, turn_index=self._turn
-        )
+        """Attempt *attempt* of a model call of a delegate agent run in the tool call
+        *caller*: nested in it, a retry numbered as the run's are."""
+        nested = self._nested.setdefault(caller.id, _Nested())
+        if attempt > 1 and nested.model is not None:
+            execution = dataclasses.replace(nested.model, attempt=attempt)
+            info = session.RetryInfo(error=nested.error)
+            self._record("retry", execution=execution, retry=info, error=nested.error)
+        else:
+            nested.calls += 1
+            execution = session.Execution(
+                f"{caller.id}/model-{nested.calls}", "model", parent_id=caller.id, turn_index=self._turn
+            )
+        nested.model = execution
         self._record("model_exec_start", execution=execution)
         sent = self._converted.all([unit for message in messages for unit in _units(message)])
         self._record("model_request", execution=execution, request=_request(sent, settings, params, model))
@@ -598,8 +672,11 @@ class SessionRecorder(AbstractCapability[Any]):
     def _attempt_end(
         self, execution: session.Execution, response: pm.ModelResponse | None, error: BaseException | None
     ) -> None:
-        if not execution.parent_id:
+        nested = self._nested.get(execution.parent_id) if execution.parent_id else None
+        if nested is None:
             self._last_error = error
+        else:
+            nested.error, nested.answered = error, nested.answered + (response is not None)
         if response is not None:
             self._record("model_exec_end", execution=execution, message=_response_message(response))
         else:
@@ -615,13 +692,43 @@ _CALLER: contextvars.ContextVar[tuple[SessionRecorder, session.Execution] | None
 @dataclass
 class _Delegated(AbstractCapability[Any]):
     """The recorder, given to a delegate agent's run inside its tool call *caller*: that
-    run's model calls are recorded as executions nested in the call, with their usage."""
+    run's model calls (their attempts numbered as the run's are) and tool calls are recorded
+    as executions nested in the call, with their usage."""
 
     recorder: SessionRecorder
     caller: session.Execution
+    _attempt: int = field(default=1, init=False)
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        self._attempt = request_context.attempt
+        return request_context
 
     def get_wrapper_model(self, model: Model) -> Model | None:
         return _RecordingModel(model, self)
+
+    async def wrap_tool_validate(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: RawToolArgs,
+        handler: WrapToolValidateHandler,
+    ) -> ValidatedToolArgs:
+        return await self.recorder._validate(self.caller, call, args, handler)
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        return await self.recorder._execute(ctx, self.caller, call, args, handler)
 
     def _attempt_start(
         self,
@@ -630,7 +737,7 @@ class _Delegated(AbstractCapability[Any]):
         params: ModelRequestParameters,
         model: str,
     ) -> session.Execution:
-        return self.recorder._nested_start(self.caller, messages, settings, params, model)
+        return self.recorder._nested_start(self.caller, self._attempt, messages, settings, params, model)
 
     def _attempt_end(
         self, execution: session.Execution, response: pm.ModelResponse | None, error: BaseException | None

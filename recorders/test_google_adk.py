@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import signal
 from collections.abc import AsyncGenerator, Callable
 from datetime import datetime
 from pathlib import Path
@@ -17,12 +18,14 @@ from conftest import (
     check_both_versions,
     check_converted_once,
     check_each_message_once,
+    check_example,
     check_file,
     check_nested,
     check_redacted,
     events,
     messages,
     need,
+    run_example,
     scrub,
     transcript,
 )
@@ -32,6 +35,7 @@ need("google.adk")
 from google.adk.agents import LlmAgent, RunConfig
 from google.adk.apps import App
 from google.adk.events.event import Event
+from google.adk.models import FallbackModel
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -39,6 +43,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.adk.tools.agent_tool import AgentTool
 from google.genai import types
+from google.genai.errors import ClientError
 from session_google_adk import SessionRecorder, recording
 
 import session
@@ -385,16 +390,18 @@ def test_a_stream_closed_early_is_aborted(tmp_path: Path) -> None:
     assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == ["model-1"]
 
 
-def test_a_cancelled_run_is_a_visible_gap(tmp_path: Path) -> None:
-    """ADK calls no plugin callback when a run is cancelled: the file's summary says the run
-    has no end (and the tool call under way is an error, or unfinished), rather than look
-    complete."""
+@pytest.mark.parametrize("stop", ["cancel", "ctrl-c"])
+def test_a_cancelled_or_interrupted_run_ends_aborted(tmp_path: Path, stop: str) -> None:
+    """ADK calls no plugin callback when a run is cancelled (a task cancelled, or Ctrl-C,
+    which ``asyncio.run`` turns into a cancellation): the run ends ``aborted`` when its
+    ``recording`` block is left, the tool call under way failed."""
     path = tmp_path / "chat.jsonl"
-
     started = asyncio.Event()
 
     async def slow(key: str) -> str:
         started.set()
+        if stop == "ctrl-c":
+            signal.raise_signal(signal.SIGINT)
         await asyncio.sleep(60)
         return key
 
@@ -406,20 +413,23 @@ def test_a_cancelled_run_is_a_visible_gap(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with recording(path) as recorder:
+            if stop == "ctrl-c":
+                await run(recorder, agent, "x")
             task = asyncio.ensure_future(run(recorder, agent, "x"))
             await started.wait()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
 
-    asyncio.run(main())
-    gaps = [gap.kind for gap in session.summarize(path).gaps]
-    ends = [(e.is_error, (e.error or {}).get("type")) for e in events(path, "tool_exec_end")]
-    # ADK 2.13 tells the plugin that the tool failed (cancelled); 2.11 does not: a gap too
-    assert (gaps, ends) in [
-        (["no_agent_end"], [(True, "CancelledError")]),
-        (["no_agent_end", "tool_call_unfinished"], []),
-    ], (gaps, ends)
+    if stop == "ctrl-c":
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(main())
+    else:
+        asyncio.run(main())
+    check_aborted(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.is_error and (end.error or {}).get("type") in ("CancelledError", "KeyboardInterrupt"), end
+    assert session.summarize(path).counts["turn_end"] == 1
 
 
 def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: Path) -> None:
@@ -443,21 +453,37 @@ def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: P
     check_redacted(path)
 
 
+def rate_limited(request: LlmRequest) -> list[LlmResponse]:
+    """Fail as a rate-limited Gemini does (HTTP 429)."""
+    raise ClientError(429, {"error": {"code": 429, "message": "rate limit", "status": "RESOURCE_EXHAUSTED"}})
+
+
+def helper_agent(model: BaseLlm | None = None) -> LlmAgent:
+    """A sub-agent that looks a key up with its tool, then answers; its *model* in front of
+    the scripted one (a ``FallbackModel`` falls back to it)."""
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-l", "lookup", key="x"), given=10, made=3)]
+        return [reply(types.Part(text="42"), given=12, made=1)]
+
+    scripted = Scripted(model="backup", script=script)
+    given = scripted if model is None else FallbackModel(models=[model, scripted])
+    return LlmAgent(name="helper", description="answers questions", model=given, tools=[lookup])
+
+
 # AgentTool gives its own runner the parent's plugins through the argument ADK deprecates
 @pytest.mark.filterwarnings("ignore:The `plugins` argument is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] feature FALLBACK_MODEL:UserWarning")
 def test_a_sub_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
-    helper = LlmAgent(
-        name="helper",
-        description="answers questions",
-        model=Scripted(script=lambda request: [reply(types.Part(text="42"), given=10, made=3)]),
-    )
 
     def script(request: LlmRequest) -> list[LlmResponse]:
         if not answers(request):
             return [reply(call("call-ask", "helper", request="what is it?"), given=5, made=2)]
         return [reply(types.Part(text="it is 42"), given=8, made=2)]
 
+    helper = helper_agent(Scripted(model="primary", script=rate_limited))  # it falls back each call
     agent = LlmAgent(name="root", model=Scripted(script=script), tools=[AgentTool(helper)])
 
     async def main() -> None:
@@ -466,9 +492,81 @@ def test_a_sub_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
 
     asyncio.run(main())
     check_file(path)
-    check_nested(path, "call-ask", 13)
-    [end] = [e for e in events(path, "tool_exec_end") if e.tool_id == "call-ask"]
-    assert end.result == "42" and not end.is_error
+    check_nested(path, "call-ask", 13 + 13, tools=("call-l",))
+    [tool] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-ask"]
+    assert tool is not None
+    starts = [(e.execution.id, e.execution.attempt) for e in events(path, "model_exec_start") if e.execution]
+    nested = f"{tool.id}/model-"
+    assert starts == [
+        ("model-1", 1),
+        (nested + "1", 1),
+        (nested + "1", 2),
+        (nested + "2", 1),
+        (nested + "2", 2),
+        ("model-2", 1),
+    ]
+    ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert ends["call-ask"].result == "42" and not ends["call-ask"].is_error
+    assert ends["call-l"].result == "entry x"
+
+
+def test_an_agent_transferred_to_takes_the_next_turns(tmp_path: Path) -> None:
+    """A multi-agent tree: the root transfers the conversation to its sub-agent, whose model
+    and tool calls are the run's next turns (one invocation)."""
+    path = tmp_path / "chat.jsonl"
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        return [reply(call("call-t", "transfer_to_agent", agent_name="helper"), given=4, made=1)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), sub_agents=[helper_agent()])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "ask the helper")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 5 + 13 + 13
+    assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == [
+        "model-1",
+        "model-2",
+        "model-3",
+    ]
+    assert [(e.tool_id, e.tool) for e in events(path, "tool_exec_start")] == [
+        ("call-t", "transfer_to_agent"),
+        ("call-l", "lookup"),
+    ]
+    assert summary.runs[0].end_reason == "stop"
+
+
+@pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] feature FALLBACK_MODEL:UserWarning")
+def test_a_fallback_model_falling_back_is_a_retry(tmp_path: Path) -> None:
+    """ADK's ``FallbackModel`` tries its next model when one fails with a retriable status:
+    each model tried is an attempt of the one call, after a ``retry`` event naming the
+    failure."""
+    path = tmp_path / "chat.jsonl"
+    backup = Scripted(model="backup", script=two_tools_then_answer)
+    model = FallbackModel(models=[Scripted(model="primary", script=rate_limited), backup])
+    agent = LlmAgent(name="root", model=model, tools=[add, lookup])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "add 2 and 3, and look up x")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 18 + 28
+    ends = [
+        (e.execution.id, e.execution.attempt, e.error) for e in events(path, "model_exec_end") if e.execution
+    ]
+    failed = {"message": "model primary failed with status 429"}
+    assert ends == [
+        ("model-1", 1, failed),
+        ("model-1", 2, None),
+        ("model-2", 1, failed),
+        ("model-2", 2, None),
+    ]
+    assert [e.retry.error for e in events(path, "retry") if e.retry] == [failed] * 2
 
 
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
@@ -485,3 +583,9 @@ def test_one_recorder_records_one_run(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="records one run"):
         asyncio.run(main())
     assert check_file(path).runs[0].end_reason == "stop"
+
+
+def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    assert run_example("google_adk_example.py", path) == ["It is sunny in Paris."] * 2
+    check_example(path, 4, ["weather", "weather"])

@@ -21,12 +21,15 @@ from conftest import (
     check_conversation,
     check_converted_once,
     check_each_message_once,
+    check_example,
     check_file,
+    check_nested,
     check_redacted,
     check_tool_failures,
     events,
     messages,
     need,
+    run_example,
     scrub,
     unstamped,
 )
@@ -583,3 +586,91 @@ def test_a_chat_model_alone_that_fails_or_is_closed_early(tmp_path: Path) -> Non
     )
     asyncio.run(closed_early(tmp_path / "closed.jsonl"))
     check_aborted(tmp_path / "closed.jsonl")
+
+
+@tool
+def search(q: str) -> str:
+    """Search for something."""
+    return f"results for {q}"
+
+
+@tool
+def fetch() -> str:
+    """Fetch a page."""
+    raise ConnectionError("offline")
+
+
+def research_tool() -> BaseTool:
+    """A tool that runs a sub-agent (its own graph) on the question: rate limited once (its
+    retry answers), it asks for ``search`` and ``fetch`` (which fails), then answers."""
+    calls = [
+        {"name": "search", "args": {"q": "why"}, "id": "call-s", "type": "tool_call"},
+        {"name": "fetch", "args": {}, "id": "call-f", "type": "tool_call"},
+    ]
+    script = Script(RateLimitError("429"), reply(tokens=10, calls=calls), reply("found it", 20))
+    sub_agent = agent(with_retry(script), [search, fetch])
+
+    @tool
+    async def research(question: str) -> str:
+        """Research a question."""
+        state = await sub_agent.ainvoke({"messages": [HumanMessage(question)]})
+        return str(state["messages"][-1].content)
+
+    return research
+
+
+def test_an_agent_run_in_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    ask = [{"name": "research", "args": {"question": "why"}, "id": "call-r", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(tokens=5, calls=ask), reply("done", 7))), [research_tool()])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            state = await graph.ainvoke({"messages": [HumanMessage("find out")]}, {"callbacks": [recorder]})
+        return state["messages"][-1].content
+
+    assert asyncio.run(main()) == "done"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 7 + 12 + 22 + 9  # the sub-agent's calls counted
+    [tool_call] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-r"]
+    assert tool_call is not None
+    starts = [(e.execution.id, e.execution.attempt) for e in events(path, "model_exec_start") if e.execution]
+    nested = f"{tool_call.id}/model-"
+    assert starts == [("model-1", 1), (nested + "1", 1), (nested + "1", 2), (nested + "2", 1), ("model-2", 1)]
+    check_nested(path, "call-r", 12 + 22, tools=("call-s", "call-f"))
+    ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert ends["call-s"].result == "results for why" and ends["call-f"].is_error
+    assert summary.counts["turn_start"] == 2  # the sub-agent's calls are no turns of the run
+    check_conversation_of_two_turns(path)
+
+
+def check_conversation_of_two_turns(path: Path) -> None:
+    """The run's own messages only: the prompt, the call, its result, the answer."""
+    assert [m.role for m in messages(path)] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    assert run_example("langchain_example.py", path) == ["It is sunny in Paris."] * 2
+    check_example(path, 4, ["weather", "weather"])
+
+
+def test_a_stream_left_unfinished_ends_aborted_when_its_recording_is_left(tmp_path: Path) -> None:
+    """A graph's stream broken out of and never closed (LangChain tells the recorder nothing
+    until it is collected): its run ends ``aborted`` when the ``recording`` block is left,
+    once."""
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "add", "args": {"a": 1, "b": 2}, "id": "call-1", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("three"))), [add])
+    streams: list[Any] = []  # kept from being collected until the loop ends
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            streams.append(graph.astream({"messages": [HumanMessage("add")]}, {"callbacks": [recorder]}))
+            async for _ in streams[0]:
+                break
+
+    asyncio.run(main())
+    check_aborted(path)
+    [end] = events(path, "agent_end")
+    assert end.error == {"message": "the run was left before it ended", "type": "CancelledError"}

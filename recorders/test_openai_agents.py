@@ -21,6 +21,7 @@ from conftest import (
     check_conversation,
     check_converted_once,
     check_each_message_once,
+    check_example,
     check_file,
     check_gap,
     check_nested,
@@ -29,6 +30,7 @@ from conftest import (
     events,
     messages,
     need,
+    run_example,
     scrub,
     unstamped,
 )
@@ -47,6 +49,7 @@ from agents import (
     Runner,
     Usage,
     function_tool,
+    handoff,
     retry_policies,
     set_tracing_disabled,
 )
@@ -554,41 +557,95 @@ class Provider(ModelProvider):
         return self.models[str(model_name)]
 
 
-def test_an_agent_run_as_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> None:
-    path = tmp_path / "chat.jsonl"
-    sub_model = ScriptedModel([answer("found it", tokens=20)])
-    researcher = Agent(name="researcher", model="sub")
-    research = researcher.as_tool(tool_name="research", tool_description="Research a question.")
-    model = ScriptedModel(
+@function_tool
+def search(q: str) -> str:
+    """Search for something."""
+    return f"results for {q}"
+
+
+@function_tool
+def fetch() -> str:
+    """Fetch a page."""
+    raise ConnectionError("offline")
+
+
+@function_tool(timeout=0.05)
+async def slow() -> str:
+    """Take too long."""
+    await asyncio.sleep(5)
+    return "late"
+
+
+def researcher_model() -> ScriptedModel:
+    """A sub-agent's model: rate limited once (the runner retries it), then asks for
+    ``search``, ``fetch`` (which fails) and ``slow`` (which times out), then answers."""
+    calls = [
+        call("call-s", "search", '{"q": "why"}'),
+        call("call-f", "fetch", "{}"),
+        call("call-t", "slow", "{}"),
+    ]
+    step = ModelStep(output=calls, usage=Usage(requests=1, input_tokens=10, output_tokens=2, total_tokens=12))
+    return ScriptedModel([rate_limited(), step, answer("found it", tokens=20)])
+
+
+def lead_model() -> ScriptedModel:
+    return ScriptedModel(
         [ModelStep(output=[call("call-r", "research", '{"input": "why"}')], usage=USAGE), answer("done")]
     )
-    agent = Agent(name="lead", model=model, tools=[research])
+
+
+def test_an_agent_run_as_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    researcher = Agent(name="researcher", model="sub", tools=[search, fetch, slow], model_settings=RETRY)
 
     async def main() -> Any:
         async with recording(path) as recorder:
-            config = RunConfig(model_provider=Provider({"sub": sub_model}))
+            research = researcher.as_tool(
+                tool_name="research", tool_description="Research a question.", hooks=recorder
+            )
+            config = RunConfig(model_provider=Provider({"sub": researcher_model()}))
+            agent = Agent(name="lead", model=lead_model(), tools=[research])
             return (await recorder.run(agent, "find out", run_config=config)).final_output
 
     assert asyncio.run(main()) == "done"
     summary = check_file(path)
-    assert summary.usage["total_tokens"] == 6 + 22 + 5  # the sub-agent's call counted
-    [tool] = [e.execution for e in events(path, "tool_exec_start")]
+    assert summary.usage["total_tokens"] == 6 + 12 + 22 + 5  # the sub-agent's calls counted
+    [tool] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-r"]
     assert tool is not None
-    starts = [
-        (e.execution.id, e.execution.parent_id) for e in events(path, "model_exec_start") if e.execution
-    ]
-    assert starts == [("model-1", ""), (f"{tool.id}/model-1", tool.id), ("model-2", "")]
-    check_nested(path, "call-r", 22)
-    [end] = [e for e in events(path, "model_exec_end") if e.execution and e.execution.parent_id]
-    assert end.message is not None and end.message["value"]["usage"]["total_tokens"] == 22
-    assert [e.tool_id for e in events(path, "tool_exec_end")] == ["call-r"]
+    starts = [(e.execution.id, e.execution.attempt) for e in events(path, "model_exec_start") if e.execution]
+    nested = f"{tool.id}/model-"
+    assert starts == [("model-1", 1), (nested + "1", 1), (nested + "1", 2), (nested + "2", 1), ("model-2", 1)]
+    check_nested(path, "call-r", 12 + 22, tools=("call-s", "call-f", "call-t"))
+    ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert ends["call-s"].result == "results for why"
+    assert ends["call-f"].error == {"message": "offline", "type": "ConnectionError"}
+    assert (ends["call-t"].error or {}).get("type") == "ToolTimeoutError", ends["call-t"]
+    assert summary.counts["turn_start"] == 2  # the sub-agent's calls are no turns of the run
 
 
-def test_a_handoff_to_an_agent_with_its_own_model_is_recorded(tmp_path: Path) -> None:
+def test_an_agent_tool_whose_run_is_not_given_the_recorder_is_a_loud_gap(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    researcher = Agent(name="researcher", model="sub", tools=[search, fetch, slow], model_settings=RETRY)
+    research = researcher.as_tool(tool_name="research", tool_description="Research a question.")
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            config = RunConfig(model_provider=Provider({"sub": researcher_model()}))
+            agent = Agent(name="lead", model=lead_model(), tools=[research])
+            return (await recorder.run(agent, "find out", run_config=config)).final_output
+
+    unseen = "'researcher', whose model asked for 3 tool call.*hooks=recorder"
+    with pytest.warns(RuntimeWarning, match=unseen):
+        assert asyncio.run(main()) == "done"
+    check_gap(path, "call-r")
+
+
+@pytest.mark.parametrize("given", ["agent", "handoff()"])
+def test_a_handoff_to_an_agent_with_its_own_model_is_recorded(tmp_path: Path, given: str) -> None:
     path = tmp_path / "chat.jsonl"
     helper = Agent(name="helper", model=ScriptedModel([answer("helped", tokens=20)]))
     model = ScriptedModel([ModelStep(output=[call("call-h", "transfer_to_helper", "{}")], usage=USAGE)])
-    agent = Agent(name="lead", model=model, handoffs=[helper])
+    agent = Agent(name="lead", model=model, handoffs=[helper if given == "agent" else handoff(helper)])
 
     async def main() -> Any:
         async with recording(path) as recorder:
@@ -631,3 +688,9 @@ def test_the_recorder_given_to_runner_as_hooks_is_a_loud_gap(tmp_path: Path) -> 
     [gap] = events(path, "recording_gap")
     assert isinstance(gap.details, dict) and "recorder.run_streamed" in gap.details["unrecorded"]
     assert [g.kind for g in session.summarize(path).gaps] == ["no_agent_end", "unrecorded"]
+
+
+def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    assert run_example("openai_agents_example.py", path) == ["It is sunny in Paris."] * 2
+    check_example(path, 4, ["weather", "weather"])

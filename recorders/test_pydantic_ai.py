@@ -20,6 +20,7 @@ from conftest import (
     check_conversation,
     check_converted_once,
     check_each_message_once,
+    check_example,
     check_file,
     check_gap,
     check_nested,
@@ -28,6 +29,7 @@ from conftest import (
     events,
     messages,
     need,
+    run_example,
     scrub,
 )
 
@@ -554,6 +556,32 @@ def answering(text: str, tokens: int) -> Agent[None, str]:
     return Agent(FunctionModel(answer, model_name="delegate"))
 
 
+def researching() -> Agent[None, str]:
+    """A delegate whose first request is rate limited (its fallback model answers), whose
+    answer calls its own tools (``search``, and ``fetch``, which fails), then answers."""
+
+    def research(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            calls = [ToolCallPart("search", {"q": "why"}, "call-s"), ToolCallPart("fetch", {}, "call-f")]
+            return ModelResponse(calls, usage=RequestUsage(input_tokens=10, output_tokens=2))
+        return ModelResponse([TextPart("found it")], usage=RequestUsage(input_tokens=15, output_tokens=3))
+
+    delegate = Agent(
+        FunctionModel(rate_limited, model_name="primary"),
+        capabilities=[ModelFallback(FunctionModel(research, model_name="backup"))],
+    )
+
+    @delegate.tool_plain
+    def search(q: str) -> str:
+        return f"results for {q}"
+
+    @delegate.tool_plain
+    def fetch() -> str:
+        raise ToolFailed("offline")
+
+    return delegate
+
+
 def test_a_delegate_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     given: list[AbstractCapability[Any]] = []
@@ -561,19 +589,28 @@ def test_a_delegate_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
     async def main() -> str:
         async with recording(path) as recorder:
             given.append(recorder)  # the tool hands the delegate the recorder
-            result = await delegating(answering("found it", 20), given).run("why?", capabilities=[recorder])
+            result = await delegating(researching(), given).run("why?", capabilities=[recorder])
         return result.output
 
     assert asyncio.run(main()) == "lead: found it"
     summary = check_file(path)
-    assert summary.usage["total_tokens"] == 6 + 22 + 9  # the delegate's call counted
-    [tool] = [e.execution for e in events(path, "tool_exec_start")]
+    assert summary.usage["total_tokens"] == 6 + 12 + 18 + 9  # the delegate's calls counted
+    [tool] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-r"]
     assert tool is not None
-    starts = [
-        (e.execution.id, e.execution.parent_id) for e in events(path, "model_exec_start") if e.execution
+    starts = [(e.execution.id, e.execution.attempt) for e in events(path, "model_exec_start") if e.execution]
+    nested = f"{tool.id}/model-"
+    assert starts == [
+        ("model-1", 1),
+        (nested + "1", 1),
+        (nested + "1", 2),  # the rate-limited request's fallback: its second attempt
+        (nested + "2", 1),
+        (nested + "2", 2),
+        ("model-2", 1),
     ]
-    assert starts == [("model-1", ""), (f"{tool.id}/model-1", tool.id), ("model-2", "")]
-    check_nested(path, "call-r", 22)
+    check_nested(path, "call-r", 12 + 18, tools=("call-s", "call-f"))
+    ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert (ends["call-s"].result, ends["call-f"].is_error) == ("results for why", True)
+    assert summary.runs[0].end_reason == "stop"
 
 
 def test_a_delegate_run_without_the_recorder_is_a_loud_gap(tmp_path: Path) -> None:
@@ -587,3 +624,9 @@ def test_a_delegate_run_without_the_recorder_is_a_loud_gap(tmp_path: Path) -> No
     with pytest.warns(RuntimeWarning, match="'research' made 1 model request.*did not see"):
         assert asyncio.run(main()) == "lead: found it"
     check_gap(path, "call-r")
+
+
+def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    assert run_example("pydantic_ai_example.py", path) == ['{"weather":"sunny in a"}'] * 2
+    check_example(path, 3, ["weather"])  # TestModel calls the tool, then answers; resumed, it answers at once
