@@ -42,6 +42,7 @@ Copy this file next to ``session.py``; it needs only the ``openai-agents`` packa
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import copy
@@ -54,7 +55,7 @@ import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import pydantic
 import pydantic_core
@@ -108,8 +109,11 @@ async def recording(
     checkpoint's JSON-ready data just before it is written and returns what to write instead
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
-    fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    fsyncs never block the event loop.  The run's events and checkpoints are converted,
+    encoded and written in a thread of the recording's own, in order (see ``_Writer``): at
+    the end, the recording waits for them, and raises what failed.  One recording records
+    one conversation: run concurrent conversations each in its own ``recording`` of its own
+    file.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -118,7 +122,12 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder._writer = writer = _Writer(run, threaded=True)
+        try:
+            yield recorder
+        finally:
+            await asyncio.to_thread(writer.close)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -145,6 +154,78 @@ def _loads(value: Any) -> Any:
 
 def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+class _Later(NamedTuple):
+    """An event's field converted where the event is written: ``convert(value)``."""
+
+    convert: Callable[[Any], Any]
+    value: Any
+
+
+class _Writer:
+    """Where a recorder's events and checkpoints are converted, encoded and written.
+
+    ``recording()``'s recorder has one with a thread of its own (*threaded*): every event
+    and checkpoint is written there, one at a time, in the order handed over, so that the
+    event loop waits for no conversion (``_Later``), encoding, write or fsync.  The first
+    one that fails is kept: the next hand-over raises it, and so does ``close``.  A recorder
+    made directly from a ``session.Run`` writes each event in the caller's thread as it is
+    handed over, and each checkpoint in a worker thread.  An event's time is when it is
+    handed over; a checkpoint waits until it is synced, with every event before it.
+    """
+
+    def __init__(self, run: session.Run, threaded: bool) -> None:
+        self._run = run
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, "session-recorder") if threaded else None
+        self._failure: BaseException | None = None
+
+    def record(self, kind: str, fields: dict[str, Any]) -> None:
+        """Write the event *kind* with *fields*, time-stamped now."""
+        self._put(functools.partial(self._record, kind, datetime.now(timezone.utc), fields))
+
+    async def checkpoint(self, snapshot: _Later) -> None:
+        """Save *snapshot* as a checkpoint after the events handed over, and wait until it
+        is synced (an error writing it, or any before it, is raised here)."""
+        if self._thread is None:
+            await asyncio.to_thread(self._checkpoint, snapshot)
+            return
+        # shielded: a cancelled wait must not take the checkpoint out of the queue
+        await asyncio.shield(asyncio.wrap_future(self._put(functools.partial(self._checkpoint, snapshot))))
+
+    def close(self) -> None:
+        """Wait until everything handed over is written; raise the first failure."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+        if self._failure is not None:
+            raise self._failure
+
+    def _put(self, job: Callable[[], None]) -> concurrent.futures.Future[None]:
+        if self._failure is not None:
+            raise self._failure
+        if self._thread is None:
+            job()
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            done.set_result(None)
+            return done
+        future = self._thread.submit(job)
+        future.add_done_callback(self._note)
+        return future
+
+    def _note(self, future: concurrent.futures.Future[None]) -> None:
+        if self._failure is None and not future.cancelled():
+            self._failure = future.exception()
+
+    def _record(self, kind: str, when: datetime, fields: dict[str, Any]) -> None:
+        ready = {name: _made(value) for name, value in fields.items()}
+        self._run.record(session.Event(kind, timestamp=when, **ready))
+
+    def _checkpoint(self, snapshot: _Later) -> None:
+        self._run.save_checkpoint(_made(snapshot))
+
+
+def _made(value: Any) -> Any:
+    return value.convert(value.value) if type(value) is _Later else value
 
 
 # a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
@@ -493,6 +574,7 @@ class SessionRecorder(RunHooks[Any]):
         self._converted = _Converted(_content_key, self._first_seen)
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
+        self._writer = _Writer(run, threaded=False)  # recording() gives it one with a thread of its own
 
     def history(self) -> list[TResponseInputItem]:
         """The input list of the session's latest checkpoint; empty when it has none."""
@@ -585,7 +667,7 @@ class SessionRecorder(RunHooks[Any]):
         self._commit(history)
         self._end_turn()
         if self.checkpoint:
-            await asyncio.to_thread(self.run_record.save_checkpoint, to_json(history))
+            await self._writer.checkpoint(_Later(to_json, list(history)))
         self._record("agent_end", summary=self._summary("stop"))
 
     # -- hooks
@@ -620,7 +702,7 @@ class SessionRecorder(RunHooks[Any]):
         if self._in_turn:
             self._end_turn()
             if self.checkpoint:
-                await asyncio.to_thread(self.run_record.save_checkpoint, to_json(input_items))
+                await self._writer.checkpoint(_Later(to_json, list(input_items)))
         self._turn += 1
         self._in_turn = True
         self._attempt = 0
@@ -663,7 +745,7 @@ class SessionRecorder(RunHooks[Any]):
     # -- writing
 
     def _record(self, kind: str, **fields: Any) -> None:
-        self.run_record.record(session.Event(kind, **fields))
+        self._writer.record(kind, fields)
 
     def _tool_end(self, call_id: str, result: Any, error: BaseException | None) -> None:
         execution, name = self._tools.pop(call_id)
@@ -677,7 +759,7 @@ class SessionRecorder(RunHooks[Any]):
             execution=execution,
             tool_id=call_id,
             tool=name,
-            result=to_json(result),
+            result=_Later(to_json, result),
             is_error=error is not None,
             error=error,
         )

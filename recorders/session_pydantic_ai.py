@@ -38,6 +38,7 @@ messages, ready for ``message_history=`` (empty for a new file).  Copy this file
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
@@ -47,8 +48,8 @@ import re
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from datetime import datetime, timezone
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import pydantic
 import pydantic_ai
@@ -95,8 +96,11 @@ async def recording(
     checkpoint's JSON-ready data just before it is written and returns what to write instead
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
-    fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.
+    fsyncs never block the event loop.  The run's events and checkpoints are converted,
+    encoded and written in a thread of the recording's own, in order (see ``_Writer``): at
+    the end, the recording waits for them, and raises what failed.  One recording records
+    one conversation: run concurrent conversations each in its own ``recording`` of its own
+    file.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -105,7 +109,12 @@ async def recording(
     )
     try:
         run = await asyncio.to_thread(opened.begin_run)
-        yield SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder._writer = writer = _Writer(run, threaded=True)
+        try:
+            yield recorder
+        finally:
+            await asyncio.to_thread(writer.close)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -132,6 +141,78 @@ def _loads(value: Any) -> Any:
 
 def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+class _Later(NamedTuple):
+    """An event's field converted where the event is written: ``convert(value)``."""
+
+    convert: Callable[[Any], Any]
+    value: Any
+
+
+class _Writer:
+    """Where a recorder's events and checkpoints are converted, encoded and written.
+
+    ``recording()``'s recorder has one with a thread of its own (*threaded*): every event
+    and checkpoint is written there, one at a time, in the order handed over, so that the
+    event loop waits for no conversion (``_Later``), encoding, write or fsync.  The first
+    one that fails is kept: the next hand-over raises it, and so does ``close``.  A recorder
+    made directly from a ``session.Run`` writes each event in the caller's thread as it is
+    handed over, and each checkpoint in a worker thread.  An event's time is when it is
+    handed over; a checkpoint waits until it is synced, with every event before it.
+    """
+
+    def __init__(self, run: session.Run, threaded: bool) -> None:
+        self._run = run
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, "session-recorder") if threaded else None
+        self._failure: BaseException | None = None
+
+    def record(self, kind: str, fields: dict[str, Any]) -> None:
+        """Write the event *kind* with *fields*, time-stamped now."""
+        self._put(functools.partial(self._record, kind, datetime.now(timezone.utc), fields))
+
+    async def checkpoint(self, snapshot: _Later) -> None:
+        """Save *snapshot* as a checkpoint after the events handed over, and wait until it
+        is synced (an error writing it, or any before it, is raised here)."""
+        if self._thread is None:
+            await asyncio.to_thread(self._checkpoint, snapshot)
+            return
+        # shielded: a cancelled wait must not take the checkpoint out of the queue
+        await asyncio.shield(asyncio.wrap_future(self._put(functools.partial(self._checkpoint, snapshot))))
+
+    def close(self) -> None:
+        """Wait until everything handed over is written; raise the first failure."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+        if self._failure is not None:
+            raise self._failure
+
+    def _put(self, job: Callable[[], None]) -> concurrent.futures.Future[None]:
+        if self._failure is not None:
+            raise self._failure
+        if self._thread is None:
+            job()
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            done.set_result(None)
+            return done
+        future = self._thread.submit(job)
+        future.add_done_callback(self._note)
+        return future
+
+    def _note(self, future: concurrent.futures.Future[None]) -> None:
+        if self._failure is None and not future.cancelled():
+            self._failure = future.exception()
+
+    def _record(self, kind: str, when: datetime, fields: dict[str, Any]) -> None:
+        ready = {name: _made(value) for name, value in fields.items()}
+        self._run.record(session.Event(kind, timestamp=when, **ready))
+
+    def _checkpoint(self, snapshot: _Later) -> None:
+        self._run.save_checkpoint(_made(snapshot))
+
+
+def _made(value: Any) -> Any:
+    return value.convert(value.value) if type(value) is _Later else value
 
 
 # a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
@@ -376,6 +457,10 @@ class SessionRecorder(AbstractCapability[Any]):
     _converted: _Converted[session.Message] = field(
         default_factory=lambda: _Converted(_content_key, _unit_message), init=False
     )
+    _writer: _Writer = field(init=False)  # recording() gives it one with a thread of its own
+
+    def __post_init__(self) -> None:
+        self._writer = _Writer(self.run, threaded=False)
 
     def history(self) -> list[pm.ModelMessage]:
         """The message history of the session's latest checkpoint; empty when it has none."""
@@ -410,7 +495,7 @@ class SessionRecorder(AbstractCapability[Any]):
         self._commit(history)
         self._end_turn()
         if self.checkpoint:
-            await asyncio.to_thread(self.run.save_checkpoint, to_json(history))
+            await self._writer.checkpoint(_Later(to_json, list(history)))
         self._record("agent_end", summary=self._summary("stop"))
         return result
 
@@ -425,7 +510,7 @@ class SessionRecorder(AbstractCapability[Any]):
         if self._in_turn:
             self._end_turn()
             if self.checkpoint:
-                await asyncio.to_thread(self.run.save_checkpoint, to_json(list(ctx.messages)))
+                await self._writer.checkpoint(_Later(to_json, list(ctx.messages)))
         self._turn += 1
         self._in_turn = True
         self._record("turn_start", turn_index=self._turn)
@@ -475,7 +560,7 @@ class SessionRecorder(AbstractCapability[Any]):
             execution=execution,
             tool_id=call.tool_call_id,
             tool=call.tool_name,
-            args=to_json(validated),
+            args=_Later(to_json, validated),
         )
         return validated
 
@@ -517,7 +602,7 @@ class SessionRecorder(AbstractCapability[Any]):
     # -- writing
 
     def _record(self, kind: str, **fields: Any) -> None:
-        self.run.record(session.Event(kind, **fields))
+        self._writer.record(kind, fields)
 
     def _tool_end(
         self, execution: session.Execution, call: pm.ToolCallPart, result: Any, error: BaseException | None
@@ -528,7 +613,7 @@ class SessionRecorder(AbstractCapability[Any]):
             execution=execution,
             tool_id=call.tool_call_id,
             tool=call.tool_name,
-            result=None if error is not None else to_json(result),
+            result=None if error is not None else _Later(to_json, result),
             is_error=error is not None,
             error=error,
         )
