@@ -19,6 +19,7 @@ from conftest import (
     check_each_message_once,
     check_file,
     check_nested,
+    check_off_the_loop,
     check_redacted,
     events,
     messages,
@@ -485,3 +486,45 @@ def test_one_recorder_records_one_run(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="records one run"):
         asyncio.run(main())
     assert check_file(path).runs[0].end_reason == "stop"
+
+
+def reading(result: str) -> LlmAgent:
+    """An agent that reads once (the tool returns *result*), then answers."""
+
+    def read(key: str) -> str:
+        """Read a key."""
+        return result
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-1", "read", key="x"), given=5, made=2)]
+        return [reply(types.Part(text="ok"), given=8, made=2)]
+
+    return LlmAgent(name="root", model=Scripted(script=script), tools=[read])
+
+
+def test_the_event_loop_neither_writes_nor_syncs(
+    tmp_path: Path, file_calls: list[tuple[str, int, bool]]
+) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await run(recorder, reading("entry x"), "read x")
+
+    asyncio.run(main())
+    check_off_the_loop(file_calls, path)
+    assert len(events(path, "tool_exec_end")) == 1
+    check_file(path)
+
+
+def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, max_line_bytes=4096) as recorder:
+            await run(recorder, reading("x" * 5000), "read x")
+
+    with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
+        asyncio.run(main())
+    assert len(events(path, "tool_exec_start")) == 1  # what came before is there, readable

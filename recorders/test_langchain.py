@@ -22,6 +22,7 @@ from conftest import (
     check_converted_once,
     check_each_message_once,
     check_file,
+    check_off_the_loop,
     check_redacted,
     check_tool_failures,
     events,
@@ -583,3 +584,48 @@ def test_a_chat_model_alone_that_fails_or_is_closed_early(tmp_path: Path) -> Non
     )
     asyncio.run(closed_early(tmp_path / "closed.jsonl"))
     check_aborted(tmp_path / "closed.jsonl")
+
+
+def reading(result: str) -> CompiledStateGraph[Any]:
+    """An agent that reads once (the tool returns *result*), then answers."""
+
+    @tool
+    def read(key: str) -> str:
+        """Read a key."""
+        return result
+
+    model = GenericFakeChatModel(
+        messages=Script(reply(calls=[{"name": "read", "args": {"key": "x"}, "id": "call-1"}]), reply("ok"))
+    )
+    return agent(model, [read])
+
+
+def test_the_event_loop_neither_writes_nor_syncs(
+    tmp_path: Path, file_calls: list[tuple[str, int, bool]]
+) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await reading("entry x").ainvoke(
+                {"messages": [HumanMessage("read x")]}, {"callbacks": [recorder]}
+            )
+
+    asyncio.run(main())
+    check_off_the_loop(file_calls, path)
+    assert len(events(path, "tool_exec_end")) == 1
+    check_file(path)
+
+
+def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, max_line_bytes=4096) as recorder:
+            await reading("x" * 5000).ainvoke(
+                {"messages": [HumanMessage("read x")]}, {"callbacks": [recorder]}
+            )
+
+    with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
+        asyncio.run(main())
+    assert len(events(path, "tool_exec_start")) == 1  # what came before is there, readable

@@ -24,6 +24,7 @@ from conftest import (
     check_file,
     check_gap,
     check_nested,
+    check_off_the_loop,
     check_redacted,
     check_tool_failures,
     events,
@@ -631,3 +632,42 @@ def test_the_recorder_given_to_runner_as_hooks_is_a_loud_gap(tmp_path: Path) -> 
     [gap] = events(path, "recording_gap")
     assert isinstance(gap.details, dict) and "recorder.run_streamed" in gap.details["unrecorded"]
     assert [g.kind for g in session.summarize(path).gaps] == ["no_agent_end", "unrecorded"]
+
+
+def reading(result: str) -> Agent[Any]:
+    """An agent that reads once (the tool returns *result*), then answers."""
+
+    @function_tool
+    def read(key: str) -> str:
+        """Read a key."""
+        return result
+
+    steps = [ModelStep(output=[call("call-1", "read", '{"key": "x"}')], usage=USAGE), answer("ok")]
+    return Agent(name="reader", model=ScriptedModel(steps), tools=[read])
+
+
+def test_the_event_loop_neither_writes_nor_syncs(
+    tmp_path: Path, file_calls: list[tuple[str, int, bool]]
+) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await recorder.run(reading("entry x"), "read x")
+
+    asyncio.run(main())
+    check_off_the_loop(file_calls, path)
+    assert len(events(path, "tool_exec_end")) == 1
+    check_file(path)
+
+
+def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, max_line_bytes=4096) as recorder:
+            await recorder.run(reading("x" * 5000), "read x")
+
+    with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
+        asyncio.run(main())
+    assert len(events(path, "tool_exec_start")) == 1  # what came before is there, readable

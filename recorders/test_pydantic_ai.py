@@ -23,6 +23,7 @@ from conftest import (
     check_file,
     check_gap,
     check_nested,
+    check_off_the_loop,
     check_redacted,
     check_tool_failures,
     events,
@@ -587,3 +588,45 @@ def test_a_delegate_run_without_the_recorder_is_a_loud_gap(tmp_path: Path) -> No
     with pytest.warns(RuntimeWarning, match="'research' made 1 model request.*did not see"):
         assert asyncio.run(main()) == "lead: found it"
     check_gap(path, "call-r")
+
+
+def reading(result: str) -> Agent[None, str]:
+    """An agent that adds and looks up (``lookup`` returns *result*), then answers."""
+    agent = Agent(FunctionModel(two_tools_then_answer))
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @agent.tool_plain
+    def lookup(key: str) -> str:
+        return result
+
+    return agent
+
+
+def test_the_event_loop_neither_writes_nor_syncs(
+    tmp_path: Path, file_calls: list[tuple[str, int, bool]]
+) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await reading("entry x").run("add 2 and 3, and look up x", capabilities=[recorder])
+
+    asyncio.run(main())
+    check_off_the_loop(file_calls, path)
+    assert len(events(path, "tool_exec_end")) == 2
+    check_file(path)
+
+
+def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, max_line_bytes=4096) as recorder:
+            await reading("x" * 5000).run("add 2 and 3, and look up x", capabilities=[recorder])
+
+    with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
+        asyncio.run(main())
+    assert len(events(path, "tool_exec_start")) == 2  # what came before is there, readable
