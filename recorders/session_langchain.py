@@ -259,36 +259,39 @@ class _Converted(Generic[_T]):
         # id -> (the object, its fields' identities, its key, converted)
         self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
         self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        self._lock = threading.Lock()  # the recorder's writer converts too
 
     def all(self, sources: Sequence[Any]) -> list[_T]:
         """Each of *sources*, one request's messages in order, as first converted."""
-        counts: dict[str, int] = {}
-        out: list[_T] = []
-        for source in sources:
-            hit = self._objects.get(id(source))
-            known = hit is not None and hit[0] is source
-            if hit is not None and known and hit[1] == _fields(source):
-                counts[hit[2]] = counts.get(hit[2], 0) + 1
-                out.append(hit[3])
-                continue
-            key = self._key(source)
-            nth = counts.get(key, 0)
-            counts[key] = nth + 1
-            seen = self._contents.setdefault(key, [])
-            fresh = nth >= len(seen)
-            if fresh:
-                seen.append(self._convert(source))
-            converted = seen[-1] if fresh else seen[nth]
-            if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                self._objects[id(source)] = (source, _fields(source), key, converted)
-            out.append(converted)
-        return out
+        with self._lock:
+            counts: dict[str, int] = {}
+            out: list[_T] = []
+            for source in sources:
+                hit = self._objects.get(id(source))
+                known = hit is not None and hit[0] is source
+                if hit is not None and known and hit[1] == _fields(source):
+                    counts[hit[2]] = counts.get(hit[2], 0) + 1
+                    out.append(hit[3])
+                    continue
+                key = self._key(source)
+                nth = counts.get(key, 0)
+                counts[key] = nth + 1
+                seen = self._contents.setdefault(key, [])
+                fresh = nth >= len(seen)
+                if fresh:
+                    seen.append(self._convert(source))
+                converted = seen[-1] if fresh else seen[nth]
+                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                out.append(converted)
+            return out
 
     def add(self, source: Any, converted: _T) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
-        key = self._key(source)
-        self._contents.setdefault(key, []).append(converted)
-        self._objects[id(source)] = (source, _fields(source), key, converted)
+        with self._lock:
+            key = self._key(source)
+            self._contents.setdefault(key, []).append(converted)
+            self._objects[id(source)] = (source, _fields(source), key, converted)
 
 
 _CODEC = session.JSONCodec()

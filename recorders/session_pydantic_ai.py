@@ -45,6 +45,7 @@ import functools
 import json
 import os
 import re
+import threading
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -143,6 +144,9 @@ def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
 
 
+_T = TypeVar("_T")
+
+
 class _Later(NamedTuple):
     """An event's field converted where the event is written: ``convert(value)``."""
 
@@ -153,32 +157,52 @@ class _Later(NamedTuple):
 class _Writer:
     """Where a recorder's events and checkpoints are converted, encoded and written.
 
-    ``recording()``'s recorder has one with a thread of its own (*threaded*): every event
-    and checkpoint is written there, one at a time, in the order handed over, so that the
-    event loop waits for no conversion (``_Later``), encoding, write or fsync.  The first
-    one that fails is kept: the next hand-over raises it, and so does ``close``.  A recorder
-    made directly from a ``session.Run`` writes each event in the caller's thread as it is
-    handed over, and each checkpoint in a worker thread.  An event's time is when it is
-    handed over; a checkpoint waits until it is synced, with every event before it.
+    ``recording()``'s recorder has one with a thread of its own (*threaded*): every event,
+    checkpoint and ``call`` runs there, one at a time, in the order handed over, so that the
+    event loop waits for no conversion (``_Later``), encoding, write or fsync.  An event's
+    time is when it is handed over.  A hook waits (the loop free) for a checkpoint until it
+    is synced, for a ``call``'s result, and, having handed over a large value, for it to be
+    written (``flush``): the conversions then run while the agent's own work waits, not in
+    turns with it at the GIL.  The first hand-over that fails is kept: the next one raises
+    it, and so does ``close``.  A recorder made directly from a ``session.Run`` writes and
+    converts in the caller's thread as it hands over, and saves checkpoints in a worker
+    thread.
     """
 
     def __init__(self, run: session.Run, threaded: bool) -> None:
         self._run = run
         self._thread = concurrent.futures.ThreadPoolExecutor(1, "session-recorder") if threaded else None
         self._failure: BaseException | None = None
+        self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
 
     def record(self, kind: str, fields: dict[str, Any]) -> None:
         """Write the event *kind* with *fields*, time-stamped now."""
-        self._put(functools.partial(self._record, kind, datetime.now(timezone.utc), fields))
+        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+        if self._thread is None:
+            job()
+        else:
+            self._put(job)
 
     async def checkpoint(self, snapshot: _Later) -> None:
         """Save *snapshot* as a checkpoint after the events handed over, and wait until it
         is synced (an error writing it, or any before it, is raised here)."""
+        job = functools.partial(self._checkpoint, snapshot)
         if self._thread is None:
-            await asyncio.to_thread(self._checkpoint, snapshot)
-            return
-        # shielded: a cancelled wait must not take the checkpoint out of the queue
-        await asyncio.shield(asyncio.wrap_future(self._put(functools.partial(self._checkpoint, snapshot))))
+            await asyncio.to_thread(job)
+        else:
+            await self._wait(self._put(job))
+
+    async def call(self, convert: Callable[..., _T], *args: Any) -> _T:
+        """``convert(*args)``, made after everything handed over."""
+        if self._thread is None:
+            return convert(*args)
+        made: _T = await self._wait(self._put(functools.partial(convert, *args)))
+        return made
+
+    async def flush(self) -> None:
+        """Wait until everything handed over is written, raising what failed."""
+        if self._last is not None and not self._last.done():
+            await self._wait(self._last)
 
     def close(self) -> None:
         """Wait until everything handed over is written; raise the first failure."""
@@ -187,19 +211,19 @@ class _Writer:
         if self._failure is not None:
             raise self._failure
 
-    def _put(self, job: Callable[[], None]) -> concurrent.futures.Future[None]:
+    def _put(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        assert self._thread is not None
         if self._failure is not None:
             raise self._failure
-        if self._thread is None:
-            job()
-            done: concurrent.futures.Future[None] = concurrent.futures.Future()
-            done.set_result(None)
-            return done
-        future = self._thread.submit(job)
+        future = self._last = self._thread.submit(job)
         future.add_done_callback(self._note)
         return future
 
-    def _note(self, future: concurrent.futures.Future[None]) -> None:
+    async def _wait(self, future: concurrent.futures.Future[Any]) -> Any:
+        # shielded: a cancelled wait must not take the job out of the queue
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    def _note(self, future: concurrent.futures.Future[Any]) -> None:
         if self._failure is None and not future.cancelled():
             self._failure = future.exception()
 
@@ -217,9 +241,6 @@ def _made(value: Any) -> Any:
 
 # a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
 _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
-
-
-_T = TypeVar("_T")
 
 
 def _content_key(value: Any) -> str:
@@ -251,36 +272,39 @@ class _Converted(Generic[_T]):
         # id -> (the object, its fields' identities, its key, converted)
         self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
         self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        self._lock = threading.Lock()  # the recorder's writer converts too
 
     def all(self, sources: Sequence[Any]) -> list[_T]:
         """Each of *sources*, one request's messages in order, as first converted."""
-        counts: dict[str, int] = {}
-        out: list[_T] = []
-        for source in sources:
-            hit = self._objects.get(id(source))
-            known = hit is not None and hit[0] is source
-            if hit is not None and known and hit[1] == _fields(source):
-                counts[hit[2]] = counts.get(hit[2], 0) + 1
-                out.append(hit[3])
-                continue
-            key = self._key(source)
-            nth = counts.get(key, 0)
-            counts[key] = nth + 1
-            seen = self._contents.setdefault(key, [])
-            fresh = nth >= len(seen)
-            if fresh:
-                seen.append(self._convert(source))
-            converted = seen[-1] if fresh else seen[nth]
-            if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                self._objects[id(source)] = (source, _fields(source), key, converted)
-            out.append(converted)
-        return out
+        with self._lock:
+            counts: dict[str, int] = {}
+            out: list[_T] = []
+            for source in sources:
+                hit = self._objects.get(id(source))
+                known = hit is not None and hit[0] is source
+                if hit is not None and known and hit[1] == _fields(source):
+                    counts[hit[2]] = counts.get(hit[2], 0) + 1
+                    out.append(hit[3])
+                    continue
+                key = self._key(source)
+                nth = counts.get(key, 0)
+                counts[key] = nth + 1
+                seen = self._contents.setdefault(key, [])
+                fresh = nth >= len(seen)
+                if fresh:
+                    seen.append(self._convert(source))
+                converted = seen[-1] if fresh else seen[nth]
+                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                out.append(converted)
+            return out
 
     def add(self, source: Any, converted: _T) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
-        key = self._key(source)
-        self._contents.setdefault(key, []).append(converted)
-        self._objects[id(source)] = (source, _fields(source), key, converted)
+        with self._lock:
+            key = self._key(source)
+            self._contents.setdefault(key, []).append(converted)
+            self._objects[id(source)] = (source, _fields(source), key, converted)
 
 
 def _aware(moment: datetime) -> datetime:
@@ -492,7 +516,7 @@ class SessionRecorder(AbstractCapability[Any]):
             self._record("agent_end", summary=self._summary(reason), error=exc)
             raise
         history = result.all_messages()
-        self._commit(history)
+        await self._commit(history)
         self._end_turn()
         if self.checkpoint:
             await self._writer.checkpoint(_Later(to_json, list(history)))
@@ -506,7 +530,7 @@ class SessionRecorder(AbstractCapability[Any]):
             earlier = [m for m in ctx.messages if m.run_id != ctx.run_id]
             self._seen = len(earlier)
             self._turn = sum(isinstance(m, pm.ModelResponse) for m in earlier)
-        self._commit(ctx.messages)
+        await self._commit(ctx.messages)
         if self._in_turn:
             self._end_turn()
             if self.checkpoint:
@@ -514,6 +538,7 @@ class SessionRecorder(AbstractCapability[Any]):
         self._turn += 1
         self._in_turn = True
         self._record("turn_start", turn_index=self._turn)
+        await self._writer.flush()
         return request_context
 
     async def prepare_model_request(
@@ -562,6 +587,7 @@ class SessionRecorder(AbstractCapability[Any]):
             tool=call.tool_name,
             args=_Later(to_json, validated),
         )
+        await self._writer.flush()
         return validated
 
     async def wrap_tool_execute(
@@ -587,6 +613,7 @@ class SessionRecorder(AbstractCapability[Any]):
         if unseen > 0:
             self._gap(execution, call, unseen)
         self._tool_end(execution, call, result, None)
+        await self._writer.flush()
         return result
 
     def _gap(self, execution: session.Execution, call: pm.ToolCallPart, unseen: int) -> None:
@@ -618,10 +645,11 @@ class SessionRecorder(AbstractCapability[Any]):
             error=error,
         )
 
-    def _commit(self, history: Sequence[pm.ModelMessage]) -> None:
-        """``message_end`` for every history message not yet written."""
+    async def _commit(self, history: Sequence[pm.ModelMessage]) -> None:
+        """``message_end`` for every history message not yet written (converted in the writer)."""
         units = [(at, unit) for at, message in enumerate(history) for unit in _units(message)]
-        for (at, _), converted in zip(units, self._converted.all([unit for _, unit in units])):
+        every = await self._writer.call(self._converted.all, [unit for _, unit in units])
+        for (at, _), converted in zip(units, every):
             if at >= max(self._seen, 0):
                 execution = self._execution_of(history[at], converted)
                 self._record("message_end", execution=execution, message=converted)
@@ -642,6 +670,9 @@ class SessionRecorder(AbstractCapability[Any]):
         return session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)
 
     # -- model attempts (called by _RecordingModel)
+
+    async def _flush(self) -> None:
+        await self._writer.flush()
 
     def _attempt_start(
         self,
@@ -705,6 +736,9 @@ class _Delegated(AbstractCapability[Any]):
     recorder: SessionRecorder
     caller: session.Execution
 
+    async def _flush(self) -> None:
+        await self.recorder._writer.flush()
+
     def get_wrapper_model(self, model: Model) -> Model | None:
         return _RecordingModel(model, self)
 
@@ -740,6 +774,7 @@ class _RecordingModel(WrapperModel):
         execution = recorder._attempt_start(
             messages, model_settings, model_request_parameters, self.model_name
         )
+        await recorder._flush()
         try:
             response = await self.wrapped.request(messages, model_settings, model_request_parameters)
         except BaseException as exc:
@@ -760,6 +795,7 @@ class _RecordingModel(WrapperModel):
         execution = recorder._attempt_start(
             messages, model_settings, model_request_parameters, self.model_name
         )
+        await recorder._flush()
         try:
             async with self.wrapped.request_stream(
                 messages, model_settings, model_request_parameters, run_context
