@@ -142,6 +142,9 @@ def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
 
 
+_T = TypeVar("_T")
+
+
 class _Later(NamedTuple):
     """An event's field converted where the event is written: ``convert(value)``."""
 
@@ -152,32 +155,52 @@ class _Later(NamedTuple):
 class _Writer:
     """Where a recorder's events and checkpoints are converted, encoded and written.
 
-    ``recording()``'s recorder has one with a thread of its own (*threaded*): every event
-    and checkpoint is written there, one at a time, in the order handed over, so that the
-    event loop waits for no conversion (``_Later``), encoding, write or fsync.  The first
-    one that fails is kept: the next hand-over raises it, and so does ``close``.  A recorder
-    made directly from a ``session.Run`` writes each event in the caller's thread as it is
-    handed over, and each checkpoint in a worker thread.  An event's time is when it is
-    handed over; a checkpoint waits until it is synced, with every event before it.
+    ``recording()``'s recorder has one with a thread of its own (*threaded*): every event,
+    checkpoint and ``call`` runs there, one at a time, in the order handed over, so that the
+    event loop waits for no conversion (``_Later``), encoding, write or fsync.  An event's
+    time is when it is handed over.  A hook waits (the loop free) for a checkpoint until it
+    is synced, for a ``call``'s result, and, having handed over a large value, for it to be
+    written (``flush``): the conversions then run while the agent's own work waits, not in
+    turns with it at the GIL.  The first hand-over that fails is kept: the next one raises
+    it, and so does ``close``.  A recorder made directly from a ``session.Run`` writes and
+    converts in the caller's thread as it hands over, and saves checkpoints in a worker
+    thread.
     """
 
     def __init__(self, run: session.Run, threaded: bool) -> None:
         self._run = run
         self._thread = concurrent.futures.ThreadPoolExecutor(1, "session-recorder") if threaded else None
         self._failure: BaseException | None = None
+        self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
 
     def record(self, kind: str, fields: dict[str, Any]) -> None:
         """Write the event *kind* with *fields*, time-stamped now."""
-        self._put(functools.partial(self._record, kind, datetime.now(timezone.utc), fields))
+        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+        if self._thread is None:
+            job()
+        else:
+            self._put(job)
 
     async def checkpoint(self, snapshot: _Later) -> None:
         """Save *snapshot* as a checkpoint after the events handed over, and wait until it
         is synced (an error writing it, or any before it, is raised here)."""
+        job = functools.partial(self._checkpoint, snapshot)
         if self._thread is None:
-            await asyncio.to_thread(self._checkpoint, snapshot)
-            return
-        # shielded: a cancelled wait must not take the checkpoint out of the queue
-        await asyncio.shield(asyncio.wrap_future(self._put(functools.partial(self._checkpoint, snapshot))))
+            await asyncio.to_thread(job)
+        else:
+            await self._wait(self._put(job))
+
+    async def call(self, convert: Callable[..., _T], *args: Any) -> _T:
+        """``convert(*args)``, made after everything handed over."""
+        if self._thread is None:
+            return convert(*args)
+        made: _T = await self._wait(self._put(functools.partial(convert, *args)))
+        return made
+
+    async def flush(self) -> None:
+        """Wait until everything handed over is written, raising what failed."""
+        if self._last is not None and not self._last.done():
+            await self._wait(self._last)
 
     def close(self) -> None:
         """Wait until everything handed over is written; raise the first failure."""
@@ -186,19 +209,19 @@ class _Writer:
         if self._failure is not None:
             raise self._failure
 
-    def _put(self, job: Callable[[], None]) -> concurrent.futures.Future[None]:
+    def _put(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        assert self._thread is not None
         if self._failure is not None:
             raise self._failure
-        if self._thread is None:
-            job()
-            done: concurrent.futures.Future[None] = concurrent.futures.Future()
-            done.set_result(None)
-            return done
-        future = self._thread.submit(job)
+        future = self._last = self._thread.submit(job)
         future.add_done_callback(self._note)
         return future
 
-    def _note(self, future: concurrent.futures.Future[None]) -> None:
+    async def _wait(self, future: concurrent.futures.Future[Any]) -> Any:
+        # shielded: a cancelled wait must not take the job out of the queue
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    def _note(self, future: concurrent.futures.Future[Any]) -> None:
         if self._failure is None and not future.cancelled():
             self._failure = future.exception()
 
@@ -212,9 +235,6 @@ class _Writer:
 
 def _made(value: Any) -> Any:
     return value.convert(value.value) if type(value) is _Later else value
-
-
-_T = TypeVar("_T")
 
 
 def _content_key(value: Any) -> str:
