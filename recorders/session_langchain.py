@@ -554,9 +554,11 @@ class SessionRecorder(AsyncCallbackHandler):
         if run_id != self._root:
             return
         messages = outputs.get("messages") if isinstance(outputs, dict) else None
+        listed = messages if isinstance(messages, list) else []
+        converted = await self._writer.call(self._converted.all, list(listed))
         with self._lock:
             if isinstance(messages, list):
-                self._commit(messages, self._converted.all(messages))
+                self._commit(messages, converted)
             self._end_turn()
         if self.checkpoint and isinstance(messages, list):
             await self._writer.checkpoint(_Later(_messages_json, list(messages)))
@@ -591,8 +593,8 @@ class SessionRecorder(AsyncCallbackHandler):
         if self._recall and self._source is not None:
             before, self._recall = self._recall, 0
             await asyncio.to_thread(self._recalled.load, self._source.path, before)
+        converted = await self._writer.call(self._converted.all, list(sent))
         with self._lock:
-            converted = self._converted.all(sent)
             retry = self._failed and self._model is not None
             ended = not retry and self._close_turn(sent, converted)
         if ended and self.checkpoint:
@@ -612,6 +614,7 @@ class SessionRecorder(AsyncCallbackHandler):
             self._record("model_exec_start", execution=execution)
             params = to_json(kwargs.get("invocation_params") or {})
             self._record("model_request", execution=execution, request=_request(converted, params))
+        await self._writer.flush()
 
     async def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         generation = response.generations[0][0] if response.generations and response.generations[0] else None
@@ -668,6 +671,7 @@ class SessionRecorder(AsyncCallbackHandler):
             if run_id in self._calls:
                 failed = isinstance(output, ToolMessage) and output.status == "error"
                 self._end_call(run_id, output, RuntimeError(str(output.content)) if failed else None)
+        await self._writer.flush()
 
     async def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
