@@ -180,7 +180,10 @@ def google_adk_run() -> Runner:
                 part = types.Part(function_call=call)
             else:
                 part = types.Part(text="done")
-            yield LlmResponse(content=types.Content(role="model", parts=[part]))
+            usage = types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=5, candidates_token_count=1, total_token_count=6
+            )
+            yield LlmResponse(content=types.Content(role="model", parts=[part]), usage_metadata=usage)
 
     async def run(tool: Tool, path: Optional[Path]) -> None:
         def read() -> Any:

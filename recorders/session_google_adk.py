@@ -575,7 +575,7 @@ class SessionRecorder(BasePlugin):
         self, *, invocation_context: InvocationContext, user_message: types.Content
     ) -> types.Content | None:
         if self._scope(invocation_context.invocation_id).caller is None:
-            self._commit(user_message, None)
+            await self._commit(user_message, None)
         return None
 
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
@@ -596,7 +596,7 @@ class SessionRecorder(BasePlugin):
         if scope.caller is None and not event.partial:
             self._answered = event.is_final_response()
             if event.content is not None:
-                self._commit(event.content, scope)
+                await self._commit(event.content, scope)
         return None
 
     # -- model calls
@@ -616,8 +616,9 @@ class SessionRecorder(BasePlugin):
             )
         scope.model = execution
         self._record("model_exec_start", execution=execution)
-        sent = self._converted.all(_sent(llm_request))
+        sent = await self._writer.call(self._converted.all, _sent(llm_request))
         self._record("model_request", execution=execution, request=_request(sent, llm_request))
+        await self._writer.flush()
         return None
 
     async def after_model_callback(
@@ -661,6 +662,7 @@ class SessionRecorder(BasePlugin):
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: Any
     ) -> dict[str, Any] | None:
         self._tool_end(tool, tool_context, result, None)
+        await self._writer.flush()
         return None
 
     async def on_tool_error_callback(
@@ -696,9 +698,10 @@ class SessionRecorder(BasePlugin):
             error=error,
         )
 
-    def _commit(self, content: types.Content, scope: _Scope | None) -> None:
-        """``message_end`` for each message of *content*, in the call that made it."""
-        for message in self._converted.all(_units(content)):
+    async def _commit(self, content: types.Content, scope: _Scope | None) -> None:
+        """``message_end`` for each message of *content* (converted in the writer), in the
+        call that made it."""
+        for message in await self._writer.call(self._converted.all, _units(content)):
             call_id = (message.metadata or {}).get("tool_call_id")
             execution = scope.model if scope is not None and message.role == "assistant" else None
             if scope is not None and isinstance(call_id, str):
