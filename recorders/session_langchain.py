@@ -210,17 +210,21 @@ class _Writer:
             await self._wait(self._last)
 
     def close(self) -> None:
-        """Wait until everything handed over is written; raise the first failure."""
+        """Wait until everything handed over is written; raise the first failure.  A hook
+        called after this writes in its own thread (and the closed run refuses it)."""
         if self._thread is not None:
             self._thread.shutdown(wait=True)
+            self._thread = None
         if self._failure is not None:
             raise self._failure
 
     def _put(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        assert self._thread is not None
         if self._failure is not None:
             raise self._failure
-        future = self._last = self._thread.submit(job)
+        thread = self._thread
+        if thread is None:  # closed since the caller looked
+            raise ValueError(f"{self._run!r}: its recording has ended")
+        future = self._last = thread.submit(job)
         future.add_done_callback(self._note)
         return future
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -630,3 +631,29 @@ def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
     with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
         asyncio.run(main())
     assert len(events(path, "tool_exec_start")) == 2  # what came before is there, readable
+
+
+def test_a_run_cancelled_while_a_hook_waits_for_the_writer_is_aborted_whole(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    busy, release = threading.Event(), threading.Event()
+
+    def redact(data: dict[str, Any]) -> dict[str, Any]:
+        if "result" in data and not busy.is_set():  # a tool's end, which its hook waits for
+            busy.set()
+            release.wait(10)
+        return data
+
+    async def main() -> None:
+        async with recording(path, redact=redact) as recorder:
+            run = asyncio.ensure_future(
+                reading("entry x").run("add 2 and 3, and look up x", capabilities=[recorder])
+            )
+            await asyncio.to_thread(busy.wait, 10)
+            run.cancel()
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+
+    asyncio.run(main())
+    check_aborted(path)
+    assert events(path, "tool_exec_end")[0].result is not None  # the one written as the run was cancelled
