@@ -8,7 +8,8 @@ called at each turn) and notes how late it wakes at worst: that is the max lag o
 Each case is run with the recorder (``recording(..., checkpoint=True)``) and without,
 interleaved in this one process; "added" is the median over the pairs of the difference.
 A normal run is four turns with a 1 KB tool result each; the big run has one 20 MB tool
-result (a list of rows), and its reference is one ``json.dumps`` of that value, timed here.
+result (a list of rows; ``--text``: one string), and its reference is one ``json.dumps`` of
+that value, timed here.
 A framework that is not installed is skipped, saying so.
 """
 
@@ -35,8 +36,11 @@ TURNS = 4
 SMALL = "a line of a file, as a tool reads it\n" * 28  # about 1 KB
 
 
-def big_value(size: int = 20_000_000) -> List[Dict[str, Any]]:
-    """About *size* bytes of JSON: rows as a database tool returns them."""
+def big_value(size: int = 20_000_000, text: bool = False) -> Any:
+    """About *size* bytes of JSON: rows as a database tool returns them, or (*text*) one
+    string, as a tool that reads a file returns it."""
+    if text:
+        return "a line of a file, as a tool reads it\n" * (size // 38)
     row = {"id": 0, "name": "row 00000", "text": "x" * 180, "score": 0.5, "tags": ["a", "b"]}
     count = size // (len(json.dumps(row, separators=(",", ":"))) + 1)
     return [dict(row, id=n, name=f"row {n}") for n in range(count)]
@@ -279,8 +283,9 @@ def main() -> None:
     parser.add_argument("frameworks", nargs="*", default=list(FRAMEWORKS), choices=list(FRAMEWORKS))
     parser.add_argument("--runs", type=int, default=7, help="pairs per case (default 7)")
     parser.add_argument("--size", type=int, default=20_000_000, help="the big result's JSON bytes")
+    parser.add_argument("--text", action="store_true", help="the big result is one string, not rows")
     args = parser.parse_args()
-    big = big_value(args.size)
+    big = big_value(args.size, args.text)
     reference = statistics.median(timed(lambda: json.dumps(big)) for _ in range(args.runs))
     print(f"Python {sys.version.split()[0]}; {args.runs} interleaved pairs per case", flush=True)
     for name in args.frameworks:

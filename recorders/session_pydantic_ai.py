@@ -42,6 +42,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import hashlib
 import json
 import os
 import re
@@ -124,20 +125,24 @@ def to_json(value: Any) -> Any:
     """*value* as plain JSON, through pydantic's own JSON form: models, dataclasses, enums and
     datetimes as pydantic writes them, bytes as base64, NaN and infinities as strings; a value
     pydantic cannot serialize (nor the python dump of a model) becomes ``{"type": ...,
-    "repr": ...}`` rather than fail."""
+    "repr": ...}`` rather than fail.  A string is itself (no pass over it, however long)."""
+    return value if type(value) is str else json.loads(_json_text(value))
+
+
+def _json_text(value: Any) -> bytes:
+    """*value*'s JSON text, as ``to_json`` describes it."""
     try:
-        return _loads(value)
+        return _dumped(value)
     except pydantic_core.PydanticSerializationError:  # a model's own config says bytes are text
         pass
     try:
-        return _loads(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
+        return _dumped(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
     except pydantic_core.PydanticSerializationError:
-        return _unknown(value)
+        return json.dumps(_unknown(value)).encode()
 
 
-def _loads(value: Any) -> Any:
-    text = pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
-    return json.loads(text)
+def _dumped(value: Any) -> bytes:
+    return pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
 
 
 def _unknown(value: Any) -> Any:
@@ -248,8 +253,8 @@ _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 def _content_key(value: Any) -> str:
-    """*value*'s content as text: its JSON (``to_json``), keys sorted."""
-    return json.dumps(to_json(value), sort_keys=True)
+    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
+    return hashlib.sha256(_json_text(value)).hexdigest()
 
 
 def _fields(value: Any) -> tuple[int, ...]:
@@ -591,7 +596,6 @@ class SessionRecorder(AbstractCapability[Any]):
             tool=call.tool_name,
             args=_Later(to_json, validated),
         )
-        await self._writer.flush()
         return validated
 
     async def wrap_tool_execute(
@@ -778,8 +782,8 @@ class _RecordingModel(WrapperModel):
         execution = recorder._attempt_start(
             messages, model_settings, model_request_parameters, self.model_name
         )
-        await recorder._flush()
         try:
+            await recorder._flush()
             response = await self.wrapped.request(messages, model_settings, model_request_parameters)
         except BaseException as exc:
             recorder._attempt_end(execution, None, exc)
@@ -799,8 +803,8 @@ class _RecordingModel(WrapperModel):
         execution = recorder._attempt_start(
             messages, model_settings, model_request_parameters, self.model_name
         )
-        await recorder._flush()
         try:
+            await recorder._flush()
             async with self.wrapped.request_stream(
                 messages, model_settings, model_request_parameters, run_context
             ) as stream:
