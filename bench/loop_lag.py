@@ -9,7 +9,7 @@ Each case is run with the recorder (``recording(..., checkpoint=True)``) and wit
 interleaved in this one process; "added" is the median over the pairs of the difference.
 A normal run is four turns with a 1 KB tool result each; the big run has one 20 MB tool
 result (a list of rows; ``--text``: one string), and its reference is one ``json.dumps`` of
-that value, timed here.
+that value, timed after each pair (the median).
 A framework that is not installed is skipped, saying so.
 """
 
@@ -251,8 +251,9 @@ async def max_lag(work: Awaitable[None]) -> float:
     return worst
 
 
-def lags(run: Runner, big: Optional[Any], folder: Path, pairs: int) -> List[tuple[float, float]]:
-    """*pairs* (with the recorder, without) max lags, interleaved, for one case."""
+def lags(run: Runner, big: Optional[Any], folder: Path, pairs: int) -> List[tuple[float, float, float]]:
+    """*pairs* (with the recorder, without, one ``json.dumps`` of *big*) max lags and times,
+    interleaved, for one case."""
     found = []
     for n in range(pairs):
         path = folder / f"run-{n}.jsonl"
@@ -262,18 +263,19 @@ def lags(run: Runner, big: Optional[Any], folder: Path, pairs: int) -> List[tupl
         else:
             recorded = asyncio.run(max_lag(run(Tool(big), path)))
             bare = asyncio.run(max_lag(run(Tool(big), None)))
-        found.append((recorded, bare))
+        found.append((recorded, bare, timed(lambda: json.dumps(big))))
         path.unlink()
     return found
 
 
-def report(name: str, pairs: List[tuple[float, float]], reference: Optional[float] = None) -> None:
-    added = statistics.median(r - b for r, b in pairs)
-    recorded = statistics.median(r for r, _ in pairs)
-    bare = statistics.median(b for _, b in pairs)
+def report(name: str, found: List[tuple[float, float, float]], big: bool) -> None:
+    added = statistics.median(r - b for r, b, _ in found)
+    recorded = statistics.median(r for r, _, _ in found)
+    bare = statistics.median(b for _, b, _ in found)
     line = f"  {name:18} max lag {recorded * 1e3:7.2f} ms, without {bare * 1e3:7.2f} ms"
     line += f": added {added * 1e3:7.2f} ms"
-    if reference is not None:
+    if big:
+        reference = statistics.median(d for _, _, d in found)
         line += f" ({added / reference:.2f}x one json.dumps of the value, {reference * 1e3:.2f} ms)"
     print(line, flush=True)
 
@@ -286,7 +288,6 @@ def main() -> None:
     parser.add_argument("--text", action="store_true", help="the big result is one string, not rows")
     args = parser.parse_args()
     big = big_value(args.size, args.text)
-    reference = statistics.median(timed(lambda: json.dumps(big)) for _ in range(args.runs))
     print(f"Python {sys.version.split()[0]}; {args.runs} interleaved pairs per case", flush=True)
     for name in args.frameworks:
         if importlib.util.find_spec(MODULES[name].split(".")[0]) is None or (
@@ -298,9 +299,9 @@ def main() -> None:
         print(f"{name}:", flush=True)
         with tempfile.TemporaryDirectory() as folder:
             asyncio.run(max_lag(run(Tool(None), Path(folder) / "warm.jsonl")))  # imports, caches
-            report("normal run", lags(run, None, Path(folder), args.runs))
+            report("normal run", lags(run, None, Path(folder), args.runs), False)
             size = len(json.dumps(big, separators=(",", ":"))) / 1e6
-            report(f"{size:.0f} MB tool result", lags(run, big, Path(folder), args.runs), reference)
+            report(f"{size:.0f} MB tool result", lags(run, big, Path(folder), args.runs), True)
 
 
 if __name__ == "__main__":

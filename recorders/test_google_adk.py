@@ -40,7 +40,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.adk.tools.agent_tool import AgentTool
 from google.genai import types
-from session_google_adk import SessionRecorder, recording
+from session_google_adk import SessionRecorder, recording, to_json
 
 import session
 
@@ -528,3 +528,9 @@ def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
     with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
         asyncio.run(main())
     assert len(events(path, "tool_exec_start")) == 1  # what came before is there, readable
+
+
+def test_a_string_converts_to_itself() -> None:
+    text = "a line of a file\n" * 100_000 + "\ud800"  # a lone surrogate: the writer escapes it
+    assert to_json(text) is text  # no pass over it, no copy
+    assert to_json({"text": "\ud800"}) == {"type": "builtins.dict", "repr": "{'text': '\\ud800'}"}

@@ -52,7 +52,7 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
-from session_pydantic_ai import recording, to_messages
+from session_pydantic_ai import recording, to_json, to_messages
 
 import session
 
@@ -657,3 +657,9 @@ def test_a_run_cancelled_while_a_hook_waits_for_the_writer_is_aborted_whole(tmp_
     asyncio.run(main())
     check_aborted(path)
     assert events(path, "tool_exec_end")[0].result is not None  # the one written as the run was cancelled
+
+
+def test_a_string_converts_to_itself() -> None:
+    text = "a line of a file\n" * 100_000 + "\ud800"  # a lone surrogate: the writer escapes it
+    assert to_json(text) is text  # no pass over it, no copy
+    assert to_json({"text": "\ud800"}) == {"type": "builtins.dict", "repr": "{'text': '\\ud800'}"}
