@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -470,3 +471,31 @@ def check_both_versions(given: dict[str, list[session.Event]], folder: Path) -> 
                 assert [json.dumps(m) for m in one["request"]["messages"]] == [
                     json.dumps(m) for m in two["request"]["messages"]
                 ]
+
+
+@pytest.fixture
+def file_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, bool]]:
+    """Every ``os.write`` and ``os.fsync`` from here on: its name, the inode of the file it
+    went to, and whether it ran in the main thread (the event loop's, under ``asyncio.run``).
+    Each is observed, then made as it was asked."""
+    calls: list[tuple[str, int, bool]] = []
+
+    def observed(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def spy(fd: int, *args: Any) -> Any:
+            main = threading.current_thread() is threading.main_thread()
+            calls.append((name, os.fstat(fd).st_ino, main))
+            return call(fd, *args)
+
+        return spy
+
+    monkeypatch.setattr(os, "write", observed("write", os.write))
+    monkeypatch.setattr(os, "fsync", observed("fsync", os.fsync))
+    return calls
+
+
+def check_off_the_loop(calls: list[tuple[str, int, bool]], path: Path) -> None:
+    """The file at *path* was written and synced (*calls*: ``file_calls``'), never in the
+    event loop's thread."""
+    made = [(name, main) for name, inode, main in calls if inode == path.stat().st_ino]
+    assert {name for name, _ in made} == {"write", "fsync"}
+    assert [name for name, main in made if main] == []

@@ -40,18 +40,21 @@ nested in that tool call.  Copy this file next to ``session.py``; it needs only 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import hashlib
 import json
 import logging
 import os
 import re
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from datetime import datetime, timezone
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import pydantic
 import pydantic_core
@@ -89,9 +92,11 @@ async def recording(
     checkpoint's JSON-ready data just before it is written and returns what to write instead
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
-    fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.  A run that has
-    not ended when the block is left (cancelled, interrupted: ADK tells no plugin) ends then,
+    fsyncs never block the event loop.  The run's events and checkpoints are converted,
+    encoded and written in a thread of the recording's own, in order (see ``_Writer``): at
+    the end, the recording waits for them, and raises what failed.  One recording records
+    one conversation: run concurrent conversations each in its own ``recording`` of its own
+    file.  A run that has not ended when the block is left (one left unfinished) ends then,
     ``aborted``, or ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
@@ -102,12 +107,16 @@ async def recording(
     try:
         run = await asyncio.to_thread(opened.begin_run)
         recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder._writer = writer = _Writer(run, threaded=True)
         try:
             yield recorder
         except BaseException as exc:
             recorder._left(exc)
             raise
-        recorder._left(None)
+        else:
+            recorder._left(None)
+        finally:
+            await asyncio.to_thread(writer.close)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -116,20 +125,29 @@ def to_json(value: Any) -> Any:
     """*value* as plain JSON, through pydantic's own JSON form: models, dataclasses, enums and
     datetimes as pydantic writes them, bytes as base64, NaN and infinities as strings; a value
     pydantic cannot serialize (nor the python dump of a model) becomes ``{"type": ...,
-    "repr": ...}`` rather than fail."""
+    "repr": ...}`` rather than fail.  A string is itself (no pass over it, however long)."""
+    return value if type(value) is str else json.loads(_json_text(value))
+
+
+def _json_text(value: Any) -> bytes:
+    """*value*'s JSON text, as ``to_json`` describes it."""
     try:
-        return _loads(value)
+        return _dumped(value)
     except pydantic_core.PydanticSerializationError:  # a model's own config says bytes are text
         pass
     try:
-        return _loads(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
+        return _dumped(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
     except pydantic_core.PydanticSerializationError:
-        return _unknown(value)
+        return json.dumps(_unknown(value)).encode()
 
 
-def _loads(value: Any) -> Any:
-    text = pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
-    return json.loads(text)
+def _dumped(value: Any) -> bytes:
+    return pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
+
+
+def _events_json(events: Sequence[AdkEvent]) -> list[Any]:
+    """A checkpoint's snapshot: the ADK session's *events*, each in JSON."""
+    return [to_json(event) for event in events]
 
 
 def _unknown(value: Any) -> Any:
@@ -143,9 +161,105 @@ _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 _T = TypeVar("_T")
 
 
+class _Later(NamedTuple):
+    """An event's field converted where the event is written: ``convert(value)``."""
+
+    convert: Callable[[Any], Any]
+    value: Any
+
+
+class _Writer:
+    """Where a recorder's events and checkpoints are converted, encoded and written.
+
+    ``recording()``'s recorder has one with a thread of its own (*threaded*): every event,
+    checkpoint and ``call`` runs there, one at a time, in the order handed over, so that the
+    event loop waits for no conversion (``_Later``), encoding, write or fsync.  An event's
+    time is when it is handed over.  A hook waits (the loop free) for a checkpoint until it
+    is synced, for a ``call``'s result, and, having handed over a large value, for it to be
+    written (``flush``): the conversions then run while the agent's own work waits, not in
+    turns with it at the GIL.  The first hand-over that fails is kept: the next one raises
+    it, and so does ``close``.  A recorder made directly from a ``session.Run`` writes and
+    converts in the caller's thread as it hands over, and saves checkpoints in a worker
+    thread.
+    """
+
+    def __init__(self, run: session.Run, threaded: bool) -> None:
+        self._run = run
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, "session-recorder") if threaded else None
+        self._failure: BaseException | None = None
+        self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
+
+    def record(self, kind: str, fields: dict[str, Any]) -> None:
+        """Write the event *kind* with *fields*, time-stamped now."""
+        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+        if self._thread is None:
+            job()
+        else:
+            self._put(job)
+
+    async def checkpoint(self, snapshot: _Later) -> None:
+        """Save *snapshot* as a checkpoint after the events handed over, and wait until it
+        is synced (an error writing it, or any before it, is raised here)."""
+        job = functools.partial(self._checkpoint, snapshot)
+        if self._thread is None:
+            await asyncio.to_thread(job)
+        else:
+            await self._wait(self._put(job))
+
+    async def call(self, convert: Callable[..., _T], *args: Any) -> _T:
+        """``convert(*args)``, made after everything handed over."""
+        if self._thread is None:
+            return convert(*args)
+        made: _T = await self._wait(self._put(functools.partial(convert, *args)))
+        return made
+
+    async def flush(self) -> None:
+        """Wait until everything handed over is written, raising what failed."""
+        if self._last is not None and not self._last.done():
+            await self._wait(self._last)
+
+    def close(self) -> None:
+        """Wait until everything handed over is written; raise the first failure.  A hook
+        called after this writes in its own thread (and the closed run refuses it)."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
+        if self._failure is not None:
+            raise self._failure
+
+    def _put(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        if self._failure is not None:
+            raise self._failure
+        thread = self._thread
+        if thread is None:  # closed since the caller looked
+            raise ValueError(f"{self._run!r}: its recording has ended")
+        future = self._last = thread.submit(job)
+        future.add_done_callback(self._note)
+        return future
+
+    async def _wait(self, future: concurrent.futures.Future[Any]) -> Any:
+        # shielded: a cancelled wait must not take the job out of the queue
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    def _note(self, future: concurrent.futures.Future[Any]) -> None:
+        if self._failure is None and not future.cancelled():
+            self._failure = future.exception()
+
+    def _record(self, kind: str, when: datetime, fields: dict[str, Any]) -> None:
+        ready = {name: _made(value) for name, value in fields.items()}
+        self._run.record(session.Event(kind, timestamp=when, **ready))
+
+    def _checkpoint(self, snapshot: _Later) -> None:
+        self._run.save_checkpoint(_made(snapshot))
+
+
+def _made(value: Any) -> Any:
+    return value.convert(value.value) if type(value) is _Later else value
+
+
 def _content_key(value: Any) -> str:
-    """*value*'s content as text: its JSON (``to_json``), keys sorted."""
-    return json.dumps(to_json(value), sort_keys=True)
+    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
+    return hashlib.sha256(_json_text(value)).hexdigest()
 
 
 def _fields(value: Any) -> tuple[int, ...]:
@@ -172,36 +286,39 @@ class _Converted(Generic[_T]):
         # id -> (the object, its fields' identities, its key, converted)
         self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
         self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        self._lock = threading.Lock()  # the recorder's writer converts too
 
     def all(self, sources: Sequence[Any]) -> list[_T]:
         """Each of *sources*, one request's messages in order, as first converted."""
-        counts: dict[str, int] = {}
-        out: list[_T] = []
-        for source in sources:
-            hit = self._objects.get(id(source))
-            known = hit is not None and hit[0] is source
-            if hit is not None and known and hit[1] == _fields(source):
-                counts[hit[2]] = counts.get(hit[2], 0) + 1
-                out.append(hit[3])
-                continue
-            key = self._key(source)
-            nth = counts.get(key, 0)
-            counts[key] = nth + 1
-            seen = self._contents.setdefault(key, [])
-            fresh = nth >= len(seen)
-            if fresh:
-                seen.append(self._convert(source))
-            converted = seen[-1] if fresh else seen[nth]
-            if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                self._objects[id(source)] = (source, _fields(source), key, converted)
-            out.append(converted)
-        return out
+        with self._lock:
+            counts: dict[str, int] = {}
+            out: list[_T] = []
+            for source in sources:
+                hit = self._objects.get(id(source))
+                known = hit is not None and hit[0] is source
+                if hit is not None and known and hit[1] == _fields(source):
+                    counts[hit[2]] = counts.get(hit[2], 0) + 1
+                    out.append(hit[3])
+                    continue
+                key = self._key(source)
+                nth = counts.get(key, 0)
+                counts[key] = nth + 1
+                seen = self._contents.setdefault(key, [])
+                fresh = nth >= len(seen)
+                if fresh:
+                    seen.append(self._convert(source))
+                converted = seen[-1] if fresh else seen[nth]
+                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                out.append(converted)
+            return out
 
     def add(self, source: Any, converted: _T) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
-        key = self._key(source)
-        self._contents.setdefault(key, []).append(converted)
-        self._objects[id(source)] = (source, _fields(source), key, converted)
+        with self._lock:
+            key = self._key(source)
+            self._contents.setdefault(key, []).append(converted)
+            self._objects[id(source)] = (source, _fields(source), key, converted)
 
 
 _CODEC = session.JSONCodec()
@@ -466,6 +583,7 @@ class SessionRecorder(BasePlugin):
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         # every message converted once: the same object whenever it is sent again
         self._converted: _Converted[session.Message] = _Converted(_content_key, self._first_seen)
+        self._writer = _Writer(run, threaded=False)  # recording() gives it one with a thread of its own
 
     def history(self) -> list[AdkEvent]:
         """The ADK session events of the session's latest checkpoint; empty when it has none."""
@@ -500,7 +618,7 @@ class SessionRecorder(BasePlugin):
         self, *, invocation_context: InvocationContext, user_message: types.Content
     ) -> types.Content | None:
         if self._scope(invocation_context.invocation_id).caller is None:
-            self._commit(user_message, None)
+            await self._commit(user_message, None)
         return None
 
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
@@ -521,7 +639,7 @@ class SessionRecorder(BasePlugin):
         if scope.caller is None and not event.partial:
             self._answered = event.is_final_response()
             if event.content is not None:
-                self._commit(event.content, scope)
+                await self._commit(event.content, scope)
         return None
 
     # -- model calls
@@ -539,8 +657,10 @@ class SessionRecorder(BasePlugin):
             execution = session.Execution(
                 f"{caller}/model-{scope.calls}", "model", parent_id=caller, turn_index=self._turn
             )
-        scope.request = _request(self._converted.all(_sent(llm_request)), llm_request)
+        sent = await self._writer.call(self._converted.all, _sent(llm_request))
+        scope.request = _request(sent, llm_request)
         self._attempt_start(scope, execution)
+        await self._writer.flush()
         _CALLING.set((self, scope))
         return None
 
@@ -588,6 +708,7 @@ class SessionRecorder(BasePlugin):
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: Any
     ) -> dict[str, Any] | None:
         self._tool_end(tool, tool_context, result, None)
+        await self._writer.flush()
         return None
 
     async def on_tool_error_callback(
@@ -604,7 +725,7 @@ class SessionRecorder(BasePlugin):
         return self._recalled.stamp(_unit_message(unit))
 
     def _record(self, kind: str, **fields: Any) -> None:
-        self.run.record(session.Event(kind, **fields))
+        self._writer.record(kind, fields)
 
     def _attempt_start(self, scope: _Scope, execution: session.Execution) -> None:
         scope.model = execution
@@ -660,14 +781,15 @@ class SessionRecorder(BasePlugin):
             execution=execution,
             tool_id=call_id,
             tool=name,
-            result=None if error is not None else to_json(result),
+            result=None if error is not None else _Later(to_json, result),
             is_error=error is not None,
             error=error,
         )
 
-    def _commit(self, content: types.Content, scope: _Scope | None) -> None:
-        """``message_end`` for each message of *content*, in the call that made it."""
-        for message in self._converted.all(_units(content)):
+    async def _commit(self, content: types.Content, scope: _Scope | None) -> None:
+        """``message_end`` for each message of *content* (converted in the writer), in the
+        call that made it."""
+        for message in await self._writer.call(self._converted.all, _units(content)):
             call_id = (message.metadata or {}).get("tool_call_id")
             execution = scope.model if scope is not None and message.role == "assistant" else None
             if scope is not None and isinstance(call_id, str):
@@ -695,7 +817,7 @@ class SessionRecorder(BasePlugin):
             return
         self._turn_end()
         if self.checkpoint and events is not None:
-            await asyncio.to_thread(self.run.save_checkpoint, [to_json(event) for event in events])
+            await self._writer.checkpoint(_Later(_events_json, list(events)))
 
     def _turn_end(self) -> None:
         if self._in_turn:

@@ -42,9 +42,11 @@ to ``session.py``; it needs only ``langchain-core``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import re
@@ -52,7 +54,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 from uuid import UUID
 
 import langchain_core
@@ -97,10 +99,12 @@ async def recording(
     checkpoint's JSON-ready data just before it is written and returns what to write instead
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
-    fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.  A run that has
-    not ended when the block is left (one left unfinished) ends then, ``aborted``, or
-    ``error`` with the exception that left the block.
+    fsyncs never block the event loop.  The run's events and checkpoints are converted,
+    encoded and written in a thread of the recording's own, in order (see ``_Writer``): at
+    the end, the recording waits for them, and raises what failed.  One recording records
+    one conversation: run concurrent conversations each in its own ``recording`` of its own
+    file.  A run that has not ended when the block is left (one left unfinished) ends then,
+    ``aborted``, or ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -110,12 +114,16 @@ async def recording(
     try:
         run = await asyncio.to_thread(opened.begin_run)
         recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder._writer = writer = _Writer(run, threaded=True)
         try:
             yield recorder
         except BaseException as exc:
             recorder._left(exc)
             raise
-        recorder._left(None)
+        else:
+            recorder._left(None)
+        finally:
+            await asyncio.to_thread(writer.close)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -124,24 +132,132 @@ def to_json(value: Any) -> Any:
     """*value* as plain JSON, through pydantic's own JSON form: models, dataclasses, enums and
     datetimes as pydantic writes them, bytes as base64, NaN and infinities as strings; a value
     pydantic cannot serialize (nor the python dump of a model) becomes ``{"type": ...,
-    "repr": ...}`` rather than fail."""
+    "repr": ...}`` rather than fail.  A string is itself (no pass over it, however long)."""
+    return value if type(value) is str else json.loads(_json_text(value))
+
+
+def _json_text(value: Any) -> bytes:
+    """*value*'s JSON text, as ``to_json`` describes it."""
     try:
-        return _loads(value)
+        return _dumped(value)
     except pydantic_core.PydanticSerializationError:  # a model's own config says bytes are text
         pass
     try:
-        return _loads(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
+        return _dumped(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
     except pydantic_core.PydanticSerializationError:
-        return _unknown(value)
+        return json.dumps(_unknown(value)).encode()
 
 
-def _loads(value: Any) -> Any:
-    text = pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
-    return json.loads(text)
+def _dumped(value: Any) -> bytes:
+    return pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
+
+
+def _messages_json(messages: Sequence[BaseMessage]) -> Any:
+    """A checkpoint's snapshot: *messages* as LangChain's dicts, in JSON."""
+    return to_json(messages_to_dict(messages))
 
 
 def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+
+
+_T = TypeVar("_T")
+
+
+class _Later(NamedTuple):
+    """An event's field converted where the event is written: ``convert(value)``."""
+
+    convert: Callable[[Any], Any]
+    value: Any
+
+
+class _Writer:
+    """Where a recorder's events and checkpoints are converted, encoded and written.
+
+    ``recording()``'s recorder has one with a thread of its own (*threaded*): every event,
+    checkpoint and ``call`` runs there, one at a time, in the order handed over, so that the
+    event loop waits for no conversion (``_Later``), encoding, write or fsync.  An event's
+    time is when it is handed over.  A hook waits (the loop free) for a checkpoint until it
+    is synced, for a ``call``'s result, and, having handed over a large value, for it to be
+    written (``flush``): the conversions then run while the agent's own work waits, not in
+    turns with it at the GIL.  The first hand-over that fails is kept: the next one raises
+    it, and so does ``close``.  A recorder made directly from a ``session.Run`` writes and
+    converts in the caller's thread as it hands over, and saves checkpoints in a worker
+    thread.
+    """
+
+    def __init__(self, run: session.Run, threaded: bool) -> None:
+        self._run = run
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, "session-recorder") if threaded else None
+        self._failure: BaseException | None = None
+        self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
+
+    def record(self, kind: str, fields: dict[str, Any]) -> None:
+        """Write the event *kind* with *fields*, time-stamped now."""
+        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+        if self._thread is None:
+            job()
+        else:
+            self._put(job)
+
+    async def checkpoint(self, snapshot: _Later) -> None:
+        """Save *snapshot* as a checkpoint after the events handed over, and wait until it
+        is synced (an error writing it, or any before it, is raised here)."""
+        job = functools.partial(self._checkpoint, snapshot)
+        if self._thread is None:
+            await asyncio.to_thread(job)
+        else:
+            await self._wait(self._put(job))
+
+    async def call(self, convert: Callable[..., _T], *args: Any) -> _T:
+        """``convert(*args)``, made after everything handed over."""
+        if self._thread is None:
+            return convert(*args)
+        made: _T = await self._wait(self._put(functools.partial(convert, *args)))
+        return made
+
+    async def flush(self) -> None:
+        """Wait until everything handed over is written, raising what failed."""
+        if self._last is not None and not self._last.done():
+            await self._wait(self._last)
+
+    def close(self) -> None:
+        """Wait until everything handed over is written; raise the first failure.  A hook
+        called after this writes in its own thread (and the closed run refuses it)."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
+        if self._failure is not None:
+            raise self._failure
+
+    def _put(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        if self._failure is not None:
+            raise self._failure
+        thread = self._thread
+        if thread is None:  # closed since the caller looked
+            raise ValueError(f"{self._run!r}: its recording has ended")
+        future = self._last = thread.submit(job)
+        future.add_done_callback(self._note)
+        return future
+
+    async def _wait(self, future: concurrent.futures.Future[Any]) -> Any:
+        # shielded: a cancelled wait must not take the job out of the queue
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    def _note(self, future: concurrent.futures.Future[Any]) -> None:
+        if self._failure is None and not future.cancelled():
+            self._failure = future.exception()
+
+    def _record(self, kind: str, when: datetime, fields: dict[str, Any]) -> None:
+        ready = {name: _made(value) for name, value in fields.items()}
+        self._run.record(session.Event(kind, timestamp=when, **ready))
+
+    def _checkpoint(self, snapshot: _Later) -> None:
+        self._run.save_checkpoint(_made(snapshot))
+
+
+def _made(value: Any) -> Any:
+    return value.convert(value.value) if type(value) is _Later else value
 
 
 # a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
@@ -150,12 +266,10 @@ _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 # ---------------------------------------------------------------------------- messages
 
-_T = TypeVar("_T")
-
 
 def _content_key(value: Any) -> str:
-    """*value*'s content as text: its JSON (``to_json``), keys sorted."""
-    return json.dumps(to_json(value), sort_keys=True)
+    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
+    return hashlib.sha256(_json_text(value)).hexdigest()
 
 
 def _fields(value: Any) -> tuple[int, ...]:
@@ -182,36 +296,39 @@ class _Converted(Generic[_T]):
         # id -> (the object, its fields' identities, its key, converted)
         self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
         self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        self._lock = threading.Lock()  # the recorder's writer converts too
 
     def all(self, sources: Sequence[Any]) -> list[_T]:
         """Each of *sources*, one request's messages in order, as first converted."""
-        counts: dict[str, int] = {}
-        out: list[_T] = []
-        for source in sources:
-            hit = self._objects.get(id(source))
-            known = hit is not None and hit[0] is source
-            if hit is not None and known and hit[1] == _fields(source):
-                counts[hit[2]] = counts.get(hit[2], 0) + 1
-                out.append(hit[3])
-                continue
-            key = self._key(source)
-            nth = counts.get(key, 0)
-            counts[key] = nth + 1
-            seen = self._contents.setdefault(key, [])
-            fresh = nth >= len(seen)
-            if fresh:
-                seen.append(self._convert(source))
-            converted = seen[-1] if fresh else seen[nth]
-            if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                self._objects[id(source)] = (source, _fields(source), key, converted)
-            out.append(converted)
-        return out
+        with self._lock:
+            counts: dict[str, int] = {}
+            out: list[_T] = []
+            for source in sources:
+                hit = self._objects.get(id(source))
+                known = hit is not None and hit[0] is source
+                if hit is not None and known and hit[1] == _fields(source):
+                    counts[hit[2]] = counts.get(hit[2], 0) + 1
+                    out.append(hit[3])
+                    continue
+                key = self._key(source)
+                nth = counts.get(key, 0)
+                counts[key] = nth + 1
+                seen = self._contents.setdefault(key, [])
+                fresh = nth >= len(seen)
+                if fresh:
+                    seen.append(self._convert(source))
+                converted = seen[-1] if fresh else seen[nth]
+                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                out.append(converted)
+            return out
 
     def add(self, source: Any, converted: _T) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
-        key = self._key(source)
-        self._contents.setdefault(key, []).append(converted)
-        self._objects[id(source)] = (source, _fields(source), key, converted)
+        with self._lock:
+            key = self._key(source)
+            self._contents.setdefault(key, []).append(converted)
+            self._objects[id(source)] = (source, _fields(source), key, converted)
 
 
 _CODEC = session.JSONCodec()
@@ -431,6 +548,7 @@ class SessionRecorder(AsyncCallbackHandler):
         self._converted = _Converted(_content_key, self._first_seen)
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
+        self._writer = _Writer(run, threaded=False)  # recording() gives it one with a thread of its own
 
     def history(self) -> list[BaseMessage]:
         """The messages of the session's latest checkpoint; empty when it has none."""
@@ -469,12 +587,14 @@ class SessionRecorder(AsyncCallbackHandler):
         if run_id != self._root or not self._open:  # not the run, or ended already
             return
         messages = outputs.get("messages") if isinstance(outputs, dict) else None
+        listed = messages if isinstance(messages, list) else []
+        converted = await self._writer.call(self._converted.all, list(listed))
         with self._lock:
             if isinstance(messages, list):
-                self._commit(messages, self._converted.all(messages))
+                self._commit(messages, converted)
             self._end_turn()
         if self.checkpoint and isinstance(messages, list):
-            await asyncio.to_thread(self.run.save_checkpoint, to_json(messages_to_dict(messages)))
+            await self._writer.checkpoint(_Later(_messages_json, list(messages)))
         with self._lock:
             self._record("agent_end", summary=self._summary("stop"))
 
@@ -499,8 +619,10 @@ class SessionRecorder(AsyncCallbackHandler):
         sent = messages[0] if messages else []
         caller = self._caller(parent_run_id)
         if caller is not None:  # an agent run in a tool call: nested in it
+            converted = await self._writer.call(self._converted.all, list(sent))
             with self._lock:
-                self._nested_start(run_id, caller, sent, kwargs)
+                self._nested_start(run_id, caller, converted, kwargs)
+            await self._writer.flush()
             return
         if parent_run_id is None:  # a chat model called alone (invoke, stream): it is the run
             await self.on_chain_start({}, {}, run_id=run_id)
@@ -508,12 +630,12 @@ class SessionRecorder(AsyncCallbackHandler):
         if self._recall and self._source is not None:
             before, self._recall = self._recall, 0
             await asyncio.to_thread(self._recalled.load, self._source.path, before)
+        converted = await self._writer.call(self._converted.all, list(sent))
         with self._lock:
-            converted = self._converted.all(sent)
             retry = self._failed and self._model is not None
             ended = not retry and self._close_turn(sent, converted)
         if ended and self.checkpoint:
-            await asyncio.to_thread(self.run.save_checkpoint, to_json(messages_to_dict(sent)))
+            await self._writer.checkpoint(_Later(_messages_json, list(sent)))
         with self._lock:
             if retry and self._model is not None:
                 attempt = self._model.attempt + 1
@@ -529,6 +651,7 @@ class SessionRecorder(AsyncCallbackHandler):
             self._record("model_exec_start", execution=execution)
             params = to_json(kwargs.get("invocation_params") or {})
             self._record("model_request", execution=execution, request=_request(converted, params))
+        await self._writer.flush()
 
     async def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         generation = response.generations[0][0] if response.generations and response.generations[0] else None
@@ -594,6 +717,7 @@ class SessionRecorder(AsyncCallbackHandler):
             if run_id in self._calls:
                 failed = isinstance(output, ToolMessage) and output.status == "error"
                 self._end_call(run_id, output, RuntimeError(str(output.content)) if failed else None)
+        await self._writer.flush()
 
     async def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
@@ -614,7 +738,7 @@ class SessionRecorder(AsyncCallbackHandler):
     # -- writing (with self._lock held)
 
     def _nested_start(
-        self, run_id: UUID, caller: session.Execution, sent: list[BaseMessage], kwargs: dict[str, Any]
+        self, run_id: UUID, caller: session.Execution, sent: list[session.Message], kwargs: dict[str, Any]
     ) -> None:
         """An attempt of a chat model call of an agent run in the tool call *caller*, nested
         in it: the attempt after a failed one is its retry or fallback, numbered as the run's
@@ -633,12 +757,10 @@ class SessionRecorder(AsyncCallbackHandler):
         self._calls[run_id] = execution
         self._record("model_exec_start", execution=execution)
         params = to_json(kwargs.get("invocation_params") or {})
-        self._record(
-            "model_request", execution=execution, request=_request(self._converted.all(sent), params)
-        )
+        self._record("model_request", execution=execution, request=_request(sent, params))
 
     def _record(self, kind: str, **fields: Any) -> None:
-        self.run.record(session.Event(kind, **fields))
+        self._writer.record(kind, fields)
         self._open = kind == "agent_start" or (self._open and kind != "agent_end")
 
     def _end(self, error: BaseException) -> None:
@@ -690,8 +812,8 @@ class SessionRecorder(AsyncCallbackHandler):
             execution=execution,
             tool_id=call_id,
             tool=name,
-            result=None if result is None else to_json(content),
-            details=to_json(result.artifact)
+            result=None if result is None else _Later(to_json, content),
+            details=_Later(to_json, result.artifact)
             if isinstance(result, ToolMessage) and result.artifact is not None
             else None,
             is_error=error is not None,

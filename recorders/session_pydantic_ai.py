@@ -38,18 +38,21 @@ messages, ready for ``message_history=`` (empty for a new file).  Copy this file
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import re
+import threading
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from datetime import datetime, timezone
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import pydantic
 import pydantic_ai
@@ -96,10 +99,12 @@ async def recording(
     checkpoint's JSON-ready data just before it is written and returns what to write instead
     (tool arguments and results included); *max_line_bytes* bounds a line (``session.open``'s
     default when not given).  The file is created, opened and closed in a worker thread: its
-    fsyncs never block the event loop.  One recording records one conversation: run
-    concurrent conversations each in its own ``recording`` of its own file.  A run that has
-    not ended when the block is left (one left unfinished) ends then, ``aborted``, or
-    ``error`` with the exception that left the block.
+    fsyncs never block the event loop.  The run's events and checkpoints are converted,
+    encoded and written in a thread of the recording's own, in order (see ``_Writer``): at
+    the end, the recording waits for them, and raises what failed.  One recording records
+    one conversation: run concurrent conversations each in its own ``recording`` of its own
+    file.  A run that has not ended when the block is left (one left unfinished) ends then,
+    ``aborted``, or ``error`` with the exception that left the block.
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
@@ -109,12 +114,16 @@ async def recording(
     try:
         run = await asyncio.to_thread(opened.begin_run)
         recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
+        recorder._writer = writer = _Writer(run, threaded=True)
         try:
             yield recorder
         except BaseException as exc:
             recorder._left(exc)
             raise
-        recorder._left(None)
+        else:
+            recorder._left(None)
+        finally:
+            await asyncio.to_thread(writer.close)
     finally:
         await asyncio.to_thread(opened.close)
 
@@ -123,36 +132,136 @@ def to_json(value: Any) -> Any:
     """*value* as plain JSON, through pydantic's own JSON form: models, dataclasses, enums and
     datetimes as pydantic writes them, bytes as base64, NaN and infinities as strings; a value
     pydantic cannot serialize (nor the python dump of a model) becomes ``{"type": ...,
-    "repr": ...}`` rather than fail."""
+    "repr": ...}`` rather than fail.  A string is itself (no pass over it, however long)."""
+    return value if type(value) is str else json.loads(_json_text(value))
+
+
+def _json_text(value: Any) -> bytes:
+    """*value*'s JSON text, as ``to_json`` describes it."""
     try:
-        return _loads(value)
+        return _dumped(value)
     except pydantic_core.PydanticSerializationError:  # a model's own config says bytes are text
         pass
     try:
-        return _loads(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
+        return _dumped(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
     except pydantic_core.PydanticSerializationError:
-        return _unknown(value)
+        return json.dumps(_unknown(value)).encode()
 
 
-def _loads(value: Any) -> Any:
-    text = pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
-    return json.loads(text)
+def _dumped(value: Any) -> bytes:
+    return pydantic_core.to_json(value, bytes_mode="base64", inf_nan_mode="strings", fallback=_unknown)
 
 
 def _unknown(value: Any) -> Any:
     return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
 
 
+_T = TypeVar("_T")
+
+
+class _Later(NamedTuple):
+    """An event's field converted where the event is written: ``convert(value)``."""
+
+    convert: Callable[[Any], Any]
+    value: Any
+
+
+class _Writer:
+    """Where a recorder's events and checkpoints are converted, encoded and written.
+
+    ``recording()``'s recorder has one with a thread of its own (*threaded*): every event,
+    checkpoint and ``call`` runs there, one at a time, in the order handed over, so that the
+    event loop waits for no conversion (``_Later``), encoding, write or fsync.  An event's
+    time is when it is handed over.  A hook waits (the loop free) for a checkpoint until it
+    is synced, for a ``call``'s result, and, having handed over a large value, for it to be
+    written (``flush``): the conversions then run while the agent's own work waits, not in
+    turns with it at the GIL.  The first hand-over that fails is kept: the next one raises
+    it, and so does ``close``.  A recorder made directly from a ``session.Run`` writes and
+    converts in the caller's thread as it hands over, and saves checkpoints in a worker
+    thread.
+    """
+
+    def __init__(self, run: session.Run, threaded: bool) -> None:
+        self._run = run
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, "session-recorder") if threaded else None
+        self._failure: BaseException | None = None
+        self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
+
+    def record(self, kind: str, fields: dict[str, Any]) -> None:
+        """Write the event *kind* with *fields*, time-stamped now."""
+        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+        if self._thread is None:
+            job()
+        else:
+            self._put(job)
+
+    async def checkpoint(self, snapshot: _Later) -> None:
+        """Save *snapshot* as a checkpoint after the events handed over, and wait until it
+        is synced (an error writing it, or any before it, is raised here)."""
+        job = functools.partial(self._checkpoint, snapshot)
+        if self._thread is None:
+            await asyncio.to_thread(job)
+        else:
+            await self._wait(self._put(job))
+
+    async def call(self, convert: Callable[..., _T], *args: Any) -> _T:
+        """``convert(*args)``, made after everything handed over."""
+        if self._thread is None:
+            return convert(*args)
+        made: _T = await self._wait(self._put(functools.partial(convert, *args)))
+        return made
+
+    async def flush(self) -> None:
+        """Wait until everything handed over is written, raising what failed."""
+        if self._last is not None and not self._last.done():
+            await self._wait(self._last)
+
+    def close(self) -> None:
+        """Wait until everything handed over is written; raise the first failure.  A hook
+        called after this writes in its own thread (and the closed run refuses it)."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
+        if self._failure is not None:
+            raise self._failure
+
+    def _put(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        if self._failure is not None:
+            raise self._failure
+        thread = self._thread
+        if thread is None:  # closed since the caller looked
+            raise ValueError(f"{self._run!r}: its recording has ended")
+        future = self._last = thread.submit(job)
+        future.add_done_callback(self._note)
+        return future
+
+    async def _wait(self, future: concurrent.futures.Future[Any]) -> Any:
+        # shielded: a cancelled wait must not take the job out of the queue
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    def _note(self, future: concurrent.futures.Future[Any]) -> None:
+        if self._failure is None and not future.cancelled():
+            self._failure = future.exception()
+
+    def _record(self, kind: str, when: datetime, fields: dict[str, Any]) -> None:
+        ready = {name: _made(value) for name, value in fields.items()}
+        self._run.record(session.Event(kind, timestamp=when, **ready))
+
+    def _checkpoint(self, snapshot: _Later) -> None:
+        self._run.save_checkpoint(_made(snapshot))
+
+
+def _made(value: Any) -> Any:
+    return value.convert(value.value) if type(value) is _Later else value
+
+
 # a run that stops because it was cancelled, interrupted or (a stream) closed early: aborted
 _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
-_T = TypeVar("_T")
-
-
 def _content_key(value: Any) -> str:
-    """*value*'s content as text: its JSON (``to_json``), keys sorted."""
-    return json.dumps(to_json(value), sort_keys=True)
+    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
+    return hashlib.sha256(_json_text(value)).hexdigest()
 
 
 def _fields(value: Any) -> tuple[int, ...]:
@@ -179,36 +288,39 @@ class _Converted(Generic[_T]):
         # id -> (the object, its fields' identities, its key, converted)
         self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
         self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        self._lock = threading.Lock()  # the recorder's writer converts too
 
     def all(self, sources: Sequence[Any]) -> list[_T]:
         """Each of *sources*, one request's messages in order, as first converted."""
-        counts: dict[str, int] = {}
-        out: list[_T] = []
-        for source in sources:
-            hit = self._objects.get(id(source))
-            known = hit is not None and hit[0] is source
-            if hit is not None and known and hit[1] == _fields(source):
-                counts[hit[2]] = counts.get(hit[2], 0) + 1
-                out.append(hit[3])
-                continue
-            key = self._key(source)
-            nth = counts.get(key, 0)
-            counts[key] = nth + 1
-            seen = self._contents.setdefault(key, [])
-            fresh = nth >= len(seen)
-            if fresh:
-                seen.append(self._convert(source))
-            converted = seen[-1] if fresh else seen[nth]
-            if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                self._objects[id(source)] = (source, _fields(source), key, converted)
-            out.append(converted)
-        return out
+        with self._lock:
+            counts: dict[str, int] = {}
+            out: list[_T] = []
+            for source in sources:
+                hit = self._objects.get(id(source))
+                known = hit is not None and hit[0] is source
+                if hit is not None and known and hit[1] == _fields(source):
+                    counts[hit[2]] = counts.get(hit[2], 0) + 1
+                    out.append(hit[3])
+                    continue
+                key = self._key(source)
+                nth = counts.get(key, 0)
+                counts[key] = nth + 1
+                seen = self._contents.setdefault(key, [])
+                fresh = nth >= len(seen)
+                if fresh:
+                    seen.append(self._convert(source))
+                converted = seen[-1] if fresh else seen[nth]
+                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                out.append(converted)
+            return out
 
     def add(self, source: Any, converted: _T) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
-        key = self._key(source)
-        self._contents.setdefault(key, []).append(converted)
-        self._objects[id(source)] = (source, _fields(source), key, converted)
+        with self._lock:
+            key = self._key(source)
+            self._contents.setdefault(key, []).append(converted)
+            self._objects[id(source)] = (source, _fields(source), key, converted)
 
 
 def _aware(moment: datetime) -> datetime:
@@ -397,6 +509,10 @@ class SessionRecorder(AbstractCapability[Any]):
     _converted: _Converted[session.Message] = field(
         default_factory=lambda: _Converted(_content_key, _unit_message), init=False
     )
+    _writer: _Writer = field(init=False)  # recording() gives it one with a thread of its own
+
+    def __post_init__(self) -> None:
+        self._writer = _Writer(self.run, threaded=False)
 
     def history(self) -> list[pm.ModelMessage]:
         """The message history of the session's latest checkpoint; empty when it has none."""
@@ -429,10 +545,10 @@ class SessionRecorder(AbstractCapability[Any]):
                 self._record("agent_end", summary=self._summary(reason), error=exc)
             raise
         history = result.all_messages()
-        self._commit(history)
+        await self._commit(history)
         self._end_turn()
         if self.checkpoint:
-            await asyncio.to_thread(self.run.save_checkpoint, to_json(history))
+            await self._writer.checkpoint(_Later(to_json, list(history)))
         self._record("agent_end", summary=self._summary("stop"))
         return result
 
@@ -443,14 +559,15 @@ class SessionRecorder(AbstractCapability[Any]):
             earlier = [m for m in ctx.messages if m.run_id != ctx.run_id]
             self._seen = len(earlier)
             self._turn = sum(isinstance(m, pm.ModelResponse) for m in earlier)
-        self._commit(ctx.messages)
+        await self._commit(ctx.messages)
         if self._in_turn:
             self._end_turn()
             if self.checkpoint:
-                await asyncio.to_thread(self.run.save_checkpoint, to_json(list(ctx.messages)))
+                await self._writer.checkpoint(_Later(to_json, list(ctx.messages)))
         self._turn += 1
         self._in_turn = True
         self._record("turn_start", turn_index=self._turn)
+        await self._writer.flush()
         return request_context
 
     async def prepare_model_request(
@@ -504,7 +621,7 @@ class SessionRecorder(AbstractCapability[Any]):
             execution=execution,
             tool_id=call.tool_call_id,
             tool=call.tool_name,
-            args=to_json(validated),
+            args=_Later(to_json, validated),
         )
         return validated
 
@@ -552,6 +669,7 @@ class SessionRecorder(AbstractCapability[Any]):
         if unseen > 0:
             self._gap(execution, call, unseen)
         self._tool_end(execution, call, result, None)
+        await self._writer.flush()
         return result
 
     def _answered(self, caller: session.Execution) -> int:
@@ -572,7 +690,7 @@ class SessionRecorder(AbstractCapability[Any]):
     # -- writing
 
     def _record(self, kind: str, **fields: Any) -> None:
-        self.run.record(session.Event(kind, **fields))
+        self._writer.record(kind, fields)
         self._open = kind == "agent_start" or (self._open and kind != "agent_end")
 
     def _left(self, error: BaseException | None) -> None:
@@ -593,15 +711,16 @@ class SessionRecorder(AbstractCapability[Any]):
             execution=execution,
             tool_id=call.tool_call_id,
             tool=call.tool_name,
-            result=None if error is not None else to_json(result),
+            result=None if error is not None else _Later(to_json, result),
             is_error=error is not None,
             error=error,
         )
 
-    def _commit(self, history: Sequence[pm.ModelMessage]) -> None:
-        """``message_end`` for every history message not yet written."""
+    async def _commit(self, history: Sequence[pm.ModelMessage]) -> None:
+        """``message_end`` for every history message not yet written (converted in the writer)."""
         units = [(at, unit) for at, message in enumerate(history) for unit in _units(message)]
-        for (at, _), converted in zip(units, self._converted.all([unit for _, unit in units])):
+        every = await self._writer.call(self._converted.all, [unit for _, unit in units])
+        for (at, _), converted in zip(units, every):
             if at >= max(self._seen, 0):
                 execution = self._execution_of(history[at], converted)
                 self._record("message_end", execution=execution, message=converted)
@@ -622,6 +741,9 @@ class SessionRecorder(AbstractCapability[Any]):
         return session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)
 
     # -- model attempts (called by _RecordingModel)
+
+    async def _flush(self) -> None:
+        await self._writer.flush()
 
     def _attempt_start(
         self,
@@ -705,6 +827,9 @@ class _Delegated(AbstractCapability[Any]):
         self._attempt = request_context.attempt
         return request_context
 
+    async def _flush(self) -> None:
+        await self.recorder._writer.flush()
+
     def get_wrapper_model(self, model: Model) -> Model | None:
         return _RecordingModel(model, self)
 
@@ -763,6 +888,7 @@ class _RecordingModel(WrapperModel):
             messages, model_settings, model_request_parameters, self.model_name
         )
         try:
+            await recorder._flush()
             response = await self.wrapped.request(messages, model_settings, model_request_parameters)
         except BaseException as exc:
             recorder._attempt_end(execution, None, exc)
@@ -783,6 +909,7 @@ class _RecordingModel(WrapperModel):
             messages, model_settings, model_request_parameters, self.model_name
         )
         try:
+            await recorder._flush()
             async with self.wrapped.request_stream(
                 messages, model_settings, model_request_parameters, run_context
             ) as stream:

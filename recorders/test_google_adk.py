@@ -21,6 +21,7 @@ from conftest import (
     check_example,
     check_file,
     check_nested,
+    check_off_the_loop,
     check_redacted,
     events,
     messages,
@@ -44,7 +45,7 @@ from google.adk.sessions import InMemorySessionService
 from google.adk.tools.agent_tool import AgentTool
 from google.genai import types
 from google.genai.errors import ClientError
-from session_google_adk import SessionRecorder, recording
+from session_google_adk import SessionRecorder, recording, to_json
 
 import session
 
@@ -589,3 +590,51 @@ def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     assert run_example("google_adk_example.py", path) == ["It is sunny in Paris."] * 2
     check_example(path, 4, ["weather", "weather"])
+
+
+def reading(result: str) -> LlmAgent:
+    """An agent that reads once (the tool returns *result*), then answers."""
+
+    def read(key: str) -> str:
+        """Read a key."""
+        return result
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-1", "read", key="x"), given=5, made=2)]
+        return [reply(types.Part(text="ok"), given=8, made=2)]
+
+    return LlmAgent(name="root", model=Scripted(script=script), tools=[read])
+
+
+def test_the_event_loop_neither_writes_nor_syncs(
+    tmp_path: Path, file_calls: list[tuple[str, int, bool]]
+) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await run(recorder, reading("entry x"), "read x")
+
+    asyncio.run(main())
+    check_off_the_loop(file_calls, path)
+    assert len(events(path, "tool_exec_end")) == 1
+    check_file(path)
+
+
+def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, max_line_bytes=4096) as recorder:
+            await run(recorder, reading("x" * 5000), "read x")
+
+    with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
+        asyncio.run(main())
+    assert len(events(path, "tool_exec_start")) == 1  # what came before is there, readable
+
+
+def test_a_string_converts_to_itself() -> None:
+    text = "a line of a file\n" * 100_000 + "\ud800"  # a lone surrogate: the writer escapes it
+    assert to_json(text) is text  # no pass over it, no copy
+    assert to_json({"text": "\ud800"}) == {"type": "builtins.dict", "repr": "{'text': '\\ud800'}"}

@@ -24,6 +24,7 @@ from conftest import (
     check_example,
     check_file,
     check_nested,
+    check_off_the_loop,
     check_redacted,
     check_tool_failures,
     events,
@@ -53,7 +54,7 @@ from langgraph.errors import NodeCancelledError
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from session_langchain import SessionRecorder, recording, to_message
+from session_langchain import SessionRecorder, recording, to_json, to_message
 
 import session
 
@@ -674,3 +675,54 @@ def test_a_stream_left_unfinished_ends_aborted_when_its_recording_is_left(tmp_pa
     check_aborted(path)
     [end] = events(path, "agent_end")
     assert end.error == {"message": "the run was left before it ended", "type": "CancelledError"}
+
+
+def reading(result: str) -> CompiledStateGraph[Any]:
+    """An agent that reads once (the tool returns *result*), then answers."""
+
+    @tool
+    def read(key: str) -> str:
+        """Read a key."""
+        return result
+
+    model = GenericFakeChatModel(
+        messages=Script(reply(calls=[{"name": "read", "args": {"key": "x"}, "id": "call-1"}]), reply("ok"))
+    )
+    return agent(model, [read])
+
+
+def test_the_event_loop_neither_writes_nor_syncs(
+    tmp_path: Path, file_calls: list[tuple[str, int, bool]]
+) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await reading("entry x").ainvoke(
+                {"messages": [HumanMessage("read x")]}, {"callbacks": [recorder]}
+            )
+
+    asyncio.run(main())
+    check_off_the_loop(file_calls, path)
+    assert len(events(path, "tool_exec_end")) == 1
+    check_file(path)
+
+
+def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, max_line_bytes=4096) as recorder:
+            await reading("x" * 5000).ainvoke(
+                {"messages": [HumanMessage("read x")]}, {"callbacks": [recorder]}
+            )
+
+    with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
+        asyncio.run(main())
+    assert len(events(path, "tool_exec_start")) == 1  # what came before is there, readable
+
+
+def test_a_string_converts_to_itself() -> None:
+    text = "a line of a file\n" * 100_000 + "\ud800"  # a lone surrogate: the writer escapes it
+    assert to_json(text) is text  # no pass over it, no copy
+    assert to_json({"text": "\ud800"}) == {"type": "builtins.dict", "repr": "{'text': '\\ud800'}"}

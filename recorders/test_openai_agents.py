@@ -25,6 +25,7 @@ from conftest import (
     check_file,
     check_gap,
     check_nested,
+    check_off_the_loop,
     check_redacted,
     check_tool_failures,
     events,
@@ -61,7 +62,7 @@ from openai.types.responses import (
     ResponseOutputRefusal,
     ResponseOutputText,
 )
-from session_openai_agents import recording, to_messages
+from session_openai_agents import recording, to_json, to_messages
 
 import session
 
@@ -694,3 +695,48 @@ def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     assert run_example("openai_agents_example.py", path) == ["It is sunny in Paris."] * 2
     check_example(path, 4, ["weather", "weather"])
+
+
+def reading(result: str) -> Agent[Any]:
+    """An agent that reads once (the tool returns *result*), then answers."""
+
+    @function_tool
+    def read(key: str) -> str:
+        """Read a key."""
+        return result
+
+    steps = [ModelStep(output=[call("call-1", "read", '{"key": "x"}')], usage=USAGE), answer("ok")]
+    return Agent(name="reader", model=ScriptedModel(steps), tools=[read])
+
+
+def test_the_event_loop_neither_writes_nor_syncs(
+    tmp_path: Path, file_calls: list[tuple[str, int, bool]]
+) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await recorder.run(reading("entry x"), "read x")
+
+    asyncio.run(main())
+    check_off_the_loop(file_calls, path)
+    assert len(events(path, "tool_exec_end")) == 1
+    check_file(path)
+
+
+def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, max_line_bytes=4096) as recorder:
+            await recorder.run(reading("x" * 5000), "read x")
+
+    with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
+        asyncio.run(main())
+    assert len(events(path, "tool_exec_start")) == 1  # what came before is there, readable
+
+
+def test_a_string_converts_to_itself() -> None:
+    text = "a line of a file\n" * 100_000 + "\ud800"  # a lone surrogate: the writer escapes it
+    assert to_json(text) is text  # no pass over it, no copy
+    assert to_json({"text": "\ud800"}) == {"type": "builtins.dict", "repr": "{'text': '\\ud800'}"}

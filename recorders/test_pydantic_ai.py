@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -24,6 +25,7 @@ from conftest import (
     check_file,
     check_gap,
     check_nested,
+    check_off_the_loop,
     check_redacted,
     check_tool_failures,
     events,
@@ -52,7 +54,7 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
-from session_pydantic_ai import recording, to_messages
+from session_pydantic_ai import recording, to_json, to_messages
 
 import session
 
@@ -630,3 +632,77 @@ def test_the_example_script_runs_as_written(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     assert run_example("pydantic_ai_example.py", path) == ['{"weather":"sunny in a"}'] * 2
     check_example(path, 3, ["weather"])  # TestModel calls the tool, then answers; resumed, it answers at once
+
+
+def reading(result: str) -> Agent[None, str]:
+    """An agent that adds and looks up (``lookup`` returns *result*), then answers."""
+    agent = Agent(FunctionModel(two_tools_then_answer))
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @agent.tool_plain
+    def lookup(key: str) -> str:
+        return result
+
+    return agent
+
+
+def test_the_event_loop_neither_writes_nor_syncs(
+    tmp_path: Path, file_calls: list[tuple[str, int, bool]]
+) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, checkpoint=True) as recorder:
+            await reading("entry x").run("add 2 and 3, and look up x", capabilities=[recorder])
+
+    asyncio.run(main())
+    check_off_the_loop(file_calls, path)
+    assert len(events(path, "tool_exec_end")) == 2
+    check_file(path)
+
+
+def test_a_record_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> None:
+        async with recording(path, max_line_bytes=4096) as recorder:
+            await reading("x" * 5000).run("add 2 and 3, and look up x", capabilities=[recorder])
+
+    with pytest.raises(session.RecordingError, match="longer than max_line_bytes"):
+        asyncio.run(main())
+    assert len(events(path, "tool_exec_start")) == 2  # what came before is there, readable
+
+
+def test_a_run_cancelled_while_a_hook_waits_for_the_writer_is_aborted_whole(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    busy, release = threading.Event(), threading.Event()
+
+    def redact(data: dict[str, Any]) -> dict[str, Any]:
+        if "result" in data and not busy.is_set():  # a tool's end, which its hook waits for
+            busy.set()
+            release.wait(10)
+        return data
+
+    async def main() -> None:
+        async with recording(path, redact=redact) as recorder:
+            run = asyncio.ensure_future(
+                reading("entry x").run("add 2 and 3, and look up x", capabilities=[recorder])
+            )
+            await asyncio.to_thread(busy.wait, 10)
+            run.cancel()
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+
+    asyncio.run(main())
+    check_aborted(path)
+    assert events(path, "tool_exec_end")[0].result is not None  # the one written as the run was cancelled
+
+
+def test_a_string_converts_to_itself() -> None:
+    text = "a line of a file\n" * 100_000 + "\ud800"  # a lone surrogate: the writer escapes it
+    assert to_json(text) is text  # no pass over it, no copy
+    assert to_json({"text": "\ud800"}) == {"type": "builtins.dict", "repr": "{'text': '\\ud800'}"}
