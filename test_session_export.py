@@ -721,11 +721,11 @@ class PageParts(html.parser.HTMLParser):
 
 
 PAGE_IDS = re.compile(
-    r"seq-\d+|cut-\d+|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
+    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
@@ -763,13 +763,16 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
         assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
         assert "style" not in attrs and "action" not in attrs
         assert "src" not in attrs or re.fullmatch(PICTURE, f"{tag} {attrs['src']}"), (tag, attrs)
-        assert re.fullmatch(r"#(seq-\d+|cut-\d+|records)", attrs.get("href") or "#seq-1"), attrs
+        assert re.fullmatch(
+            r"#(seq-\d+|cut-\d+|records|input-\d+|set-\d+|msg-\d+(-\d+)?)", attrs.get("href") or "#seq-1"
+        ), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
         assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
     assert json.loads(data) == {
         "file": str(tmp_path / HOSTILE_NAME),
         "records": 18,
         "session_id": PAYLOADS[3],
+        "inputs": {"6": [["6-0"], 0, 6], "9": [[[0, 1]], 6, 9]},  # the retry: the same messages, no tools
     }
     assert 'calls <b>x<span class="mark">[U+000A]</span>y</b>' in page  # a name shows its line break
     for char in "\u202e\u200b\x1b\u2028\u2029\U000e0041":
@@ -1456,3 +1459,108 @@ def test_html_page_opens_on_the_conversation(tmp_path: Path) -> None:
     assert '<div class="pair"><div>tool <b>ls</b> <code>{&quot;d&quot;: &quot;/&quot;}</code></div>' in talk
     for seq in re.findall(r'<span class="seq"><a href="#seq-(\d+)">', talk):  # each step links to its card
         assert f'id="seq-{seq}"' in page
+
+
+def conversation_file(path: Path, version: int, turns: int = 3) -> List[List[List[str]]]:
+    """A session of *turns* turns (each a model call and a tool call) and then a compaction
+    that drops the first tool exchange; the texts of each message each model request sends."""
+    system = Message("system", [session.text_block("You are terse.")])
+    context = [system, say("count the files")]
+    sent: List[List[List[str]]] = []
+    tools = [{"name": "ls", "description": "list a folder"}]
+    config = session.CallConfig(max_tokens=64, tool_choice="auto")
+    with session.create(path, version=version) as s, s.begin_run() as run:
+        for n in range(turns):
+            model = Execution(f"m{n}", "model")
+            run.record(
+                Event("model_request", execution=model, request=ModelRequest(list(context), tools, config))
+            )
+            sent.append([message_texts(m) for m in context])
+            call = session.tool_call_block(f"k{n}", "ls", {"folder": f"dir {n}"})
+            reply = Message("assistant", [session.text_block(f"looking at dir {n}"), call], "toolUse")
+            run.record(Event("model_exec_end", execution=model, message=reply))
+            tool = Execution(f"k{n}", "tool", parent_id=f"m{n}")
+            run.record(Event("tool_exec_end", execution=tool, tool="ls", result=f"{n} files"))
+            result = session.tool_result(f"k{n}", f"result {n}: {n} files")
+            run.record(Event("message_end", execution=tool, message=result))
+            context += [reply, result]
+        run.record(Event("context_compacted", execution=Execution("c", "compact"), compaction={}))
+        del context[2:4]
+        model = Execution("last", "model")
+        run.record(
+            Event("model_request", execution=model, request=ModelRequest(list(context), tools, config))
+        )
+        sent.append([message_texts(m) for m in context])
+    return sent
+
+
+def message_texts(message: Message) -> List[str]:
+    """The texts and tool call arguments of *message*, as the page shows them."""
+    blocks: List[Dict[str, Any]] = list(message.content or ())  # type: ignore[arg-type]
+    return [
+        block["text"] if block["type"] == "text" else json.dumps(block["tool_call"]["args"])
+        for block in blocks
+        if block["type"] in ("text", "toolCall")
+    ]
+
+
+def test_html_page_shows_each_calls_whole_input_in_chromium(tmp_path: Path) -> None:
+    pages = []
+    for version in (1, 2):
+        sent = conversation_file(tmp_path / f"v{version}.jsonl", version)
+        pages.append(tmp_path / f"v{version}.html")
+        pages[-1].write_text(html_page(tmp_path / f"v{version}.jsonl"), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    seen = []
+    try:
+        for page in pages:
+            browser.page("POST", "/url", {"url": page.as_uri()})
+            wholes = browser.run("return [...document.querySelectorAll('details.whole')].map(e => e.id)")
+            assert len(wholes) == len(sent)
+            shown = []
+            for n, whole in enumerate(wholes):
+                if n % 2:  # from the call's card, or from its step in the conversation
+                    browser.page("POST", f"/element/{browser.element(f'#{whole} > summary')}/click", {})
+                else:
+                    step = f'#conversation a[href="#{whole}"]'
+                    browser.page("POST", f"/element/{browser.element(step)}/click", {})
+                opened = f"return !!document.querySelector('#{whole} .input')"
+                assert browser.until(lambda: bool(browser.run(opened)))  # noqa: B023 (called at once)
+                texts = browser.run(
+                    f"return [...document.querySelectorAll('#{whole} .input li')].map(li => li.textContent)"
+                )
+                settings = browser.run(f"return document.querySelector('#{whole} .input > div').textContent")
+                assert len(texts) == len(sent[n])
+                assert all(all(t in text for t in want) for want, text in zip(sent[n], texts)), (
+                    sent[n],
+                    texts,
+                )
+                assert "ls" in settings and "max_tokens" in settings and "64" in settings
+                shown.append((texts, settings))
+            seen.append(shown)
+        assert seen[0] == seen[1]  # version 1 and 2: the same whole inputs
+    finally:
+        browser.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_html_page_whole_inputs_without_javascript_and_in_linear_size(tmp_path: Path, version: int) -> None:
+    path = tmp_path / "s.jsonl"
+    conversation_file(path, version)
+    page = html_page(path)  # every link of the places leads somewhere
+    requests = [r.seq for r in records(path) if r.type == "model_request"]
+    places = re.findall(r'<details class="whole" id="input-(\d+)">.*?<ul class="places">(.*?)</ul>', page)
+    assert [int(seq) for seq, _ in places] == requests
+    last = re.sub(r"<[^>]+>", "", places[-1][1])
+    before = requests[-2]
+    assert last == (
+        f"1 to 2: message 1 to 2 of the input of request #{before}"  # the compaction dropped 3 and 4
+        f"3 to 4: message 5 to 6 of the input of request #{before}"
+        "5: assistant message6: tool message"  # the last turn's, in the records that show them
+        f"tools and config: as in request #{requests[0]}"
+    )
+    sizes = []
+    for turns in (50, 100):
+        conversation_file(tmp_path / f"{turns}.jsonl", version, turns)
+        sizes.append(len(html_page(tmp_path / f"{turns}.jsonl").encode()))
+    assert sizes[1] < 2.05 * sizes[0]  # each message shown once: twice the turns, twice the page
