@@ -687,6 +687,7 @@ _PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
 _PAGE_TALK = 300  # characters of a text shown in the conversation
 _PAGE_SAID = 5  # new user and system messages of a request shown in the conversation
 _PAGE_RUN = 200  # attempts of a run whose waterfall starts unfolded, at most
+_PAGE_TURNS = 50  # turns of a run listed unfolded in the navigation, at most
 _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 
 # Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
@@ -861,6 +862,7 @@ class _Facts:
         self.tool_seq: Dict[Tuple[str, str], int] = {}  # (run, tool call id) -> its card
         self.changes: Dict[int, _Change] = {}  # model_request seq -> what changed
         self.inputs: Dict[int, _Input] = {}  # model_request seq -> where its messages are shown
+        self.turn_seqs: Dict[Tuple[str, int], int] = {}  # (run, turn) -> seq of its turn_start
         self.same: Dict[int, int] = {}  # message record seq -> earlier record with that message
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
         self.compactions: List[int] = []  # number of model calls before each compaction
@@ -890,6 +892,7 @@ class _Facts:
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
             self.turn = record.data["turn_index"]
+            self.turn_seqs.setdefault((record.run_id or "", self.turn), record.seq)
         elif record.type == "run_start":
             self.turn = 0
         execution = record.data.get("execution")
@@ -1179,8 +1182,9 @@ class _Conversation:
 
     _ROLES = ("user", "assistant", "tool", "system")
 
-    def __init__(self, facts: _Facts) -> None:
+    def __init__(self, facts: _Facts, ids: Set[bytes]) -> None:
         self.facts = facts
+        self.ids = ids  # of the page's elements that links may lead to: adds its runs and turns
 
     def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
         if not isinstance(item, _Attempt):
@@ -1202,10 +1206,14 @@ class _Conversation:
 
     def lone(self, record: Record) -> str:
         link = _link(record.seq, f"#{record.seq}")
+        target = f"talk-{record.seq}"
         if record.type == "run_start":
-            return f'<h3 class="flow">{link} run <code>{_hs(record.run_id)}</code></h3>\n'
+            self.ids.add(target.encode())
+            return f'<h3 class="flow" id="{target}">{link} run <code>{_hs(record.run_id)}</code></h3>\n'
         if record.type == "turn_start" and "turn_index" in record.data:
-            return f'<div class="step flow">{link} turn {_hs(record.data["turn_index"])}</div>\n'
+            self.ids.add(target.encode())
+            turn = _hs(record.data["turn_index"])
+            return f'<div class="step flow" id="{target}">{link} turn {turn}</div>\n'
         if "error" in record.data:
             error = record.data["error"]
             text = error if type(error) is str else _error_text(error)
@@ -1446,6 +1454,10 @@ class _Commands:
         )
 
 
+def _failed(count: int) -> str:
+    return f', <span class="error">{count} ✗</span>' if count else ""
+
+
 class _Header:
     """The page's header: the session, its runs, costs, failures and gaps."""
 
@@ -1468,7 +1480,7 @@ class _Header:
         """Write the header; returns the place for what the page leaves out (_PageOut.fill)."""
         summary = self.summary
         write = self.out.write
-        write('<a class="skip" href="#records">skip to the records</a>\n')
+        write('<a class="skip" href="#records">skip to the records</a>\n', _PAGE_FILTERS)
         write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
         write(self.banner())
         cut_place = self.out.later()  # what the page leaves out, once the cards are chosen
@@ -1485,7 +1497,34 @@ class _Header:
         self.failures()
         self.gaps()
         write("</header>\n")
+        self.navigation()
         return cut_place
+
+    def navigation(self) -> None:
+        """Each run and its turns with their calls and failures, each linked to where the
+        conversation gets there; a run of over _PAGE_TURNS turns folded."""
+        turns: Dict[str, Dict[int, List[int]]] = {}  # run -> turn -> [calls, failed]
+        for attempt in self.facts.attempts.values():
+            counts = turns.setdefault(attempt.run_id, {}).setdefault(attempt.turn, [0, 0])
+            counts[0] += 1
+            counts[1] += attempt.failed
+        write = self.out.write
+        write('<nav id="nav"><h2>runs and turns</h2>\n')
+        for run in self.summary.runs:
+            group = turns.get(run.run_id, {})
+            calls, failed = sum(c for c, _ in group.values()), sum(f for _, f in group.values())
+            name = _link(run.first_seq, f"<code>{_hs(run.run_id)}</code>", f"talk-{run.first_seq}")
+            write(
+                f"<details{' open' if len(group) <= _PAGE_TURNS else ''}><summary>run {name}: "
+                f"{_count(len(group), 'turn')}, {_count(calls, 'call')}{_failed(failed)}</summary>"
+                '<ol class="turns">'
+            )
+            for turn, (count, bad) in sorted(group.items()):
+                seq = self.facts.turn_seqs.get((run.run_id, turn), 0)
+                label = f"turn {turn}: {_count(count, 'call')}{_failed(bad)}"
+                write(f"<li>{_link(seq, label, f'talk-{seq}') if seq else label}</li>")
+            write("</ol></details>\n")
+        write("</nav>\n")
 
     def runs(self) -> None:
         """The runs: where each starts, its calls and failures, times, end and error."""
@@ -1583,9 +1622,9 @@ class _Page:
         self.summary = summary
         self.out = out
         self.field = field
-        self.talk = _Conversation(facts)
         self.anchors: Set[int] = set()  # the seqs of the records the page shows
-        self.ids: Set[bytes] = set()  # the ids of the messages, inputs and settings it shows
+        self.ids: Set[bytes] = set()  # the ids of the messages, inputs, settings and steps it shows
+        self.talk = _Conversation(facts, self.ids)
         self.room = out.budget  # bytes left for the card being made
 
     # -- commands and references
@@ -1888,19 +1927,7 @@ class _Page:
 
     def cards(self, source: BinaryIO, max_line_bytes: int) -> None:
         write = self.out.write
-        write(
-            '<section id="records"><h2>records</h2>\n<form class="filters">'
-            '<label><input type="checkbox" id="only-errors"> errors only</label> '
-            '<label><input type="checkbox" id="show-model" checked> model calls</label> '
-            '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
-            '<label><input type="checkbox" id="show-other" checked> other records</label> '
-            '<input type="search" id="search" placeholder="search" hidden> '
-            '<span class="how" id="matches" hidden></span></form>\n'
-            '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
-            "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>/</kbd> search, <kbd>Enter</kbd> "
-            "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
-            "<kbd>Esc</kbd> leaves the search</p>\n"
-        )
+        write('<section id="records"><h2>records</h2>\n')
         cards, steps = self.choose(source, max_line_bytes)
         items = self.facts.items
         gaps = _left_out(cards)
@@ -2163,8 +2190,23 @@ def _write_page(
     page.render(source, args.max_line_bytes)
 
 
+# The search and filters, first on the page (a few Tab presses from its top) and kept in view.
+_PAGE_FILTERS = (
+    '<div class="filters"><form><input type="search" id="search" placeholder="search" hidden> '
+    '<span class="how" id="matches" hidden></span> '
+    '<label><input type="checkbox" id="only-errors"> errors only</label> '
+    '<label><input type="checkbox" id="show-model" checked> model calls</label> '
+    '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
+    '<label><input type="checkbox" id="show-other" checked> other records</label></form>\n'
+    '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
+    "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>/</kbd> search, <kbd>Enter</kbd> "
+    "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
+    "<kbd>Esc</kbd> leaves the search</p></div>\n"
+)
+
 # The page's only style and script: the Content-Security-Policy allows exactly these, by hash.
 _PAGE_STYLE = """
+html{scroll-padding-top:5em}
 body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
 body{color:#1b1b1b;background:#fff}
 h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
@@ -2189,6 +2231,8 @@ rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.ot
 rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray:5 3}
 .tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
 .filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
+.filters p{margin:.2em 0}
+.turns{display:flex;flex-wrap:wrap;gap:.1em 1em;list-style:none;padding:0;margin:.2em 0}
 body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .rec:not(.fail){display:none}
 body:has(#show-model:not(:checked)) .card.model,body:has(#show-tool:not(:checked)) .card.tool{display:none}
 body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .card.compact{display:none}

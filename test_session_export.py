@@ -721,15 +721,15 @@ class PageParts(html.parser.HTMLParser):
 
 
 PAGE_IDS = re.compile(
-    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
+    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+|nav|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
-    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd|nav"
 )
 
 
@@ -764,7 +764,8 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
         assert "style" not in attrs and "action" not in attrs
         assert "src" not in attrs or re.fullmatch(PICTURE, f"{tag} {attrs['src']}"), (tag, attrs)
         assert re.fullmatch(
-            r"#(seq-\d+|cut-\d+|records|input-\d+|set-\d+|msg-\d+(-\d+)?)", attrs.get("href") or "#seq-1"
+            r"#(seq-\d+|cut-\d+|records|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+)",
+            attrs.get("href") or "#seq-1",
         ), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
         assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
@@ -1523,6 +1524,7 @@ def test_html_page_shows_each_calls_whole_input_in_chromium(tmp_path: Path) -> N
                     browser.page("POST", f"/element/{browser.element(f'#{whole} > summary')}/click", {})
                 else:
                     step = f'#conversation a[href="#{whole}"]'
+                    browser.run(f"document.querySelector('{step}').scrollIntoView({{block: 'center'}})")
                     browser.page("POST", f"/element/{browser.element(step)}/click", {})
                 opened = f"return !!document.querySelector('#{whole} .input')"
                 assert browser.until(lambda: bool(browser.run(opened)))  # noqa: B023 (called at once)
@@ -1564,3 +1566,73 @@ def test_html_page_whole_inputs_without_javascript_and_in_linear_size(tmp_path: 
         conversation_file(tmp_path / f"{turns}.jsonl", version, turns)
         sizes.append(len(html_page(tmp_path / f"{turns}.jsonl").encode()))
     assert sizes[1] < 2.05 * sizes[0]  # each message shown once: twice the turns, twice the page
+
+
+def long_session(path: Path, turns: int) -> None:
+    """*turns* turns of a model call and a tool call; every 50th tool call fails."""
+    with session.create(path) as s, s.begin_run() as run:
+        context = [say("start")]
+        for turn in range(1, turns + 1):
+            run.record(Event("turn_start", turn_index=turn, timestamp=T0))
+            model_call(run, f"m{turn}", context)
+            error = f"failure {turn}" if turn % 50 == 0 else None
+            tool = Execution(f"t{turn}", "tool", turn_index=turn)
+            run.record(
+                Event("tool_exec_end", execution=tool, tool="grep", result=f"found {turn}", error=error)
+            )
+
+
+def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    long_session(path, 300)
+    page = tmp_path / "page.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    nav = page.read_text(encoding="utf-8").split('<nav id="nav">', 1)[1].split("</nav>", 1)[0]
+    assert re.search(r'<details><summary>run <a href="#talk-\d+"><code>\w+</code></a>: 300 turns, 600 calls, '
+                     r'<span class="error">6 ✗</span></summary>', nav)  # fmt: skip
+    assert nav.count("<li>") == 300 and nav.count("✗") == 7  # folded: over 50 turns
+    assert re.search(
+        r'<li><a href="#talk-\d+">turn 50: 2 calls, <span class="error">1 ✗</span></a></li>', nav
+    )
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        reached = {}
+        for presses in range(1, 7):
+            browser.keys("\ue004")  # Tab
+            reached[browser.run("return document.activeElement.id || document.activeElement.className")] = (
+                presses
+            )
+        assert reached == {
+            "skip": 1,
+            "search": 2,
+            "only-errors": 3,
+            "show-model": 4,
+            "show-tool": 5,
+            "show-other": 6,
+        }
+        browser.run("document.activeElement.blur()")
+        browser.keys("e")  # the first failed call
+        assert "failure 50" in browser.run("return document.activeElement.textContent")
+        browser.keys("eE")  # the next, and back
+        assert "failure 50" in browser.run("return document.activeElement.textContent")
+        browser.keys("j")  # the call after it
+        assert browser.run("return document.activeElement.className") == "card model"
+        assert "m51" in browser.run("return document.activeElement.textContent")
+        browser.keys("k")
+        assert "failure 50" in browser.run("return document.activeElement.textContent")
+        browser.keys("/found 12")  # the search: found 12, 120 to 129
+        assert browser.run("return document.activeElement.id") == "search"
+        assert browser.until(
+            lambda: browser.run("return document.getElementById('matches').textContent") == "11 matches"
+        )
+        browser.keys("\ue007")  # Enter: a match
+        matches = "return document.getElementById('matches').textContent"
+        first = int(browser.run(matches).split(" of 11 matches")[0])
+        assert "found 12" in browser.run("return document.activeElement.textContent")
+        browser.keys("nn")
+        assert browser.run(matches) == f"{(first + 1) % 11 + 1} of 11 matches"
+        browser.keys("N")
+        assert browser.run(matches) == f"{first % 11 + 1} of 11 matches"
+    finally:
+        browser.close()
