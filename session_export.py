@@ -1014,12 +1014,27 @@ class _Facts:
     def _input(self, seq: int, digests: List[bytes], new: List[Tuple[int, int]], grew: bool) -> None:
         """Where the page shows each message of the request *seq*: a message the previous
         request sent where that one's is, a new one where its card or an earlier record
-        shows it (as _Page.new_messages does)."""
+        shows it (as _Page.new_messages does).  A context that grew costs only its new
+        messages."""
         fresh = {index: f"{earlier}" if earlier else f"{seq}-{index}" for index, earlier in new}
+        parts: List[Union[Tuple[int, int], str]] = []
+        if grew:
+            parts = [(0, len(self._previous))] if self._previous else []
+            parts += fresh.values()
+            self._places.extend(fresh.values())
+        else:
+            parts, self._places = self._rearranged(digests, fresh)
+        self.inputs[seq] = _Input(tuple(parts), self._previous_seq, self._settings_seq, len(digests))
+
+    def _rearranged(
+        self, digests: List[bytes], fresh: Dict[int, str]
+    ) -> Tuple[List[Union[Tuple[int, int], str]], List[str]]:
+        """The parts and places of a request that does not send all the previous request
+        sent: each message it kept taken from where the previous request had it (the first
+        of its copies first), in slices."""
         kept: Dict[bytes, List[int]] = {}  # digest -> the previous request's indexes, latest first
-        if not grew:
-            for index in range(len(self._previous) - 1, -1, -1):
-                kept.setdefault(self._previous[index], []).append(index)
+        for index in range(len(self._previous) - 1, -1, -1):
+            kept.setdefault(self._previous[index], []).append(index)
         parts: List[Union[Tuple[int, int], str]] = []
         places = []
         for index, digest in enumerate(digests):
@@ -1027,15 +1042,14 @@ class _Facts:
                 parts.append(fresh[index])
                 places.append(fresh[index])
                 continue
-            source = index if grew else kept[digest].pop()
+            source = kept[digest].pop()
             places.append(self._places[source])
             last = parts[-1] if parts else ""
             if isinstance(last, tuple) and last[1] == source:
                 parts[-1] = (last[0], source + 1)
             else:
                 parts.append((source, source + 1))
-        self.inputs[seq] = _Input(tuple(parts), self._previous_seq, self._settings_seq, len(digests))
-        self._places = places
+        return parts, places
 
     def _digests(self, record: Record) -> List[bytes]:
         """The digests of the messages the request *record* sends: a version-2 file's read
