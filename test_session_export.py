@@ -1541,6 +1541,22 @@ def test_html_page_shows_each_calls_whole_input_in_chromium(tmp_path: Path) -> N
                 shown.append((texts, settings))
             seen.append(shown)
         assert seen[0] == seen[1]  # version 1 and 2: the same whole inputs
+        long = tmp_path / "long.jsonl"
+        sent = conversation_file(long, 2, 40)
+        cut = tmp_path / "cut.html"
+        cut.write_text(html_page(long, "--max-bytes", "60000"), encoding="utf-8")
+        browser.page("POST", "/url", {"url": cut.as_uri()})
+        last = browser.run("return [...document.querySelectorAll('details.whole')].pop().id")
+        browser.page("POST", f"/element/{browser.element(f'#{last} > summary')}/click", {})
+        assert browser.until(lambda: bool(browser.run(f"return !!document.querySelector('#{last} .input')")))
+        pairs = "li => [li.className, li.textContent]"
+        items = browser.run(f"return [...document.querySelectorAll('#{last} .input li')].map({pairs})")
+        assert len(items) == len(sent[-1]) == 80
+        left = [n for n, (kind, text) in enumerate(items) if kind == "cut"]
+        assert 0 < len(left) < 80 and left == list(range(left[0], left[-1] + 1))  # the middle
+        assert all(items[n][1] == "this message left out of this page, to keep to its budget" for n in left)
+        shown = [(want, text) for n, (want, (_, text)) in enumerate(zip(sent[-1], items)) if n not in left]
+        assert all(all(t in text for t in want) for want, text in shown)
     finally:
         browser.close()
 
