@@ -795,14 +795,15 @@ def test_html_page_is_reproducible(tmp_path: Path) -> None:
     assert html_page(path) == html_page(path)
 
 
-def browser_dom(page: Path, profile: Path, *flags: str) -> str:
-    """The DOM of *page* after headless Chromium loaded it and ran its script."""
+def browser_dom(page: Path, profile: Path, *flags: str, fragment: str = "") -> str:
+    """The DOM of *page* (at its *fragment*) after headless Chromium loaded it and ran its script."""
     need("chromium", "the HTML page is checked in a real browser")
     done = subprocess.run(
         [
             "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", "--virtual-time-budget=3000", *flags, "--dump-dom", page.as_uri(),
+            f"--user-data-dir={profile}", "--virtual-time-budget=3000", *flags,
+            "--dump-dom", page.as_uri() + fragment,
         ],
         capture_output=True,
         text=True,
@@ -822,10 +823,13 @@ def test_html_page_in_chromium_runs_its_script_and_no_payload(tmp_path: Path) ->
     )
     assert "Content-Security-Policy" not in unprotected.read_text(encoding="utf-8")
     for copy in (path, unprotected):
-        dom = browser_dom(copy, tmp_path / "profile")
+        dom = browser_dom(copy, tmp_path / "profile", fragment="#input-6")  # opens that whole input
         assert '<html lang="en" data-js="on">' in dom  # the page's own script ran
         assert "data-pwned" not in dom  # and not one payload: by escaping alone without the CSP
         assert dom.count('class="card ') == 4
+        whole = dom.split('id="input-6"', 1)[1].split("</details>", 1)[0]
+        assert '<div class="input"><ol><li><div class="msg">' in whole  # a copy of the message
+        assert html.escape(PAYLOADS[0], quote=False) in whole  # shown as text
 
 
 def test_html_page_csp_blocks_a_script_that_escaping_let_through(tmp_path: Path) -> None:
