@@ -2213,7 +2213,8 @@ _PAGE_FILTERS = (
     '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
     '<label><input type="checkbox" id="show-other" checked> other records</label></form>\n'
     '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
-    "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>/</kbd> search, <kbd>Enter</kbd> "
+    "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>i</kbd> the whole input of that call, "
+    "<kbd>/</kbd> search, <kbd>Enter</kbd> "
     "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
     "<kbd>Esc</kbd> leaves the search</p></div>\n"
 )
@@ -2362,6 +2363,7 @@ document.documentElement.setAttribute("data-js", "on");
     if (moves[event.key]) go(moves[event.key][0], moves[event.key][1]);
     else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
     else if (event.key === "/") box.focus();
+    else if (event.key === "i") whole();
     else return;
     event.preventDefault();
   });
@@ -2414,6 +2416,12 @@ document.documentElement.setAttribute("data-js", "on");
     var target = event.target;
     if (target.classList && target.classList.contains("whole") && target.open) fill(target);
   }, true);
+  function whole() {
+    var input = current && current.querySelector("details.whole");
+    if (!input) return;
+    input.open = true;
+    input.scrollIntoView();
+  }
   function reveal() {
     var target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
     if (target && target.tagName === "DETAILS") target.open = true;

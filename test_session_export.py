@@ -1639,6 +1639,11 @@ def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path
         browser.keys("j")  # the call after it
         assert browser.run("return document.activeElement.className") == "card model"
         assert "m51" in browser.run("return document.activeElement.textContent")
+        browser.keys("i")  # its whole input
+        opened = (
+            "return [...document.querySelectorAll('details.whole[open] .input li')].map(e => e.textContent)"
+        )
+        assert browser.until(lambda: len(browser.run(opened)) == 1) and "start" in browser.run(opened)[0]
         browser.keys("k")
         assert "failure 50" in browser.run("return document.activeElement.textContent")
         browser.keys("/found 12")  # the search: found 12, 120 to 129
