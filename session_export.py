@@ -687,6 +687,7 @@ _PAGE_BARS = 1000  # bars of the token chart, at most (more calls share a bar)
 _PAGE_TALK = 300  # characters of a text shown in the conversation
 _PAGE_SAID = 5  # new user and system messages of a request shown in the conversation
 _PAGE_RUN = 200  # attempts of a run whose waterfall starts unfolded, at most
+_PAGE_TURNS = 50  # turns of a run listed unfolded in the navigation, at most
 _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 
 # Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
@@ -761,6 +762,18 @@ class _Attempt:
     @property
     def seconds(self) -> float:
         return (self.end or 0.0) - (self.start or 0.0)
+
+
+class _Input(NamedTuple):
+    """Where the page shows each message of a model request, in order, without repeating the
+    previous request's: *parts* are ``(start, end)`` slices of the previous request's input
+    and message places (the id of the element that shows one: ``msg-`` and the record's seq,
+    and for a message shown in a request's card, ``-`` and its index)."""
+
+    parts: Tuple[Union[Tuple[int, int], str], ...]
+    previous: int  # seq of the previous request, 0 for the first
+    settings: int  # seq of the request whose card shows its tools and config
+    total: int  # messages
 
 
 class _Change(NamedTuple):
@@ -848,6 +861,8 @@ class _Facts:
         self.model_seq: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> its latest card
         self.tool_seq: Dict[Tuple[str, str], int] = {}  # (run, tool call id) -> its card
         self.changes: Dict[int, _Change] = {}  # model_request seq -> what changed
+        self.inputs: Dict[int, _Input] = {}  # model_request seq -> where its messages are shown
+        self.turn_seqs: Dict[Tuple[str, int], int] = {}  # (run, turn) -> seq of its turn_start
         self.same: Dict[int, int] = {}  # message record seq -> earlier record with that message
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
         self.compactions: List[int] = []  # number of model calls before each compaction
@@ -864,6 +879,8 @@ class _Facts:
         self._settings = b""
         self._compacted = False
         self._recent: Dict[bytes, int] = {}  # digests of messages recorded since that request
+        self._places: List[str] = []  # where the page shows each message of that request
+        self._settings_seq = 0  # the latest request whose tools or config changed
 
     def __call__(self, record: Record) -> None:
         self.summarizer(record)
@@ -875,6 +892,7 @@ class _Facts:
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
             self.turn = record.data["turn_index"]
+            self.turn_seqs.setdefault((record.run_id or "", self.turn), record.seq)
         elif record.type == "run_start":
             self.turn = 0
         execution = record.data.get("execution")
@@ -958,7 +976,8 @@ class _Facts:
     def _request(self, record: Record) -> None:
         digests = self._digests(record)
         previous = self._previous
-        if digests[: len(previous)] == previous:  # the context grew: the rest is new
+        grew = digests[: len(previous)] == previous
+        if grew:  # the context grew: the rest is new
             new = [
                 (index, self._recent.get(digests[index], 0)) for index in range(len(previous), len(digests))
             ]
@@ -984,10 +1003,53 @@ class _Facts:
             resumed,
             settings == self._settings,
         )
+        if settings != self._settings:
+            self._settings_seq = record.seq
+        self._input(record.seq, digests, new, grew)
         self._previous, self._previous_seq, self._previous_run = digests, record.seq, record.run_id or ""
         self._settings = settings
         self._compacted = False
         self._recent = {}
+
+    def _input(self, seq: int, digests: List[bytes], new: List[Tuple[int, int]], grew: bool) -> None:
+        """Where the page shows each message of the request *seq*: a message the previous
+        request sent where that one's is, a new one where its card or an earlier record
+        shows it (as _Page.new_messages does).  A context that grew costs only its new
+        messages."""
+        fresh = {index: f"{earlier}" if earlier else f"{seq}-{index}" for index, earlier in new}
+        parts: List[Union[Tuple[int, int], str]] = []
+        if grew:
+            parts = [(0, len(self._previous))] if self._previous else []
+            parts += fresh.values()
+            self._places.extend(fresh.values())
+        else:
+            parts, self._places = self._rearranged(digests, fresh)
+        self.inputs[seq] = _Input(tuple(parts), self._previous_seq, self._settings_seq, len(digests))
+
+    def _rearranged(
+        self, digests: List[bytes], fresh: Dict[int, str]
+    ) -> Tuple[List[Union[Tuple[int, int], str]], List[str]]:
+        """The parts and places of a request that does not send all the previous request
+        sent: each message it kept taken from where the previous request had it (the first
+        of its copies first), in slices."""
+        kept: Dict[bytes, List[int]] = {}  # digest -> the previous request's indexes, latest first
+        for index in range(len(self._previous) - 1, -1, -1):
+            kept.setdefault(self._previous[index], []).append(index)
+        parts: List[Union[Tuple[int, int], str]] = []
+        places = []
+        for index, digest in enumerate(digests):
+            if index in fresh:
+                parts.append(fresh[index])
+                places.append(fresh[index])
+                continue
+            source = kept[digest].pop()
+            places.append(self._places[source])
+            last = parts[-1] if parts else ""
+            if isinstance(last, tuple) and last[1] == source:
+                parts[-1] = (last[0], source + 1)
+            else:
+                parts.append((source, source + 1))
+        return parts, places
 
     def _digests(self, record: Record) -> List[bytes]:
         """The digests of the messages the request *record* sends: a version-2 file's read
@@ -1061,14 +1123,15 @@ def _output_step(step: Callable[[], _T]) -> _T:
         raise _OutputError(exc) from exc
 
 
-def _link(seq: int, inner: str) -> str:
-    """A link to the record *seq* around the markup *inner*: a mark that becomes the link when
-    the page is written, or *inner* alone if the page leaves that record out (_Page.resolve).
-    (The mark's characters never come from a value: _h shows them as [U+0000] and so on.)"""
-    return f"\x00{seq}\x01{inner}\x02"
+def _link(seq: int, inner: str, target: str = "") -> str:
+    """A link to the record *seq* (or to the element *target* in its card) around the markup
+    *inner*: a mark that becomes the link when the page is written, or *inner* alone if the
+    page leaves that out (_Page.resolve).  (The mark's characters never come from a value: _h
+    shows them as [U+0000] and so on.)"""
+    return f"\x00{seq}\x03{target}\x01{inner}\x02"
 
 
-_LINKS = re.compile(b"\x00([0-9]+)\x01([^\x02]*)\x02")
+_LINKS = re.compile(b"\x00([0-9]+)\x03([-a-z0-9]*)\x01([^\x02]*)\x02")
 
 
 class _PageOut:
@@ -1081,6 +1144,7 @@ class _PageOut:
         self.budget = budget
         self.size = 0
         self._parts: List[bytes] = []
+        self._end = b""
 
     def write(self, *parts: str) -> None:
         data = "".join(parts).encode()
@@ -1096,9 +1160,14 @@ class _PageOut:
         self._parts[place] = text.encode()
         self.size += len(self._parts[place])
 
+    def ending(self, text: str) -> None:
+        """*text* to end the page with, counted against the budget from now on."""
+        self._end = text.encode()
+        self.size += len(self._end)
+
     def release(self, link: Callable[[re.Match[bytes]], bytes]) -> None:
-        """Write the page, each link mark made what *link* returns for it."""
-        for data in self._parts:
+        """Write the page, each link mark made what *link* returns for it, and its ending."""
+        for data in [*self._parts, self._end]:
             resolved = _LINKS.sub(link, data) if b"\x00" in data else data
             _output_step(lambda: self._out.write(resolved))  # noqa: B023 (called at once)
         self._parts = []
@@ -1127,8 +1196,9 @@ class _Conversation:
 
     _ROLES = ("user", "assistant", "tool", "system")
 
-    def __init__(self, facts: _Facts) -> None:
+    def __init__(self, facts: _Facts, ids: Set[bytes]) -> None:
         self.facts = facts
+        self.ids = ids  # of the page's elements that links may lead to: adds its runs and turns
 
     def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
         if not isinstance(item, _Attempt):
@@ -1143,15 +1213,21 @@ class _Conversation:
         else:
             body = "".join(self.said(record) for record in records)
         reason = f'<div class="error">{_hs(item.reason)}</div>' if item.failed else ""
-        head = f'<div class="step {_kind(item)}{fail}"><span class="seq">{link}</span> {retry}'
+        inputs = [seq for seq in item.seqs if seq in self.facts.inputs]
+        whole = "".join(f" {_link(seq, 'whole input', f'input-{seq}')}" for seq in inputs[:1])
+        head = f'<div class="step {_kind(item)}{fail}"><span class="seq">{link}{whole}</span> {retry}'
         return f"{head}{body}{reason}</div>\n"
 
     def lone(self, record: Record) -> str:
         link = _link(record.seq, f"#{record.seq}")
+        target = f"talk-{record.seq}"
         if record.type == "run_start":
-            return f'<h3 class="flow">{link} run <code>{_hs(record.run_id)}</code></h3>\n'
+            self.ids.add(target.encode())
+            return f'<h3 class="flow" id="{target}">{link} run <code>{_hs(record.run_id)}</code></h3>\n'
         if record.type == "turn_start" and "turn_index" in record.data:
-            return f'<div class="step flow">{link} turn {_hs(record.data["turn_index"])}</div>\n'
+            self.ids.add(target.encode())
+            turn = _hs(record.data["turn_index"])
+            return f'<div class="step flow" id="{target}">{link} turn {turn}</div>\n'
         if "error" in record.data:
             error = record.data["error"]
             text = error if type(error) is str else _error_text(error)
@@ -1392,6 +1468,10 @@ class _Commands:
         )
 
 
+def _failed(count: int) -> str:
+    return f', <span class="error">{count} ✗</span>' if count else ""
+
+
 class _Header:
     """The page's header: the session, its runs, costs, failures and gaps."""
 
@@ -1414,7 +1494,7 @@ class _Header:
         """Write the header; returns the place for what the page leaves out (_PageOut.fill)."""
         summary = self.summary
         write = self.out.write
-        write('<a class="skip" href="#records">skip to the records</a>\n')
+        write('<a class="skip" href="#records">skip to the records</a>\n', _PAGE_FILTERS)
         write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
         write(self.banner())
         cut_place = self.out.later()  # what the page leaves out, once the cards are chosen
@@ -1431,7 +1511,34 @@ class _Header:
         self.failures()
         self.gaps()
         write("</header>\n")
+        self.navigation()
         return cut_place
+
+    def navigation(self) -> None:
+        """Each run and its turns with their calls and failures, each linked to where the
+        conversation gets there; a run of over _PAGE_TURNS turns folded."""
+        turns: Dict[str, Dict[int, List[int]]] = {}  # run -> turn -> [calls, failed]
+        for attempt in self.facts.attempts.values():
+            counts = turns.setdefault(attempt.run_id, {}).setdefault(attempt.turn, [0, 0])
+            counts[0] += 1
+            counts[1] += attempt.failed
+        write = self.out.write
+        write('<nav id="nav"><h2>runs and turns</h2>\n')
+        for run in self.summary.runs:
+            group = turns.get(run.run_id, {})
+            calls, failed = sum(c for c, _ in group.values()), sum(f for _, f in group.values())
+            name = _link(run.first_seq, f"<code>{_hs(run.run_id)}</code>", f"talk-{run.first_seq}")
+            write(
+                f"<details{' open' if len(group) <= _PAGE_TURNS else ''}><summary>run {name}: "
+                f"{_count(len(group), 'turn')}, {_count(calls, 'call')}{_failed(failed)}</summary>"
+                '<ol class="turns">'
+            )
+            for turn, (count, bad) in sorted(group.items()):
+                seq = self.facts.turn_seqs.get((run.run_id, turn), 0)
+                label = f"turn {turn}: {_count(count, 'call')}{_failed(bad)}"
+                write(f"<li>{_link(seq, label, f'talk-{seq}') if seq else label}</li>")
+            write("</ol></details>\n")
+        write("</nav>\n")
 
     def runs(self) -> None:
         """The runs: where each starts, its calls and failures, times, end and error."""
@@ -1529,8 +1636,9 @@ class _Page:
         self.summary = summary
         self.out = out
         self.field = field
-        self.talk = _Conversation(facts)
         self.anchors: Set[int] = set()  # the seqs of the records the page shows
+        self.ids: Set[bytes] = set()  # the ids of the messages, inputs, settings and steps it shows
+        self.talk = _Conversation(facts, self.ids)
         self.room = out.budget  # bytes left for the card being made
 
     # -- commands and references
@@ -1566,13 +1674,17 @@ class _Page:
         line = _json_head(value, _ONE_LINE, min(self.field, 100))
         return line if line[1] == 0 else _json_head(value, _INDENTED, self.field)
 
-    def message(self, message: Any, run_id: str, more: str) -> str:
-        """A codec-encoded message: role, its blocks, stop reason and usage."""
+    def message(self, message: Any, run_id: str, more: str, place: str = "") -> str:
+        """A codec-encoded message: role, its blocks, stop reason and usage; with the id
+        ``msg-`` *place* when a request's whole input refers to it there (_Input)."""
+        ident = f' id="msg-{place}"' if place else ""
+        if place:
+            self.ids.add(f"msg-{place}".encode())
         value = _message_value(message)
         if value is None:
-            return self.value(message, more, "message")
+            return f'<div class="msg"{ident}>{self.value(message, more, "message")}</div>'
         role = value.get("role")
-        parts = [f'<div class="msg"><span class="role">{_hs(role)}</span>']
+        parts = [f'<div class="msg"{ident}><span class="role">{_hs(role)}</span>']
         metadata = value.get("metadata")
         call_id = metadata.get("tool_call_id") if type(metadata) is dict else None
         if type(call_id) is str:
@@ -1653,7 +1765,9 @@ class _Page:
                 if same is not None and key == "message":
                     parts.append(f"<div>the same message as {_link(same, f'#{same}')}</div>")
                 else:
-                    parts.append(self.message(item, run_id, more))
+                    parts.append(
+                        self.message(item, run_id, more, str(record.seq) if key == "message" else "")
+                    )
             elif key == "request" and type(item) is dict:
                 parts.append(self.request(record, item, more))
             elif key == "error":
@@ -1673,7 +1787,17 @@ class _Page:
         if change is not None and change.same_settings:
             seq = change.previous
             parts.append(f"<div>tools and config as in {_link(seq, f'#{seq}')}</div>")
-            return "".join(parts)
+        else:
+            parts.append(self.settings(record.seq, request, more, change is not None))
+        whole = self.facts.inputs.get(record.seq)
+        if whole is not None and type(messages) is list:
+            parts.append(self.whole_input(record.seq, whole, messages, more))
+        return "".join(parts)
+
+    def settings(self, seq: int, request: Dict[str, Any], more: str, placed: bool) -> str:
+        """A request's tools and config (all but its messages); *placed*: with the id that the
+        whole input of this and later requests refers to."""
+        parts = []
         for key, item in request.items():
             if key == "tools" and type(item) is list:
                 names = [_hs(tool.get("name")) for tool in item if type(tool) is dict and "name" in tool]
@@ -1681,7 +1805,49 @@ class _Page:
                 parts.append(self.value(item, more, "tool definitions"))
             elif key != "messages":
                 parts.append(self.value(item, more, key))
-        return "".join(parts)
+        if not placed:
+            return "".join(parts)
+        self.ids.add(b"set-%d" % seq)
+        return f'<div id="set-{seq}">{"".join(parts) or "<div>no tools, no config</div>"}</div>'
+
+    def whole_input(self, seq: int, whole: _Input, messages: List[Any], more: str) -> str:
+        """The request's whole input, folded: without JavaScript, the places of its messages in
+        order (the previous request's input in slices, each new message by its link, those
+        its card has no room for as one line); the page's script puts copies of the messages
+        themselves in their place when it opens."""
+        items: List[str] = []
+        at, left = 0, 0  # left: the new messages just before *at* that the card has no room for
+        for part in whole.parts:
+            if part == f"{seq}-{at}" and f"msg-{part}".encode() not in self.ids:
+                at, left = at + 1, left + 1
+                continue
+            if left:
+                items.append(f"<li>{at - left + 1} to {at}: new messages not shown: see {more}</li>")
+                left = 0
+            if isinstance(part, tuple):
+                start, end = part
+                span = f"{start + 1}" if end - start == 1 else f"{start + 1} to {end}"
+                inner = f"the input of request #{whole.previous}"
+                link = _link(whole.previous, inner, f"input-{whole.previous}")
+                where = f"{at + 1}" if end - start == 1 else f"{at + 1} to {at + end - start}"
+                items.append(f"<li>{where}: message {span} of {link}</li>")
+                at += end - start
+                continue
+            message = messages[at] if at < len(messages) else None
+            role = _hs(_role(message)) if message is not None else "a"
+            items.append(
+                f"<li>{at + 1}: {_link(int(part.split('-')[0]), f'{role} message', f'msg-{part}')}</li>"
+            )
+            at += 1
+        if left:
+            items.append(f"<li>{at - left + 1} to {at}: new messages not shown: see {more}</li>")
+        settings = _link(whole.settings, f"as in request #{whole.settings}", f"set-{whole.settings}")
+        self.ids.add(b"input-%d" % seq)
+        return (
+            f'<details class="whole" id="input-{seq}"><summary>the whole input: '
+            f"{_count(whole.total, 'message')}, tools and config</summary>"
+            f'<ul class="places">{"".join(items)}<li>tools and config: {settings}</li></ul></details>'
+        )
 
     def new_messages(
         self, record: Record, messages: List[Any], new: Tuple[Tuple[int, int], ...], more: str
@@ -1704,7 +1870,9 @@ class _Page:
                     f"in {_link(earlier, f'#{earlier}')}</div>"
                 )
             else:
-                parts.append(self.message(messages[index], record.run_id or "", more))
+                parts.append(
+                    self.message(messages[index], record.run_id or "", more, f"{record.seq}-{index}")
+                )
             size += len(parts[-1])
         return parts
 
@@ -1742,40 +1910,38 @@ class _Page:
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
         )
+        inputs = {
+            seq: [whole.parts, whole.previous, whole.settings] for seq, whole in self.facts.inputs.items()
+        }
+        data = {
+            "file": self.name,
+            "session_id": summary.session_id,
+            "records": summary.records,
+            "inputs": inputs,
+        }
+        self.out.ending(
+            f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
+            f"<script>{script}</script>\n</body></html>\n"
+        )
         self.cut_place = _Header(self.commands, self.facts, summary, self.out, self.damage).header()
         self.talk_place = self.out.later()  # the conversation, once the cards are chosen
         timeline = _Timeline(self.facts, self.out)
         timeline.chart()
         timeline.waterfall()
         self.cards(source, max_line_bytes)
-        data = {"file": self.name, "session_id": summary.session_id, "records": summary.records}
-        self.out.write(
-            f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
-            f"<script>{script}</script>\n</body></html>\n"
-        )
         self.out.release(self.resolve)
 
     def resolve(self, mark: re.Match[bytes]) -> bytes:
         """A link mark (_link) as the link, or as its text alone if the page leaves out its
         record: no link on the page leads nowhere."""
-        seq = int(mark.group(1))
-        return b'<a href="#seq-%d">%s</a>' % (seq, mark.group(2)) if seq in self.anchors else mark.group(2)
+        seq, target, inner = int(mark.group(1)), mark.group(2), mark.group(3)
+        if target:
+            return b'<a href="#%s">%s</a>' % (target, inner) if target in self.ids else inner
+        return b'<a href="#seq-%d">%s</a>' % (seq, inner) if seq in self.anchors else inner
 
     def cards(self, source: BinaryIO, max_line_bytes: int) -> None:
         write = self.out.write
-        write(
-            '<section id="records"><h2>records</h2>\n<form class="filters">'
-            '<label><input type="checkbox" id="only-errors"> errors only</label> '
-            '<label><input type="checkbox" id="show-model" checked> model calls</label> '
-            '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
-            '<label><input type="checkbox" id="show-other" checked> other records</label> '
-            '<input type="search" id="search" placeholder="search" hidden> '
-            '<span class="how" id="matches" hidden></span></form>\n'
-            '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
-            "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>/</kbd> search, <kbd>Enter</kbd> "
-            "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
-            "<kbd>Esc</kbd> leaves the search</p>\n"
-        )
+        write('<section id="records"><h2>records</h2>\n')
         cards, steps = self.choose(source, max_line_bytes)
         items = self.facts.items
         gaps = _left_out(cards)
@@ -2038,8 +2204,24 @@ def _write_page(
     page.render(source, args.max_line_bytes)
 
 
+# The search and filters, first on the page (a few Tab presses from its top) and kept in view.
+_PAGE_FILTERS = (
+    '<div class="filters"><form><input type="search" id="search" placeholder="search" hidden> '
+    '<span class="how" id="matches" hidden></span> '
+    '<label><input type="checkbox" id="only-errors"> errors only</label> '
+    '<label><input type="checkbox" id="show-model" checked> model calls</label> '
+    '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
+    '<label><input type="checkbox" id="show-other" checked> other records</label></form>\n'
+    '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
+    "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>i</kbd> the whole input of that call, "
+    "<kbd>/</kbd> search, <kbd>Enter</kbd> "
+    "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
+    "<kbd>Esc</kbd> leaves the search</p></div>\n"
+)
+
 # The page's only style and script: the Content-Security-Policy allows exactly these, by hash.
 _PAGE_STYLE = """
+html{scroll-padding-top:5em}
 body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
 body{color:#1b1b1b;background:#fff}
 h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
@@ -2064,10 +2246,14 @@ rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.ot
 rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray:5 3}
 .tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
 .filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
+.filters p{margin:.2em 0}
+.turns{display:flex;flex-wrap:wrap;gap:.1em 1em;list-style:none;padding:0;margin:.2em 0}
 body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .rec:not(.fail){display:none}
 body:has(#show-model:not(:checked)) .card.model,body:has(#show-tool:not(:checked)) .card.tool{display:none}
 body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .card.compact{display:none}
 .miss{display:none}
+.whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
+.input>ol{padding-left:2em;margin:.2em 0}.input>div{border-top:1px dotted #ccd}
 .step{margin:.25em 0;padding:.15em .5em;border-left:3px solid #ccd}.step.tool{border-left-color:#6bb38a}
 .step.fail{border-left-color:#d33;background:#fff5f5}.flow{color:#555;font-style:italic}
 .say{margin:.15em 0;white-space:pre-wrap;overflow-wrap:anywhere}.say.user{background:#f2f6fc}
@@ -2177,9 +2363,71 @@ document.documentElement.setAttribute("data-js", "on");
     if (moves[event.key]) go(moves[event.key][0], moves[event.key][1]);
     else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
     else if (event.key === "/") box.focus();
+    else if (event.key === "i") whole();
     else return;
     event.preventDefault();
   });
+  var inputs = JSON.parse(document.getElementById("session-data").textContent).inputs;
+  function places(seq) {
+    var out = [], tasks = [[seq, 0, Infinity]];
+    while (tasks.length) {
+      var task = tasks.pop();
+      if (typeof task === "string") {
+        out.push(task);
+        continue;
+      }
+      var parts = inputs[task[0]][0], previous = inputs[task[0]][1], at = 0, todo = [];
+      for (var i = 0; i < parts.length && at < task[2]; i++) {
+        var part = parts[i], size = typeof part === "string" ? 1 : part[1] - part[0];
+        var from = Math.max(task[1], at), to = Math.min(task[2], at + size);
+        if (from < to) {
+          todo.push(typeof part === "string" ? part : [previous, part[0] + from - at, part[0] + to - at]);
+        }
+        at += size;
+      }
+      while (todo.length) tasks.push(todo.pop());
+    }
+    return out;
+  }
+  function copy(id, what, tag) {
+    var item = document.createElement(tag), shown = document.getElementById(id);
+    if (shown) {
+      var clone = shown.cloneNode(true);
+      clone.removeAttribute("id");
+      item.appendChild(clone);
+    } else {
+      item.className = "cut";
+      item.textContent = what + " left out of this page, to keep to its budget";
+    }
+    return item;
+  }
+  function fill(whole) {
+    if (whole.querySelector(".input")) return;
+    var seq = whole.id.slice(6), list = document.createElement("ol"), box = document.createElement("div");
+    var shown = places(seq);
+    for (var i = 0; i < shown.length; i++) list.appendChild(copy("msg-" + shown[i], "this message", "li"));
+    box.className = "input";
+    box.appendChild(list);
+    box.appendChild(copy("set-" + inputs[seq][2], "the tools and config", "div"));
+    whole.querySelector(".places").hidden = true;
+    whole.appendChild(box);
+  }
+  document.addEventListener("toggle", function (event) {
+    var target = event.target;
+    if (target.classList && target.classList.contains("whole") && target.open) fill(target);
+  }, true);
+  function whole() {
+    var input = current && current.querySelector("details.whole");
+    if (!input) return;
+    input.open = true;
+    input.scrollIntoView();
+  }
+  function reveal() {
+    var target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    if (target && target.tagName === "DETAILS") target.open = true;
+  }
+  window.addEventListener("hashchange", reveal);
+  reveal();
   window.addEventListener("beforeprint", function () {
     var folded = document.querySelectorAll("details");
     for (var i = 0; i < folded.length; i++) folded[i].open = true;

@@ -721,15 +721,15 @@ class PageParts(html.parser.HTMLParser):
 
 
 PAGE_IDS = re.compile(
-    r"seq-\d+|cut-\d+|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
+    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+|nav|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
-    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd|nav"
 )
 
 
@@ -763,13 +763,17 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
         assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
         assert "style" not in attrs and "action" not in attrs
         assert "src" not in attrs or re.fullmatch(PICTURE, f"{tag} {attrs['src']}"), (tag, attrs)
-        assert re.fullmatch(r"#(seq-\d+|cut-\d+|records)", attrs.get("href") or "#seq-1"), attrs
+        assert re.fullmatch(
+            r"#(seq-\d+|cut-\d+|records|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+)",
+            attrs.get("href") or "#seq-1",
+        ), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
         assert all(PAGE_CLASSES.fullmatch(name) for name in (attrs.get("class") or "").split()), attrs
     assert json.loads(data) == {
         "file": str(tmp_path / HOSTILE_NAME),
         "records": 18,
         "session_id": PAYLOADS[3],
+        "inputs": {"6": [["6-0"], 0, 6], "9": [[[0, 1]], 6, 9]},  # the retry: the same messages, no tools
     }
     assert 'calls <b>x<span class="mark">[U+000A]</span>y</b>' in page  # a name shows its line break
     for char in "\u202e\u200b\x1b\u2028\u2029\U000e0041":
@@ -791,14 +795,15 @@ def test_html_page_is_reproducible(tmp_path: Path) -> None:
     assert html_page(path) == html_page(path)
 
 
-def browser_dom(page: Path, profile: Path, *flags: str) -> str:
-    """The DOM of *page* after headless Chromium loaded it and ran its script."""
+def browser_dom(page: Path, profile: Path, *flags: str, fragment: str = "") -> str:
+    """The DOM of *page* (at its *fragment*) after headless Chromium loaded it and ran its script."""
     need("chromium", "the HTML page is checked in a real browser")
     done = subprocess.run(
         [
             "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", "--virtual-time-budget=3000", *flags, "--dump-dom", page.as_uri(),
+            f"--user-data-dir={profile}", "--virtual-time-budget=3000", *flags,
+            "--dump-dom", page.as_uri() + fragment,
         ],
         capture_output=True,
         text=True,
@@ -818,10 +823,13 @@ def test_html_page_in_chromium_runs_its_script_and_no_payload(tmp_path: Path) ->
     )
     assert "Content-Security-Policy" not in unprotected.read_text(encoding="utf-8")
     for copy in (path, unprotected):
-        dom = browser_dom(copy, tmp_path / "profile")
+        dom = browser_dom(copy, tmp_path / "profile", fragment="#input-6")  # opens that whole input
         assert '<html lang="en" data-js="on">' in dom  # the page's own script ran
         assert "data-pwned" not in dom  # and not one payload: by escaping alone without the CSP
         assert dom.count('class="card ') == 4
+        whole = dom.split('id="input-6"', 1)[1].split("</details>", 1)[0]
+        assert '<div class="input"><ol><li><div class="msg">' in whole  # a copy of the message
+        assert html.escape(PAYLOADS[0], quote=False) in whole  # shown as text
 
 
 def test_html_page_csp_blocks_a_script_that_escaping_let_through(tmp_path: Path) -> None:
@@ -1456,3 +1464,200 @@ def test_html_page_opens_on_the_conversation(tmp_path: Path) -> None:
     assert '<div class="pair"><div>tool <b>ls</b> <code>{&quot;d&quot;: &quot;/&quot;}</code></div>' in talk
     for seq in re.findall(r'<span class="seq"><a href="#seq-(\d+)">', talk):  # each step links to its card
         assert f'id="seq-{seq}"' in page
+
+
+def conversation_file(path: Path, version: int, turns: int = 3) -> List[List[List[str]]]:
+    """A session of *turns* turns (each a model call and a tool call) and then a compaction
+    that drops the first tool exchange; the texts of each message each model request sends."""
+    system = Message("system", [session.text_block("You are terse.")])
+    context = [system, say("count the files")]
+    sent: List[List[List[str]]] = []
+    tools = [{"name": "ls", "description": "list a folder"}]
+    config = session.CallConfig(max_tokens=64, tool_choice="auto")
+    with session.create(path, version=version) as s, s.begin_run() as run:
+        for n in range(turns):
+            model = Execution(f"m{n}", "model")
+            run.record(
+                Event("model_request", execution=model, request=ModelRequest(list(context), tools, config))
+            )
+            sent.append([message_texts(m) for m in context])
+            call = session.tool_call_block(f"k{n}", "ls", {"folder": f"dir {n}"})
+            reply = Message("assistant", [session.text_block(f"looking at dir {n}"), call], "toolUse")
+            run.record(Event("model_exec_end", execution=model, message=reply))
+            tool = Execution(f"k{n}", "tool", parent_id=f"m{n}")
+            run.record(Event("tool_exec_end", execution=tool, tool="ls", result=f"{n} files"))
+            result = session.tool_result(f"k{n}", f"result {n}: {n} files")
+            run.record(Event("message_end", execution=tool, message=result))
+            context += [reply, result]
+        run.record(Event("context_compacted", execution=Execution("c", "compact"), compaction={}))
+        del context[2:4]
+        model = Execution("last", "model")
+        run.record(
+            Event("model_request", execution=model, request=ModelRequest(list(context), tools, config))
+        )
+        sent.append([message_texts(m) for m in context])
+    return sent
+
+
+def message_texts(message: Message) -> List[str]:
+    """The texts and tool call arguments of *message*, as the page shows them."""
+    blocks: List[Dict[str, Any]] = list(message.content or ())  # type: ignore[arg-type]
+    return [
+        block["text"] if block["type"] == "text" else json.dumps(block["tool_call"]["args"])
+        for block in blocks
+        if block["type"] in ("text", "toolCall")
+    ]
+
+
+def test_html_page_shows_each_calls_whole_input_in_chromium(tmp_path: Path) -> None:
+    pages = []
+    for version in (1, 2):
+        sent = conversation_file(tmp_path / f"v{version}.jsonl", version)
+        pages.append(tmp_path / f"v{version}.html")
+        pages[-1].write_text(html_page(tmp_path / f"v{version}.jsonl"), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    seen = []
+    try:
+        for page in pages:
+            browser.page("POST", "/url", {"url": page.as_uri()})
+            wholes = browser.run("return [...document.querySelectorAll('details.whole')].map(e => e.id)")
+            assert len(wholes) == len(sent)
+            shown = []
+            for n, whole in enumerate(wholes):
+                if n % 2:  # from the call's card, or from its step in the conversation
+                    browser.page("POST", f"/element/{browser.element(f'#{whole} > summary')}/click", {})
+                else:
+                    step = f'#conversation a[href="#{whole}"]'
+                    browser.run(f"document.querySelector('{step}').scrollIntoView({{block: 'center'}})")
+                    browser.page("POST", f"/element/{browser.element(step)}/click", {})
+                opened = f"return !!document.querySelector('#{whole} .input')"
+                assert browser.until(lambda: bool(browser.run(opened)))  # noqa: B023 (called at once)
+                texts = browser.run(
+                    f"return [...document.querySelectorAll('#{whole} .input li')].map(li => li.textContent)"
+                )
+                settings = browser.run(f"return document.querySelector('#{whole} .input > div').textContent")
+                assert len(texts) == len(sent[n])
+                assert all(all(t in text for t in want) for want, text in zip(sent[n], texts)), (
+                    sent[n],
+                    texts,
+                )
+                assert "ls" in settings and "max_tokens" in settings and "64" in settings
+                shown.append((texts, settings))
+            seen.append(shown)
+        assert seen[0] == seen[1]  # version 1 and 2: the same whole inputs
+        long = tmp_path / "long.jsonl"
+        sent = conversation_file(long, 2, 40)
+        cut = tmp_path / "cut.html"
+        cut.write_text(html_page(long, "--max-bytes", "60000"), encoding="utf-8")
+        browser.page("POST", "/url", {"url": cut.as_uri()})
+        last = browser.run("return [...document.querySelectorAll('details.whole')].pop().id")
+        browser.page("POST", f"/element/{browser.element(f'#{last} > summary')}/click", {})
+        assert browser.until(lambda: bool(browser.run(f"return !!document.querySelector('#{last} .input')")))
+        pairs = "li => [li.className, li.textContent]"
+        items = browser.run(f"return [...document.querySelectorAll('#{last} .input li')].map({pairs})")
+        assert len(items) == len(sent[-1]) == 80
+        left = [n for n, (kind, text) in enumerate(items) if kind == "cut"]
+        assert 0 < len(left) < 80 and left == list(range(left[0], left[-1] + 1))  # the middle
+        assert all(items[n][1] == "this message left out of this page, to keep to its budget" for n in left)
+        shown = [(want, text) for n, (want, (_, text)) in enumerate(zip(sent[-1], items)) if n not in left]
+        assert all(all(t in text for t in want) for want, text in shown)
+    finally:
+        browser.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_html_page_whole_inputs_without_javascript_and_in_linear_size(tmp_path: Path, version: int) -> None:
+    path = tmp_path / "s.jsonl"
+    conversation_file(path, version)
+    page = html_page(path)  # every link of the places leads somewhere
+    requests = [r.seq for r in records(path) if r.type == "model_request"]
+    places = re.findall(r'<details class="whole" id="input-(\d+)">.*?<ul class="places">(.*?)</ul>', page)
+    assert [int(seq) for seq, _ in places] == requests
+    last = re.sub(r"<[^>]+>", "", places[-1][1])
+    before = requests[-2]
+    assert last == (
+        f"1 to 2: message 1 to 2 of the input of request #{before}"  # the compaction dropped 3 and 4
+        f"3 to 4: message 5 to 6 of the input of request #{before}"
+        "5: assistant message6: tool message"  # the last turn's, in the records that show them
+        f"tools and config: as in request #{requests[0]}"
+    )
+    sizes = []
+    for turns in (50, 100):
+        conversation_file(tmp_path / f"{turns}.jsonl", version, turns)
+        sizes.append(len(html_page(tmp_path / f"{turns}.jsonl").encode()))
+    assert sizes[1] < 2.05 * sizes[0]  # each message shown once: twice the turns, twice the page
+
+
+def long_session(path: Path, turns: int) -> None:
+    """*turns* turns of a model call and a tool call; every 50th tool call fails."""
+    with session.create(path) as s, s.begin_run() as run:
+        context = [say("start")]
+        for turn in range(1, turns + 1):
+            run.record(Event("turn_start", turn_index=turn, timestamp=T0))
+            model_call(run, f"m{turn}", context)
+            error = f"failure {turn}" if turn % 50 == 0 else None
+            tool = Execution(f"t{turn}", "tool", turn_index=turn)
+            run.record(
+                Event("tool_exec_end", execution=tool, tool="grep", result=f"found {turn}", error=error)
+            )
+
+
+def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    long_session(path, 300)
+    page = tmp_path / "page.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    nav = page.read_text(encoding="utf-8").split('<nav id="nav">', 1)[1].split("</nav>", 1)[0]
+    assert re.search(r'<details><summary>run <a href="#talk-\d+"><code>\w+</code></a>: 300 turns, 600 calls, '
+                     r'<span class="error">6 ✗</span></summary>', nav)  # fmt: skip
+    assert nav.count("<li>") == 300 and nav.count("✗") == 7  # folded: over 50 turns
+    assert re.search(
+        r'<li><a href="#talk-\d+">turn 50: 2 calls, <span class="error">1 ✗</span></a></li>', nav
+    )
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        reached = {}
+        for presses in range(1, 7):
+            browser.keys("\ue004")  # Tab
+            reached[browser.run("return document.activeElement.id || document.activeElement.className")] = (
+                presses
+            )
+        assert reached == {
+            "skip": 1,
+            "search": 2,
+            "only-errors": 3,
+            "show-model": 4,
+            "show-tool": 5,
+            "show-other": 6,
+        }
+        browser.run("document.activeElement.blur()")
+        browser.keys("e")  # the first failed call
+        assert "failure 50" in browser.run("return document.activeElement.textContent")
+        browser.keys("eE")  # the next, and back
+        assert "failure 50" in browser.run("return document.activeElement.textContent")
+        browser.keys("j")  # the call after it
+        assert browser.run("return document.activeElement.className") == "card model"
+        assert "m51" in browser.run("return document.activeElement.textContent")
+        browser.keys("i")  # its whole input
+        opened = (
+            "return [...document.querySelectorAll('details.whole[open] .input li')].map(e => e.textContent)"
+        )
+        assert browser.until(lambda: len(browser.run(opened)) == 1) and "start" in browser.run(opened)[0]
+        browser.keys("k")
+        assert "failure 50" in browser.run("return document.activeElement.textContent")
+        browser.keys("/found 12")  # the search: found 12, 120 to 129
+        assert browser.run("return document.activeElement.id") == "search"
+        assert browser.until(
+            lambda: browser.run("return document.getElementById('matches').textContent") == "11 matches"
+        )
+        browser.keys("\ue007")  # Enter: a match
+        matches = "return document.getElementById('matches').textContent"
+        first = int(browser.run(matches).split(" of 11 matches")[0])
+        assert "found 12" in browser.run("return document.activeElement.textContent")
+        browser.keys("nn")
+        assert browser.run(matches) == f"{(first + 1) % 11 + 1} of 11 matches"
+        browser.keys("N")
+        assert browser.run(matches) == f"{first % 11 + 1} of 11 matches"
+    finally:
+        browser.close()
