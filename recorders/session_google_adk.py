@@ -453,6 +453,16 @@ def _block(part: types.Part) -> session.ContentBlock:
     return session.text_block(json.dumps(to_json(part)))  # files, code, audio: kept as their JSON
 
 
+def _reply_error(response: LlmResponse) -> dict[str, str] | None:
+    """What went wrong in a model's reply that is an error (blocked, say: ADK's
+    ``error_code`` and ``error_message``), as an event's error, or None."""
+    code = response.error_code
+    if not code:
+        return None
+    kind = str(getattr(code, "value", code))  # a FinishReason or BlockedReason, or a string
+    return {"type": kind, "message": response.error_message or kind}
+
+
 def _response_message(response: LlmResponse) -> session.Message:
     """A model's reply (its content, possibly none) with its usage and stop reason."""
     message = _content_message(response.content or types.Content(role="model", parts=[]), _usage(response))
@@ -576,6 +586,7 @@ class SessionRecorder(BasePlugin):
         self._in_turn = False
         self._ended = False
         self._answered = False  # whether the run's latest event is a final response
+        self._refused: dict[str, str] | None = None  # the error of that event, a model's reply
         self._tool_calls = 0
         self._tool_errors = 0
         self._running: dict[str, tuple[session.Execution, str, str]] = {}  # calls under way: tool, call id
@@ -625,7 +636,8 @@ class SessionRecorder(BasePlugin):
         if invocation_context.invocation_id == self._main and not self._ended:
             await self._end_turn(invocation_context.session.events)
             # ADK ends a run closed early (its events no longer read) as it ends a whole one
-            self._end("stop" if self._answered else "aborted", None)
+            reason = "error" if self._refused else "stop" if self._answered else "aborted"
+            self._end(reason, self._refused)
 
     async def on_run_error_callback(self, *, invocation_context: InvocationContext, error: Exception) -> None:
         if invocation_context.invocation_id == self._main and not self._ended:
@@ -638,6 +650,7 @@ class SessionRecorder(BasePlugin):
         scope = self._scope(invocation_context.invocation_id)
         if scope.caller is None and not event.partial:
             self._answered = event.is_final_response()
+            self._refused = _reply_error(event)
             if event.content is not None:
                 await self._commit(event.content, scope)
         return None
@@ -673,7 +686,7 @@ class SessionRecorder(BasePlugin):
         if llm_response.content is not None:
             self._converted.add(llm_response.content, message)
         execution = self._scope(callback_context.invocation_id).model
-        self._model_end(execution, message, None)
+        self._model_end(execution, message, _reply_error(llm_response))
         _CALLING.set(None)
         return None
 
@@ -748,14 +761,16 @@ class SessionRecorder(BasePlugin):
         self,
         execution: session.Execution | None,
         message: session.Message | None,
-        error: BaseException | str | None,
+        error: BaseException | dict[str, str] | str | None,
     ) -> None:
+        """The attempt *execution* answered *message*, or failed with *error* (with what it
+        answered, if anything: a reply that is an error)."""
         if execution is not None:
             self._running.pop(execution.id, None)
         if error is None:
             self._record("model_exec_end", execution=execution, message=message)
         else:
-            self._record("model_exec_end", execution=execution, error=error)
+            self._record("model_exec_end", execution=execution, partial_message=message, error=error)
 
     def _tool_end(
         self, tool: BaseTool, tool_context: ToolContext, result: Any, error: BaseException | None
@@ -840,7 +855,7 @@ class SessionRecorder(BasePlugin):
         self._turn_end()
         self._end("error" if error is not None and not isinstance(error, _ABORTS) else "aborted", error)
 
-    def _end(self, reason: str, error: BaseException | None) -> None:
+    def _end(self, reason: str, error: BaseException | dict[str, str] | None) -> None:
         self._ended = True
         summary = session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)
         self._record("agent_end", summary=summary, error=error)

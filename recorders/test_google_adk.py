@@ -233,6 +233,33 @@ def test_a_model_error_ends_the_run_in_an_error(tmp_path: Path) -> None:
     assert end.error == {"message": "model unreachable", "type": "ConnectionError"}
 
 
+def test_a_reply_that_is_an_error_is_a_failed_attempt_and_ends_the_run(tmp_path: Path) -> None:
+    """A reply ADK makes an error (a candidate blocked for safety, as ``LlmResponse.create``
+    gives it: no content, ``error_code``): the attempt failed, with what it used, and the run
+    ends in that error, never as a successful call with an answer."""
+    path = tmp_path / "chat.jsonl"
+    usage = types.GenerateContentResponseUsageMetadata(
+        prompt_token_count=9, candidates_token_count=0, total_token_count=9
+    )
+    blocked = types.Candidate(finish_reason=types.FinishReason.SAFETY, finish_message="blocked: unsafe")
+    response = LlmResponse.create(types.GenerateContentResponse(candidates=[blocked], usage_metadata=usage))
+    assert response.error_code  # what ADK makes of it
+    agent = LlmAgent(name="root", model=Scripted(script=lambda request: [response]))
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "hi")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    failure = {"type": "SAFETY", "message": "blocked: unsafe"}
+    assert (summary.runs[0].end_reason, summary.runs[0].error) == ("error", failure)
+    [end] = events(path, "model_exec_end")
+    assert end.message is None and end.error == failure
+    answered = end.partial_message["value"]  # what it answered: nothing, with its usage
+    assert (answered["content"], answered["stop_reason"], answered["usage"]["input"]) == ([], "error", 9)
+
+
 class Color(enum.Enum):
     RED = "red"
 
