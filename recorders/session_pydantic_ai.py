@@ -623,6 +623,7 @@ class SessionRecorder(AbstractCapability[Any]):
             tool=call.tool_name,
             args=_Later(to_json, validated),
         )
+        await self._writer.flush()  # converted before the tool, which may change them in place, runs
         return validated
 
     def _tool_start(self, caller: session.Execution | None, call: pm.ToolCallPart) -> session.Execution:

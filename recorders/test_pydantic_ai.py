@@ -706,3 +706,36 @@ def test_a_string_converts_to_itself() -> None:
     text = "a line of a file\n" * 100_000 + "\ud800"  # a lone surrogate: the writer escapes it
     assert to_json(text) is text  # no pass over it, no copy
     assert to_json({"text": "\ud800"}) == {"type": "builtins.dict", "repr": "{'text': '\\ud800'}"}
+
+
+def test_a_tool_changing_its_arguments_in_place_leaves_them_as_given(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    slow, changed = threading.Event(), threading.Event()
+
+    def redact(data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("tool") == "sort" and not slow.is_set():  # a slow writer as the tool starts
+            slow.set()
+            changed.wait(2)
+        return data
+
+    def sort_then_answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse([ToolCallPart("sort", {"items": [3, 1, 2]}, "call-sort")])
+        return ModelResponse([TextPart("sorted")])
+
+    agent = Agent(FunctionModel(sort_then_answer))
+
+    @agent.tool_plain
+    async def sort(items: list[int]) -> int:
+        items.sort()  # the tool's own list, as it may
+        items.append(4)
+        changed.set()
+        return len(items)
+
+    async def main() -> None:
+        async with recording(path, redact=redact) as recorder:
+            await agent.run("sort 3 1 2", capabilities=[recorder])
+
+    asyncio.run(main())
+    check_file(path)
+    assert [e.args for e in events(path, "tool_invoke_start")] == [{"items": [3, 1, 2]}]
