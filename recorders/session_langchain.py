@@ -111,6 +111,7 @@ async def recording(
     opened = await asyncio.to_thread(
         functools.partial(session.open, target, create=True, redact=redact, **limit)
     )
+    writer: _Writer | None = None
     try:
         run = await asyncio.to_thread(opened.begin_run)
         recorder = SessionRecorder(run, checkpoint=checkpoint, source=opened)
@@ -122,10 +123,23 @@ async def recording(
             raise
         else:
             recorder._left(None)
-        finally:
-            await asyncio.to_thread(writer.close)
     finally:
-        await asyncio.to_thread(opened.close)
+        await _close(writer, opened)
+
+
+async def _close(writer: _Writer | None, opened: session.Session) -> None:
+    """Close *writer* (its records written, its first failure raised), then the session
+    *opened*, in a worker thread: a wait cancelled again (Ctrl-C pressed twice) leaves both
+    done in that order, never the file closed before the run's last records, nor left open."""
+
+    def close() -> None:
+        try:
+            if writer is not None:
+                writer.close()
+        finally:
+            opened.close()
+
+    await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, close))
 
 
 def to_json(value: Any) -> Any:

@@ -739,3 +739,47 @@ def test_a_tool_changing_its_arguments_in_place_leaves_them_as_given(tmp_path: P
     asyncio.run(main())
     check_file(path)
     assert [e.args for e in events(path, "tool_invoke_start")] == [{"items": [3, 1, 2]}]
+
+
+def test_a_run_cancelled_again_while_its_recording_ends_still_ends_aborted(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    busy, release = threading.Event(), threading.Event()
+
+    class Slow:  # a result its writer takes long to convert
+        def __repr__(self) -> str:
+            if threading.current_thread() is not threading.main_thread() and not busy.is_set():
+                busy.set()
+                release.wait(10)
+            return "Slow()"
+
+    def call_then_answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse([ToolCallPart("slow", {}, "call-slow")])
+        return ModelResponse([TextPart("done")])
+
+    agent = Agent(FunctionModel(call_then_answer))
+
+    @agent.tool_plain
+    def slow() -> Any:
+        return Slow()
+
+    async def record() -> None:
+        async with recording(path) as recorder:
+            await agent.run("go", capabilities=[recorder])
+
+    async def main() -> None:
+        run = asyncio.ensure_future(record())
+        await asyncio.to_thread(busy.wait, 10)
+        while not run.done():  # cancelled, and cancelled again as it ends (Ctrl-C pressed twice)
+            run.cancel()
+            await asyncio.sleep(0)
+        for _ in range(100):  # the file may be closed (it must not be) while its writer is busy
+            if b'"run_close"' in path.read_bytes():
+                break
+            await asyncio.sleep(0.01)
+        release.set()
+
+    asyncio.run(main())
+    check_aborted(path)
+    [end] = events(path, "tool_exec_end")
+    assert isinstance(end.result, dict) and end.result["repr"] == "Slow()"  # written, before the close
