@@ -238,9 +238,12 @@ class _Writer:
         return made
 
     async def flush(self) -> None:
-        """Wait until everything handed over is written, raising what failed."""
-        if self._last is not None and not self._last.done():
+        """Wait until everything handed over is written, raising what failed (the last
+        hand-over's failure too when it failed just now, before ``_note`` saw it)."""
+        if self._last is not None:
             await self._wait(self._last)
+        if self._failure is not None:
+            raise self._failure
 
     def close(self) -> None:
         """Wait until everything handed over is written; raise the first failure.  A hook

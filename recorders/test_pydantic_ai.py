@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import enum
 import threading
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -54,7 +55,7 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
-from session_pydantic_ai import recording, to_json, to_messages
+from session_pydantic_ai import _Writer, recording, to_json, to_messages
 
 import session
 
@@ -783,3 +784,20 @@ def test_a_run_cancelled_again_while_its_recording_ends_still_ends_aborted(tmp_p
     check_aborted(path)
     [end] = events(path, "tool_exec_end")
     assert isinstance(end.result, dict) and end.result["repr"] == "Slow()"  # written, before the close
+
+
+def test_a_hook_waiting_for_the_writer_gets_a_failure_that_came_before(tmp_path: Path) -> None:
+    """A hand-over that failed before the hook waits (the writer was quick) is raised by the
+    wait, not left for a later hook: the model call is not made on a failed recording."""
+    with session.create(tmp_path / "chat.jsonl") as opened:
+        run = opened.begin_run()
+        run.close()  # a closed run refuses every record
+        writer = _Writer(run, threaded=True)
+        writer.record("turn_start", {"turn_index": 1})
+        deadline = time.monotonic() + 10
+        while writer._failure is None and time.monotonic() < deadline:  # failed, and noted
+            time.sleep(0.001)
+        with pytest.raises(ValueError, match="is closed"):
+            asyncio.run(writer.flush())
+        with pytest.raises(ValueError, match="is closed"):
+            writer.close()
