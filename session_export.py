@@ -803,6 +803,19 @@ def _digest(value: Any) -> bytes:
 _DIGEST_JSON = json.JSONEncoder(check_circular=False)  # one encoder: dumps() makes one per call
 
 
+def _beyond(before: List[List[int]], ranges: List[List[int]]) -> Optional[List[List[int]]]:
+    """The message ranges a version-2 request refers to beyond all those of the request
+    *before* it, its last one carried on (as a writer carries on a context that grew), as
+    ranges; None when it does not refer to all of those."""
+    last = len(before) - 1
+    if last < 0 or len(ranges) <= last or ranges[:last] != before[:last]:
+        return None
+    (first, end), (start, stop) = before[last], ranges[last]
+    if start != first or stop < end:
+        return None
+    return [[end + 1, stop], *ranges[last + 1 :]]  # the first empty when only later ranges are new
+
+
 def _span(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
 
@@ -873,7 +886,7 @@ class _Facts:
         self.records = 0
         self._previous: List[bytes] = []  # the previous request's message digests
         self._written: Dict[int, bytes] = {}  # a version-2 file's message records: seq -> digest
-        self._sent: Tuple[List[int], List[bytes]] = ([], [])  # the previous request's: seqs, digests
+        self._ranges: List[List[int]] = []  # the message ranges the previous request refers to
         self._previous_seq = 0
         self._previous_run = ""
         self._settings = b""
@@ -974,13 +987,10 @@ class _Facts:
             self.costed += 1
 
     def _request(self, record: Record) -> None:
-        digests = self._digests(record)
-        previous = self._previous
-        grew = digests[: len(previous)] == previous
+        previous = len(self._previous)
+        digests, grew = self._digests(record)
         if grew:  # the context grew: the rest is new
-            new = [
-                (index, self._recent.get(digests[index], 0)) for index in range(len(previous), len(digests))
-            ]
+            new = [(index, self._recent.get(digests[index], 0)) for index in range(previous, len(digests))]
             dropped = 0
         else:
             new, dropped = self._compared(digests)
@@ -1005,21 +1015,21 @@ class _Facts:
         )
         if settings != self._settings:
             self._settings_seq = record.seq
-        self._input(record.seq, digests, new, grew)
+        self._input(record.seq, digests, new, previous if grew else None)
         self._previous, self._previous_seq, self._previous_run = digests, record.seq, record.run_id or ""
         self._settings = settings
         self._compacted = False
         self._recent = {}
 
-    def _input(self, seq: int, digests: List[bytes], new: List[Tuple[int, int]], grew: bool) -> None:
+    def _input(self, seq: int, digests: List[bytes], new: List[Tuple[int, int]], kept: Optional[int]) -> None:
         """Where the page shows each message of the request *seq*: a message the previous
         request sent where that one's is, a new one where its card or an earlier record
-        shows it (as _Page.new_messages does).  A context that grew costs only its new
-        messages."""
+        shows it (as _Page.new_messages does).  A context that grew (it starts with all
+        *kept* messages of the previous request) costs only its new messages."""
         fresh = {index: f"{earlier}" if earlier else f"{seq}-{index}" for index, earlier in new}
         parts: List[Union[Tuple[int, int], str]] = []
-        if grew:
-            parts = [(0, len(self._previous))] if self._previous else []
+        if kept is not None:
+            parts = [(0, kept)] if kept else []
             parts += fresh.values()
             self._places.extend(fresh.values())
         else:
@@ -1051,20 +1061,24 @@ class _Facts:
                 parts.append((source, source + 1))
         return parts, places
 
-    def _digests(self, record: Record) -> List[bytes]:
-        """The digests of the messages the request *record* sends: a version-2 file's read
-        once from each message record (the request as written refers to them), else each
-        message's own."""
+    def _digests(self, record: Record) -> Tuple[List[bytes], bool]:
+        """The digests of the messages the request *record* sends, and whether it sends all
+        the previous request sent, then more.  A version-2 file's are read once from each
+        message record (the request as written refers to them), and a request that refers to
+        the previous one's ranges and more costs only its new messages: the previous
+        request's list, extended.  Else each message's own digest."""
         ranges = record.data.get("messages")
         if self.index.version > 1 and type(ranges) is list:
-            seqs, (before, digests) = self.index.message_seqs(ranges), self._sent
-            if seqs[: len(before)] != before:  # not the previous request's and more
-                before, digests = [], []
-            self._sent = (seqs, digests + [self._written[seq] for seq in seqs[len(before) :]])
-            return self._sent[1]
-        request = record.data.get("request")
-        messages = request.get("messages") if type(request) is dict else None
-        return [_digest(message) for message in messages] if type(messages) is list else []
+            more, self._ranges = _beyond(self._ranges, ranges), ranges
+            if more is not None:
+                self._previous.extend(self._written[seq] for seq in self.index.message_seqs(more))
+                return self._previous, True
+            digests = [self._written[seq] for seq in self.index.message_seqs(ranges)]
+        else:
+            request = record.data.get("request")
+            messages = request.get("messages") if type(request) is dict else None
+            digests = [_digest(message) for message in messages] if type(messages) is list else []
+        return digests, digests[: len(self._previous)] == self._previous
 
     def _compared(self, digests: List[bytes]) -> Tuple[List[Tuple[int, int]], int]:
         """The messages of *digests* that the previous request did not send (each as many

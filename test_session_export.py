@@ -1588,6 +1588,30 @@ def test_html_page_whole_inputs_without_javascript_and_in_linear_size(tmp_path: 
     assert sizes[1] < 2.05 * sizes[0]  # each message shown once: twice the turns, twice the page
 
 
+def test_html_page_of_a_version_2_file_looks_each_message_up_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose context grew costs the page only its new messages: the message
+    records looked up over a session are about as many as it has, not one per message of
+    every request (quadratic in the turns: a 230 MB session took 55 times validate's time)."""
+    looked_up: List[int] = []
+    message_seqs = session._Index.message_seqs
+
+    def counted(index: Any, ranges: List[List[int]]) -> List[int]:
+        seqs = message_seqs(index, ranges)
+        looked_up.append(len(seqs))
+        return seqs
+
+    monkeypatch.setattr(session._Index, "message_seqs", counted)
+    path, out = tmp_path / "s.jsonl", tmp_path / "s.html"
+    sent = conversation_file(path, 2, 60)
+    assert session.main(["html", str(path), "-o", str(out)]) == 0
+    messages = sum(1 for r in records(path) if r.type == "message")
+    assert len(looked_up) == len(sent)  # each request's messages looked up once ...
+    assert sum(looked_up) <= messages + len(sent[-1])  # ... the new ones, and all after the compaction
+    assert sum(len(texts) for texts in sent) > 10 * messages  # every request's would be many more
+
+
 def long_session(path: Path, turns: int) -> None:
     """*turns* turns of a model call and a tool call; every 50th tool call fails."""
     with session.create(path) as s, s.begin_run() as run:
