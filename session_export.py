@@ -2904,11 +2904,14 @@ class _Contents:
     def __init__(self) -> None:
         self._messages: Dict[int, _OtlpMessage] = {}
         self._seqs: List[int] = []  # of the message records, in order
+        self._system: List[int] = []  # where the system messages are among them
         self._tools: Dict[int, str] = {}
 
     def add(self, record: Record) -> None:
         if record.type == "message":
-            self._messages[record.seq] = _otlp_message(record.data.get("message"))
+            message = self._messages[record.seq] = _otlp_message(record.data.get("message"))
+            if message.role == "system":
+                self._system.append(len(self._seqs))
             self._seqs.append(record.seq)
         elif record.type == "tools":
             self._tools[record.seq] = _tool_definitions(record.data.get("tools"))
@@ -2919,17 +2922,16 @@ class _Contents:
         if "messages" in request or "messages" not in data:  # version 1, or written whole
             written = request.get("messages")
             messages = [_otlp_message(m) for m in written] if type(written) is list else []
+            instructions = [m for m in messages if m.role == "system"]
+            latest: Iterable[_OtlpMessage] = reversed(messages)
+            count = len(messages)
             tools = _tool_definitions(request.get("tools"))
         else:  # version 2: [first, last] ranges of message records, checked by the reader
-            seqs = self._seqs
-            messages = [
-                self._messages[seq]
-                for first, last in data["messages"]
-                for seq in seqs[bisect.bisect_left(seqs, first) : bisect.bisect_right(seqs, last)]
-            ]
+            instructions, latest, count = self._referred(data["messages"])
             tools = self._tools.get(data["tools"], "") if type(data.get("tools")) is int else ""
-        system = [m.text[1:-1] for m in messages if m.role == "system" and m.length > 2]
-        chat, left_out = _latest_messages([m for m in messages if m.role != "system"])
+        system = [m.text[1:-1] for m in instructions if m.length > 2]
+        chat_messages = (m for m in latest if m.role != "system")
+        chat, left_out = _latest_messages(chat_messages, count - len(instructions))
         out: _Attributes = [("gen_ai.input.messages", chat)]
         if left_out:
             out.append(("session_jsonl.input_messages_left_out", left_out))
@@ -2938,6 +2940,22 @@ class _Contents:
         if tools:
             out.append(("gen_ai.tool.definitions", tools))
         return out
+
+    def _referred(self, ranges: List[List[int]]) -> Tuple[List[_OtlpMessage], Iterator[_OtlpMessage], int]:
+        """The system messages of the message records in *ranges*, all of them latest first
+        (as they are taken), and how many there are: a request whose context is long costs
+        what it shows, not its length."""
+        seqs, system, messages = self._seqs, self._system, self._messages
+        spans = [(bisect.bisect_left(seqs, first), bisect.bisect_right(seqs, last)) for first, last in ranges]
+        instructions = [
+            messages[seqs[at]]
+            for start, end in spans
+            for at in system[bisect.bisect_left(system, start) : bisect.bisect_left(system, end)]
+        ]
+        latest = (
+            messages[seqs[at]] for start, end in reversed(spans) for at in range(end - 1, start - 1, -1)
+        )
+        return instructions, latest, sum(end - start for start, end in spans)
 
 
 def _tool_definitions(tools: Any) -> str:
@@ -2978,19 +2996,20 @@ def _otel_part(block: Dict[str, Any]) -> Dict[str, Any]:
     return {"type": kind}  # an image or a tool reference: named, its data left out
 
 
-def _latest_messages(messages: List[_OtlpMessage]) -> Tuple[str, int]:
-    """The JSON array of the latest *messages* that fit in the cap together (the latest one
-    alone is cut to fit), and how many older ones were left out: each request's whole context
-    would cost its length again and again."""
+def _latest_messages(latest: Iterable[_OtlpMessage], count: int) -> Tuple[str, int]:
+    """The JSON array of the latest messages (*latest* gives the *count* of them, latest
+    first) that fit in the cap together (the latest one alone is cut to fit), and how many
+    older ones were left out: each request's whole context would cost its length again and
+    again."""
     kept: List[str] = []
     size = 2
-    for message in reversed(messages):
+    for message in latest:
         if kept and size + message.length + 2 > _OTLP_CONTENT_CAP:
             break
         kept.append(message.text)
         size += message.length + 2
     whole = size - 2 if kept else size  # n messages, n - 1 separators
-    return _cut(f"[{', '.join(reversed(kept))}]", whole), len(messages) - len(kept)
+    return _cut(f"[{', '.join(reversed(kept))}]", whole), count - len(kept)
 
 
 def _content(value: Any) -> str:

@@ -355,6 +355,41 @@ def test_content_is_the_same_from_either_version_and_a_long_message_is_cut(tmp_p
     assert chat == {"gen_ai.input.messages": f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"}
 
 
+def test_content_of_a_long_version_2_session_costs_what_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each request's content takes its latest messages that fit: the messages looked at are
+    about those it shows, not every message of every request (quadratic in the turns)."""
+    looked_at = [0]
+
+    class Counted(Dict[int, Any]):
+        def __getitem__(self, seq: int) -> Any:
+            looked_at[0] += 1
+            return super().__getitem__(seq)
+
+    made = session_export._Contents.__init__
+
+    def counting(contents: Any) -> None:
+        made(contents)
+        contents._messages = Counted()
+
+    monkeypatch.setattr(session_export._Contents, "__init__", counting)
+    path = tmp_path / "long.jsonl"
+    context = [Message("system", [session.text_block("Be brief.")], timestamp=T0)]
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(100):
+            context.append(Message("user", [session.text_block(f"{n} " + "z" * 4000)], timestamp=T0))
+            model = Execution(f"m{n}", "model")
+            run.record(Event("model_exec_start", execution=model))
+            run.record(Event("model_request", execution=model, request=ModelRequest(list(context))))
+    (body,) = session_export.otlp_requests([path], content=True)
+    chats = [attributes(span).get("gen_ai.input.messages") for span in spans_of(decode_proto(body))]
+    assert sum(1 for chat in chats if chat and f'"99 {"z" * 10}' in chat) == 1  # the latest, shown
+    fit = 16384 // 4000  # whole messages of the latest that fit, then one more looked at
+    assert looked_at[0] <= 100 * (fit + 2)  # and the system message
+    assert 8 * looked_at[0] < 100 * 101 // 2  # every message of every request: many times more
+
+
 CONTENT: Tuple[str, ...] = ("gen_ai.input", "gen_ai.output", "gen_ai.system", "gen_ai.tool.definitions")
 CONTENT += ("gen_ai.tool.call.", "session_jsonl.input")
 
