@@ -1074,7 +1074,8 @@ class _Facts:
                 self._previous.extend(self._written[seq] for seq in self.index.message_seqs(more))
                 return self._previous, True
             digests = [self._written[seq] for seq in self.index.message_seqs(ranges)]
-        else:
+        else:  # written whole (a redact hook may reshape a request): the next starts over
+            self._ranges = []
             request = record.data.get("request")
             messages = request.get("messages") if type(request) is dict else None
             digests = [_digest(message) for message in messages] if type(messages) is list else []

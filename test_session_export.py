@@ -1588,6 +1588,35 @@ def test_html_page_whole_inputs_without_javascript_and_in_linear_size(tmp_path: 
     assert sizes[1] < 2.05 * sizes[0]  # each message shown once: twice the turns, twice the page
 
 
+def test_html_page_whole_input_after_a_request_a_redactor_wrote_whole(tmp_path: Path) -> None:
+    """A request whose references a ``redact`` hook replaced (written whole, without ranges)
+    between two that refer to ranges: the one after it still has all its messages."""
+    path = tmp_path / "s.jsonl"
+    requests = 0
+
+    def redact(data: Dict[str, Any]) -> Dict[str, Any]:
+        nonlocal requests
+        if "request" in data:
+            requests += 1
+            if requests == 2:
+                return {**data, "request": "withheld"}
+        return data
+
+    context = [say("count the files")]
+    with session.create(path, redact=redact) as s, s.begin_run() as run:
+        for n in range(3):
+            model = Execution(f"m{n}", "model")
+            run.record(Event("model_request", execution=model, request=ModelRequest(list(context))))
+            reply = Message("assistant", [session.text_block(f"answer {n}")], "stop")
+            run.record(Event("model_exec_end", execution=model, message=reply))
+            context += [reply, say(f"and then {n}")]
+    written = [r for r in records(path) if r.type == "model_request"]
+    assert [type(r.data["request"]) for r in written] == [dict, str, dict]
+    page = html_page(path)
+    last = written[-1].seq
+    assert f'id="input-{last}"><summary>the whole input: 5 messages,' in page
+
+
 def test_html_page_of_a_version_2_file_looks_each_message_up_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
