@@ -803,6 +803,11 @@ def _digest(value: Any) -> bytes:
 _DIGEST_JSON = json.JSONEncoder(check_circular=False)  # one encoder: dumps() makes one per call
 
 
+def _positions(first: int, count: int) -> str:
+    """The places *first* + 1 to *first* + *count* of a list, as a person counts them."""
+    return f"{first + 1}" if count == 1 else f"{first + 1} to {first + count}"
+
+
 def _beyond(before: List[List[int]], ranges: List[List[int]]) -> Optional[List[List[int]]]:
     """The message ranges a version-2 request refers to beyond all those of the request
     *before* it, its last one carried on (as a writer carries on a context that grew), as
@@ -1832,30 +1837,26 @@ class _Page:
         themselves in their place when it opens."""
         items: List[str] = []
         at, left = 0, 0  # left: the new messages just before *at* that the card has no room for
-        for part in whole.parts:
+        for part in [*whole.parts, ""]:  # "": the end, where those left are said too
             if part == f"{seq}-{at}" and f"msg-{part}".encode() not in self.ids:
                 at, left = at + 1, left + 1
                 continue
             if left:
-                items.append(f"<li>{at - left + 1} to {at}: new messages not shown: see {more}</li>")
+                items.append(f"<li>{_positions(at - left, left)}: new messages not shown: see {more}</li>")
                 left = 0
             if isinstance(part, tuple):
                 start, end = part
-                span = f"{start + 1}" if end - start == 1 else f"{start + 1} to {end}"
                 inner = f"the input of request #{whole.previous}"
                 link = _link(whole.previous, inner, f"input-{whole.previous}")
-                where = f"{at + 1}" if end - start == 1 else f"{at + 1} to {at + end - start}"
-                items.append(f"<li>{where}: message {span} of {link}</li>")
+                taken = _positions(start, end - start)
+                items.append(f"<li>{_positions(at, end - start)}: message {taken} of {link}</li>")
                 at += end - start
-                continue
-            message = messages[at] if at < len(messages) else None
-            role = _hs(_role(message)) if message is not None else "a"
-            items.append(
-                f"<li>{at + 1}: {_link(int(part.split('-')[0]), f'{role} message', f'msg-{part}')}</li>"
-            )
-            at += 1
-        if left:
-            items.append(f"<li>{at - left + 1} to {at}: new messages not shown: see {more}</li>")
+            elif part:
+                message = messages[at] if at < len(messages) else None
+                role = _hs(_role(message)) if message is not None else "a"
+                link = _link(int(part.split("-")[0]), f"{role} message", f"msg-{part}")
+                items.append(f"<li>{at + 1}: {link}</li>")
+                at += 1
         settings = _link(whole.settings, f"as in request #{whole.settings}", f"set-{whole.settings}")
         self.ids.add(b"input-%d" % seq)
         return (
