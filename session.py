@@ -36,6 +36,7 @@ validate FILE`` checks a file against the format.
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import codecs
 import contextlib
@@ -785,12 +786,26 @@ def _unencodable(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _make_encoder(default: Callable[[Any], Any]) -> Callable[[Any, int], Sequence[str]]:
-    """The encoder ``json.dumps`` runs inside: compact, non-ASCII kept, NaN refused.  Called
-    as ``encoder(value, 0)``, it gives the text in pieces."""
+_PIECE = 1 << 18  # characters quoted in one call: well under a millisecond
+
+
+def _quote_in_pieces(text: str) -> str:
+    """``_quote(text)``, a long *text* a piece at a time: one call over 20 MB keeps the GIL
+    for some 50 ms, and between pieces a thread that waits for it (an event loop) gets it."""
+    if len(text) <= _PIECE:
+        return _quote(text)
+    pieces = [_quote(text[at : at + _PIECE])[1:-1] for at in range(0, len(text), _PIECE)]
+    return '"' + "".join(pieces) + '"'
+
+
+def _make_encoder(
+    default: Callable[[Any], Any], quote: Callable[[str], str] = _quote
+) -> Callable[[Any, int], Sequence[str]]:
+    """The encoder ``json.dumps`` runs inside: compact, non-ASCII kept, NaN refused, strings
+    quoted by *quote*.  Called as ``encoder(value, 0)``, it gives the text in pieces."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is not None:
-        return make(None, default, _quote, None, ":", ",", False, False, False)  # type: ignore[no-any-return]
+        return make(None, default, quote, None, ":", ",", False, False, False)  # type: ignore[no-any-return]
     # no C accelerator (another interpreter): the pure-Python encoder
     encoder = json.JSONEncoder(
         ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False, default=default
@@ -798,13 +813,19 @@ def _make_encoder(default: Callable[[Any], Any]) -> Callable[[Any, int], Sequenc
     return lambda value, level: [encoder.encode(value)]
 
 
+# Alone in its process, a writer encodes in one call (the C encoder's own quoting); beside
+# other threads it quotes each string through a call of Python's (5% slower on a small
+# record), which cuts long ones in pieces.  No count of threads: assume there are others.
+_other_threads: Callable[[], int] = getattr(_thread, "_count", lambda: 1)
 _encode_plain = _make_encoder(_unencodable)
+_encode_shared = _make_encoder(_unencodable, _quote_in_pieces)
 
 
 def _dumps(value: Any) -> str:
     """Compact JSON text of *value*: non-ASCII kept, NaN refused, ``RawJSON`` spliced in."""
+    shared = _other_threads()
     try:
-        return "".join(_encode_plain(value, 0))
+        return "".join((_encode_shared if shared else _encode_plain)(value, 0))
     except _HasRaw:
         pass
     raws: List[str] = []
@@ -815,7 +836,8 @@ def _dumps(value: Any) -> str:
             return _RAW_MARK
         return _unencodable(obj)
 
-    pieces = "".join(_make_encoder(default)(value, 0)).split(_quote(_RAW_MARK))
+    encode = _make_encoder(default, _quote_in_pieces if shared else _quote)
+    pieces = "".join(encode(value, 0)).split(_quote(_RAW_MARK))
     if len(pieces) != len(raws) + 1:
         raise ValueError("a string equal to the RawJSON placeholder cannot be recorded")
     return "".join(piece + raw for piece, raw in zip(pieces, raws)) + pieces[-1]

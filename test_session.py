@@ -2451,6 +2451,52 @@ def test_a_string_like_the_raw_placeholder_is_refused_not_confused(tmp_path: Pat
     assert records(tmp_path / "s.jsonl")[2].data["result"] == [mark]
 
 
+@contextlib.contextmanager
+def another_thread() -> Iterator[None]:
+    """A thread that waits while the block runs: a writer then shares the GIL."""
+    done = threading.Event()
+    waiter = threading.Thread(target=done.wait)
+    waiter.start()
+    try:
+        yield
+    finally:
+        done.set()
+        waiter.join()
+
+
+@hypothesis.settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.text(alphabet=st.sampled_from('a"\\\n\x00\x1fé\u2028\ud800\udc00😀'), max_size=40))
+def test_a_long_string_is_quoted_in_pieces_to_the_same_text(part: str) -> None:
+    piece = session._PIECE
+    for text in (part * (2 * piece // max(len(part), 1) + 1), "x" * (piece - 1) + part + "y" * piece):
+        assert session._quote_in_pieces(text) == session._quote(text)
+
+
+def test_beside_other_threads_no_string_is_quoted_in_one_long_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One call over a 20 MB string keeps the GIL for some 50 ms: an event loop in another
+    thread would wait that long.  The writer quotes it a piece at a time instead."""
+    lengths: List[int] = []
+    quote = session._quote
+
+    def noting(text: str) -> str:
+        lengths.append(len(text))
+        return quote(text)
+
+    monkeypatch.setattr(session, "_quote", noting)
+    text = "a line\n" * (3 * session._PIECE // 7) + "é\ud800"
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+    with another_thread():
+        run.record(Event("tool_exec_end", execution=TOOL, result={"output": text, "raw": RawJSON('"x"')}))
+    run.record(Event("tool_exec_end", execution=TOOL, result={"output": text}))  # alone: one call
+    s.close()
+    assert max(lengths) <= session._PIECE < len(text) <= sum(lengths)
+    first, second = [r.data["result"] for r in records(tmp_path / "s.jsonl")[2:4]]
+    assert first == {"output": text, "raw": "x"} and second == {"output": text}
+
+
 @pytest.mark.parametrize(
     ("event", "cause"),
     [

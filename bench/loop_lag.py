@@ -2,6 +2,7 @@
 
     PYTHON bench/loop_lag.py pydantic-ai    # PYTHON: an environment with that framework
     PYTHON bench/loop_lag.py --runs 9 openai-agents langchain google-adk
+    python3 bench/loop_lag.py --text session   # session.py alone, no framework
 
 A 1 ms heartbeat runs beside an offline agent (the framework's own test model, a tool
 called at each turn) and notes how late it wakes at worst: that is the max lag of the run.
@@ -10,7 +11,9 @@ interleaved in this one process; "added" is the median over the pairs of the dif
 A normal run is four turns with a 1 KB tool result each; the big run has one 20 MB tool
 result (a list of rows; ``--text``: one string), and its reference is one ``json.dumps`` of
 that value, timed after each pair (the median).
-A framework that is not installed is skipped, saying so.
+A framework that is not installed is skipped, saying so.  ``session`` is no framework: the
+tool's results recorded with ``session.py`` alone from a worker thread, the floor under the
+recorders; it also times a small record written beside another thread against alone.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, List, Optional
@@ -215,13 +219,65 @@ def google_adk_run() -> Runner:
     return run
 
 
+def session_run() -> Runner:
+    """No framework: the tool's results recorded with ``session.py`` alone, each handed to a
+    worker thread as the recorders hand theirs to their writer thread."""
+    import session
+
+    async def run(tool: Tool, path: Optional[Path]) -> None:
+        loop = asyncio.get_running_loop()
+        opened = None if path is None else await loop.run_in_executor(None, session.create, path)
+        run = None if opened is None else await loop.run_in_executor(None, opened.begin_run)
+        for turn in range(TURNS):
+            result = {"output": tool()}
+            if run is not None:
+                execution = session.Execution(f"call-{turn}", "tool", turn_index=turn)
+                event = session.Event("tool_exec_end", execution=execution, tool="read", result=result)
+                await loop.run_in_executor(None, run.record, event)
+        if opened is not None:
+            await loop.run_in_executor(None, opened.close)
+
+    return run
+
+
+def record_cost(runs: int) -> str:
+    """What quoting strings a piece at a time costs a small record: written beside another
+    thread (which may wait for the GIL) against alone, interleaved."""
+    import session
+
+    message = session.Message("assistant", [session.text_block("The answer, in a sentence.")], "stop")
+    event = session.Event("message_end", execution=session.Execution("m", "model"), message=message)
+    with tempfile.TemporaryDirectory() as folder:
+        opened = session.create(Path(folder) / "cost.jsonl")
+        run = opened.begin_run()
+
+        def cost() -> float:
+            return timed(lambda: [run.record(event) for _ in range(5000)]) / 5000
+
+        pairs = []
+        for _ in range(runs):
+            alone = cost()
+            idle = threading.Event()
+            waiter = threading.Thread(target=idle.wait)
+            waiter.start()
+            pairs.append((cost(), alone))
+            idle.set()
+            waiter.join()
+        opened.close()
+    beside, alone = (statistics.median(p[n] for p in pairs) for n in (0, 1))
+    times = f"{beside * 1e6:.1f} us beside another thread, {alone * 1e6:.1f} us alone"
+    return f"  a small record      {times} ({beside / alone:.2f}x)"
+
+
 FRAMEWORKS: Dict[str, Callable[[], Runner]] = {
+    "session": session_run,
     "pydantic-ai": pydantic_ai_run,
     "openai-agents": openai_agents_run,
     "langchain": langchain_run,
     "google-adk": google_adk_run,
 }
 MODULES = {
+    "session": "session",
     "pydantic-ai": "pydantic_ai",
     "openai-agents": "agents",
     "langchain": "langgraph",
@@ -302,6 +358,8 @@ def main() -> None:
             report("normal run", lags(run, None, Path(folder), args.runs), False)
             size = len(json.dumps(big, separators=(",", ":"))) / 1e6
             report(f"{size:.0f} MB tool result", lags(run, big, Path(folder), args.runs), True)
+        if name == "session":
+            print(record_cost(args.runs), flush=True)
 
 
 if __name__ == "__main__":
