@@ -272,13 +272,15 @@ def check_nested(path: Path, tool_id: str, tokens: int, tools: tuple[str, ...] =
     a ``retry`` event), with their usage (*tokens* in all, counted in the summary); every
     tool call its model calls asked for (the ids *tools*) is an execution within the call
     whose parent is the model call that asked for it, started and ended; all of it between
-    the call's start and end."""
+    the call's start and end.  (The work of a sub-agent's own sub-agents is nested deeper,
+    in the tool call that ran each: checked as a call of its own.)"""
     records = list(session.iter_records(path))
     [start] = [r for r in records if r.type == "tool_exec_start" and r.data.get("tool_id") == tool_id]
     [end] = [r.seq for r in records if r.type == "tool_exec_end" and r.data.get("tool_id") == tool_id]
     tool = start.data["execution"]["id"]
-    inside = [r for r in records if r.data.get("execution", {}).get("id", "").startswith(tool + "/")]
-    assert inside and all(start.seq < r.seq < end for r in inside), inside
+    within = [r for r in records if r.data.get("execution", {}).get("id", "").startswith(tool + "/")]
+    assert within and all(start.seq < r.seq < end for r in within), within
+    inside = [r for r in within if "/" not in r.data["execution"]["id"][len(tool) + 1 :]]
     models = [r for r in inside if r.type in ("model_exec_start", "model_exec_end", "retry")]
     assert all(r.data["execution"]["parent_id"] == tool for r in models), models
     _check_attempts([r for r in models if r.type != "model_exec_end"])

@@ -639,6 +639,9 @@ class SessionRecorder(RunHooks[Any]):
         self._failures: dict[str, BaseException] = {}  # why a tool call failed, by call id
         self._begun: dict[str, float] = {}  # when a tool call started (on_tool_start), by call id
         self._nested: dict[str, _Nested] = {}  # the work of agents run in a tool call, by its id
+        # the input of a model call about to be made in an agent run in a tool call (by its id),
+        # and that tool call: the run's context names it, which the model call is not given
+        self._within: dict[int, tuple[Any, session.Execution]] = {}
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
@@ -771,7 +774,11 @@ class SessionRecorder(RunHooks[Any]):
         system_prompt: str | None,
         input_items: list[TResponseInputItem],
     ) -> None:
-        if self._caller() is not None:  # an agent run in a tool call, given the recorder as hooks
+        running = self._tools.get(context.tool_call_id) if isinstance(context, ToolContext) else None
+        if running is not None:  # an agent run in a tool call, given the recorder as hooks
+            self._within[id(input_items)] = (input_items, running[0])
+            return
+        if self._caller() is not None:
             return
         if self._recall and self._source is not None:
             before, self._recall = self._recall, 0
@@ -835,6 +842,15 @@ class SessionRecorder(RunHooks[Any]):
         """The tool call of this run whose work runs now (an agent run as a tool), if any."""
         caller = _CALLER.get()
         return caller[1] if caller is not None and caller[0] is self else None
+
+    def _enter(self, input_items: Any) -> None:
+        """A model call with *input_items* is about to be made: when ``on_llm_start`` saw it
+        made in an agent run in a tool call (an agent tool of an agent run as a tool, which
+        the recorder does not watch), that call is the caller from here on, in this task and
+        in the tasks it starts (the run's tool calls)."""
+        within = self._within.pop(id(input_items), None)
+        if within is not None and within[0] is input_items:
+            _CALLER.set((self, within[1]))
 
     # -- writing
 
@@ -1022,6 +1038,7 @@ class _RecordingModel(Model):
         recorder = self._recorder
         messages = await recorder._writer.call(recorder._sent, system_instructions, input)
         request = _request(messages, model_settings, tools, output_schema, self._name)
+        recorder._enter(input)
         execution = recorder._attempt_start(request)
         try:
             await recorder._writer.flush()
@@ -1060,6 +1077,7 @@ class _RecordingModel(Model):
         recorder = self._recorder
         messages = await recorder._writer.call(recorder._sent, system_instructions, input)
         request = _request(messages, model_settings, tools, output_schema, self._name)
+        recorder._enter(input)
         execution = recorder._attempt_start(request)
         completed: Response | None = None
         try:

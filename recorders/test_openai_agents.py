@@ -624,6 +624,45 @@ def test_an_agent_run_as_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> No
     assert summary.counts["turn_start"] == 2  # the sub-agent's calls are no turns of the run
 
 
+def test_an_agent_tool_of_an_agent_run_as_a_tool_is_nested_two_levels_down(tmp_path: Path) -> None:
+    """The researcher runs as the lead's tool, and the fetcher as the researcher's: the
+    fetcher's calls are nested in the researcher's tool call, not beside the researcher's."""
+    path = tmp_path / "chat.jsonl"
+    fetcher = Agent(name="fetcher", model="inner", tools=[search])
+    fetcher_model = ScriptedModel(
+        [ModelStep(output=[call("call-q", "search", '{"q": "deep"}')], usage=USAGE), answer("deep", tokens=7)]
+    )
+    researcher_model = ScriptedModel(
+        [ModelStep(output=[call("call-d", "dig", '{"input": "x"}')], usage=USAGE), answer("found", tokens=9)]
+    )
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            dig = fetcher.as_tool(tool_name="dig", tool_description="Dig.", hooks=recorder)
+            researcher = Agent(name="researcher", model="sub", tools=[dig])
+            research = researcher.as_tool(tool_name="research", tool_description="Research.", hooks=recorder)
+            config = RunConfig(model_provider=Provider({"sub": researcher_model, "inner": fetcher_model}))
+            agent = Agent(name="lead", model=lead_model(), tools=[research])
+            return (await recorder.run(agent, "find out", run_config=config)).final_output
+
+    assert asyncio.run(main()) == "done"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 6 + (6 + 11) + (6 + 9) + 5
+    check_nested(path, "call-r", 6 + 11, tools=("call-d",))
+    check_nested(path, "call-d", 6 + 9, tools=("call-q",))
+    [dig] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-d"]
+    assert dig is not None and dig.parent_id.startswith("tool-1-call-r/model-")
+    nested = [
+        e.execution.id for e in events(path, "model_exec_start") if e.execution and "/" in e.execution.id
+    ]
+    assert nested == [
+        "tool-1-call-r/model-1",
+        f"{dig.id}/model-1",
+        f"{dig.id}/model-2",
+        "tool-1-call-r/model-2",
+    ]
+
+
 def test_an_agent_tool_whose_run_is_not_given_the_recorder_is_a_loud_gap(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     researcher = Agent(name="researcher", model="sub", tools=[search, fetch, slow], model_settings=RETRY)
