@@ -814,7 +814,7 @@ def _make_encoder(
 
 
 # Alone in its process, a writer encodes in one call (the C encoder's own quoting); beside
-# other threads it quotes each string through a call of Python's (5% slower on a small
+# other threads it quotes each string through a call of Python's (15% slower on a small
 # record), which cuts long ones in pieces.  No count of threads: assume there are others.
 _other_threads: Callable[[], int] = getattr(_thread, "_count", lambda: 1)
 _encode_plain = _make_encoder(_unencodable)
