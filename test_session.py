@@ -331,7 +331,8 @@ def test_module_reads_top_to_bottom_in_functions_of_60_lines_at_most(module: str
 RECORDERS = sorted((HERE / "recorders").glob("session_*.py"))
 SHARED_BY_RECORDERS = (
     *("recording", "to_json", "_unknown", "_content_key", "_fields", "_Converted"),
-    *("_Writer", "_Later", "_made", "_close"),  # the writer thread of each recording
+    *("_Writer", "_Later", "_made"),  # the writer thread of each recording
+    *("_opened", "_close_once_open", "_close"),  # and its opening and closing
 )
 # the resume helpers, in each recorder whose framework's messages carry no time of their own
 SHARED_BY_SOME_RECORDERS = ("_Recalled", "_sent_before", "_unstamped", "_parsed")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -501,3 +504,45 @@ def check_off_the_loop(calls: list[tuple[str, int, bool]], path: Path) -> None:
     made = [(name, main) for name, inode, main in calls if inode == path.stat().st_ino]
     assert {name for name, _ in made} == {"write", "fsync"}
     assert [name for name, main in made if main] == []
+
+
+def check_cancelled_while_opening(
+    recording: Callable[..., Any], path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording whose wait for its file to open is cancelled (Ctrl-C, a timeout) leaves the
+    session closed once it is open, not to the garbage collector: no ``ResourceWarning``, and
+    the file is free for the next recording at once."""
+    opening, release = threading.Event(), threading.Event()
+    real_open = session.open
+
+    def slow_open(*args: Any, **kwargs: Any) -> session.Session:
+        opening.set()
+        release.wait()
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(session, "open", slow_open)
+
+    async def enter() -> None:
+        async with recording(path):
+            raise AssertionError("the recording began")
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(enter())
+        await asyncio.to_thread(opening.wait)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(cancelled())
+        for name in ("session-open", "session-close"):  # the second started by the first
+            for thread in [t for t in threading.enumerate() if t.name == name]:
+                thread.join()
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    monkeypatch.setattr(session, "open", real_open)
+    with session.open(path) as again:  # not LockedError: closed, and only once
+        assert again.load_checkpoint() is None
+    assert [r.type for r in session.iter_records(path)] == ["session_start"]

@@ -108,9 +108,7 @@ async def recording(
     """
     target = os.fspath(path)
     limit: dict[str, Any] = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
-    opened = await asyncio.to_thread(
-        functools.partial(session.open, target, create=True, redact=redact, **limit)
-    )
+    opened = await _opened(functools.partial(session.open, target, create=True, redact=redact, **limit))
     writer: _Writer | None = None
     try:
         run = await asyncio.to_thread(opened.begin_run)
@@ -125,6 +123,32 @@ async def recording(
             recorder._left(None)
     finally:
         await _close(writer, opened)
+
+
+async def _opened(open_session: Callable[[], session.Session]) -> session.Session:
+    """``open_session()`` in a thread of its own.  A wait cancelled (Ctrl-C, a timeout) leaves
+    the session it opens to be closed once open, from that thread, whatever the event loop
+    does then: not to the garbage collector, which would keep the file locked until it ran."""
+    opening: concurrent.futures.Future[session.Session] = concurrent.futures.Future()
+    opening.set_running_or_notify_cancel()  # running: a cancelled wait cannot cancel it
+
+    def run() -> None:
+        try:
+            opening.set_result(open_session())
+        except BaseException as exc:  # noqa: BLE001 - raised again where it is waited for
+            opening.set_exception(exc)
+
+    threading.Thread(target=run, name="session-open").start()
+    try:
+        return await asyncio.wrap_future(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_close_once_open)
+        raise
+
+
+def _close_once_open(opening: concurrent.futures.Future[session.Session]) -> None:
+    if opening.exception() is None:
+        threading.Thread(target=opening.result().close, name="session-close").start()
 
 
 async def _close(writer: _Writer | None, opened: session.Session) -> None:

@@ -18,6 +18,7 @@ from conftest import (
     as_read,
     check_aborted,
     check_both_versions,
+    check_cancelled_while_opening,
     check_conversation,
     check_converted_once,
     check_each_message_once,
@@ -726,3 +727,9 @@ def test_a_string_converts_to_itself() -> None:
     text = "a line of a file\n" * 100_000 + "\ud800"  # a lone surrogate: the writer escapes it
     assert to_json(text) is text  # no pass over it, no copy
     assert to_json({"text": "\ud800"}) == {"type": "builtins.dict", "repr": "{'text': '\\ud800'}"}
+
+
+def test_a_recording_cancelled_while_its_file_opens_leaves_it_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_cancelled_while_opening(recording, tmp_path / "chat.jsonl", monkeypatch)

@@ -19,6 +19,7 @@ from conftest import (
     as_read,
     check_aborted,
     check_both_versions,
+    check_cancelled_while_opening,
     check_conversation,
     check_converted_once,
     check_each_message_once,
@@ -801,3 +802,9 @@ def test_a_hook_waiting_for_the_writer_gets_a_failure_that_came_before(tmp_path:
             asyncio.run(writer.flush())
         with pytest.raises(ValueError, match="is closed"):
             writer.close()
+
+
+def test_a_recording_cancelled_while_its_file_opens_leaves_it_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_cancelled_while_opening(recording, tmp_path / "chat.jsonl", monkeypatch)
