@@ -54,6 +54,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
+from types import TracebackType
 from typing import Any, Generic, NamedTuple, TypeVar
 from uuid import UUID
 
@@ -228,6 +229,7 @@ class _Writer:
         self._run = run
         self._thread = concurrent.futures.ThreadPoolExecutor(1, "session-recorder") if threaded else None
         self._failure: BaseException | None = None
+        self._failed_at: TracebackType | None = None  # the failure's traceback, as it was then
         self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
 
     def record(self, kind: str, fields: dict[str, Any]) -> None:
@@ -259,8 +261,7 @@ class _Writer:
         hand-over's failure too when it failed just now, before ``_note`` saw it)."""
         if self._last is not None:
             await self._wait(self._last)
-        if self._failure is not None:
-            raise self._failure
+        self._raise_failure()
 
     def close(self) -> None:
         """Wait until everything handed over is written; raise the first failure.  A hook
@@ -268,12 +269,16 @@ class _Writer:
         if self._thread is not None:
             self._thread.shutdown(wait=True)
             self._thread = None
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        """Raise the first failure, if any, its traceback as it was when it failed: each raise
+        of one exception adds the raiser's frames to it, and a hook raises it at every call."""
         if self._failure is not None:
-            raise self._failure
+            raise self._failure.with_traceback(self._failed_at)
 
     def _put(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        if self._failure is not None:
-            raise self._failure
+        self._raise_failure()
         thread = self._thread
         if thread is None:  # closed since the caller looked
             raise ValueError(f"{self._run!r}: its recording has ended")
@@ -288,6 +293,7 @@ class _Writer:
     def _note(self, future: concurrent.futures.Future[Any]) -> None:
         if self._failure is None and not future.cancelled():
             self._failure = future.exception()
+            self._failed_at = None if self._failure is None else self._failure.__traceback__
 
     def _record(self, kind: str, when: datetime, fields: dict[str, Any]) -> None:
         ready = {name: _made(value) for name, value in fields.items()}

@@ -7,6 +7,7 @@ import dataclasses
 import enum
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -800,6 +801,27 @@ def test_a_hook_waiting_for_the_writer_gets_a_failure_that_came_before(tmp_path:
             time.sleep(0.001)
         with pytest.raises(ValueError, match="is closed"):
             asyncio.run(writer.flush())
+        with pytest.raises(ValueError, match="is closed"):
+            writer.close()
+
+
+def test_a_failure_raised_at_every_hook_keeps_its_traceback_as_it_was(tmp_path: Path) -> None:
+    """Each raise of one exception object adds the raiser's frames to its traceback: raised
+    again by every later hook (a framework that logs a hook's error and goes on), it would
+    grow without end."""
+    with session.create(tmp_path / "chat.jsonl") as opened:
+        run = opened.begin_run()
+        run.close()
+        writer = _Writer(run, threaded=True)
+        writer.record("turn_start", {"turn_index": 1})
+        with pytest.raises(ValueError, match="is closed"):
+            asyncio.run(writer.flush())
+        lengths = []
+        for _ in range(3):
+            with pytest.raises(ValueError, match="is closed") as raised:
+                writer.record("turn_end", {"turn_index": 1})
+            lengths.append(len(traceback.extract_tb(raised.value.__traceback__)))
+        assert lengths[0] == lengths[1] == lengths[2]
         with pytest.raises(ValueError, match="is closed"):
             writer.close()
 
