@@ -464,7 +464,7 @@ def _unit_message(unit: Any) -> session.Message:
         return _content_message(unit, None)
     if isinstance(unit, types.Part) and unit.function_response is not None:
         response = unit.function_response
-        return session.tool_result(response.id or "", json.dumps(to_json(response.response)))
+        return session.tool_result(response.id or "", _json_text(response.response).decode())
     if isinstance(unit, types.Part):
         return session.Message("user", [_block(unit)])
     return session.Message("system", [session.text_block(unit if isinstance(unit, str) else _text(unit))])
@@ -475,7 +475,7 @@ def _text(value: Any) -> str:
     parts = value.parts if isinstance(value, types.Content) else value
     texts = [part.text for part in parts if isinstance(part, types.Part)] if isinstance(parts, list) else []
     whole = isinstance(parts, list) and len(texts) == len(parts) and None not in texts
-    return "\n".join(text or "" for text in texts) if whole else json.dumps(to_json(value))
+    return "\n".join(text or "" for text in texts) if whole else _json_text(value).decode()
 
 
 def _content_message(content: types.Content, usage: session.Usage | None) -> session.Message:
@@ -497,7 +497,7 @@ def _block(part: types.Part) -> session.ContentBlock:
     data = part.inline_data
     if data is not None and data.data is not None and (data.mime_type or "").startswith("image/"):
         return session.image_block(data=data.data, mime_type=data.mime_type or "")
-    return session.text_block(json.dumps(to_json(part)))  # files, code, audio: kept as their JSON
+    return session.text_block(_json_text(part).decode())  # files, code, audio: kept as their JSON
 
 
 def _reply_error(response: LlmResponse) -> dict[str, str] | None:

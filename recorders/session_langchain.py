@@ -459,7 +459,7 @@ def to_message(message: BaseMessage) -> session.Message:
     """A LangChain message as an agentgo-shaped one."""
     now = datetime.now(timezone.utc)
     if isinstance(message, ToolMessage):
-        text = message.content if isinstance(message.content, str) else json.dumps(to_json(message.content))
+        text = message.content if isinstance(message.content, str) else _json_text(message.content).decode()
         return session.tool_result(
             message.tool_call_id, text, is_error=message.status == "error", timestamp=now
         )
@@ -490,7 +490,7 @@ def to_message(message: BaseMessage) -> session.Message:
         return session.Message("assistant", blocks, stop, _usage(message), timestamp=now)
     role = "system" if isinstance(message, SystemMessage) else "user"
     if not isinstance(message, SystemMessage | HumanMessage):
-        blocks = [session.text_block(json.dumps(to_json(messages_to_dict([message])[0])))]
+        blocks = [session.text_block(_json_text(messages_to_dict([message])[0]).decode())]
     return session.Message(role, blocks, timestamp=now)
 
 
@@ -515,7 +515,7 @@ def _block(part: Any) -> session.ContentBlock:
     if kind == "image_url":
         url = part["image_url"]["url"] if isinstance(part.get("image_url"), dict) else part.get("image_url")
         return session.image_block(url=str(url))
-    return session.text_block(json.dumps(to_json(part)))  # audio, files: kept as their JSON
+    return session.text_block(_json_text(part).decode())  # audio, files: kept as their JSON
 
 
 def _usage(message: AIMessage) -> session.Usage | None:

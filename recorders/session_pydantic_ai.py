@@ -402,13 +402,13 @@ def _request_part_message(part: Any) -> session.Message:
         return session.Message("user", [_user_block(item) for item in items], timestamp=when)
     if isinstance(part, pm.BaseToolReturnPart):
         is_error = part.outcome in pm.ERROR_OUTCOMES
-        text = part.content if isinstance(part.content, str) else json.dumps(to_json(part.content))
+        text = part.content if isinstance(part.content, str) else _json_text(part.content).decode()
         return session.tool_result(part.tool_call_id, text, is_error=is_error, timestamp=when)
     if isinstance(part, pm.RetryPromptPart):
         if part.tool_name is None:
             return session.Message("user", [session.text_block(part.model_response())], timestamp=when)
         return session.tool_result(part.tool_call_id, part.model_response(), is_error=True, timestamp=when)
-    return session.Message("user", [session.text_block(json.dumps(to_json(part)))], timestamp=when)
+    return session.Message("user", [session.text_block(_json_text(part).decode())], timestamp=when)
 
 
 def _user_block(item: Any) -> session.ContentBlock:
@@ -418,7 +418,7 @@ def _user_block(item: Any) -> session.ContentBlock:
         return session.image_block(data=item.data, mime_type=item.media_type)
     if isinstance(item, pm.ImageUrl):
         return session.image_block(url=item.url)
-    return session.text_block(json.dumps(to_json(item)))  # audio, documents: kept as their JSON
+    return session.text_block(_json_text(item).decode())  # audio, documents: kept as their JSON
 
 
 _STOP_REASONS = {"stop": "stop", "length": "length", "content_filter": "safety", "tool_call": "toolUse"}
@@ -436,7 +436,7 @@ def _response_message(response: pm.ModelResponse) -> session.Message:
         elif isinstance(part, pm.FilePart) and part.content.is_image:
             blocks.append(session.image_block(data=part.content.data, mime_type=part.content.media_type))
         else:
-            blocks.append(session.text_block(json.dumps(to_json(part))))
+            blocks.append(session.text_block(_json_text(part).decode()))
     calls = any(isinstance(part, pm.ToolCallPart) for part in response.parts)
     stop = _STOP_REASONS.get(response.finish_reason or "", "toolUse" if calls else "stop")
     return session.Message(
