@@ -539,6 +539,53 @@ def test_a_sub_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
     assert ends["call-l"].result == "entry x"
 
 
+@pytest.mark.filterwarnings("ignore:The `plugins` argument is deprecated:DeprecationWarning")
+def test_a_sub_agent_of_a_sub_agent_is_nested_two_levels_down(tmp_path: Path) -> None:
+    """The root's agent tool runs a sub-agent whose own agent tool runs another: the inner
+    agent's call is nested in the sub-agent's tool call, not beside the sub-agent's calls."""
+    path = tmp_path / "chat.jsonl"
+
+    def asking(call_id: str, name: str, text: str) -> Script:
+        def script(request: LlmRequest) -> list[LlmResponse]:
+            if not answers(request):
+                return [reply(call(call_id, name, request="what is it?"), given=5, made=2)]
+            return [reply(types.Part(text=text), given=8, made=2)]
+
+        return script
+
+    inner = LlmAgent(
+        name="inner",
+        description="knows",
+        model=Scripted(script=lambda request: [reply(types.Part(text="42"), given=20, made=1)]),
+    )
+    middle = LlmAgent(
+        name="middle",
+        description="asks the inner agent",
+        model=Scripted(script=asking("call-in", "inner", "it is 42")),
+        tools=[AgentTool(inner)],
+    )
+    agent = LlmAgent(
+        name="root", model=Scripted(script=asking("call-mid", "middle", "done")), tools=[AgentTool(middle)]
+    )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "ask")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 7 + (7 + 10) + 21 + 10
+    check_nested(path, "call-mid", 7 + 10, tools=("call-in",))
+    check_nested(path, "call-in", 21)
+    [down] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-in"]
+    assert down is not None and down.parent_id.endswith("call-mid/model-1"), down
+    starts = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    mid = down.parent_id.rsplit("/", 1)[0]
+    assert starts == ["model-1", mid + "/model-1", down.id + "/model-1", mid + "/model-2", "model-2"]
+    ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
+    assert (ends["call-in"].result, ends["call-mid"].result) == ("42", "it is 42")
+
+
 def test_an_agent_transferred_to_takes_the_next_turns(tmp_path: Path) -> None:
     """A multi-agent tree: the root transfers the conversation to its sub-agent, whose model
     and tool calls are the run's next turns (one invocation)."""

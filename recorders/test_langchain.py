@@ -646,6 +646,48 @@ def test_an_agent_run_in_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> No
     check_conversation_of_two_turns(path)
 
 
+def test_an_agent_run_in_a_tool_of_a_sub_agent_is_nested_two_levels_down(tmp_path: Path) -> None:
+    """The lead's tool runs a sub-agent whose own tool runs another: the inner agent's call
+    is nested in the sub-agent's tool call, not beside the sub-agent's calls."""
+    path = tmp_path / "chat.jsonl"
+    inner = agent(with_retry(Script(reply("deep", 20))), [search])
+
+    @tool
+    async def dig(question: str) -> str:
+        """Dig into a question."""
+        state = await inner.ainvoke({"messages": [HumanMessage(question)]})
+        return str(state["messages"][-1].content)
+
+    down = [{"name": "dig", "args": {"question": "how"}, "id": "call-d", "type": "tool_call"}]
+    middle = agent(with_retry(Script(reply(tokens=10, calls=down), reply("found", 15))), [dig])
+
+    @tool
+    async def research(question: str) -> str:
+        """Research a question."""
+        state = await middle.ainvoke({"messages": [HumanMessage(question)]})
+        return str(state["messages"][-1].content)
+
+    ask = [{"name": "research", "args": {"question": "why"}, "id": "call-r", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(tokens=5, calls=ask), reply("done", 7))), [research])
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            state = await graph.ainvoke({"messages": [HumanMessage("find out")]}, {"callbacks": [recorder]})
+        return state["messages"][-1].content
+
+    assert asyncio.run(main()) == "done"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 7 + (12 + 17) + 22 + 9
+    check_nested(path, "call-r", 12 + 17, tools=("call-d",))
+    check_nested(path, "call-d", 22)
+    [dig_call] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-d"]
+    assert dig_call is not None and dig_call.parent_id.endswith("call-r/model-1"), dig_call
+    starts = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    down_id = dig_call.id + "/model-1"
+    assert starts == ["model-1", "tool-1-call-r/model-1", down_id, "tool-1-call-r/model-2", "model-2"]
+    check_conversation_of_two_turns(path)
+
+
 def check_conversation_of_two_turns(path: Path) -> None:
     """The run's own messages only: the prompt, the call, its result, the answer."""
     assert [m.role for m in messages(path)] == ["user", "assistant", "tool", "assistant"]

@@ -526,9 +526,12 @@ def test_a_redactor_removes_a_secret_from_tool_arguments_and_results(tmp_path: P
     check_redacted(path)
 
 
-def delegating(delegate: Agent[None, str], given: list[AbstractCapability[Any]]) -> Agent[None, str]:
+def delegating(
+    delegate: Agent[None, str], given: list[AbstractCapability[Any]], call_id: str = "call-r"
+) -> Agent[None, str]:
     """An agent whose ``research`` tool runs *delegate* (sharing the run's usage) with the
-    capabilities *given*; the model calls the tool, then answers with its result."""
+    capabilities *given*; the model calls the tool (the call *call_id*), then answers with
+    its result."""
 
     def lead(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returns = [
@@ -539,7 +542,7 @@ def delegating(delegate: Agent[None, str], given: list[AbstractCapability[Any]])
             if isinstance(p, ToolReturnPart)
         ]
         if not returns:
-            call = ToolCallPart("research", {"question": "why"}, "call-r")
+            call = ToolCallPart("research", {"question": "why"}, call_id)
             return ModelResponse([call], usage=RequestUsage(input_tokens=5, output_tokens=1))
         text = f"lead: {returns[0].content}"
         return ModelResponse([TextPart(text)], usage=RequestUsage(input_tokens=7, output_tokens=2))
@@ -615,6 +618,37 @@ def test_a_delegate_agent_is_nested_in_its_tool_call(tmp_path: Path) -> None:
     check_nested(path, "call-r", 12 + 18, tools=("call-s", "call-f"))
     ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
     assert (ends["call-s"].result, ends["call-f"].is_error) == ("results for why", True)
+    assert summary.runs[0].end_reason == "stop"
+
+
+def test_a_delegate_of_a_delegate_is_nested_two_levels_down(tmp_path: Path) -> None:
+    """The lead's tool runs a delegate whose own tool runs another: the inner delegate's
+    call is nested in the middle one's tool call, not beside the middle one's calls."""
+    path = tmp_path / "chat.jsonl"
+    given: list[AbstractCapability[Any]] = []
+
+    async def main() -> str:
+        async with recording(path) as recorder:
+            given.append(recorder)
+            middle = delegating(answering("deep", 20), given, call_id="call-d")
+            result = await delegating(middle, given).run("why?", capabilities=[recorder])
+        return result.output
+
+    assert asyncio.run(main()) == "lead: lead: deep"
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == (6 + 9) * 2 + 22
+    check_nested(path, "call-r", 6 + 9, tools=("call-d",))
+    check_nested(path, "call-d", 22)
+    [dig] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-d"]
+    assert dig is not None and dig.parent_id == dig.id.rsplit("/", 1)[0] + "/model-1", dig
+    starts = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert starts == [
+        "model-1",
+        "tool-1-call-r/model-1",
+        dig.id + "/model-1",
+        "tool-1-call-r/model-2",
+        "model-2",
+    ]
     assert summary.runs[0].end_reason == "stop"
 
 
