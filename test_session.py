@@ -2498,6 +2498,27 @@ def test_beside_other_threads_no_string_is_quoted_in_one_long_call(
     assert first == {"output": text, "raw": "x"} and second == {"output": text}
 
 
+class _Misleading(str):
+    """A str whose ``len`` and slices lie (a long ``len`` would cut a short text in as many
+    pieces): ``json.dumps`` reads its characters, not them."""
+
+    def __len__(self) -> int:
+        return 2 * session._PIECE
+
+    def __getitem__(self, index: Any) -> str:
+        return "lie"
+
+
+def test_beside_other_threads_a_str_subclass_is_quoted_by_its_characters(tmp_path: Path) -> None:
+    s = session.create(tmp_path / "s.jsonl")
+    run = s.begin_run()
+    short, long = _Misleading("the text"), _Misleading("ab" * 300_000)
+    with another_thread():
+        run.record(Event("tool_exec_end", execution=TOOL, result={short: short, "long": long}))
+    s.close()
+    assert records(tmp_path / "s.jsonl")[2].data["result"] == {"the text": "the text", "long": "ab" * 300_000}
+
+
 @pytest.mark.parametrize(
     ("event", "cause"),
     [
