@@ -330,7 +330,7 @@ def test_module_reads_top_to_bottom_in_functions_of_60_lines_at_most(module: str
 
 RECORDERS = sorted((HERE / "recorders").glob("session_*.py"))
 SHARED_BY_RECORDERS = (
-    *("recording", "to_json", "_unknown", "_content_key", "_fields", "_Converted"),
+    *("recording", "to_json", "_int_or_digits", "_unknown", "_content_key", "_fields", "_Converted"),
     *("_Writer", "_Later", "_made"),  # the writer thread of each recording
     *("_opened", "_close_once_open", "_close"),  # and its opening and closing
 )

@@ -183,8 +183,22 @@ def to_json(value: Any) -> Any:
     """*value* as plain JSON, through pydantic's own JSON form: models, dataclasses, enums and
     datetimes as pydantic writes them, bytes as base64, NaN and infinities as strings; a value
     pydantic cannot serialize (nor the python dump of a model) becomes ``{"type": ...,
-    "repr": ...}`` rather than fail.  A string is itself (no pass over it, however long)."""
-    return value if type(value) is str else json.loads(_json_text(value))
+    "repr": ...}`` rather than fail; an integer of more digits than a reader reads (4300)
+    becomes the string of its digits.  A string is itself (no pass over it, however long)."""
+    if type(value) is str:
+        return value
+    text = _json_text(value)
+    try:
+        return json.loads(text)
+    except ValueError:  # an integer int() refuses to read: the only error in pydantic's JSON
+        return json.loads(text, parse_int=_int_or_digits)
+
+
+def _int_or_digits(digits: str) -> int | str:
+    try:
+        return int(digits) if len(digits.lstrip("-")) <= 4300 else digits
+    except ValueError:  # a lower limit the host set
+        return digits
 
 
 def _json_text(value: Any) -> bytes:

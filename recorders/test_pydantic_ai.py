@@ -233,6 +233,31 @@ def test_stray_values_are_kept_and_the_session_lives_on(tmp_path: Path) -> None:
     }
 
 
+def test_an_integer_too_long_for_a_reader_is_kept_as_its_digits_and_the_run_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    huge = 10**5000  # pydantic writes it; int() reads 4300 digits at most, and so do readers
+
+    def call_count(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse([ToolCallPart("count", {}, "call-1")])
+        return ModelResponse([TextPart("ok")])
+
+    agent = Agent(FunctionModel(call_count))
+
+    @agent.tool_plain
+    def count() -> dict[str, int]:
+        return {"huge": huge, "small": 7}
+
+    async def main() -> str:
+        async with recording(path) as recorder:
+            return (await agent.run("count", capabilities=[recorder])).output
+
+    assert asyncio.run(main()) == "ok"
+    check_file(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.result == {"huge": "1" + "0" * 5000, "small": 7}
+
+
 def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     seen: list[list[ModelMessage]] = []
