@@ -206,7 +206,11 @@ def _dumped(value: Any) -> bytes:
 
 
 def _unknown(value: Any) -> Any:
-    return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": repr(value)}
+    try:
+        text = repr(value)
+    except Exception as exc:  # noqa: BLE001 - a repr that raises, or nests past the recursion limit
+        text = f"(its repr failed: {type(exc).__name__})"
+    return {"type": f"{type(value).__module__}.{type(value).__qualname__}", "repr": text}
 
 
 _T = TypeVar("_T")

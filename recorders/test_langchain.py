@@ -254,6 +254,46 @@ def test_stray_values_are_kept_and_the_session_lives_on(tmp_path: Path) -> None:
     assert tool_message.content[0]["text"] == "a report"
 
 
+class Unprintable:
+    """An object LangChain never prints: its repr fails."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("half made")
+
+
+def nested(depth: int) -> list[Any]:
+    deepest: list[Any] = []
+    for _ in range(depth):
+        deepest = [deepest]
+    return deepest
+
+
+@tool(response_format="content_and_artifact")
+def parse() -> tuple[str, list[Any]]:
+    """A parse, with its tree, too deep to print, and a node that cannot print as its artifact."""
+    return "parsed", [nested(5000), Unprintable()]
+
+
+def test_an_artifact_that_cannot_even_print_is_kept_as_its_type_and_the_run_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "parse", "args": {}, "id": "call-1", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("ok"))), [parse])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await graph.ainvoke({"messages": [HumanMessage("parse")]}, {"callbacks": [recorder]})
+
+    asyncio.run(main())
+    check_file(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.result == "parsed"
+    assert end.details == {"type": "builtins.list", "repr": "(its repr failed: RecursionError)"}
+    assert to_json(Unprintable()) == {
+        "type": f"{__name__}.Unprintable",
+        "repr": "(its repr failed: RuntimeError)",
+    }
+
+
 def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     model = GenericFakeChatModel(messages=Script(reply("answer 1"), reply("answer 2")))
