@@ -310,8 +310,10 @@ class _Writer:
 
     def _note(self, future: concurrent.futures.Future[Any]) -> None:
         if self._failure is None and not future.cancelled():
-            self._failure = future.exception()
-            self._failed_at = None if self._failure is None else self._failure.__traceback__
+            failure = future.exception()
+            # its traceback first: a hook that sees the failure at once raises it with that
+            self._failed_at = None if failure is None else failure.__traceback__
+            self._failure = failure
 
     def _record(self, kind: str, when: datetime, fields: dict[str, Any]) -> None:
         ready = {name: _made(value) for name, value in fields.items()}

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import dataclasses
 import enum
+import sys
 import threading
 import time
 import traceback
@@ -883,6 +886,52 @@ def test_a_failure_raised_at_every_hook_keeps_its_traceback_as_it_was(tmp_path: 
         assert lengths[0] == lengths[1] == lengths[2]
         with pytest.raises(ValueError, match="is closed"):
             writer.close()
+
+
+def test_a_failure_raised_while_it_is_noted_keeps_its_traceback_as_it_was(tmp_path: Path) -> None:
+    """The writer thread notes a failure while a hook raises it: at no point of the noting
+    may the hook see the failure without the traceback it had when it failed (raised with
+    none, it would keep the hook's frames, and the noting take them as where it failed)."""
+    with session.create(tmp_path / "chat.jsonl") as opened:
+        run = opened.begin_run()
+        run.close()
+        writer = _Writer(run, threaded=True)
+        failed: concurrent.futures.Future[None] = concurrent.futures.Future()
+        try:
+            run.record(session.Event("turn_start", turn_index=1))
+        except ValueError as exc:
+            failed.set_exception(exc)
+            where = traceback.extract_tb(exc.__traceback__)[-1].name
+        paused, go_on = threading.Event(), threading.Event()
+
+        def pausing(frame: Any, event: str, arg: Any) -> Any:
+            if frame.f_code is _Writer._note.__code__ and event == "line":
+                paused.set()
+                go_on.wait()
+                go_on.clear()
+            return pausing
+
+        noted: list[bool] = []
+
+        def note() -> None:
+            sys.settrace(pausing)
+            writer._note(failed)
+            sys.settrace(None)
+            noted.append(True)
+            paused.set()
+
+        noting = threading.Thread(target=note)
+        noting.start()
+        while paused.wait() and not noted:  # at each line of the noting, a hook raises what it sees
+            paused.clear()
+            with contextlib.suppress(ValueError):
+                writer._raise_failure()
+            go_on.set()
+        noting.join()
+        with pytest.raises(ValueError, match="is closed") as raised:
+            writer._raise_failure()
+        assert traceback.extract_tb(raised.value.__traceback__)[-1].name == where
+        writer._thread.shutdown()  # type: ignore[union-attr]
 
 
 def test_a_recording_cancelled_while_its_file_opens_leaves_it_closed(
