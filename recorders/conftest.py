@@ -506,6 +506,38 @@ def check_off_the_loop(calls: list[tuple[str, int, bool]], path: Path) -> None:
     assert [name for name, main in made if main] == []
 
 
+def check_interrupted_while_opening(
+    recording: Callable[..., Any], path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C raised in the recording as the thread that opens its file starts (a second
+    one, which asyncio raises where the loop is) leaves the session closed once it is open,
+    as a cancelled wait does."""
+    real_start = threading.Thread.start
+
+    def start_then_interrupted(thread: threading.Thread) -> None:
+        real_start(thread)
+        if thread.name == "session-open":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_interrupted)
+
+    async def enter() -> None:
+        async with recording(path):
+            raise AssertionError("the recording began")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(enter())
+        for name in ("session-open", "session-close"):  # the second started by the first
+            for thread in [t for t in threading.enumerate() if t.name == name]:
+                thread.join()
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    with session.open(path) as again:  # not LockedError: closed, and only once
+        assert again.load_checkpoint() is None
+
+
 def check_cancelled_while_opening(
     recording: Callable[..., Any], path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

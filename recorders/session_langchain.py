@@ -127,9 +127,10 @@ async def recording(
 
 
 async def _opened(open_session: Callable[[], session.Session]) -> session.Session:
-    """``open_session()`` in a thread of its own.  A wait cancelled (Ctrl-C, a timeout) leaves
-    the session it opens to be closed once open, from that thread, whatever the event loop
-    does then: not to the garbage collector, which would keep the file locked until it ran."""
+    """``open_session()`` in a thread of its own.  A wait cancelled (Ctrl-C, a timeout) or
+    interrupted (a second Ctrl-C) leaves the session it opens to be closed once open, from
+    that thread, whatever the event loop does then: not to the garbage collector, which
+    would keep the file locked until it ran."""
     opening: concurrent.futures.Future[session.Session] = concurrent.futures.Future()
     opening.set_running_or_notify_cancel()  # running: a cancelled wait cannot cancel it
 
@@ -139,10 +140,10 @@ async def _opened(open_session: Callable[[], session.Session]) -> session.Sessio
         except BaseException as exc:  # noqa: BLE001 - raised again where it is waited for
             opening.set_exception(exc)
 
-    threading.Thread(target=run, name="session-open").start()
     try:
+        threading.Thread(target=run, name="session-open").start()
         return await asyncio.wrap_future(opening)
-    except asyncio.CancelledError:
+    except BaseException:  # cancelled, interrupted (a second Ctrl-C), or the open's own error
         opening.add_done_callback(_close_once_open)
         raise
 

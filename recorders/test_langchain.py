@@ -24,6 +24,7 @@ from conftest import (
     check_each_message_once,
     check_example,
     check_file,
+    check_interrupted_while_opening,
     check_nested,
     check_off_the_loop,
     check_redacted,
@@ -815,3 +816,9 @@ def test_a_recording_cancelled_while_its_file_opens_leaves_it_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     check_cancelled_while_opening(recording, tmp_path / "chat.jsonl", monkeypatch)
+
+
+def test_a_recording_interrupted_as_its_file_starts_opening_leaves_it_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_interrupted_while_opening(recording, tmp_path / "chat.jsonl", monkeypatch)

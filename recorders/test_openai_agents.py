@@ -25,6 +25,7 @@ from conftest import (
     check_example,
     check_file,
     check_gap,
+    check_interrupted_while_opening,
     check_nested,
     check_off_the_loop,
     check_redacted,
@@ -786,3 +787,9 @@ def test_a_recording_cancelled_while_its_file_opens_leaves_it_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     check_cancelled_while_opening(recording, tmp_path / "chat.jsonl", monkeypatch)
+
+
+def test_a_recording_interrupted_as_its_file_starts_opening_leaves_it_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_interrupted_while_opening(recording, tmp_path / "chat.jsonl", monkeypatch)
