@@ -206,11 +206,11 @@ def _json_text(value: Any) -> bytes:
     """*value*'s JSON text, as ``to_json`` describes it."""
     try:
         return _dumped(value)
-    except pydantic_core.PydanticSerializationError:  # a model's own config says bytes are text
+    except Exception:  # noqa: BLE001 - a model's config says bytes are text; its own code raised
         pass
     try:
         return _dumped(value.model_dump() if isinstance(value, pydantic.BaseModel) else _unknown(value))
-    except pydantic_core.PydanticSerializationError:
+    except Exception:  # noqa: BLE001 - and so did its python dump
         return json.dumps(_unknown(value)).encode()
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
+import pydantic
 import pytest
 from conftest import (
     SECRET,
@@ -293,6 +294,39 @@ def test_an_artifact_that_cannot_even_print_is_kept_as_its_type_and_the_run_goes
         "type": f"{__name__}.Unprintable",
         "repr": "(its repr failed: RuntimeError)",
     }
+
+
+class Summary(pydantic.BaseModel):
+    """A model whose computed field fails when it is serialized."""
+
+    text: str = "a summary"
+
+    @pydantic.computed_field(repr=False)  # type: ignore[prop-decorator]
+    @property
+    def words(self) -> int:
+        raise RuntimeError("not counted yet")
+
+
+@tool(response_format="content_and_artifact")
+def summarize() -> tuple[str, Summary]:
+    """A summary, with its model as the artifact."""
+    return "summarized", Summary()
+
+
+def test_an_artifact_that_fails_to_serialize_is_kept_as_its_type_and_the_run_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "summarize", "args": {}, "id": "call-1", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("ok"))), [summarize])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await graph.ainvoke({"messages": [HumanMessage("summarize")]}, {"callbacks": [recorder]})
+
+    asyncio.run(main())
+    check_file(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.result == "summarized"
+    assert end.details == {"type": f"{__name__}.Summary", "repr": "Summary(text='a summary')"}
 
 
 def test_resume_from_the_checkpoint_in_a_reopened_session(tmp_path: Path) -> None:
