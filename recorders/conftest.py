@@ -506,6 +506,56 @@ def check_off_the_loop(calls: list[tuple[str, int, bool]], path: Path) -> None:
     assert [name for name, main in made if main] == []
 
 
+_CANCELLED_AS_THE_PROGRAM_ENDS = """
+import asyncio, sys, threading, time
+import session
+from {module} import recording
+
+opening, real_open = threading.Event(), session.open
+
+def slow_open(*args, **kwargs):
+    opening.set()
+    time.sleep(0.3)  # the program has ended by now
+    return real_open(*args, **kwargs)
+
+session.open = slow_open
+
+async def enter():
+    async with recording(sys.argv[1]):
+        raise AssertionError("the recording began")
+
+async def cancelled():
+    task = asyncio.ensure_future(enter())
+    await asyncio.to_thread(opening.wait)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+asyncio.run(cancelled())
+"""
+
+
+def check_cancelled_as_the_program_ends(module: str, path: Path) -> None:
+    """A program whose recording is cancelled while its file opens (Ctrl-C) ends at once; the
+    file opens as the interpreter shuts down, when no thread can be started: the thread that
+    opens it closes it, with no error and no ``ResourceWarning``."""
+    program = _CANCELLED_AS_THE_PROGRAM_ENDS.format(module=module)
+    done = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-c", program, str(path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([".", "recorders"])},
+        capture_output=True,
+        text=True,
+        check=False,
+        encoding="utf-8",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "ResourceWarning" not in done.stderr, done.stderr
+    assert [r.type for r in session.iter_records(path)] == ["session_start"]
+
+
 def check_interrupted_while_opening(
     recording: Callable[..., Any], path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -529,7 +579,7 @@ def check_interrupted_while_opening(
         warnings.simplefilter("always")
         with pytest.raises(KeyboardInterrupt):
             asyncio.run(enter())
-        for name in ("session-open", "session-close"):  # the second started by the first
+        for name in ("session-open", "session-close"):  # the second where it was open already
             for thread in [t for t in threading.enumerate() if t.name == name]:
                 thread.join()
         gc.collect()
@@ -569,7 +619,7 @@ def check_cancelled_while_opening(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         asyncio.run(cancelled())
-        for name in ("session-open", "session-close"):  # the second started by the first
+        for name in ("session-open", "session-close"):  # the second where it was open already
             for thread in [t for t in threading.enumerate() if t.name == name]:
                 thread.join()
         gc.collect()

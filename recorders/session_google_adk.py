@@ -133,17 +133,24 @@ async def _opened(open_session: Callable[[], session.Session]) -> session.Sessio
         except BaseException as exc:  # noqa: BLE001 - raised again where it is waited for
             opening.set_exception(exc)
 
+    opener = threading.Thread(target=run, name="session-open")
     try:
-        threading.Thread(target=run, name="session-open").start()
+        opener.start()
         return await asyncio.wrap_future(opening)
     except BaseException:  # cancelled, interrupted (a second Ctrl-C), or the open's own error
-        opening.add_done_callback(_close_once_open)
+        opening.add_done_callback(functools.partial(_close_once_open, opener))
         raise
 
 
-def _close_once_open(opening: concurrent.futures.Future[session.Session]) -> None:
+def _close_once_open(opener: threading.Thread, opening: concurrent.futures.Future[session.Session]) -> None:
+    """Close the session *opening* opened, if it did: in *opener*, which calls this as it
+    opens it (when the interpreter may be shutting down, and no thread can start), else in
+    a thread of its own (this is the event loop's, which must not wait for a close)."""
     if opening.exception() is None:
-        threading.Thread(target=opening.result().close, name="session-close").start()
+        if threading.current_thread() is opener:
+            opening.result().close()
+        else:
+            threading.Thread(target=opening.result().close, name="session-close").start()
 
 
 async def _close(writer: _Writer | None, opened: session.Session) -> None:

@@ -19,6 +19,7 @@ from conftest import (
     as_read,
     check_aborted,
     check_both_versions,
+    check_cancelled_as_the_program_ends,
     check_cancelled_while_opening,
     check_conversation,
     check_converted_once,
@@ -856,3 +857,7 @@ def test_a_recording_interrupted_as_its_file_starts_opening_leaves_it_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     check_interrupted_while_opening(recording, tmp_path / "chat.jsonl", monkeypatch)
+
+
+def test_a_recording_cancelled_as_the_program_ends_leaves_its_file_closed(tmp_path: Path) -> None:
+    check_cancelled_as_the_program_ends("session_langchain", tmp_path / "chat.jsonl")
