@@ -515,7 +515,8 @@ opening, real_open = threading.Event(), session.open
 
 def slow_open(*args, **kwargs):
     opening.set()
-    time.sleep(0.3)  # the program has ended by now
+    while threading.main_thread().is_alive():  # until the program has ended
+        time.sleep(0.01)
     return real_open(*args, **kwargs)
 
 session.open = slow_open
