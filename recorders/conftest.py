@@ -557,6 +557,20 @@ def check_cancelled_as_the_program_ends(module: str, path: Path) -> None:
     assert [r.type for r in session.iter_records(path)] == ["session_start"]
 
 
+def check_closed_by_its_threads(stop: Callable[[], None]) -> None:
+    """*stop* (a recording stopped while its file opens), then the recorder's threads that
+    open and close the file, done: the session was closed by them, with no ``ResourceWarning``
+    (the garbage collector finds none left open)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stop()
+        for name in ("session-open", "session-close"):  # the second where it was open already
+            for thread in [t for t in threading.enumerate() if t.name == name]:
+                thread.join()
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
 def check_interrupted_while_opening(
     recording: Callable[..., Any], path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -576,15 +590,11 @@ def check_interrupted_while_opening(
         async with recording(path):
             raise AssertionError("the recording began")
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    def interrupted() -> None:
         with pytest.raises(KeyboardInterrupt):
             asyncio.run(enter())
-        for name in ("session-open", "session-close"):  # the second where it was open already
-            for thread in [t for t in threading.enumerate() if t.name == name]:
-                thread.join()
-        gc.collect()
-    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+    check_closed_by_its_threads(interrupted)
     with session.open(path) as again:  # not LockedError: closed, and only once
         assert again.load_checkpoint() is None
 
@@ -617,14 +627,7 @@ def check_cancelled_while_opening(
             await task
         release.set()
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        asyncio.run(cancelled())
-        for name in ("session-open", "session-close"):  # the second where it was open already
-            for thread in [t for t in threading.enumerate() if t.name == name]:
-                thread.join()
-        gc.collect()
-    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    check_closed_by_its_threads(lambda: asyncio.run(cancelled()))
     monkeypatch.setattr(session, "open", real_open)
     with session.open(path) as again:  # not LockedError: closed, and only once
         assert again.load_checkpoint() is None

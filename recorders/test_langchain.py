@@ -53,7 +53,7 @@ from langchain_core.messages import (
 )
 from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.runnables import Runnable, RunnableLambda
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.errors import NodeCancelledError
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -277,18 +277,24 @@ def parse() -> tuple[str, list[Any]]:
     return "parsed", [nested(5000), Unprintable()]
 
 
-def test_an_artifact_that_cannot_even_print_is_kept_as_its_type_and_the_run_goes_on(tmp_path: Path) -> None:
-    path = tmp_path / "chat.jsonl"
-    calls = [{"name": "parse", "args": {}, "id": "call-1", "type": "tool_call"}]
-    graph = agent(with_retry(Script(reply(calls=calls), reply("ok"))), [parse])
+def artifact_recorded(tool_: BaseTool, path: Path) -> session.EventData:
+    """The ``tool_exec_end`` of a run whose model calls *tool_* once, then answers: the run
+    goes on to its end, and the file is whole."""
+    calls = [{"name": tool_.name, "args": {}, "id": "call-1", "type": "tool_call"}]
+    graph = agent(with_retry(Script(reply(calls=calls), reply("ok"))), [tool_])
 
     async def main() -> None:
         async with recording(path) as recorder:
-            await graph.ainvoke({"messages": [HumanMessage("parse")]}, {"callbacks": [recorder]})
+            await graph.ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [recorder]})
 
     asyncio.run(main())
     check_file(path)
     [end] = events(path, "tool_exec_end")
+    return end
+
+
+def test_an_artifact_that_cannot_even_print_is_kept_as_its_type_and_the_run_goes_on(tmp_path: Path) -> None:
+    end = artifact_recorded(parse, tmp_path / "chat.jsonl")
     assert end.result == "parsed"
     assert end.details == {"type": "builtins.list", "repr": "(its repr failed: RecursionError)"}
     assert to_json(Unprintable()) == {
@@ -315,17 +321,7 @@ def summarize() -> tuple[str, Summary]:
 
 
 def test_an_artifact_that_fails_to_serialize_is_kept_as_its_type_and_the_run_goes_on(tmp_path: Path) -> None:
-    path = tmp_path / "chat.jsonl"
-    calls = [{"name": "summarize", "args": {}, "id": "call-1", "type": "tool_call"}]
-    graph = agent(with_retry(Script(reply(calls=calls), reply("ok"))), [summarize])
-
-    async def main() -> None:
-        async with recording(path) as recorder:
-            await graph.ainvoke({"messages": [HumanMessage("summarize")]}, {"callbacks": [recorder]})
-
-    asyncio.run(main())
-    check_file(path)
-    [end] = events(path, "tool_exec_end")
+    end = artifact_recorded(summarize, tmp_path / "chat.jsonl")
     assert end.result == "summarized"
     assert end.details == {"type": f"{__name__}.Summary", "repr": "Summary(text='a summary')"}
 
@@ -686,15 +682,18 @@ def research_tool() -> BaseTool:
         {"name": "fetch", "args": {}, "id": "call-f", "type": "tool_call"},
     ]
     script = Script(RateLimitError("429"), reply(tokens=10, calls=calls), reply("found it", 20))
-    sub_agent = agent(with_retry(script), [search, fetch])
+    return tool_running(agent(with_retry(script), [search, fetch]), "research")
 
-    @tool
-    async def research(question: str) -> str:
-        """Research a question."""
+
+def tool_running(sub_agent: CompiledStateGraph[Any], name: str) -> BaseTool:
+    """A tool *name* that runs *sub_agent* (its own graph) on a question, and answers with the
+    sub-agent's answer."""
+
+    async def ask(question: str) -> str:
         state = await sub_agent.ainvoke({"messages": [HumanMessage(question)]})
         return str(state["messages"][-1].content)
 
-    return research
+    return StructuredTool.from_function(coroutine=ask, name=name, description=f"Ask {name} a question.")
 
 
 def test_an_agent_run_in_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> None:
@@ -726,24 +725,11 @@ def test_an_agent_run_in_a_tool_of_a_sub_agent_is_nested_two_levels_down(tmp_pat
     """The lead's tool runs a sub-agent whose own tool runs another: the inner agent's call
     is nested in the sub-agent's tool call, not beside the sub-agent's calls."""
     path = tmp_path / "chat.jsonl"
-    inner = agent(with_retry(Script(reply("deep", 20))), [search])
-
-    @tool
-    async def dig(question: str) -> str:
-        """Dig into a question."""
-        state = await inner.ainvoke({"messages": [HumanMessage(question)]})
-        return str(state["messages"][-1].content)
-
+    dig = tool_running(agent(with_retry(Script(reply("deep", 20))), [search]), "dig")
     down = [{"name": "dig", "args": {"question": "how"}, "id": "call-d", "type": "tool_call"}]
     middle = agent(with_retry(Script(reply(tokens=10, calls=down), reply("found", 15))), [dig])
-
-    @tool
-    async def research(question: str) -> str:
-        """Research a question."""
-        state = await middle.ainvoke({"messages": [HumanMessage(question)]})
-        return str(state["messages"][-1].content)
-
     ask = [{"name": "research", "args": {"question": "why"}, "id": "call-r", "type": "tool_call"}]
+    research = tool_running(middle, "research")
     graph = agent(with_retry(Script(reply(tokens=5, calls=ask), reply("done", 7))), [research])
 
     async def main() -> Any:
