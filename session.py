@@ -791,7 +791,7 @@ _PIECE = 1 << 18  # characters quoted in one call: well under a millisecond
 
 def _quote_in_pieces(text: str) -> str:
     """``_quote(text)``, a long *text* a piece at a time: one call over 20 MB keeps the GIL
-    for some 50 ms, and between pieces a thread that waits for it (an event loop) gets it.
+    for 50 to 100 ms, and between pieces a thread that waits for it (an event loop) gets it.
     A str subclass's own ``len`` and slices are not asked: its characters are quoted."""
     text = str.__str__(text)
     if len(text) <= _PIECE:
