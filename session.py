@@ -793,7 +793,8 @@ def _quote_in_pieces(text: str) -> str:
     """``_quote(text)``, a long *text* a piece at a time: one call over 20 MB keeps the GIL
     for 50 to 100 ms, and between pieces a thread that waits for it (an event loop) gets it.
     A str subclass's own ``len`` and slices are not asked: its characters are quoted."""
-    text = str.__str__(text)
+    if type(text) is not str:
+        text = str.__str__(text)
     if len(text) <= _PIECE:
         return _quote(text)
     pieces = [_quote(text[at : at + _PIECE])[1:-1] for at in range(0, len(text), _PIECE)]
@@ -816,7 +817,7 @@ def _make_encoder(
 
 
 # Alone in its process, a writer encodes in one call (the C encoder's own quoting); beside
-# other threads it quotes each string through a call of Python's (15% slower on a small
+# other threads it quotes each string through a call of Python's (15-30% slower on a small
 # record), which cuts long ones in pieces.  No count of threads: assume there are others.
 _other_threads: Callable[[], int] = getattr(_thread, "_count", lambda: 1)
 _encode_plain = _make_encoder(_unencodable)
