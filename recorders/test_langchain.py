@@ -274,7 +274,7 @@ def nested(depth: int) -> list[Any]:
 @tool(response_format="content_and_artifact")
 def parse() -> tuple[str, list[Any]]:
     """A parse, with its tree, too deep to print, and a node that cannot print as its artifact."""
-    return "parsed", [nested(5000), Unprintable()]
+    return "parsed", [nested(100_000), Unprintable()]
 
 
 def artifact_recorded(tool_: BaseTool, path: Path) -> session.EventData:
