@@ -1505,12 +1505,21 @@ _BLOCK_PAYLOADS = {
     "image": "image",
     "tool_reference": "tool_name",
 }
-_TOOL_CALL_TEXTS = frozenset({"id", "name", "args_raw_text", "args_parse_error", "thought_signature"})
-_IMAGE_KEYS = frozenset({"data", "url", "mime_type"})
 _USAGE_COUNTS = frozenset({"input", "output", "cache_read", "cache_write", "total_tokens"})
-_COST_KEYS = frozenset({"input", "output", "cache_read", "cache_write", "total"})
-_PROGRESS_FLAGS = frozenset({"active", "next_turn"})
-_PROGRESS_COUNTS = frozenset({"completed_turns", "length_recoveries", "tool_calls", "tool_errors"})
+# The members of agentgo's objects, each of a JSON type (int: a count that fits Go's int,
+# float: a finite number), a nested object's members, or object: one JSON value, as args.
+_IMAGE_MEMBERS: Dict[str, Any] = dict.fromkeys(("data", "url", "mime_type"), str)
+_TOOL_CALL_MEMBERS: Dict[str, Any] = {
+    **dict.fromkeys(("id", "name", "args_raw_text", "args_parse_error", "thought_signature"), str),
+    "args": object,
+    "args_invalid": bool,
+}
+_COST_MEMBERS = dict.fromkeys(("input", "output", "cache_read", "cache_write", "total"), float)
+_USAGE_MEMBERS = {**dict.fromkeys(_USAGE_COUNTS, int), "provider": str, "model": str, "cost": _COST_MEMBERS}
+_PROGRESS_MEMBERS: Dict[str, Any] = {
+    **dict.fromkeys(("completed_turns", "length_recoveries", "tool_calls", "tool_errors"), int),
+    **dict.fromkeys(("active", "next_turn"), bool),
+}
 _INT64 = range(-(1 << 63), 1 << 63)  # Go's int; `in` on a range is arithmetic
 _GO_ZERO_TIME = "0001-01-01T00:00:00Z"  # what Go writes for a time never set: None here
 
@@ -1540,8 +1549,7 @@ def _at_step(convert: Callable[[Any], Any], value: Any, step: str) -> Any:
 
 
 def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
-    if type(message.role) is not str:
-        raise _fault(f"role must be a string, not {type(message.role).__name__}", ".role")
+    _expect(message.role, str, "role", ".role")
     out: Dict[str, Any] = {"role": message.role, "content": _write_content(message.content)}
     stop_reason = message.stop_reason
     if stop_reason:
@@ -1555,8 +1563,7 @@ def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
     if message.usage is not None:
         out["usage"] = _checked_usage(message.usage, ".usage")
     if message.metadata is not None:
-        if type(message.metadata) is not dict:
-            raise _fault(f"metadata must be an object, not {type(message.metadata).__name__}", ".metadata")
+        _expect(message.metadata, dict, "metadata", ".metadata")
         out["metadata"] = _encode_at(codec, message.metadata, ".metadata")
     moment = message.timestamp
     if moment is not None and type(moment) is not datetime:
@@ -1581,8 +1588,7 @@ def _write_content(content: Any) -> Any:
 
 
 def _check_block(block: Any) -> None:
-    if type(block) is not dict:
-        raise _fault(f"a content block must be an object, not {type(block).__name__}")
+    _expect(block, dict, "a content block")
     kind = block.get("type")
     payload = _BLOCK_PAYLOADS.get(kind) if type(kind) is str else None
     if payload is None:
@@ -1590,82 +1596,53 @@ def _check_block(block: Any) -> None:
     for key, value in block.items():
         if key == payload:
             if kind == "toolCall":
-                _check_tool_call(value)
+                _check_object(value, _TOOL_CALL_MEMBERS, "tool_call", "a tool call's", ".tool_call")
             elif kind == "image":
-                _check_strings(value, _IMAGE_KEYS, "an image", ".image")
-            elif type(value) is not str:
-                raise _fault(f"{key} must be a string, not {type(value).__name__}", _path_step(key))
+                _check_object(value, _IMAGE_MEMBERS, "image", "an image's", ".image")
+            else:
+                _expect(value, str, key, _path_step(key))
         elif key != "type":
             raise _fault(f"key {key!r} does not belong in a {kind} block", _key_step(key))
     if payload not in block and (kind == "toolCall" or kind == "image"):
         raise _fault(f"a {kind} block needs its {payload}", f".{payload}")
 
 
-def _check_tool_call(call: Any) -> None:
-    if type(call) is not dict:
-        raise _fault(f"tool_call must be an object, not {type(call).__name__}", ".tool_call")
-    for key, value in call.items():
-        if key == "args":
-            try:
-                _tool_args(value)
-            except (TypeError, ValueError, RecursionError) as exc:
-                raise _fault(f"args are not one JSON value: {exc}", ".tool_call.args") from None
-        elif key == "args_invalid":
-            if type(value) is not bool:
-                raise _fault(
-                    f"args_invalid must be a boolean, not {type(value).__name__}", ".tool_call.args_invalid"
-                )
-        elif key in _TOOL_CALL_TEXTS:
-            if type(value) is not str:
-                raise _fault(f"{key} must be a string, not {type(value).__name__}", f".tool_call.{key}")
-        else:
-            raise _fault(f"key {key!r} is not a tool call's", ".tool_call", _key_step(key))
+def _expect(value: Any, kind: type, name: Any, *steps: str) -> None:
+    """A fault at *steps* unless *value* is of the JSON type *kind* (``float``: any number)."""
+    if type(value) is not kind and not (kind is float and type(value) is int):
+        raise _fault(f"{name} must be {_json_kind(kind)}, not {type(value).__name__}", *steps)
 
 
-def _check_strings(obj: Any, keys: FrozenSet[str], what: str, step: str) -> None:
-    if type(obj) is not dict:
-        raise _fault(f"{step[1:]} must be an object, not {type(obj).__name__}", step)
+def _check_object(obj: Any, members: Dict[str, Any], name: str, what: str, *steps: str) -> None:
+    """*obj* checked to be an object of agentgo's *members*: a stray key is not *what*."""
+    _expect(obj, dict, name, *steps)
     for key, value in obj.items():
-        if key not in keys:
-            raise _fault(f"key {key!r} is not {what}'s", step, _key_step(key))
-        if type(value) is not str:
-            raise _fault(f"{key} must be a string, not {type(value).__name__}", step, _path_step(key))
+        kind = members.get(key)
+        if kind is None:
+            raise _fault(f"key {key!r} is not {what}", *steps, _key_step(key))
+        _check_member(value, kind, key, *steps, f".{key}")
+
+
+def _check_member(value: Any, kind: Any, key: Any, *steps: str) -> None:
+    if type(kind) is dict:
+        _check_object(value, kind, key, f"agentgo's {key} (Go would drop it)", *steps)
+    elif kind is object:
+        try:
+            _tool_args(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise _fault(f"{key} are not one JSON value: {exc}", *steps) from None
+    else:
+        _expect(value, kind, key, *steps)
+        if kind is int and value not in _INT64:
+            raise _fault(f"{key} {value} does not fit in 64 bits", *steps)
+        if kind is float and not math.isfinite(value):
+            raise _fault(f"non-finite float {value!r}", *steps)
 
 
 def _checked_usage(usage: Any, step: str) -> Any:
     """*usage* as written: any of agentgo's keys, token counts that fit Go's int."""
-    if type(usage) is not dict:
-        raise _fault(f"usage must be an object, not {type(usage).__name__}", step)
-    for key, value in usage.items():
-        if key in _USAGE_COUNTS:
-            _check_count(value, step, key)
-        elif key == "provider" or key == "model":
-            if type(value) is not str:
-                raise _fault(f"{key} must be a string, not {type(value).__name__}", step, f".{key}")
-        elif key == "cost":
-            _check_cost(value, f"{step}.cost")
-        else:
-            raise _fault(f"key {key!r} is not agentgo's usage (Go would drop it)", step, _key_step(key))
+    _check_object(usage, _USAGE_MEMBERS, "usage", "agentgo's usage (Go would drop it)", step)
     return usage
-
-
-def _check_count(value: Any, step: str, key: str) -> None:
-    if type(value) is not int:
-        raise _fault(f"{key} must be an integer, not {type(value).__name__}", step, f".{key}")
-    if value not in _INT64:
-        raise _fault(f"{key} {value} does not fit in 64 bits", step, f".{key}")
-
-
-def _check_cost(cost: Any, step: str) -> None:
-    if type(cost) is not dict:
-        raise _fault(f"cost must be an object, not {type(cost).__name__}", step)
-    for key, value in cost.items():
-        if key not in _COST_KEYS:
-            raise _fault(f"key {key!r} is not agentgo's cost (Go would drop it)", step, _key_step(key))
-        if type(value) is not float and type(value) is not int:
-            raise _fault(f"{key} must be a number, not {type(value).__name__}", step, f".{key}")
-        if not math.isfinite(value):
-            raise _fault(f"non-finite float {value!r}", step, f".{key}")
 
 
 def _read_message(codec: JSONCodec, value: Dict[str, Any]) -> Message:
@@ -1732,20 +1709,16 @@ def _write_state(codec: JSONCodec, state: AgentState) -> Dict[str, Any]:
 
 
 def _write_progress(codec: JSONCodec, progress: Any) -> Dict[str, Any]:
-    if type(progress) is not dict:
-        raise _fault(f"progress must be an object, not {type(progress).__name__}", ".progress")
+    _expect(progress, dict, "progress", ".progress")
     out = dict(progress)
     for key, value in progress.items():
-        if key in _PROGRESS_COUNTS:
-            _check_count(value, ".progress", key)
-        elif key in _PROGRESS_FLAGS:
-            if type(value) is not bool:
-                raise _fault(f"{key} must be a boolean, not {type(value).__name__}", ".progress", f".{key}")
+        kind = _PROGRESS_MEMBERS.get(key)
+        if kind is not None:
+            _check_member(value, kind, key, ".progress", f".{key}")
         elif key == "consecutive_tool_errors":
-            if type(value) is not dict:
-                raise _fault(f"{key} must be an object, not {type(value).__name__}", ".progress", f".{key}")
+            _expect(value, dict, key, ".progress", f".{key}")
             for tool, count in value.items():
-                _check_count(count, f".progress.{key}", tool)
+                _check_member(count, int, tool, f".progress.{key}", f".{tool}")
         elif key == "pending_messages":
             out[key] = _write_messages(codec, value, ".progress.pending_messages")
         else:
