@@ -711,6 +711,7 @@ class Usage(TypedDict, total=False):
 
 
 STOP_REASONS = ("stop", "length", "toolUse", "error", "safety", "aborted")
+"""The values of ``Message.stop_reason`` besides ``""`` (none given)."""
 
 
 def _now() -> datetime:
@@ -956,9 +957,6 @@ class TypeSpec:
             )
 
 
-"""The values of ``Message.stop_reason`` besides ``""`` (none given)."""
-
-
 def text_block(text: str) -> TextBlock:
     """A text block holding *text*."""
     _require(text, str, "text")
@@ -992,8 +990,8 @@ def tool_call_block(
     _require(id, str, "id")
     _require(name, str, "name")
     _require(args_invalid, bool, "args_invalid")
-    for key, text in (("args_raw_text", args_raw_text), ("args_parse_error", args_parse_error)):
-        _require(text, str, key)
+    _require(args_raw_text, str, "args_raw_text")
+    _require(args_parse_error, str, "args_parse_error")
     _require(thought_signature, str, "thought_signature")
     if not name:
         raise ValueError("a tool call needs the tool's name")
@@ -1087,13 +1085,6 @@ def _tool_args(args: Any) -> Any:
     else:
         _dumps(args)
     return args
-
-
-_BUILTIN_TYPES = (
-    ("agentgo.message.v1", Message),
-    ("agentgo.agent-state.v1", AgentState),
-    ("agentgo.agent-snapshot.v1", AgentSnapshot),
-)
 
 
 class _CodecFault(Exception):
@@ -1266,7 +1257,7 @@ class JSONCodec:
     def __init__(self, *types: TypeSpec) -> None:
         by_id: Dict[str, _Kind] = {}
         by_class: Dict[type, _Kind] = {}
-        for spec in (*(TypeSpec(type_id, cls) for type_id, cls in _BUILTIN_TYPES), *types):
+        for spec in (*(TypeSpec(type_id, cls) for cls, (type_id, *_) in _BUILTIN_TYPES.items()), *types):
             if not isinstance(spec, TypeSpec):
                 raise TypeError(f"JSONCodec takes TypeSpec values, not {spec!r}")
             if spec.type_id in by_id:
@@ -1739,10 +1730,11 @@ def _write_snapshot(codec: JSONCodec, snapshot: AgentSnapshot) -> Dict[str, Any]
     return out
 
 
-_AGENTGO_SHAPES: Dict[type, Tuple[Any, Any]] = {
-    Message: (_write_message, _read_message),
-    AgentState: (_write_state, None),
-    AgentSnapshot: (_write_snapshot, None),
+# agentgo's types, registered first, each with the functions that write (and read) its shape
+_BUILTIN_TYPES: Dict[type, Tuple[str, Any, Any]] = {
+    Message: ("agentgo.message.v1", _write_message, _read_message),
+    AgentState: ("agentgo.agent-state.v1", _write_state, None),
+    AgentSnapshot: ("agentgo.agent-snapshot.v1", _write_snapshot, None),
 }
 
 
@@ -1755,7 +1747,7 @@ def _kind_of(spec: TypeSpec) -> _Kind:
     except Exception:  # noqa: BLE001 - e.g. "datetime | None" on Python 3.9: read the text
         hints = {}
     datetimes = frozenset(f.name for f in fields if _is_datetime(hints.get(f.name, f.type)))
-    write, read = _AGENTGO_SHAPES.get(spec.cls, (None, None))
+    _, write, read = _BUILTIN_TYPES.get(spec.cls, ("", None, None))
     return _Kind(spec.type_id, spec.cls, tuple(f.name for f in fields), datetimes, None, None, write, read)
 
 
