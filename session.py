@@ -529,7 +529,9 @@ class EventData:
         if "summary" in fields:
             fields["summary"] = _summary_from_json(fields["summary"], record)
         if "redacted" in fields:
-            fields["redacted"] = _strings_from_json(fields["redacted"], record, "redacted")
+            if any(type(item) is not str for item in fields["redacted"]):
+                raise FormatError("data.redacted must hold strings", None, record.seq, record.offset)
+            fields["redacted"] = tuple(fields["redacted"])
         return cls(**fields)
 
 
@@ -616,12 +618,6 @@ def _summary_from_json(obj: Dict[str, Any], record: Record) -> RunSummary:
         _take(obj, "tool_errors", int, 0, record, "summary"),
         _take(obj, "end_reason", str, "", record, "summary"),
     )
-
-
-def _strings_from_json(items: List[Any], record: Record, key: str) -> Tuple[str, ...]:
-    if any(type(item) is not str for item in items):
-        raise FormatError(f"data.{key} must hold strings", None, record.seq, record.offset)
-    return tuple(items)
 
 
 class TextBlock(TypedDict):
