@@ -1084,12 +1084,13 @@ def _tool_args(args: Any) -> Any:
 
 
 class _CodecFault(Exception):
-    """A codec failure on its way out; containers add their step of the JSON path."""
+    """A codec failure at *steps* (outermost first) on its way out; containers add their step
+    of the JSON path."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *steps: str) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.steps: List[str] = []
+        self.steps = list(reversed(steps))
 
     def error(self) -> CodecError:
         return CodecError(f"{self.reason} at ${''.join(reversed(self.steps))}")
@@ -1511,13 +1512,6 @@ _INT64 = range(-(1 << 63), 1 << 63)  # Go's int; `in` on a range is arithmetic
 _GO_ZERO_TIME = "0001-01-01T00:00:00Z"  # what Go writes for a time never set: None here
 
 
-def _fault(reason: str, *steps: str) -> _CodecFault:
-    """A fault at *steps*, outermost first."""
-    fault = _CodecFault(reason)
-    fault.steps.extend(reversed(steps))
-    return fault
-
-
 def _key_step(key: Any) -> str:
     return _path_step(key) if type(key) is str else f"[{key!r}]"
 
@@ -1541,12 +1535,12 @@ def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
     stop_reason = message.stop_reason
     if stop_reason:
         if stop_reason not in STOP_REASONS:
-            raise _fault(
+            raise _CodecFault(
                 f"stop reason {stop_reason!r} is not one of {', '.join(STOP_REASONS)}", ".stop_reason"
             )
         out["stop_reason"] = stop_reason
     elif stop_reason != "":
-        raise _fault(f"stop_reason must be a string, not {type(stop_reason).__name__}", ".stop_reason")
+        raise _CodecFault(f"stop_reason must be a string, not {type(stop_reason).__name__}", ".stop_reason")
     if message.usage is not None:
         out["usage"] = _checked_usage(message.usage, ".usage")
     if message.metadata is not None:
@@ -1554,7 +1548,7 @@ def _write_message(codec: JSONCodec, message: Message) -> Dict[str, Any]:
         out["metadata"] = _encode_at(codec, message.metadata, ".metadata")
     moment = message.timestamp
     if moment is not None and type(moment) is not datetime:
-        raise _fault(f"timestamp must be a datetime, not {type(moment).__name__}", ".timestamp")
+        raise _CodecFault(f"timestamp must be a datetime, not {type(moment).__name__}", ".timestamp")
     out["timestamp"] = _GO_ZERO_TIME if moment is None else _at_step(_rfc3339, moment, ".timestamp")
     return out
 
@@ -1564,7 +1558,7 @@ def _write_content(content: Any) -> Any:
     if content is None:
         return None
     if type(content) is not list and type(content) is not tuple:
-        raise _fault(f"content must be a list of blocks, not {type(content).__name__}", ".content")
+        raise _CodecFault(f"content must be a list of blocks, not {type(content).__name__}", ".content")
     for index, block in enumerate(content):
         try:
             _check_block(block)
@@ -1579,7 +1573,7 @@ def _check_block(block: Any) -> None:
     kind = block.get("type")
     payload = _BLOCK_PAYLOADS.get(kind) if type(kind) is str else None
     if payload is None:
-        raise _fault(f"unknown block type {kind!r} (agentgo's: {', '.join(_BLOCK_PAYLOADS)})", ".type")
+        raise _CodecFault(f"unknown block type {kind!r} (agentgo's: {', '.join(_BLOCK_PAYLOADS)})", ".type")
     for key, value in block.items():
         if key == payload:
             if kind == "toolCall":
@@ -1589,15 +1583,15 @@ def _check_block(block: Any) -> None:
             else:
                 _expect(value, str, key, _path_step(key))
         elif key != "type":
-            raise _fault(f"key {key!r} does not belong in a {kind} block", _key_step(key))
+            raise _CodecFault(f"key {key!r} does not belong in a {kind} block", _key_step(key))
     if payload not in block and (kind == "toolCall" or kind == "image"):
-        raise _fault(f"a {kind} block needs its {payload}", f".{payload}")
+        raise _CodecFault(f"a {kind} block needs its {payload}", f".{payload}")
 
 
 def _expect(value: Any, kind: type, name: Any, *steps: str) -> None:
     """A fault at *steps* unless *value* is of the JSON type *kind* (``float``: any number)."""
     if type(value) is not kind and not (kind is float and type(value) is int):
-        raise _fault(f"{name} must be {_json_kind(kind)}, not {type(value).__name__}", *steps)
+        raise _CodecFault(f"{name} must be {_json_kind(kind)}, not {type(value).__name__}", *steps)
 
 
 def _check_object(obj: Any, members: Dict[str, Any], name: str, what: str, *steps: str) -> None:
@@ -1606,7 +1600,7 @@ def _check_object(obj: Any, members: Dict[str, Any], name: str, what: str, *step
     for key, value in obj.items():
         kind = members.get(key)
         if kind is None:
-            raise _fault(f"key {key!r} is not {what}", *steps, _key_step(key))
+            raise _CodecFault(f"key {key!r} is not {what}", *steps, _key_step(key))
         _check_member(value, kind, key, *steps, f".{key}")
 
 
@@ -1617,13 +1611,13 @@ def _check_member(value: Any, kind: Any, key: Any, *steps: str) -> None:
         try:
             _tool_args(value)
         except (TypeError, ValueError, RecursionError) as exc:
-            raise _fault(f"{key} are not one JSON value: {exc}", *steps) from None
+            raise _CodecFault(f"{key} are not one JSON value: {exc}", *steps) from None
     else:
         _expect(value, kind, key, *steps)
         if kind is int and value not in _INT64:
-            raise _fault(f"{key} {value} does not fit in 64 bits", *steps)
+            raise _CodecFault(f"{key} {value} does not fit in 64 bits", *steps)
         if kind is float and not math.isfinite(value):
-            raise _fault(f"non-finite float {value!r}", *steps)
+            raise _CodecFault(f"non-finite float {value!r}", *steps)
 
 
 def _checked_usage(usage: Any, step: str) -> Any:
@@ -1645,7 +1639,7 @@ def _read_message(codec: JSONCodec, value: Dict[str, Any]) -> Message:
     elif type(moment) is str:
         fields["timestamp"] = _at_step(_parse_rfc3339, moment, ".timestamp")
     else:
-        raise _fault("timestamp must be an RFC 3339 string", ".timestamp")
+        raise _CodecFault("timestamp must be an RFC 3339 string", ".timestamp")
     try:
         return Message(**fields)
     except TypeError as exc:
@@ -1674,12 +1668,12 @@ def _write_messages(codec: JSONCodec, items: Any, step: str) -> Any:
     if items is None:
         return None
     if type(items) is not list and type(items) is not tuple:
-        raise _fault(f"{step[1:]} must be a list, not {type(items).__name__}", step)
+        raise _CodecFault(f"{step[1:]} must be a list, not {type(items).__name__}", step)
     out = []
     for index, item in enumerate(items):
         if type(item) not in codec._by_class:
             need = "a tagged value (a Message or a registered type)"
-            raise _fault(f"a plain {type(item).__name__} where agentgo needs {need}", step, f"[{index}]")
+            raise _CodecFault(f"a plain {type(item).__name__} where agentgo needs {need}", step, f"[{index}]")
         out.append(_encode_at(codec, item, f"{step}[{index}]"))
     return out
 
@@ -1709,7 +1703,7 @@ def _write_progress(codec: JSONCodec, progress: Any) -> Dict[str, Any]:
         elif key == "pending_messages":
             out[key] = _write_messages(codec, value, ".progress.pending_messages")
         else:
-            raise _fault(
+            raise _CodecFault(
                 f"key {key!r} is not agentgo's run progress (Go would drop it)", ".progress", _key_step(key)
             )
     return out
@@ -1717,7 +1711,7 @@ def _write_progress(codec: JSONCodec, progress: Any) -> Dict[str, Any]:
 
 def _write_snapshot(codec: JSONCodec, snapshot: AgentSnapshot) -> Dict[str, Any]:
     if type(snapshot.state) is not AgentState:
-        raise _fault(f"state must be an AgentState, not {type(snapshot.state).__name__}", ".state")
+        raise _CodecFault(f"state must be an AgentState, not {type(snapshot.state).__name__}", ".state")
     out = {"state": _encode_at(codec, snapshot.state, ".state")}
     if snapshot.steering_queue:
         out["steering_queue"] = _write_messages(codec, snapshot.steering_queue, ".steering_queue")
