@@ -2382,9 +2382,17 @@ def _open_run(
             raise FormatError(f"run_start reuses run_id {run_id!r}", name, line, offset)
         seen.add(run_id)
         return run_id
-    if run_id != open_run or kind == "session_start":
-        raise FormatError(_run_problem(kind, run_id, open_run, seen), name, line, offset)
-    return None  # run_close
+    if run_id == open_run and kind != "session_start":
+        return None  # run_close
+    if kind == "session_start":
+        problem = "session_start is allowed on line 1 only"
+    elif run_id not in seen:
+        problem = f"run_id {run_id!r} has no run_start"
+    elif open_run is None:
+        problem = f"run {run_id!r} is already closed"
+    else:
+        problem = f"record for run {run_id!r} after run {open_run!r} started"
+    raise FormatError(problem, name, line, offset)
 
 
 def _room_again(room: int, frames: int) -> Tuple[int, int]:
@@ -2842,16 +2850,6 @@ def _envelope_problem(obj: Dict[str, Any], session_id: Optional[str], seq: int) 
     if "run_id" not in obj:
         return "missing key 'run_id'"
     return f"run_id must be a string, found {_json_kind(type(obj['run_id']))}"
-
-
-def _run_problem(kind: str, run_id: str, open_run: Optional[str], seen: Set[str]) -> str:
-    if kind == "session_start":
-        return "session_start is allowed on line 1 only"
-    if run_id not in seen:
-        return f"run_id {run_id!r} has no run_start"
-    if open_run is None:
-        return f"run {run_id!r} is already closed"
-    return f"record for run {run_id!r} after run {open_run!r} started"
 
 
 _POOLED_KEYS = frozenset({"messages", "tools"})  # where a version-2 request's references are
