@@ -2701,7 +2701,7 @@ def _scan_json(
                 pos = _after_ws(raw, pos + 1)
             fast = depth < _SAFE_DEPTH - 3  # the plain values skipped nest three levels deeper at most
             if stack[-1] == _CLOSING[_ARRAY]:
-                pos = _skip_items(raw, pos) if fast else pos
+                pos = _skip_runs(_plain_runs()[0], raw, pos) if fast else pos
             else:
                 noted = depth == 1 or (depth == 2 and in_data and bool(wanted))
                 pos, key = _member(raw, pos, noted, fast)
@@ -2714,13 +2714,12 @@ def _after_ws(raw: bytes, pos: int) -> int:
     return _WS.match(raw, pos).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
 
 
-def _skip_items(raw: bytes, pos: int) -> int:
-    """Past the plain items of an array from *pos*: where the next item starts."""
-    items = _plain_runs()[0].match
-    run = items(raw, pos)
+def _skip_runs(runs: re.Pattern[bytes], raw: bytes, pos: int) -> int:
+    """Past the plain items or members (*runs*, of ``_plain_runs``) from *pos*: where the next starts."""
+    run = runs.match(raw, pos)
     while run is not None:
         pos = run.end()
-        run = items(raw, pos)
+        run = runs.match(raw, pos)
     return pos
 
 
@@ -2728,11 +2727,7 @@ def _member(raw: bytes, pos: int, noted: bool, fast: bool) -> Tuple[int, Optiona
     """From *pos* in an object, past plain members if *fast* and each need not be *noted*,
     then past a member's key and colon: where its value starts, and the key if *noted*."""
     if fast and not noted:
-        members = _plain_runs()[1].match
-        run = members(raw, pos)
-        while run is not None:
-            pos = run.end()
-            run = members(raw, pos)
+        pos = _skip_runs(_plain_runs()[1], raw, pos)
     if raw[pos : pos + 1] != b'"':
         raise _NotJSON("Expecting property name enclosed in double quotes", pos)
     end = _scalar_end(raw, pos)
