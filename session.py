@@ -1964,6 +1964,7 @@ def _names_credential(name: Any) -> bool:
 
 
 _Put = Callable[[Dict[str, Any], str, Any, Codec], None]
+_Projection = Tuple[Tuple[str, _Put], ...]
 _PUTS: Dict[str, _Put] = {
     "execution": _put_execution,
     "turn_index": _put_int,
@@ -1989,12 +1990,10 @@ _PUTS: Dict[str, _Put] = {
 }
 
 
-def _projection(*names: str) -> Tuple[Tuple[str, _Put], ...]:
+def _projection(*names: str) -> _Projection:
     return tuple((name, _PUTS[name]) for name in names)
 
 
-_Projection = Tuple[Tuple[str, _Put], ...]
-_EXEC_END_OK = _projection("execution", "message")
 _EXEC_END_FAILED = _projection("execution", "partial_message", "error")
 _EVERY_FIELD = _projection(*_PUTS)
 _PROJECTIONS: Dict[str, Optional[_Projection]] = {  # None: not written (transient)
@@ -2005,7 +2004,7 @@ _PROJECTIONS: Dict[str, Optional[_Projection]] = {  # None: not written (transie
     "model_response": _projection("execution", "recovery"),
     "model_request": _projection("execution", "request"),
     "model_exec_start": _projection("execution"),
-    "model_exec_end": _EXEC_END_OK,
+    "model_exec_end": _projection("execution", "message"),
     "message_end": _projection("execution", "message"),
     "tool_queued": _projection("execution", "tool_id", "tool"),
     "tool_exec_start": _projection("execution", "tool_id", "tool", "tool_label", "args"),
@@ -2274,8 +2273,6 @@ def _read(
 
 
 _RUN_CHANGES = frozenset({"run_start", "run_close", "session_start"})
-
-
 _INDEXED = _POOLED | {"model_request"}
 
 
@@ -2769,8 +2766,7 @@ def _scalar_end(raw: bytes, pos: int) -> int:
 
 def _int_digits_limit() -> float:
     """The longest integer json converts: ``sys.int_max_str_digits`` (0: no limit)."""
-    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
-    return limit or math.inf
+    return getattr(sys, "get_int_max_str_digits", lambda: 0)() or math.inf
 
 
 _depth_limits: Dict[int, int] = {}  # recursion limit -> how deep json parses on a fresh stack
