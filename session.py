@@ -2562,17 +2562,14 @@ _PLAIN = _SCALAR
 for _level in range(3):
     _PLAIN = rb"(?:" + _SCALAR + rb"|" + _small_containers(_PLAIN, 8) + rb")"
 _PLAIN += _W + rb"," + _W
-_runs: Optional[Tuple[re.Pattern[bytes], re.Pattern[bytes]]] = None
 
 
+@functools.lru_cache(maxsize=None)
 def _plain_runs() -> Tuple[re.Pattern[bytes], re.Pattern[bytes]]:
     """Runs of plain items and of plain members, compiled on first use (it takes a tenth of
     a second, which only a long line is worth)."""
-    global _runs
-    if _runs is None:
-        items = re.compile(rb"(?:" + _PLAIN + rb"){1,64}")
-        _runs = items, re.compile(rb"(?:" + _TEXT + _W + rb":" + _W + _PLAIN + rb"){1,64}")
-    return _runs
+    items = re.compile(rb"(?:" + _PLAIN + rb"){1,64}")
+    return items, re.compile(rb"(?:" + _TEXT + _W + rb":" + _W + _PLAIN + rb"){1,64}")
 
 
 class _NotJSON(Exception):
