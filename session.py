@@ -1919,6 +1919,7 @@ def _names_credential(name: Any) -> bool:
 
 
 _Put = Callable[[Dict[str, Any], str, Any, Codec], None]
+_Projection = Tuple[Tuple[str, _Put], ...]
 _PUTS: Dict[str, _Put] = {
     "execution": _put_execution,
     "turn_index": _put_int,
@@ -1944,12 +1945,10 @@ _PUTS: Dict[str, _Put] = {
 }
 
 
-def _projection(*names: str) -> Tuple[Tuple[str, _Put], ...]:
+def _projection(*names: str) -> _Projection:
     return tuple((name, _PUTS[name]) for name in names)
 
 
-_Projection = Tuple[Tuple[str, _Put], ...]
-_EXEC_END_OK = _projection("execution", "message")
 _EXEC_END_FAILED = _projection("execution", "partial_message", "error")
 _EVERY_FIELD = _projection(*_PUTS)
 _PROJECTIONS: Dict[str, Optional[_Projection]] = {  # None: not written (transient)
@@ -1960,7 +1959,7 @@ _PROJECTIONS: Dict[str, Optional[_Projection]] = {  # None: not written (transie
     "model_response": _projection("execution", "recovery"),
     "model_request": _projection("execution", "request"),
     "model_exec_start": _projection("execution"),
-    "model_exec_end": _EXEC_END_OK,
+    "model_exec_end": _projection("execution", "message"),
     "message_end": _projection("execution", "message"),
     "tool_queued": _projection("execution", "tool_id", "tool"),
     "tool_exec_start": _projection("execution", "tool_id", "tool", "tool_label", "args"),
@@ -2229,8 +2228,6 @@ def _read(
 
 
 _RUN_CHANGES = frozenset({"run_start", "run_close", "session_start"})
-
-
 _INDEXED = _POOLED | {"model_request"}
 
 
@@ -2337,9 +2334,17 @@ def _open_run(
             raise FormatError(f"run_start reuses run_id {run_id!r}", name, line, offset)
         seen.add(run_id)
         return run_id
-    if run_id != open_run or kind == "session_start":
-        raise FormatError(_run_problem(kind, run_id, open_run, seen), name, line, offset)
-    return None  # run_close
+    if run_id == open_run and kind != "session_start":
+        return None  # run_close
+    if kind == "session_start":
+        problem = "session_start is allowed on line 1 only"
+    elif run_id not in seen:
+        problem = f"run_id {run_id!r} has no run_start"
+    elif open_run is None:
+        problem = f"run {run_id!r} is already closed"
+    else:
+        problem = f"record for run {run_id!r} after run {open_run!r} started"
+    raise FormatError(problem, name, line, offset)
 
 
 def _room_again(room: int, frames: int) -> Tuple[int, int]:
@@ -2512,17 +2517,14 @@ _PLAIN = _SCALAR
 for _level in range(3):
     _PLAIN = rb"(?:" + _SCALAR + rb"|" + _small_containers(_PLAIN, 8) + rb")"
 _PLAIN += _W + rb"," + _W
-_runs: Optional[Tuple[re.Pattern[bytes], re.Pattern[bytes]]] = None
 
 
+@functools.lru_cache(maxsize=None)
 def _plain_runs() -> Tuple[re.Pattern[bytes], re.Pattern[bytes]]:
     """Runs of plain items and of plain members, compiled on first use (it takes a tenth of
     a second, which only a long line is worth)."""
-    global _runs
-    if _runs is None:
-        items = re.compile(rb"(?:" + _PLAIN + rb"){1,64}")
-        _runs = items, re.compile(rb"(?:" + _TEXT + _W + rb":" + _W + _PLAIN + rb"){1,64}")
-    return _runs
+    items = re.compile(rb"(?:" + _PLAIN + rb"){1,64}")
+    return items, re.compile(rb"(?:" + _TEXT + _W + rb":" + _W + _PLAIN + rb"){1,64}")
 
 
 class _NotJSON(Exception):
@@ -2648,7 +2650,7 @@ def _scan_json(
                 pos = _after_ws(raw, pos + 1)
             fast = depth < _SAFE_DEPTH - 3  # the plain values skipped nest three levels deeper at most
             if stack[-1] == _CLOSING[_ARRAY]:
-                pos = _skip_items(raw, pos) if fast else pos
+                pos = _skip_runs(_plain_runs()[0], raw, pos) if fast else pos
             else:
                 noted = depth == 1 or (depth == 2 and in_data and bool(wanted))
                 pos, key = _member(raw, pos, noted, fast)
@@ -2661,13 +2663,12 @@ def _after_ws(raw: bytes, pos: int) -> int:
     return _WS.match(raw, pos).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
 
 
-def _skip_items(raw: bytes, pos: int) -> int:
-    """Past the plain items of an array from *pos*: where the next item starts."""
-    items = _plain_runs()[0].match
-    run = items(raw, pos)
+def _skip_runs(runs: re.Pattern[bytes], raw: bytes, pos: int) -> int:
+    """Past the plain items or members (*runs*, of ``_plain_runs``) from *pos*: where the next starts."""
+    run = runs.match(raw, pos)
     while run is not None:
         pos = run.end()
-        run = items(raw, pos)
+        run = runs.match(raw, pos)
     return pos
 
 
@@ -2675,11 +2676,7 @@ def _member(raw: bytes, pos: int, noted: bool, fast: bool) -> Tuple[int, Optiona
     """From *pos* in an object, past plain members if *fast* and each need not be *noted*,
     then past a member's key and colon: where its value starts, and the key if *noted*."""
     if fast and not noted:
-        members = _plain_runs()[1].match
-        run = members(raw, pos)
-        while run is not None:
-            pos = run.end()
-            run = members(raw, pos)
+        pos = _skip_runs(_plain_runs()[1], raw, pos)
     if raw[pos : pos + 1] != b'"':
         raise _NotJSON("Expecting property name enclosed in double quotes", pos)
     end = _scalar_end(raw, pos)
@@ -2721,8 +2718,7 @@ def _scalar_end(raw: bytes, pos: int) -> int:
 
 def _int_digits_limit() -> float:
     """The longest integer json converts: ``sys.int_max_str_digits`` (0: no limit)."""
-    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
-    return limit or math.inf
+    return getattr(sys, "get_int_max_str_digits", lambda: 0)() or math.inf
 
 
 _depth_limits: Dict[int, int] = {}  # recursion limit -> how deep json parses on a fresh stack
@@ -2797,16 +2793,6 @@ def _envelope_problem(obj: Dict[str, Any], session_id: Optional[str], seq: int) 
     if "run_id" not in obj:
         return "missing key 'run_id'"
     return f"run_id must be a string, found {_json_kind(type(obj['run_id']))}"
-
-
-def _run_problem(kind: str, run_id: str, open_run: Optional[str], seen: Set[str]) -> str:
-    if kind == "session_start":
-        return "session_start is allowed on line 1 only"
-    if run_id not in seen:
-        return f"run_id {run_id!r} has no run_start"
-    if open_run is None:
-        return f"run {run_id!r} is already closed"
-    return f"record for run {run_id!r} after run {open_run!r} started"
 
 
 _POOLED_KEYS = frozenset({"messages", "tools"})  # where a version-2 request's references are
