@@ -3180,22 +3180,15 @@ class _Written:
             places = [self.messages[place] if type(place) is bytes else place for place in places]
         except KeyError:
             raise ValueError("a message or tool list of this request is not in the file") from None
-        carried = bool(context.messages)
         new = messages[len(context.messages) :]
+        if not context.messages:  # not going on from the latest request: its messages are not latest
+            self.latest = {}
+        self.latest.update((id(m), (m, place)) for m, place in zip(new, places) if type(m) is Message)
         context = context.extended(messages, places)
-        self._remember(context, new, places, carried)
+        self.context = context if all(type(m) is Message for m in new) else _NO_CONTEXT
         tail = f",{context.references()}" + ("" if tools is None else f',"tools":{tools[0]}')
         referred = context.size + (0 if tools is None else tools[1])
         return (f"{text[:-1]}{tail}}}" if text != "{}" else f"{{{tail[1:]}}}"), referred
-
-    def _remember(self, context: _Context, new: List[Any], places: List[_Place], carried: bool) -> None:
-        """Make *context*, whose last messages are *new*, at *places*, the latest request's;
-        *carried*: it went on from the latest request's context."""
-        if carried:
-            self.latest.update((id(m), (m, place)) for m, place in zip(new, places) if type(m) is Message)
-        else:
-            self.latest = {id(m): (m, place) for m, place in zip(new, places) if type(m) is Message}
-        self.context = context if all(type(m) is Message for m in new) else _NO_CONTEXT
 
 
 def _line_head(session_id: str) -> str:
@@ -3710,10 +3703,6 @@ class Session:
         except Exception as exc:
             raise self._fail(exc, "cannot sync") from exc
 
-    def _data_text(self, data: Dict[str, Any]) -> str:
-        """*data* passed through the redactor, then encoded; ``ValueError`` names a bad key."""
-        return self._encoded(self._redacted(data))
-
     def _redacted(self, data: Dict[str, Any]) -> Dict[str, Any]:
         if self._redact is not None:
             data = self._redact(data)
@@ -3722,12 +3711,11 @@ class Session:
         return data
 
     def _encoded(self, data: Dict[str, Any]) -> str:
+        """The JSON text of *data*, redacted already; ``ValueError`` names a bad key."""
         try:
             text = _dumps(data)
-        except (
-            TypeError,
-            ValueError,
-        ) as exc:  # not RecursionError: encoding again could overflow the stack for good
+        # not RecursionError: encoding again could overflow the stack for good
+        except (TypeError, ValueError) as exc:
             bad = next((key for key, value in data.items() if not _encodable(value)), None)
             raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
         digits = _long_integer(text)
@@ -3865,7 +3853,7 @@ class Run:
                 if session._written is not None and kind == "model_request":
                     writes = session._request_writes(self, time, data, event.request)
                 else:
-                    text = session._data_text(data)
+                    text = session._encoded(session._redacted(data))
                     writes = [lambda: session._append(self, kind, time, text)]
             except Exception as exc:
                 raise session._fail(exc, f"cannot encode a {kind} event") from exc
@@ -3887,7 +3875,7 @@ class Run:
             session._check(self)
             time = _utc_text(None)
             try:
-                text = session._data_text({"snapshot": session._codec.encode(snapshot)})
+                text = session._encoded(session._redacted({"snapshot": session._codec.encode(snapshot)}))
             except Exception as exc:
                 raise session._fail(exc, "cannot encode the checkpoint") from exc
             session._write(
@@ -4167,18 +4155,12 @@ class _RunState:
         self.end_reason = ""
         self.error: Optional[Dict[str, Any]] = None
         self.agent_start: Optional[int] = None  # seq of the first agent_start not yet ended
-        # (gap kind, (execution id, attempt)) -> opening seq; CallRefs are built for the gaps only
-        self.open_calls: Dict[Tuple[str, Tuple[str, int]], int] = {}
-        # recording_gap records: (execution id, attempt), or the seq outside a call -> seq
-        self.unrecorded: Dict[Union[Tuple[str, int], int], int] = {}
+        # (gap kind, (execution id, attempt), or a recording_gap's seq outside a call) -> the seq
+        # that opened it, the first of each call; CallRefs are built for the gaps only
+        self.open_calls: Dict[Tuple[str, Union[Tuple[str, int], int]], int] = {}
 
 
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
-
-
-def _ref_of(session_id: str, run_id: str, call: Union[Tuple[str, int], int]) -> Optional[CallRef]:
-    """The CallRef of *call*, an (execution id, attempt), or ``None`` for a seq (no call)."""
-    return CallRef(session_id, run_id, *call) if isinstance(call, tuple) else None
 
 
 class _Summarizer:
@@ -4224,7 +4206,7 @@ class _Summarizer:
             run.closed = True
         elif kind == "recording_gap":
             call = _execution_key(record)
-            run.unrecorded.setdefault(record.seq if call is None else call, record.seq)  # one per call
+            run.open_calls.setdefault(("unrecorded", record.seq if call is None else call), record.seq)
         elif kind == "agent_start":
             if run.agent_start is None:
                 run.agent_start = record.seq
@@ -4243,7 +4225,7 @@ class _Summarizer:
                     self.usage[key] = self.usage.get(key, 0) + count
 
     def summary(self, result: ReadResult) -> Summary:
-        runs, gaps = [], []
+        runs, gaps, session_id = [], [], result.session_id
         for run_id, run in self.runs.items():
             runs.append(
                 RunInfo(
@@ -4262,14 +4244,9 @@ class _Summarizer:
                 gaps.append(Gap("run_not_closed", run_id, run.start.seq, None))
             if run.agent_start is not None:
                 gaps.append(Gap("no_agent_end", run_id, run.agent_start, None))
-            gaps += [
-                Gap(kind, run_id, seq, CallRef(result.session_id, run_id, *call))
-                for (kind, call), seq in run.open_calls.items()
-            ]
-            gaps += [
-                Gap("unrecorded", run_id, seq, _ref_of(result.session_id, run_id, call))
-                for call, seq in run.unrecorded.items()
-            ]
+            for (kind, call), seq in run.open_calls.items():
+                ref = CallRef(session_id, run_id, *call) if isinstance(call, tuple) else None
+                gaps.append(Gap(kind, run_id, seq, ref))
         gaps.sort(key=lambda gap: gap.seq)
         checkpoints = self.counts.get("checkpoint", 0)
         return Summary(
