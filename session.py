@@ -3057,11 +3057,9 @@ _NO_PLACE: _Place = (0, -2, 0)  # no record: seq 0, and no message record comes 
 
 
 class _Context(NamedTuple):
-    """The messages of the latest request written, if each is a ``Message``, and what its
-    references come to: the closed ranges' text, the open range's ends, the bytes referred
-    to.  A request that sends the same objects and more goes on from here: the messages
-    already written are neither looked up nor encoded again (what each still costs is a
-    pointer comparison, in C)."""
+    """The latest request's messages, if each is a ``Message``, and its references: the closed
+    ranges' text, the open range's ends, the bytes referred to.  A request that sends the same
+    objects and more goes on from here, without looking up or encoding them again."""
 
     messages: List[Any]
     ranges: Tuple[str, ...] = ()
@@ -3091,11 +3089,10 @@ _NO_CONTEXT = _Context([])
 
 
 class _Written:
-    """What a version-2 writer has put in its file of messages and tool lists: the record of
-    each, found by a digest of its JSON text, or, for a ``Message`` of the latest request, by
-    the object itself (neither checked nor encoded again: a host changes a message by making
-    a new one).  A record is added here only once its line is in the file (``_append``, or
-    ``_settle`` after an interrupt), so a reference always names a record that is there."""
+    """The message and tool list records of a version-2 writer's file, by a digest of their
+    JSON, and the latest request's ``Message`` objects by identity (a host changes a message by
+    making a new one).  A record is added once its line is in the file (by ``_append``, or
+    ``_settle`` after an interrupt): a reference always names a record that is there."""
 
     def __init__(self) -> None:
         import hashlib  # here, not at import: it takes as long as the rest of the module
@@ -3168,12 +3165,10 @@ class _Written:
     def request_text(
         self, text: str, context: _Context, places: List[Any], tools: Any, messages: List[Any]
     ) -> Tuple[str, int]:
-        """The data *text* of a request with its references: ``messages``, the seq ranges of
-        the message records that hold its messages in order, and ``tools``, the seq of its
-        tool list; and the bytes of the lines they refer to.  *context* and *places* are what
-        ``plan`` found, *tools* what ``tool_list`` did.  Called as its line is written, when
-        the new ones are in the file; the request becomes the latest (even if its line is then
-        refused as too long: its references name records that are in the file all the same)."""
+        """The data *text* of a request with its ``messages`` and ``tools`` references, from
+        what ``plan`` and ``tool_list`` found, and the bytes of the lines they refer to.  Called
+        as its line is written, the new records being in the file; the request becomes the
+        latest even if its line is then refused as too long (what it names is in the file)."""
         try:
             if type(tools) is bytes:
                 tools = self.tools[tools]
@@ -3193,10 +3188,6 @@ class _Written:
 
 def _line_head(session_id: str) -> str:
     return f'{{"session_id":"{session_id}","seq":'  # every line starts so: seq and the rest follow
-
-
-def _session_codec(codec: Optional[Codec]) -> Codec:
-    return _default_codec() if codec is None else codec
 
 
 def create(
@@ -3226,7 +3217,8 @@ def create(
     _check_line_limit(max_line_bytes)
     if type(version) is not int or version not in _VERSIONS:
         raise ValueError(f"version must be 1 or 2, not {version!r}")
-    return _new_session(_name(path), _session_codec(codec), redact, max_line_bytes, version)
+    codec = _default_codec() if codec is None else codec
+    return _new_session(_name(path), codec, redact, max_line_bytes, version)
 
 
 def _new_session(
@@ -3293,7 +3285,7 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     *redact* are as for ``create``; lines longer than *max_line_bytes* are a ``FormatError``.
     """
     _check_line_limit(max_line_bytes)
-    codec = _session_codec(codec)
+    codec = _default_codec() if codec is None else codec
     name = _name(path)
     if create:
         with contextlib.suppress(FileExistsError):
@@ -3338,9 +3330,8 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
 
 
 def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> None:
-    """Count *record* in *tally*, and note in *written* a message or tool list record that
-    ``open`` just read: with the digest of its content, unless its line was too long to be
-    read whole."""
+    """Count *record* in *tally*; note a message or tool list record in *written*, with the
+    digest of its content unless its line was too long to be read whole."""
     tally(record)
     kind = record.type
     if kind in _POOLED and index.version > 1:
@@ -3429,12 +3420,10 @@ class Session:
         self.close()
 
     def __del__(self) -> None:
-        # What io does for an unclosed file: warn, and let go of the descriptor, and so of the
-        # lock.  Nothing is written or synced: this runs whenever the collector does, in any
-        # thread or at exit, where a write's or a slow fsync's error could only be printed, and
-        # a run_close would claim an end the program never reached.  What was written is in the
-        # operating system's hands already and outlives the descriptor; the open run reads as
-        # interrupted, which it was.
+        # As io does for an unclosed file: warn, and release the descriptor and so the lock.
+        # Nothing is written or synced: this runs whenever the collector does, in any thread or
+        # at exit, where an error could only be printed, and a run_close would claim an end never
+        # reached.  What was written outlives the descriptor; the open run reads as interrupted.
         file = getattr(self, "_file", None)  # __init__ may not have got that far
         if file is not None and not file.closed:
             self._closing = True
@@ -3527,12 +3516,10 @@ class Session:
     def _write(self, check: Callable[[], None], write: Callable[[], object]) -> None:
         """Run *check*, then *write* now, or right after the write this thread is in.
 
-        The lock is re-entrant, so a signal handler that interrupts this thread's own write
-        gets in, at any point of it: even after ``os.write`` returned and before the seq moved
-        on.  Writing then would repeat that seq, so its *write* waits in ``_later``, checked
-        now (it raises now) and done in order as soon as the write under way is, by
-        ``_finish``: also when the handler raised (``sys.exit``).
-        """
+        The lock is re-entrant: a signal handler that interrupts this thread's own write gets in
+        at any point of it, even between ``os.write`` and the seq moving on.  Writing then would
+        repeat that seq, so its *write* waits in ``_later`` (checked now), and ``_finish`` does
+        it right after the write under way, also when the handler raised (``sys.exit``)."""
         if self._interrupting():
             check()
             self._later.append(write)
@@ -3550,11 +3537,9 @@ class Session:
 
     def _finish(self) -> None:
         """Do the queued writes in order, each marked as under way while it runs: a call that
-        interrupts one waits for it, and one that comes between two writes is done at once.
-
-        An exception that cuts this loop short (a second handler's ``sys.exit`` between two
-        writes) leaves the rest queued, and the session's next call does them first.
-        """
+        interrupts one waits for it, and one that comes between two writes is done at once.  An
+        exception that cuts this loop short (a second handler's ``sys.exit`` between two writes)
+        leaves the rest queued, for the session's next call to do first."""
         first: Optional[BaseException] = None
         while True:
             self._writing = True
@@ -3619,11 +3604,11 @@ class Session:
         sync: bool = False,
         key: Optional[bytes] = None,
     ) -> None:
-        """Write one record of *run* with the next seq, if the file allows it now: checked
-        here, where it is written, since a signal handler may close the run or the session
-        after the caller's own check.  *data* is its text, or makes it and counts the bytes of
-        the lines it refers to (a request's, known only now); *key* notes a message or tool
-        list as written.  (Inline: a record made deep in the stack has no level to spare.)"""
+        """Write one record of *run* with the next seq, if the file allows it: checked here, as
+        a signal handler may close the run or the session after the caller's check.  *data* is
+        its text, or makes it and counts the bytes of the lines it refers to (a request's, known
+        only now); *key* notes a message or tool list as written.  (Inline: a record made deep
+        in the stack has no level to spare.)"""
         self._check_failure()  # an interrupting call may have failed the session
         if self._file.closed:
             raise ValueError(f"{self.path}: session is closed")
@@ -4012,11 +3997,9 @@ def _backup(fd: int, name: str) -> str:
     stamp = f"{name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
     for n in range(1, 1000):
         backup = stamp if n == 1 else f"{stamp}-{n}"
-        try:
+        with contextlib.suppress(FileExistsError):
             out = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
             break
-        except FileExistsError:
-            continue
     else:
         raise FileExistsError(errno.EEXIST, "too many backups", stamp)
     try:
@@ -4248,13 +4231,12 @@ class _Summarizer:
                 ref = CallRef(session_id, run_id, *call) if isinstance(call, tuple) else None
                 gaps.append(Gap(kind, run_id, seq, ref))
         gaps.sort(key=lambda gap: gap.seq)
-        checkpoints = self.counts.get("checkpoint", 0)
         return Summary(
-            result.session_id,
+            session_id,
             result.records,
             self.counts,
             runs,
-            checkpoints,
+            self.counts.get("checkpoint", 0),
             gaps,
             self.usage,
             result.tail_bytes,
