@@ -3431,10 +3431,8 @@ class Session:
             _release_file(file)
 
     def begin_run(self) -> Run:
-        """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open.
-
-        ``RuntimeError`` from a signal handler that interrupted a write of this session.
-        """
+        """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open, and
+        ``RuntimeError`` from a signal handler that interrupted a write of this session."""
         with self._lock:
             self._check_no_run()
             if self._interrupting():  # the new run would start only after the write under way
@@ -3725,7 +3723,10 @@ class Session:
             if new_tools is not None:
                 pooled.append(("tools", tools, new_tools))
             for kind, key, value in pooled:
-                text = self._pooled_text(kind, value)
+                pooled_data = self._redacted({kind: value})
+                if kind not in pooled_data:
+                    raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
+                text = self._encoded(pooled_data)
                 writes.append(functools.partial(self._append, run, kind, time, text, key=key))
         data = self._redacted(data)
         if data.keys() & _POOLED_KEYS:
@@ -3739,13 +3740,6 @@ class Session:
         else:
             writes.append(functools.partial(self._append, run, "model_request", time, text))
         return writes
-
-    def _pooled_text(self, kind: str, value: Any) -> str:
-        """The data text of a message or tool list record, which must keep its value."""
-        data = self._redacted({kind: value})
-        if kind not in data:
-            raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
-        return self._encoded(data)
 
     def _forked(self) -> None:
         """In a forked child: never write through the parent's descriptor, nor keep it (the
@@ -4210,19 +4204,9 @@ class _Summarizer:
     def summary(self, result: ReadResult) -> Summary:
         runs, gaps, session_id = [], [], result.session_id
         for run_id, run in self.runs.items():
-            runs.append(
-                RunInfo(
-                    run_id,
-                    run.start.seq,
-                    run.last.seq,
-                    run.start.time,
-                    run.last.time,
-                    run.last.seq - run.start.seq + 1,
-                    run.closed,
-                    run.end_reason,
-                    run.error,
-                )
-            )
+            start, last = run.start, run.last
+            span = (start.seq, last.seq, start.time, last.time, last.seq - start.seq + 1)
+            runs.append(RunInfo(run_id, *span, run.closed, run.end_reason, run.error))
             if not run.closed:
                 gaps.append(Gap("run_not_closed", run_id, run.start.seq, None))
             if run.agent_start is not None:
