@@ -3141,12 +3141,10 @@ class _Written:
             except CodecError as exc:
                 raise CodecError(f"request: {exc}") from exc
             key = self.digest(_dumps(value))
-            place = known.get(key)
-            if place is None:
+            place = known.get(key, key)  # its digest while it is not written
+            if place is key:
                 fresh.setdefault(key, value)
-                places.append(key)
-            else:
-                places.append(place)
+            places.append(place)
         return context, places, fresh
 
     def tool_list(self, tools: Sequence[Any]) -> Tuple[Any, Any]:
