@@ -3223,28 +3223,19 @@ def _new_session(
     name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int, version: int
 ) -> Session:
     session_id = _new_id()
-    header = _header(session_id, _utc_text(None), version)
-    fd = _publish(name, header)
+    data = f'{{"version":{version}}}'
+    header = f'{_line_head(session_id)}1,"type":"session_start","time":"{_utc_text(None)}","data":{data}}}\n'
+    fd = _publish(name, header.encode())
     written = _Written() if version > 1 else None
     return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None, written)
 
 
-def _header(session_id: str, time: str, version: int) -> bytes:
-    data = f'{{"version":{version}}}'
-    return f'{_line_head(session_id)}1,"type":"session_start","time":"{time}","data":{data}}}\n'.encode()
-
-
-def _temporary_name(name: str) -> str:
-    """A new name beside *name* for the file ``create`` writes before it publishes it."""
-    folder, base = os.path.split(name)
-    base = os.fsdecode(os.fsencode(base)[:200])  # room for the rest within a name's 255 bytes
-    return os.path.join(folder, f".{base}.{_new_id()[:16]}.tmp")
-
-
 def _publish(name: str, header: bytes) -> int:
     """The locked descriptor of a new file at *name* that holds *header*, synced: written
-    under a temporary name, then given *name*, never replacing a file that is there."""
-    temporary = _temporary_name(name)
+    under a temporary name beside it, then given *name*, never replacing a file there."""
+    folder, base = os.path.split(name)
+    base = os.fsdecode(os.fsencode(base)[:200])  # room for the rest within a name's 255 bytes
+    temporary = os.path.join(folder, f".{base}.{_new_id()[:16]}.tmp")
     try:
         fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
     except OSError as exc:  # no such folder, or no right to write there: as for the path itself
