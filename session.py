@@ -4120,10 +4120,9 @@ class _RunState:
         self.closed = False
         self.end_reason = ""
         self.error: Optional[Dict[str, Any]] = None
-        self.agent_start: Optional[int] = None  # seq of the first agent_start not yet ended
-        # (gap kind, (execution id, attempt), or a recording_gap's seq outside a call) -> the seq
-        # that opened it, the first of each call; CallRefs are built for the gaps only
-        self.open_calls: Dict[Tuple[str, Union[Tuple[str, int], int]], int] = {}
+        # the gaps open: (kind, its call's (execution id, attempt), else a recording_gap's seq
+        # or 0) -> the seq of the first record that opened it; CallRefs are built for the gaps only
+        self.open_gaps: Dict[Tuple[str, Union[Tuple[str, int], int]], int] = {}
 
 
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
@@ -4161,24 +4160,23 @@ class _Summarizer:
         if opens is not None:  # the calls first: most records are theirs
             call = _execution_key(record)
             if call is not None:
-                run.open_calls.setdefault((opens, call), record.seq)
+                run.open_gaps.setdefault((opens, call), record.seq)
         elif kind in _CLOSES:
             call = _execution_key(record)
             if call is not None:
-                run.open_calls.pop((_CLOSES[kind], call), None)
+                run.open_gaps.pop((_CLOSES[kind], call), None)
             if kind == "model_exec_end" and "error" not in record.data:
                 self._add_usage(record.data.get("message"))
         elif kind == "run_close":
             run.closed = True
         elif kind == "recording_gap":
             call = _execution_key(record)
-            run.open_calls.setdefault(("unrecorded", record.seq if call is None else call), record.seq)
+            run.open_gaps.setdefault(("unrecorded", record.seq if call is None else call), record.seq)
         elif kind == "agent_start":
-            if run.agent_start is None:
-                run.agent_start = record.seq
+            run.open_gaps.setdefault(("no_agent_end", 0), record.seq)
         elif kind == "agent_end":
             data = EventData.from_record(record)
-            run.agent_start = None
+            run.open_gaps.pop(("no_agent_end", 0), None)
             run.end_reason = data.summary.end_reason if data.summary else ""
             run.error = data.error
 
@@ -4198,9 +4196,7 @@ class _Summarizer:
             runs.append(RunInfo(run_id, *span, run.closed, run.end_reason, run.error))
             if not run.closed:
                 gaps.append(Gap("run_not_closed", run_id, run.start.seq, None))
-            if run.agent_start is not None:
-                gaps.append(Gap("no_agent_end", run_id, run.agent_start, None))
-            for (kind, call), seq in run.open_calls.items():
+            for (kind, call), seq in run.open_gaps.items():
                 ref = CallRef(session_id, run_id, *call) if isinstance(call, tuple) else None
                 gaps.append(Gap(kind, run_id, seq, ref))
         gaps.sort(key=lambda gap: gap.seq)
