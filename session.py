@@ -2998,11 +2998,9 @@ _NO_PLACE: _Place = (0, -2, 0)  # no record: seq 0, and no message record comes 
 
 
 class _Context(NamedTuple):
-    """The messages of the latest request written, if each is a ``Message``, and what its
-    references come to: the closed ranges' text, the open range's ends, the bytes referred
-    to.  A request that sends the same objects and more goes on from here: the messages
-    already written are neither looked up nor encoded again (what each still costs is a
-    pointer comparison, in C)."""
+    """The latest request's messages, if each is a ``Message``, and its references: the closed
+    ranges' text, the open range's ends, the bytes referred to.  A request that sends the same
+    objects and more goes on from here, without looking up or encoding them again."""
 
     messages: List[Any]
     ranges: Tuple[str, ...] = ()
@@ -3032,11 +3030,10 @@ _NO_CONTEXT = _Context([])
 
 
 class _Written:
-    """What a version-2 writer has put in its file of messages and tool lists: the record of
-    each, found by a digest of its JSON text, or, for a ``Message`` of the latest request, by
-    the object itself (neither checked nor encoded again: a host changes a message by making
-    a new one).  A record is added here only once its line is in the file (``_append``, or
-    ``_settle`` after an interrupt), so a reference always names a record that is there."""
+    """The message and tool list records of a version-2 writer's file, by a digest of their
+    JSON, and the latest request's ``Message`` objects by identity (a host changes a message by
+    making a new one).  A record is added once its line is in the file (by ``_append``, or
+    ``_settle`` after an interrupt): a reference always names a record that is there."""
 
     def __init__(self) -> None:
         import hashlib  # here, not at import: it takes as long as the rest of the module
@@ -3085,12 +3082,10 @@ class _Written:
             except CodecError as exc:
                 raise CodecError(f"request: {exc}") from exc
             key = self.digest(_dumps(value))
-            place = known.get(key)
-            if place is None:
+            place = known.get(key, key)  # its digest while it is not written
+            if place is key:
                 fresh.setdefault(key, value)
-                places.append(key)
-            else:
-                places.append(place)
+            places.append(place)
         return context, places, fresh
 
     def tool_list(self, tools: Sequence[Any]) -> Tuple[Any, Any]:
@@ -3109,42 +3104,29 @@ class _Written:
     def request_text(
         self, text: str, context: _Context, places: List[Any], tools: Any, messages: List[Any]
     ) -> Tuple[str, int]:
-        """The data *text* of a request with its references: ``messages``, the seq ranges of
-        the message records that hold its messages in order, and ``tools``, the seq of its
-        tool list; and the bytes of the lines they refer to.  *context* and *places* are what
-        ``plan`` found, *tools* what ``tool_list`` did.  Called as its line is written, when
-        the new ones are in the file; the request becomes the latest (even if its line is then
-        refused as too long: its references name records that are in the file all the same)."""
+        """The data *text* of a request with its ``messages`` and ``tools`` references, from
+        what ``plan`` and ``tool_list`` found, and the bytes of the lines they refer to.  Called
+        as its line is written, the new records being in the file; the request becomes the
+        latest even if its line is then refused as too long (what it names is in the file)."""
         try:
             if type(tools) is bytes:
                 tools = self.tools[tools]
             places = [self.messages[place] if type(place) is bytes else place for place in places]
         except KeyError:
             raise ValueError("a message or tool list of this request is not in the file") from None
-        carried = bool(context.messages)
         new = messages[len(context.messages) :]
+        if not context.messages:  # not going on from the latest request: its messages are not latest
+            self.latest = {}
+        self.latest.update((id(m), (m, place)) for m, place in zip(new, places) if type(m) is Message)
         context = context.extended(messages, places)
-        self._remember(context, new, places, carried)
+        self.context = context if all(type(m) is Message for m in new) else _NO_CONTEXT
         tail = f",{context.references()}" + ("" if tools is None else f',"tools":{tools[0]}')
         referred = context.size + (0 if tools is None else tools[1])
         return (f"{text[:-1]}{tail}}}" if text != "{}" else f"{{{tail[1:]}}}"), referred
 
-    def _remember(self, context: _Context, new: List[Any], places: List[_Place], carried: bool) -> None:
-        """Make *context*, whose last messages are *new*, at *places*, the latest request's;
-        *carried*: it went on from the latest request's context."""
-        if carried:
-            self.latest.update((id(m), (m, place)) for m, place in zip(new, places) if type(m) is Message)
-        else:
-            self.latest = {id(m): (m, place) for m, place in zip(new, places) if type(m) is Message}
-        self.context = context if all(type(m) is Message for m in new) else _NO_CONTEXT
-
 
 def _line_head(session_id: str) -> str:
     return f'{{"session_id":"{session_id}","seq":'  # every line starts so: seq and the rest follow
-
-
-def _session_codec(codec: Optional[Codec]) -> Codec:
-    return _default_codec() if codec is None else codec
 
 
 def create(
@@ -3174,35 +3156,27 @@ def create(
     _check_line_limit(max_line_bytes)
     if type(version) is not int or version not in _VERSIONS:
         raise ValueError(f"version must be 1 or 2, not {version!r}")
-    return _new_session(_name(path), _session_codec(codec), redact, max_line_bytes, version)
+    codec = _default_codec() if codec is None else codec
+    return _new_session(_name(path), codec, redact, max_line_bytes, version)
 
 
 def _new_session(
     name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int, version: int
 ) -> Session:
     session_id = _new_id()
-    header = _header(session_id, _utc_text(None), version)
-    fd = _publish(name, header)
+    data = f'{{"version":{version}}}'
+    header = f'{_line_head(session_id)}1,"type":"session_start","time":"{_utc_text(None)}","data":{data}}}\n'
+    fd = _publish(name, header.encode())
     written = _Written() if version > 1 else None
     return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None, written)
 
 
-def _header(session_id: str, time: str, version: int) -> bytes:
-    data = f'{{"version":{version}}}'
-    return f'{_line_head(session_id)}1,"type":"session_start","time":"{time}","data":{data}}}\n'.encode()
-
-
-def _temporary_name(name: str) -> str:
-    """A new name beside *name* for the file ``create`` writes before it publishes it."""
-    folder, base = os.path.split(name)
-    base = os.fsdecode(os.fsencode(base)[:200])  # room for the rest within a name's 255 bytes
-    return os.path.join(folder, f".{base}.{_new_id()[:16]}.tmp")
-
-
 def _publish(name: str, header: bytes) -> int:
     """The locked descriptor of a new file at *name* that holds *header*, synced: written
-    under a temporary name, then given *name*, never replacing a file that is there."""
-    temporary = _temporary_name(name)
+    under a temporary name beside it, then given *name*, never replacing a file there."""
+    folder, base = os.path.split(name)
+    base = os.fsdecode(os.fsencode(base)[:200])  # room for the rest within a name's 255 bytes
+    temporary = os.path.join(folder, f".{base}.{_new_id()[:16]}.tmp")
     try:
         fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
     except OSError as exc:  # no such folder, or no right to write there: as for the path itself
@@ -3241,7 +3215,7 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     *redact* are as for ``create``; lines longer than *max_line_bytes* are a ``FormatError``.
     """
     _check_line_limit(max_line_bytes)
-    codec = _session_codec(codec)
+    codec = _default_codec() if codec is None else codec
     name = _name(path)
     if create:
         with contextlib.suppress(FileExistsError):
@@ -3286,9 +3260,8 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
 
 
 def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> None:
-    """Count *record* in *tally*, and note in *written* a message or tool list record that
-    ``open`` just read: with the digest of its content, unless its line was too long to be
-    read whole."""
+    """Count *record* in *tally*; note a message or tool list record in *written*, with the
+    digest of its content unless its line was too long to be read whole."""
     tally(record)
     kind = record.type
     if kind in _POOLED and index.version > 1:
@@ -3377,12 +3350,10 @@ class Session:
         self.close()
 
     def __del__(self) -> None:
-        # What io does for an unclosed file: warn, and let go of the descriptor, and so of the
-        # lock.  Nothing is written or synced: this runs whenever the collector does, in any
-        # thread or at exit, where a write's or a slow fsync's error could only be printed, and
-        # a run_close would claim an end the program never reached.  What was written is in the
-        # operating system's hands already and outlives the descriptor; the open run reads as
-        # interrupted, which it was.
+        # As io does for an unclosed file: warn, and release the descriptor and so the lock.
+        # Nothing is written or synced: this runs whenever the collector does, in any thread or
+        # at exit, where an error could only be printed, and a run_close would claim an end never
+        # reached.  What was written outlives the descriptor; the open run reads as interrupted.
         file = getattr(self, "_file", None)  # __init__ may not have got that far
         if file is not None and not file.closed:
             self._closing = True
@@ -3390,10 +3361,8 @@ class Session:
             _release_file(file)
 
     def begin_run(self) -> Run:
-        """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open.
-
-        ``RuntimeError`` from a signal handler that interrupted a write of this session.
-        """
+        """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open, and
+        ``RuntimeError`` from a signal handler that interrupted a write of this session."""
         with self._lock:
             self._check_no_run()
             if self._interrupting():  # the new run would start only after the write under way
@@ -3475,12 +3444,10 @@ class Session:
     def _write(self, check: Callable[[], None], write: Callable[[], object]) -> None:
         """Run *check*, then *write* now, or right after the write this thread is in.
 
-        The lock is re-entrant, so a signal handler that interrupts this thread's own write
-        gets in, at any point of it: even after ``os.write`` returned and before the seq moved
-        on.  Writing then would repeat that seq, so its *write* waits in ``_later``, checked
-        now (it raises now) and done in order as soon as the write under way is, by
-        ``_finish``: also when the handler raised (``sys.exit``).
-        """
+        The lock is re-entrant: a signal handler that interrupts this thread's own write gets in
+        at any point of it, even between ``os.write`` and the seq moving on.  Writing then would
+        repeat that seq, so its *write* waits in ``_later`` (checked now), and ``_finish`` does
+        it right after the write under way, also when the handler raised (``sys.exit``)."""
         if self._interrupting():
             check()
             self._later.append(write)
@@ -3498,11 +3465,9 @@ class Session:
 
     def _finish(self) -> None:
         """Do the queued writes in order, each marked as under way while it runs: a call that
-        interrupts one waits for it, and one that comes between two writes is done at once.
-
-        An exception that cuts this loop short (a second handler's ``sys.exit`` between two
-        writes) leaves the rest queued, and the session's next call does them first.
-        """
+        interrupts one waits for it, and one that comes between two writes is done at once.  An
+        exception that cuts this loop short (a second handler's ``sys.exit`` between two writes)
+        leaves the rest queued, for the session's next call to do first."""
         first: Optional[BaseException] = None
         while True:
             self._writing = True
@@ -3567,11 +3532,11 @@ class Session:
         sync: bool = False,
         key: Optional[bytes] = None,
     ) -> None:
-        """Write one record of *run* with the next seq, if the file allows it now: checked
-        here, where it is written, since a signal handler may close the run or the session
-        after the caller's own check.  *data* is its text, or makes it and counts the bytes of
-        the lines it refers to (a request's, known only now); *key* notes a message or tool
-        list as written.  (Inline: a record made deep in the stack has no level to spare.)"""
+        """Write one record of *run* with the next seq, if the file allows it: checked here, as
+        a signal handler may close the run or the session after the caller's check.  *data* is
+        its text, or makes it and counts the bytes of the lines it refers to (a request's, known
+        only now); *key* notes a message or tool list as written.  (Inline: a record made deep
+        in the stack has no level to spare.)"""
         self._check_failure()  # an interrupting call may have failed the session
         if self._file.closed:
             raise ValueError(f"{self.path}: session is closed")
@@ -3651,10 +3616,6 @@ class Session:
         except Exception as exc:
             raise self._fail(exc, "cannot sync") from exc
 
-    def _data_text(self, data: Dict[str, Any]) -> str:
-        """*data* passed through the redactor, then encoded; ``ValueError`` names a bad key."""
-        return self._encoded(self._redacted(data))
-
     def _redacted(self, data: Dict[str, Any]) -> Dict[str, Any]:
         if self._redact is not None:
             data = self._redact(data)
@@ -3663,12 +3624,11 @@ class Session:
         return data
 
     def _encoded(self, data: Dict[str, Any]) -> str:
+        """The JSON text of *data*, redacted already; ``ValueError`` names a bad key."""
         try:
             text = _dumps(data)
-        except (
-            TypeError,
-            ValueError,
-        ) as exc:  # not RecursionError: encoding again could overflow the stack for good
+        # not RecursionError: encoding again could overflow the stack for good
+        except (TypeError, ValueError) as exc:
             bad = next((key for key, value in data.items() if not _encodable(value)), None)
             raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
         digits = _long_integer(text)
@@ -3693,7 +3653,10 @@ class Session:
             if new_tools is not None:
                 pooled.append(("tools", tools, new_tools))
             for kind, key, value in pooled:
-                text = self._pooled_text(kind, value)
+                pooled_data = self._redacted({kind: value})
+                if kind not in pooled_data:
+                    raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
+                text = self._encoded(pooled_data)
                 writes.append(functools.partial(self._append, run, kind, time, text, key=key))
         data = self._redacted(data)
         if data.keys() & _POOLED_KEYS:
@@ -3707,13 +3670,6 @@ class Session:
         else:
             writes.append(functools.partial(self._append, run, "model_request", time, text))
         return writes
-
-    def _pooled_text(self, kind: str, value: Any) -> str:
-        """The data text of a message or tool list record, which must keep its value."""
-        data = self._redacted({kind: value})
-        if kind not in data:
-            raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
-        return self._encoded(data)
 
     def _forked(self) -> None:
         """In a forked child: never write through the parent's descriptor, nor keep it (the
@@ -3806,7 +3762,7 @@ class Run:
                 if session._written is not None and kind == "model_request":
                     writes = session._request_writes(self, time, data, event.request)
                 else:
-                    text = session._data_text(data)
+                    text = session._encoded(session._redacted(data))
                     writes = [lambda: session._append(self, kind, time, text)]
             except Exception as exc:
                 raise session._fail(exc, f"cannot encode a {kind} event") from exc
@@ -3828,7 +3784,7 @@ class Run:
             session._check(self)
             time = _utc_text(None)
             try:
-                text = session._data_text({"snapshot": session._codec.encode(snapshot)})
+                text = session._encoded(session._redacted({"snapshot": session._codec.encode(snapshot)}))
             except Exception as exc:
                 raise session._fail(exc, "cannot encode the checkpoint") from exc
             session._write(
@@ -3965,11 +3921,9 @@ def _backup(fd: int, name: str) -> str:
     stamp = f"{name}.broken-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
     for n in range(1, 1000):
         backup = stamp if n == 1 else f"{stamp}-{n}"
-        try:
+        with contextlib.suppress(FileExistsError):
             out = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o600)
             break
-        except FileExistsError:
-            continue
     else:
         raise FileExistsError(errno.EEXIST, "too many backups", stamp)
     try:
@@ -4107,19 +4061,12 @@ class _RunState:
         self.closed = False
         self.end_reason = ""
         self.error: Optional[Dict[str, Any]] = None
-        self.agent_start: Optional[int] = None  # seq of the first agent_start not yet ended
-        # (gap kind, (execution id, attempt)) -> opening seq; CallRefs are built for the gaps only
-        self.open_calls: Dict[Tuple[str, Tuple[str, int]], int] = {}
-        # recording_gap records: (execution id, attempt), or the seq outside a call -> seq
-        self.unrecorded: Dict[Union[Tuple[str, int], int], int] = {}
+        # the gaps open: (kind, its call's (execution id, attempt), else a recording_gap's seq
+        # or 0) -> the seq of the first record that opened it; CallRefs are built for the gaps only
+        self.open_gaps: Dict[Tuple[str, Union[Tuple[str, int], int]], int] = {}
 
 
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
-
-
-def _ref_of(session_id: str, run_id: str, call: Union[Tuple[str, int], int]) -> Optional[CallRef]:
-    """The CallRef of *call*, an (execution id, attempt), or ``None`` for a seq (no call)."""
-    return CallRef(session_id, run_id, *call) if isinstance(call, tuple) else None
 
 
 class _Summarizer:
@@ -4154,24 +4101,23 @@ class _Summarizer:
         if opens is not None:  # the calls first: most records are theirs
             call = _execution_key(record)
             if call is not None:
-                run.open_calls.setdefault((opens, call), record.seq)
+                run.open_gaps.setdefault((opens, call), record.seq)
         elif kind in _CLOSES:
             call = _execution_key(record)
             if call is not None:
-                run.open_calls.pop((_CLOSES[kind], call), None)
+                run.open_gaps.pop((_CLOSES[kind], call), None)
             if kind == "model_exec_end" and "error" not in record.data:
                 self._add_usage(record.data.get("message"))
         elif kind == "run_close":
             run.closed = True
         elif kind == "recording_gap":
             call = _execution_key(record)
-            run.unrecorded.setdefault(record.seq if call is None else call, record.seq)  # one per call
+            run.open_gaps.setdefault(("unrecorded", record.seq if call is None else call), record.seq)
         elif kind == "agent_start":
-            if run.agent_start is None:
-                run.agent_start = record.seq
+            run.open_gaps.setdefault(("no_agent_end", 0), record.seq)
         elif kind == "agent_end":
             data = EventData.from_record(record)
-            run.agent_start = None
+            run.open_gaps.pop(("no_agent_end", 0), None)
             run.end_reason = data.summary.end_reason if data.summary else ""
             run.error = data.error
 
@@ -4184,41 +4130,23 @@ class _Summarizer:
                     self.usage[key] = self.usage.get(key, 0) + count
 
     def summary(self, result: ReadResult) -> Summary:
-        runs, gaps = [], []
+        runs, gaps, session_id = [], [], result.session_id
         for run_id, run in self.runs.items():
-            runs.append(
-                RunInfo(
-                    run_id,
-                    run.start.seq,
-                    run.last.seq,
-                    run.start.time,
-                    run.last.time,
-                    run.last.seq - run.start.seq + 1,
-                    run.closed,
-                    run.end_reason,
-                    run.error,
-                )
-            )
+            start, last = run.start, run.last
+            span = (start.seq, last.seq, start.time, last.time, last.seq - start.seq + 1)
+            runs.append(RunInfo(run_id, *span, run.closed, run.end_reason, run.error))
             if not run.closed:
                 gaps.append(Gap("run_not_closed", run_id, run.start.seq, None))
-            if run.agent_start is not None:
-                gaps.append(Gap("no_agent_end", run_id, run.agent_start, None))
-            gaps += [
-                Gap(kind, run_id, seq, CallRef(result.session_id, run_id, *call))
-                for (kind, call), seq in run.open_calls.items()
-            ]
-            gaps += [
-                Gap("unrecorded", run_id, seq, _ref_of(result.session_id, run_id, call))
-                for call, seq in run.unrecorded.items()
-            ]
+            for (kind, call), seq in run.open_gaps.items():
+                ref = CallRef(session_id, run_id, *call) if isinstance(call, tuple) else None
+                gaps.append(Gap(kind, run_id, seq, ref))
         gaps.sort(key=lambda gap: gap.seq)
-        checkpoints = self.counts.get("checkpoint", 0)
         return Summary(
-            result.session_id,
+            session_id,
             result.records,
             self.counts,
             runs,
-            checkpoints,
+            self.counts.get("checkpoint", 0),
             gaps,
             self.usage,
             result.tail_bytes,
