@@ -4324,11 +4324,7 @@ def _failure_text(fields: Dict[str, Any]) -> str:
     return f"{name}:{line}: {error}" + ("" if offset is None else f" (offset {offset})")
 
 
-def _validate_command(args: Any) -> int:
-    return _each_file(args, _validate_file)
-
-
-def _each_file(args: Any, work: Callable[[Any, str], int]) -> int:
+def _each_file(work: Callable[[Any, str], int], args: Any) -> int:
     """The highest status of *work* (which prints) on each of ``args.files``, in order.  With
     ``--jobs`` over 1, in a pool of processes, each file's output printed whole and in the
     files' order: what ``--jobs 1`` prints."""
@@ -4408,10 +4404,6 @@ def _repair_command(args: Any) -> int:
         )
         _print_text(f"{name}: the original is kept as {result.backup_path}")
     return 0
-
-
-def _summary_command(args: Any) -> int:
-    return _each_file(args, _summarize_file)
 
 
 def _summarize_file(args: Any, name: str) -> int:
@@ -4633,14 +4625,13 @@ class _Following:
         """Whether a writer holds the file, as far as this system shows (else True)."""
         if sys.platform == "win32":  # no /proc/locks, nor os.major
             return True
-        else:
-            try:
-                with builtins.open("/proc/locks", encoding="ascii", errors="replace") as locks:
-                    held = [line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]]
-            except (OSError, IndexError):
-                return True
-            device = self._id.st_dev
-            return f"{os.major(device):02x}:{os.minor(device):02x}:{self._id.st_ino}" in held
+        try:
+            with builtins.open("/proc/locks", encoding="ascii", errors="replace") as locks:
+                held = [line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]]
+        except (OSError, IndexError):
+            return True
+        device = self._id.st_dev
+        return f"{os.major(device):02x}:{os.minor(device):02x}:{self._id.st_ino}" in held
 
 
 class _Tap:
@@ -4977,12 +4968,8 @@ def _jobs_option(sub: Any) -> None:
     )
 
 
-def _json_option(sub: Any) -> None:
-    sub.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
-
-
 def _many_files_options(sub: Any) -> None:
-    _json_option(sub)
+    sub.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
     _jobs_option(sub)
 
 
@@ -5075,7 +5062,7 @@ _COMMANDS = [
         "0 every file valid; 1 any invalid or unreadable (all are checked)",
         True,
         _many_files_options,
-        _validate_command,
+        functools.partial(_each_file, _validate_file),
     ),
     _Command(
         "repair",
@@ -5091,7 +5078,7 @@ _COMMANDS = [
         "0 every file valid, whatever its gaps; 1 any invalid or unreadable (all are read)",
         True,
         _many_files_options,
-        _summary_command,
+        functools.partial(_each_file, _summarize_file),
     ),
     _Command(
         "show",
