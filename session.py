@@ -4513,9 +4513,7 @@ def _show_command(args: Any) -> int:
     def visit(record: Record) -> None:
         nonlocal unreadable
         seen.add(record.type)
-        if args.run is not None and record.run_id != args.run:
-            return
-        if types and record.type not in types:
+        if (args.run is not None and record.run_id != args.run) or (types and record.type not in types):
             return
         if args.execution is not None:
             ref = _call_ref(record)
@@ -4523,9 +4521,7 @@ def _show_command(args: Any) -> int:
                 if "execution" in record.data:
                     unreadable += 1
                 return
-            if ref.execution_id != args.execution:
-                return
-            if args.attempt is not None and ref.attempt != args.attempt:
+            if ref.execution_id != args.execution or args.attempt not in (None, ref.attempt):
                 return
         line = lines.last
         if not args.as_written and index.version > 1:
@@ -4871,10 +4867,9 @@ _UNSAFE_IN_TEXT = re.compile(f"[{_TERMINAL_UNSAFE}]")
 
 
 def _for_terminal(text: str, newlines: bool = False) -> str:
-    """*text* safe to print on a terminal: a file's content cannot move the cursor, set the
-    window title or reorder what is shown.  Each control character, DEL and bidirectional
-    override or mark becomes a visible escape (``\\x1b``, ``\\u202e``); newlines stay only when
-    *newlines* (a transcript's texts keep their lines)."""
+    """*text* with each character in ``_TERMINAL_UNSAFE`` as a visible escape (``\\x1b``), so that
+    a file cannot move the cursor, set the window title or reorder what is shown; newlines stay
+    only when *newlines* (a transcript's texts keep their lines)."""
     unsafe = _UNSAFE_IN_TEXT if newlines else _UNSAFE_IN_LINE
     return unsafe.sub(_escape, text)
 
@@ -4892,10 +4887,8 @@ def _escape(match: typing.Match[str]) -> str:
 
 
 def _shell_word(word: str) -> str:
-    """*word* quoted for a POSIX shell, and safe to show: a word holding a character that is not
-    printable (a control, a bidirectional mark, a zero-width space) is written in the ``$'…'``
-    form of bash and zsh, whose escapes stand for those characters, so that what is pasted is
-    the word itself and not the escaped text a terminal or a page shows."""
+    """*word* quoted for a POSIX shell, and safe to show: one with an unprintable character is in
+    bash's and zsh's ``$'…'`` form, whose escapes paste as the word itself, not as shown."""
     import shlex
 
     if word.isprintable():
