@@ -4675,8 +4675,7 @@ def _transcript(record: Record) -> str:
         elif key == "request" and type(value) is dict and type(value.get("messages", [])) is list:
             for message in value.get("messages", []):
                 out += _message_text(message, "request")
-            out.append(f"  tools: {_json_text(value.get('tools'))}")
-            out.append(f"  config: {_json_text(value.get('config'))}")
+            out += [f"  {key}: {_json_text(value.get(key))}" for key in ("tools", "config")]
         else:
             out.append(f"  {_in_line(key)}: {_json_text(value)}")
     return "\n".join(out) + "\n"
@@ -4695,9 +4694,7 @@ def _message_text(message: Any, label: str) -> List[str]:
         outcome = "error" if metadata.get("is_error") is True else "result"
         role = f"tool {outcome} for {_in_line(metadata['tool_call_id'])}"
     out = [f"  {role}{_block_text(block)}" for block in content or ()]
-    for key in ("stop_reason", "usage"):
-        if value.get(key):
-            out.append(f"  {key}: {_json_text(value[key])}")
+    out += [f"  {key}: {_json_text(value[key])}" for key in ("stop_reason", "usage") if value.get(key)]
     return out or [f"  {role}: (no content)"]
 
 
