@@ -4463,8 +4463,7 @@ def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
 
 
 def _no_usage(summary: Summary) -> str:
-    """Why a summary has no usage: a host that passes a provider's own message dicts gets
-    none, and should be told so."""
+    """Why a summary has no usage: a host that records a provider's own message dicts gets none."""
     calls = summary.counts.get("model_exec_end", 0)
     if not calls:
         return "none reported"
@@ -4558,8 +4557,7 @@ _KNOWN_TYPES = _RESERVED_V2 | {kind for kind, projection in _PROJECTIONS.items()
 
 
 def _unknown_types(args: Any, unknown: Set[str], seen: Set[str]) -> int:
-    """2, with a message, when a ``--type`` is no record type known nor found in the file (a
-    typo, most likely); else 0."""
+    """2, with a message, when a ``--type`` is no known record type nor in the file (a typo?); else 0."""
     if not unknown:
         return 0
     found = ", ".join(sorted(seen)) or "none"
@@ -4658,8 +4656,7 @@ def _record_line(record: Record, name: str) -> bytes:
 
 
 def _transcript(record: Record) -> str:
-    """One record as readable text: roles and texts of messages, tool names, arguments and
-    results, errors; nothing cut short."""
+    """One record as readable text, nothing cut short: messages, tool calls and results, errors."""
     head = f"#{record.seq} {record.time} {record.type}"
     execution = record.data.get("execution")
     if type(execution) is dict:
@@ -4682,8 +4679,7 @@ def _transcript(record: Record) -> str:
 
 
 def _message_text(message: Any, label: str) -> List[str]:
-    """A codec-encoded message as ``role: text`` lines, a line per block; anything
-    unexpected as JSON."""
+    """A codec-encoded message as ``role: text`` lines, one per block; anything unexpected as JSON."""
     value = message.get("value") if type(message) is dict and "$type" in message else message
     content = value.get("content", False) if type(value) is dict else False  # null: Go's empty list
     if type(value) is not dict or (type(content) is not list and content is not None):
@@ -4806,8 +4802,7 @@ class _Progress:
 
 
 def _print_failure(name: str, exc: Exception, as_json: bool) -> None:
-    """One file's failure: ``FILE:LINE: reason (offset N)`` on stderr, or a JSON object on
-    stdout."""
+    """One file's failure: ``FILE:LINE: reason (offset N)`` on stderr, or a JSON object on stdout."""
     fields = _failure_fields(name, exc)
     if as_json:
         _print_json(fields)
@@ -4903,8 +4898,7 @@ def _shell_char(char: str) -> str:
 
 
 class _Command(NamedTuple):
-    """One command of ``python -m session``: what it does, its exit statuses, whether it takes
-    many files, the options of its own, and what runs it."""
+    """One command of ``python -m session``, as its help shows it, and what runs it."""
 
     name: str
     about: str
