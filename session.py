@@ -153,7 +153,6 @@ _RESERVED = frozenset({"session_start", "run_start", "run_close", "checkpoint"})
 # Version 2 writes each message, and each list of tool declarations, once, in a record of its
 # own; a model_request refers to those records (see _Written and _Index).
 _POOLED = frozenset({"message", "tools"})
-_RESERVED_V2 = _RESERVED | _POOLED
 # Names of credentials, matched against a key folded to lowercase letters and digits (so that
 # X-Api-Key, x_api_key and XApiKey are one name): the headers and fields AI providers,
 # clouds and OAuth use for keys, tokens, cookies and passwords. A name that ends in "token"
@@ -4360,13 +4359,12 @@ def _validate_file(args: Any, name: str) -> int:
     except (FormatError, OSError) as exc:
         _print_failure(name, exc, args.json)
         return 1
-    incomplete = tally.runs - tally.closed_runs
     if args.json:
         _print_json(_valid_fields(name, result, tally))
     else:
         _print_text(
             f"{name}: ok, {_count(result.records, 'record')}, {_count(tally.runs, 'run')} "
-            f"({incomplete} incomplete), {_count(tally.checkpoints, 'checkpoint')}"
+            f"({tally.runs - tally.closed_runs} incomplete), {_count(tally.checkpoints, 'checkpoint')}"
             f"{_tail_text(result.tail_bytes)}"
         )
     return 0
@@ -4553,7 +4551,7 @@ def _show_command(args: Any) -> int:
     return _unknown_types(args, types - seen - _KNOWN_TYPES, seen)
 
 
-_KNOWN_TYPES = _RESERVED_V2 | {kind for kind, projection in _PROJECTIONS.items() if projection is not None}
+_KNOWN_TYPES = _RESERVED | _POOLED | {kind for kind in _PROJECTIONS if _PROJECTIONS[kind] is not None}
 
 
 def _unknown_types(args: Any, unknown: Set[str], seen: Set[str]) -> int:
