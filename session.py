@@ -4449,14 +4449,13 @@ def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
         out.append(f"uninterpreted: {summary.uninterpreted} records whose data has an unexpected shape")
     out.append("gaps: none" if not summary.gaps else f"gaps: {len(summary.gaps)}")
     for gap in summary.gaps:
-        where = (
-            f"run {gap.run_id}" if gap.ref is None else f"{gap.ref.execution_id} attempt {gap.ref.attempt}"
-        )
+        ref = gap.ref
+        where = f"run {gap.run_id}" if ref is None else f"{ref.execution_id} attempt {ref.attempt}"
         out.append(f"  seq {gap.seq}: {gap.kind}, {where}")
-        if gap.ref is not None:
-            out.append(f"    ref {json.dumps(gap.ref.to_json())}")
-            show = ["show", name, "--run", gap.run_id, "--execution", gap.ref.execution_id]
-            out.append(f"    {prog} {' '.join(map(_shell_word, show))} --attempt {gap.ref.attempt} --pretty")
+        if ref is not None:
+            out.append(f"    ref {json.dumps(ref.to_json())}")
+            show = ["show", name, "--run", gap.run_id, "--execution", ref.execution_id]
+            out.append(f"    {prog} {' '.join(map(_shell_word, show))} --attempt {ref.attempt} --pretty")
     return out
 
 
