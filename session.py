@@ -153,7 +153,6 @@ _RESERVED = frozenset({"session_start", "run_start", "run_close", "checkpoint"})
 # Version 2 writes each message, and each list of tool declarations, once, in a record of its
 # own; a model_request refers to those records (see _Written and _Index).
 _POOLED = frozenset({"message", "tools"})
-_RESERVED_V2 = _RESERVED | _POOLED
 # Names of credentials, matched against a key folded to lowercase letters and digits (so that
 # X-Api-Key, x_api_key and XApiKey are one name): the headers and fields AI providers,
 # clouds and OAuth use for keys, tokens, cookies and passwords. A name that ends in "token"
@@ -4193,11 +4192,7 @@ def _failure_text(fields: Dict[str, Any]) -> str:
     return f"{name}:{line}: {error}" + ("" if offset is None else f" (offset {offset})")
 
 
-def _validate_command(args: Any) -> int:
-    return _each_file(args, _validate_file)
-
-
-def _each_file(args: Any, work: Callable[[Any, str], int]) -> int:
+def _each_file(work: Callable[[Any, str], int], args: Any) -> int:
     """The highest status of *work* (which prints) on each of ``args.files``, in order.  With
     ``--jobs`` over 1, in a pool of processes, each file's output printed whole and in the
     files' order: what ``--jobs 1`` prints."""
@@ -4233,13 +4228,12 @@ def _validate_file(args: Any, name: str) -> int:
     except (FormatError, OSError) as exc:
         _print_failure(name, exc, args.json)
         return 1
-    incomplete = tally.runs - tally.closed_runs
     if args.json:
         _print_json(_valid_fields(name, result, tally))
     else:
         _print_text(
             f"{name}: ok, {_count(result.records, 'record')}, {_count(tally.runs, 'run')} "
-            f"({incomplete} incomplete), {_count(tally.checkpoints, 'checkpoint')}"
+            f"({tally.runs - tally.closed_runs} incomplete), {_count(tally.checkpoints, 'checkpoint')}"
             f"{_tail_text(result.tail_bytes)}"
         )
     return 0
@@ -4277,10 +4271,6 @@ def _repair_command(args: Any) -> int:
         )
         _print_text(f"{name}: the original is kept as {result.backup_path}")
     return 0
-
-
-def _summary_command(args: Any) -> int:
-    return _each_file(args, _summarize_file)
 
 
 def _summarize_file(args: Any, name: str) -> int:
@@ -4328,20 +4318,18 @@ def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
         out.append(f"uninterpreted: {summary.uninterpreted} records whose data has an unexpected shape")
     out.append("gaps: none" if not summary.gaps else f"gaps: {len(summary.gaps)}")
     for gap in summary.gaps:
-        where = (
-            f"run {gap.run_id}" if gap.ref is None else f"{gap.ref.execution_id} attempt {gap.ref.attempt}"
-        )
+        ref = gap.ref
+        where = f"run {gap.run_id}" if ref is None else f"{ref.execution_id} attempt {ref.attempt}"
         out.append(f"  seq {gap.seq}: {gap.kind}, {where}")
-        if gap.ref is not None:
-            out.append(f"    ref {json.dumps(gap.ref.to_json())}")
-            show = ["show", name, "--run", gap.run_id, "--execution", gap.ref.execution_id]
-            out.append(f"    {prog} {' '.join(map(_shell_word, show))} --attempt {gap.ref.attempt} --pretty")
+        if ref is not None:
+            out.append(f"    ref {json.dumps(ref.to_json())}")
+            show = ["show", name, "--run", gap.run_id, "--execution", ref.execution_id]
+            out.append(f"    {prog} {' '.join(map(_shell_word, show))} --attempt {ref.attempt} --pretty")
     return out
 
 
 def _no_usage(summary: Summary) -> str:
-    """Why a summary has no usage: a host that passes a provider's own message dicts gets
-    none, and should be told so."""
+    """Why a summary has no usage: a host that records a provider's own message dicts gets none."""
     calls = summary.counts.get("model_exec_end", 0)
     if not calls:
         return "none reported"
@@ -4390,9 +4378,7 @@ def _show_command(args: Any) -> int:
     def visit(record: Record) -> None:
         nonlocal unreadable
         seen.add(record.type)
-        if args.run is not None and record.run_id != args.run:
-            return
-        if types and record.type not in types:
+        if (args.run is not None and record.run_id != args.run) or (types and record.type not in types):
             return
         if args.execution is not None:
             ref = _call_ref(record)
@@ -4400,9 +4386,7 @@ def _show_command(args: Any) -> int:
                 if "execution" in record.data:
                     unreadable += 1
                 return
-            if ref.execution_id != args.execution:
-                return
-            if args.attempt is not None and ref.attempt != args.attempt:
+            if ref.execution_id != args.execution or args.attempt not in (None, ref.attempt):
                 return
         line = lines.last
         if not args.as_written and index.version > 1:
@@ -4435,12 +4419,11 @@ def _show_command(args: Any) -> int:
     return _unknown_types(args, types - seen - _KNOWN_TYPES, seen)
 
 
-_KNOWN_TYPES = _RESERVED_V2 | {kind for kind, projection in _PROJECTIONS.items() if projection is not None}
+_KNOWN_TYPES = _RESERVED | _POOLED | {kind for kind in _PROJECTIONS if _PROJECTIONS[kind] is not None}
 
 
 def _unknown_types(args: Any, unknown: Set[str], seen: Set[str]) -> int:
-    """2, with a message, when a ``--type`` is no record type known nor found in the file (a
-    typo, most likely); else 0."""
+    """2, with a message, when a ``--type`` is no known record type nor in the file (a typo?); else 0."""
     if not unknown:
         return 0
     found = ", ".join(sorted(seen)) or "none"
@@ -4502,14 +4485,13 @@ class _Following:
         """Whether a writer holds the file, as far as this system shows (else True)."""
         if sys.platform == "win32":  # no /proc/locks, nor os.major
             return True
-        else:
-            try:
-                with builtins.open("/proc/locks", encoding="ascii", errors="replace") as locks:
-                    held = [line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]]
-            except (OSError, IndexError):
-                return True
-            device = self._id.st_dev
-            return f"{os.major(device):02x}:{os.minor(device):02x}:{self._id.st_ino}" in held
+        try:
+            with builtins.open("/proc/locks", encoding="ascii", errors="replace") as locks:
+                held = [line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]]
+        except (OSError, IndexError):
+            return True
+        device = self._id.st_dev
+        return f"{os.major(device):02x}:{os.minor(device):02x}:{self._id.st_ino}" in held
 
 
 class _Tap:
@@ -4540,8 +4522,7 @@ def _record_line(record: Record, name: str) -> bytes:
 
 
 def _transcript(record: Record) -> str:
-    """One record as readable text: roles and texts of messages, tool names, arguments and
-    results, errors; nothing cut short."""
+    """One record as readable text, nothing cut short: messages, tool calls and results, errors."""
     head = f"#{record.seq} {record.time} {record.type}"
     execution = record.data.get("execution")
     if type(execution) is dict:
@@ -4557,16 +4538,14 @@ def _transcript(record: Record) -> str:
         elif key == "request" and type(value) is dict and type(value.get("messages", [])) is list:
             for message in value.get("messages", []):
                 out += _message_text(message, "request")
-            out.append(f"  tools: {_json_text(value.get('tools'))}")
-            out.append(f"  config: {_json_text(value.get('config'))}")
+            out += [f"  {key}: {_json_text(value.get(key))}" for key in ("tools", "config")]
         else:
             out.append(f"  {_in_line(key)}: {_json_text(value)}")
     return "\n".join(out) + "\n"
 
 
 def _message_text(message: Any, label: str) -> List[str]:
-    """A codec-encoded message as ``role: text`` lines, a line per block; anything
-    unexpected as JSON."""
+    """A codec-encoded message as ``role: text`` lines, one per block; anything unexpected as JSON."""
     value = message.get("value") if type(message) is dict and "$type" in message else message
     content = value.get("content", False) if type(value) is dict else False  # null: Go's empty list
     if type(value) is not dict or (type(content) is not list and content is not None):
@@ -4577,9 +4556,7 @@ def _message_text(message: Any, label: str) -> List[str]:
         outcome = "error" if metadata.get("is_error") is True else "result"
         role = f"tool {outcome} for {_in_line(metadata['tool_call_id'])}"
     out = [f"  {role}{_block_text(block)}" for block in content or ()]
-    for key in ("stop_reason", "usage"):
-        if value.get(key):
-            out.append(f"  {key}: {_json_text(value[key])}")
+    out += [f"  {key}: {_json_text(value[key])}" for key in ("stop_reason", "usage") if value.get(key)]
     return out or [f"  {role}: (no content)"]
 
 
@@ -4691,8 +4668,7 @@ class _Progress:
 
 
 def _print_failure(name: str, exc: Exception, as_json: bool) -> None:
-    """One file's failure: ``FILE:LINE: reason (offset N)`` on stderr, or a JSON object on
-    stdout."""
+    """One file's failure: ``FILE:LINE: reason (offset N)`` on stderr, or a JSON object on stdout."""
     fields = _failure_fields(name, exc)
     if as_json:
         _print_json(fields)
@@ -4749,10 +4725,9 @@ _UNSAFE_IN_TEXT = re.compile(f"[{_TERMINAL_UNSAFE}]")
 
 
 def _for_terminal(text: str, newlines: bool = False) -> str:
-    """*text* safe to print on a terminal: a file's content cannot move the cursor, set the
-    window title or reorder what is shown.  Each control character, DEL and bidirectional
-    override or mark becomes a visible escape (``\\x1b``, ``\\u202e``); newlines stay only when
-    *newlines* (a transcript's texts keep their lines)."""
+    """*text* with each character in ``_TERMINAL_UNSAFE`` as a visible escape (``\\x1b``), so that
+    a file cannot move the cursor, set the window title or reorder what is shown; newlines stay
+    only when *newlines* (a transcript's texts keep their lines)."""
     unsafe = _UNSAFE_IN_TEXT if newlines else _UNSAFE_IN_LINE
     return unsafe.sub(_escape, text)
 
@@ -4770,10 +4745,8 @@ def _escape(match: typing.Match[str]) -> str:
 
 
 def _shell_word(word: str) -> str:
-    """*word* quoted for a POSIX shell, and safe to show: a word holding a character that is not
-    printable (a control, a bidirectional mark, a zero-width space) is written in the ``$'…'``
-    form of bash and zsh, whose escapes stand for those characters, so that what is pasted is
-    the word itself and not the escaped text a terminal or a page shows."""
+    """*word* quoted for a POSIX shell, and safe to show: one with an unprintable character is in
+    bash's and zsh's ``$'…'`` form, whose escapes paste as the word itself, not as shown."""
     import shlex
 
     if word.isprintable():
@@ -4791,8 +4764,7 @@ def _shell_char(char: str) -> str:
 
 
 class _Command(NamedTuple):
-    """One command of ``python -m session``: what it does, its exit statuses, whether it takes
-    many files, the options of its own, and what runs it."""
+    """One command of ``python -m session``, as its help shows it, and what runs it."""
 
     name: str
     about: str
@@ -4846,12 +4818,8 @@ def _jobs_option(sub: Any) -> None:
     )
 
 
-def _json_option(sub: Any) -> None:
-    sub.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
-
-
 def _many_files_options(sub: Any) -> None:
-    _json_option(sub)
+    sub.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
     _jobs_option(sub)
 
 
@@ -4944,7 +4912,7 @@ _COMMANDS = [
         "0 every file valid; 1 any invalid or unreadable (all are checked)",
         True,
         _many_files_options,
-        _validate_command,
+        functools.partial(_each_file, _validate_file),
     ),
     _Command(
         "repair",
@@ -4960,7 +4928,7 @@ _COMMANDS = [
         "0 every file valid, whatever its gaps; 1 any invalid or unreadable (all are read)",
         True,
         _many_files_options,
-        _summary_command,
+        functools.partial(_each_file, _summarize_file),
     ),
     _Command(
         "show",
