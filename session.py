@@ -1603,6 +1603,22 @@ def _check_object(obj: Any, members: Dict[str, Any], name: str, what: str, *step
         _check_member(value, kind, key, *steps, f".{key}")
 
 
+def _is_double(value: Any) -> bool:
+    """Whether the number *value* is one Go can hold in a float64."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any double
+        return False
+
+
+def _number_text(value: Any) -> str:
+    """The number *value* in a message: an int too long to read (or for str() to convert,
+    over ``sys.int_max_str_digits``) by its length."""
+    if type(value) is int and value.bit_length() > 128:
+        return f"of about {value.bit_length() * 0.30103:.0f} digits"
+    return repr(value)
+
+
 def _check_member(value: Any, kind: Any, key: Any, *steps: str) -> None:
     if type(kind) is dict:
         _check_object(value, kind, key, f"agentgo's {key} (Go would drop it)", *steps)
@@ -1614,9 +1630,9 @@ def _check_member(value: Any, kind: Any, key: Any, *steps: str) -> None:
     else:
         _expect(value, kind, key, *steps)
         if kind is int and value not in _INT64:
-            raise _CodecFault(f"{key} {value} does not fit in 64 bits", *steps)
-        if kind is float and not math.isfinite(value):
-            raise _CodecFault(f"non-finite float {value!r}", *steps)
+            raise _CodecFault(f"{key} {_number_text(value)} does not fit in 64 bits", *steps)
+        if kind is float and not _is_double(value):
+            raise _CodecFault(f"{key} {_number_text(value)} is not a finite double", *steps)
 
 
 def _checked_usage(usage: Any, step: str) -> Any:
@@ -4093,8 +4109,8 @@ class _Summarizer:
             self.uninterpreted += 1
 
     def _interpret(self, record: Record, run: _RunState) -> None:
-        """Take what the summary needs from *record*; ``FormatError`` before changing anything
-        when its data is not of the format's shape."""
+        """Take what the summary needs from *record*; ``FormatError`` when its data is not of
+        the format's shape, before changing anything but the call a model_exec_end ends."""
         kind = record.type
         opens = _OPENS.get(kind)
         if opens is not None:  # the calls first: most records are theirs
@@ -4124,9 +4140,11 @@ class _Summarizer:
         value = message.get("value") if type(message) is dict else None
         usage = value.get("usage") if type(value) is dict else None
         if type(usage) is dict:
-            for key, count in usage.items():
-                if key in _USAGE_COUNTS and type(count) is int:  # a request count is no token
-                    self.usage[key] = self.usage.get(key, 0) + count
+            counts = [(k, n) for k, n in usage.items() if k in _USAGE_COUNTS and type(n) is int]
+            if any(n not in _INT64 for _, n in counts):  # no sum beyond what any line can print
+                raise FormatError("a token count does not fit in 64 bits")
+            for key, count in counts:
+                self.usage[key] = self.usage.get(key, 0) + count
 
     def summary(self, result: ReadResult) -> Summary:
         runs, gaps, session_id = [], [], result.session_id

@@ -1381,6 +1381,18 @@ def message_with(**fields: Any) -> Message:
             message_with(usage={"cost": {"total": "1"}}),
             r"total must be a number, not str at \$\.usage\.cost\.total",
         ),
+        (
+            message_with(usage={"cost": {"total": 1 << 2000}}),
+            r"total of about 602 digits is not a finite double at \$\.usage\.cost\.total",
+        ),
+        (
+            message_with(usage={"cost": {"input": float("nan")}}),
+            r"input nan is not a finite double at \$\.usage\.cost\.input",
+        ),
+        (
+            message_with(usage={"input": -1 << 20000}),
+            r"input of about 6021 digits does not fit in 64 bits at \$\.usage\.input",
+        ),
         (message_with(stop_reason="end_turn"), r"stop reason 'end_turn' is not one of stop, length, toolUse"),
         (message_with(stop_reason="tool_use"), r"at \$\.stop_reason"),
         (message_with(timestamp="2026-01-01"), r"timestamp must be a datetime, not str at \$\.timestamp"),
@@ -5418,6 +5430,27 @@ def test_summarize_checks_an_execution_as_record_ref_does(tmp_path: Path, execut
         _ = records(path)[2].ref
     summary = session.summarize(path)
     assert summary.uninterpreted == 1 and [gap.kind for gap in summary.gaps] == ["run_not_closed"]
+
+
+def test_a_token_count_beyond_64_bits_is_not_summed(tmp_path: Path) -> None:
+    """Counts of 4,300 digits each read, but their sum could not be printed (str() refuses
+    it): such a record is uninterpreted, and its call still ends."""
+    huge = int("9" * 4300) if sys.version_info >= (3, 11) else 1 << 63
+    path = tmp_path / "s.jsonl"
+    lines = [HEAD, START]
+    for seq, count in ((3, huge), (5, 7), (7, huge)):
+        call = {"id": f"c{seq}", "kind": "model"}
+        message = {"$type": "message", "value": {"role": "assistant", "usage": {"input": count, "output": 1}}}
+        lines += [
+            line_obj(seq, "model_exec_start", data={"execution": call}),
+            line_obj(seq + 1, "model_exec_end", data={"execution": call, "message": message}),
+        ]
+    path.write_bytes(blob_of(lines))
+    summary = session.summarize(path)
+    assert (summary.uninterpreted, summary.usage) == (2, {"input": 7, "output": 1})
+    assert [gap.kind for gap in summary.gaps] == ["run_not_closed"]
+    text = run_cli("summary", str(path))
+    assert (text.returncode, text.stderr) == (0, "") and "uninterpreted: 2 records" in text.stdout
 
 
 def test_summary_and_show_work_on_every_file_validate_accepts(tmp_path: Path) -> None:
