@@ -44,6 +44,7 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import os
 import re
 import stat
@@ -853,6 +854,18 @@ def _money(usd: float) -> str:
     return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
 
 
+def _amount(value: Any) -> Optional[float]:
+    """*value*, an amount from a file, as a finite float; ``None`` for anything else (a
+    string, or a number beyond a double, which a hostile file may hold)."""
+    if type(value) is not int and type(value) is not float:
+        return None
+    try:
+        amount = float(value)
+    except OverflowError:
+        return None
+    return amount if math.isfinite(amount) else None
+
+
 def _seconds(time: str) -> Optional[float]:
     try:
         return _parse_rfc3339(time).timestamp()
@@ -981,11 +994,11 @@ class _Facts:
         attempt.model = " ".join(name for name in names if type(name) is str and name)
         cost = usage.get("cost")
         amounts: Dict[str, Any] = cost if type(cost) is dict else {}
-        total = amounts.get("total")
-        if type(total) not in (int, float):
+        total = _amount(amounts.get("total"))
+        if total is None:
             keys = ("input", "output", "cache_read", "cache_write")
-            numbers: List[float] = [amounts[key] for key in keys if type(amounts.get(key)) in (int, float)]
-            total = sum(numbers) if numbers else None
+            numbers = [n for n in (_amount(amounts.get(key)) for key in keys) if n is not None]
+            total = _amount(sum(numbers)) if numbers else None  # inf: beyond a double too
         if total is not None:
             attempt.cost = total
             self.cost += total
@@ -2087,7 +2100,7 @@ def _usage_line(usage: Dict[str, Any]) -> str:
     for key, item in usage.items():
         if key == "cost" and type(item) is dict:
             parts += [
-                f"cost {_hs(name)} {_money(amount) if type(amount) in (int, float) else _hs(amount)}"
+                f"cost {_hs(name)} {_hs(amount) if _amount(amount) is None else _money(amount)}"
                 for name, amount in item.items()
             ]
         else:
@@ -3320,7 +3333,8 @@ def _retry_wait(retry_after: Optional[str], attempt: int) -> float:
     wait = float(2 ** (attempt - 1))
     if retry_after:
         try:
-            wait = float(retry_after)
+            told = float(retry_after)
+            wait = wait if math.isnan(told) else told  # time.sleep refuses a NaN
         except ValueError:
             with contextlib.suppress(TypeError, ValueError):
                 wait = email.utils.parsedate_to_datetime(retry_after).timestamp() - time.time()

@@ -1313,6 +1313,28 @@ def test_html_page_is_written_through_a_symlink_and_into_a_fifo(tmp_path: Path) 
     assert done.returncode == 74 and "cannot write the output: Is a directory" in done.stderr
 
 
+def test_html_page_shows_a_cost_beyond_a_double_as_written(tmp_path: Path) -> None:
+    """Costs no float holds (the codec refuses to write them; a file may hold them): shown
+    as written, their calls not counted as reporting a cost."""
+    path = tmp_path / "s.jsonl"
+    costs: Dict[str, session.Cost] = {
+        "big": {"total": 0.5},
+        "sum": {"input": 0.25, "output": 0.125},
+        "ok": {"total": 0.75},
+    }
+    with session.create(path) as s, s.begin_run() as run:
+        for name, cost in costs.items():
+            reply = Message("assistant", [], "stop", session.Usage(cost=cost))
+            run.record(Event("model_exec_end", execution=Execution(name, "model"), message=reply))
+    huge = "9" * 400
+    for old, new in ((b'"total":0.5}', f'"total":{huge}}}'), (b"0.25", "1e308"), (b"0.125", "1e308")):
+        path.write_bytes(path.read_bytes().replace(old, new.encode()))
+    assert run_cli("validate", str(path)).returncode == 0
+    page = html_page(path)
+    assert f"cost total {huge[:100]}" in page and "cost input $100,000," in page  # long: shortened
+    assert "cost $0.7500 (1 model call reporting it)</p>" in page
+
+
 def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:

@@ -611,6 +611,9 @@ def test_429_and_503_are_tried_again_after_retry_after(demo: Path) -> None:
     with Receiver(((503, {"Retry-After": "0"}),) * 5) as receiver:
         assert "HTTP 503 " in fails(demo, receiver.url)
     assert len(receiver.got) == 5
+    with Receiver(((503, {"Retry-After": "nan"}), (503, {"Retry-After": "-inf"}))) as receiver:
+        done = run_cli("otlp", str(demo), "--endpoint", receiver.url)  # NaN: the usual wait
+    assert (done.returncode, done.stderr, len(receiver.got)) == (0, "", 3)
 
 
 def test_spans_a_backend_rejects_are_reported(demo: Path) -> None:
