@@ -5003,7 +5003,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "python -m session" if argv is not None or __name__ == "__main__" else os.path.basename(sys.argv[0])
     )
     words = list(sys.argv[1:] if argv is None else argv)
-    args = _parser(prog, next((word for word in words if not word.startswith("-")), "")).parse_args(words)
+    parser = _parser(prog, next((word for word in words if not word.startswith("-")), ""))
+    args, unknown = parser.parse_known_args(words)
+    if unknown and args.handler is not _needs_exports:  # a missing command's options are unknown
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate prints as \udXXX, in JSON too
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")

@@ -5826,9 +5826,18 @@ def test_a_lone_copy_runs_isolated(tmp_path: Path) -> None:
     )
     assert module.returncode == 0, module.stderr
     alone = [sys.executable, "-I", "-S", str(lone / "session.py")]
-    missing = subprocess.run([*alone, "html", str(path)], capture_output=True, text=True, timeout=60)
-    assert missing.returncode == 2 and missing.stdout == ""
-    assert "html: needs session_export.py beside session.py" in missing.stderr
+    for words in (
+        ["html", str(path)],
+        ["html", "-o", "x.html", str(path)],
+        ["otlp", "--endpoint=u", str(path)],
+    ):
+        missing = subprocess.run([*alone, *words], capture_output=True, text=True, timeout=60)
+        assert missing.returncode == 2 and missing.stdout == ""  # its options are not a usage error
+        assert f"{words[0]}: needs session_export.py beside session.py" in missing.stderr
+    typo = subprocess.run(
+        [*alone, "validate", "--jsn", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert typo.returncode == 2 and "error: unrecognized arguments: --jsn\n" in typo.stderr
     assert "html " in subprocess.run([*alone, "--help"], capture_output=True, text=True, timeout=60).stdout
     shutil.copy(HERE / "session_export.py", lone / "session_export.py")
     page = subprocess.run([*alone, "html", str(path)], capture_output=True, text=True, timeout=60)
