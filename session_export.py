@@ -3078,13 +3078,15 @@ def _otlp_id(size: int, *parts: Any) -> bytes:
 
 
 def _unix_nanos(time: str, otherwise: int) -> int:
-    """The RFC 3339 *time* in nanoseconds since 1970, or *otherwise* when it cannot be read."""
+    """The RFC 3339 *time* in nanoseconds since 1970, or *otherwise* when it cannot be read or
+    OTLP cannot hold it (its times are unsigned 64 bits: from 1970 to 2554)."""
     try:
         moment = _parse_rfc3339(time)
     except _CodecFault:
         return otherwise
     delta = moment - _EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    nanos = (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    return nanos if 0 <= nanos < 1 << 64 else otherwise
 
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)

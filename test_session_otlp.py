@@ -465,6 +465,26 @@ def test_whatever_a_file_holds_is_exported_or_left_out_never_a_crash(demo: Path,
         assert len(spans_of(message)) == entries[0]["spans"]
 
 
+@pytest.mark.parametrize("time", ["0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "9999-12-31T23:59:59Z"])
+def test_a_time_otlp_cannot_hold_is_as_one_unread(demo: Path, tmp_path: Path, time: str) -> None:
+    """OTLP's times are nanoseconds since 1970 in 64 bits: a run_start's time before 1970 or
+    after 2554 is as a time that cannot be read (the latest before it), never a crash."""
+    lines = demo.read_bytes().splitlines(keepends=True)
+    record = json.loads(lines[1])
+    assert record["type"] == "run_start"
+    record["time"] = time
+    lines[1] = json.dumps(record).encode() + b"\n"
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(lines))
+    message = decode(b"".join(session_export.otlp_requests([path])), "http/protobuf")
+    assert (
+        decode(b"".join(session_export.otlp_requests([path], protocol="http/json")), "http/json") == message
+    )
+    first = nanos(json.loads(lines[0])["time"])  # session_start's
+    run = next(span for span in spans_of(message) if not span.parent_span_id)
+    assert run.start_time_unix_nano == first and run.end_time_unix_nano > first
+
+
 def test_ids_are_the_same_on_every_export_and_a_salt_changes_them(demo: Path) -> None:
     once, _ = sent(demo)
     again, _ = sent(demo, "http/json")
