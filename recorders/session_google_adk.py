@@ -337,11 +337,19 @@ def _content_key(value: Any) -> str:
     return hashlib.sha256(_json_text(value)).hexdigest()
 
 
-def _fields(value: Any) -> tuple[int, ...]:
-    """The identities of the values of *value*'s fields (or items): changed when one of them
-    is given a new value."""
+def _fields(value: Any) -> tuple[Any, ...]:
+    """The values of *value*'s fields (or items), to be kept and compared by identity (see
+    ``_same``)."""
     fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
-    return tuple(map(id, fields.values()))
+    return tuple(fields.values())
+
+
+def _same(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    """Whether *now* (``_fields``') holds the very objects *kept*: none of the fields was
+    given a new value since.  The values kept are alive, so a new one cannot be made at a
+    kept one's address (as it could be at a freed one's: comparing ``id()``s alone would take
+    a field replaced twice for unchanged)."""
+    return len(kept) == len(now) and all(one is two for one, two in zip(kept, now))
 
 
 class _Converted(Generic[_T]):
@@ -353,13 +361,14 @@ class _Converted(Generic[_T]):
     one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
     fields was given a new value since is looked up by its content again (a value changed in
     place, a list appended to, is not seen: replace it).  It keeps each distinct message
-    converted, and the framework's object, so that its id is not reused."""
+    converted, and the framework's object and its fields' values as they were, so that no
+    id it compares is reused."""
 
     def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
         self._key = key
         self._convert = convert
-        # id -> (the object, its fields' identities, its key, converted)
-        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
+        # id -> (the object, its fields' values, its key, converted)
+        self._objects: dict[int, tuple[Any, tuple[Any, ...], str, _T]] = {}
         self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
         self._lock = threading.Lock()  # the recorder's writer converts too
 
@@ -371,7 +380,7 @@ class _Converted(Generic[_T]):
             for source in sources:
                 hit = self._objects.get(id(source))
                 known = hit is not None and hit[0] is source
-                if hit is not None and known and hit[1] == _fields(source):
+                if hit is not None and known and _same(hit[1], _fields(source)):
                     counts[hit[2]] = counts.get(hit[2], 0) + 1
                     out.append(hit[3])
                     continue

@@ -189,6 +189,54 @@ def test_parallel_tools_and_usage(
     check_converted_once(sent_messages)
 
 
+CARD = "4111 1111 1111 1111"
+
+
+def test_a_reply_edited_twice_is_recorded_as_edited(tmp_path: Path) -> None:
+    """An agent's ``after_model_callback`` scrubs a card number from the model's reply,
+    replacing its parts twice: the second list is put where the first was, as CPython's
+    free list does on its own (the test makes it so).  The conversation then holds the
+    scrubbed reply: so do the committed message and the next request, never the reply as
+    the recorder first converted it."""
+    path = tmp_path / "chat.jsonl"
+    kept: list[Any] = []  # each list made where the first was not: alive, so not reused
+
+    def scrubbed(callback_context: Any, llm_response: LlmResponse) -> None:
+        content = llm_response.content
+        if content is None or not any(CARD in (part.text or "") for part in content.parts or []):
+            return
+        calls = [part for part in content.parts or [] if part.function_call]
+        first = id(content.parts)
+        content.parts = [types.Part(text="[scrubbing]"), *calls]  # the first list is freed
+        for _ in range(1000):
+            content.parts = [types.Part(text="[REDACTED]"), *calls]
+            if id(content.parts) == first:
+                break
+            kept.append(content.parts)
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            card = types.Part(text=f"your card is {CARD}")
+            return [reply(card, call("call-1", "add", a=1, b=2), given=4, made=2)]
+        return [reply(types.Part(text="done"), given=6, made=1)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[add], after_model_callback=scrubbed)
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "pay")
+
+    asyncio.run(main())
+    check_file(path)
+    scrubbed_text = {"type": "text", "text": "[REDACTED]"}
+    [committed, _] = [m.content[0] for m in messages(path) if m.role == "assistant"]
+    assert committed == scrubbed_text
+    [_, second] = events(path, "model_request")
+    assert second.request is not None
+    sent = [m["value"]["content"][0] for m in second.request["messages"] if m["value"]["role"] == "assistant"]
+    assert sent == [scrubbed_text]
+
+
 def test_a_failing_tool_is_a_failed_call_and_the_run_an_error(tmp_path: Path) -> None:
     """In ADK a tool that raises ends the whole run: its call is an error, and so is the run."""
     path = tmp_path / "chat.jsonl"
