@@ -36,13 +36,15 @@ from conftest import (
 
 need("google.adk")
 
-from google.adk.agents import LlmAgent, RunConfig
+from google.adk.agents import BaseAgent, LlmAgent, LoopAgent, ParallelAgent, RunConfig, SequentialAgent
 from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.models import FallbackModel
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.plugins.reflect_retry_tool_plugin import ReflectAndRetryToolPlugin
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.adk.tools.agent_tool import AgentTool
@@ -110,17 +112,19 @@ def broken_lookup(key: str) -> str:
 
 async def run(
     recorder: SessionRecorder,
-    agent: LlmAgent,
+    agent: BaseAgent,
     prompt: str,
     *,
     service: InMemorySessionService | None = None,
     history: list[Event] = (),  # type: ignore[assignment]
     config: RunConfig | None = None,
+    plugins: list[BasePlugin] = (),  # type: ignore[assignment]
 ) -> list[Event]:
-    """Run *agent* once on *prompt* with the recorder as its runner's plugin, in a new session
-    that starts with *history*; the events it gave."""
+    """Run *agent* once on *prompt* with the recorder as its runner's first plugin (then
+    *plugins*), in a new session that starts with *history*; the events it gave."""
     service = service or InMemorySessionService()
-    runner = Runner(app=App(name="app", root_agent=agent, plugins=[recorder]), session_service=service)
+    app = App(name="app", root_agent=agent, plugins=[recorder, *plugins])
+    runner = Runner(app=app, session_service=service)
     chat = await service.create_session(app_name="app", user_id="u")
     for event in history:
         await service.append_event(chat, event)
@@ -779,3 +783,274 @@ def test_a_recording_interrupted_as_its_file_starts_opening_leaves_it_closed(
 
 def test_a_recording_cancelled_as_the_program_ends_leaves_its_file_closed(tmp_path: Path) -> None:
     check_cancelled_as_the_program_ends("session_google_adk", tmp_path / "chat.jsonl")
+
+
+class Together:
+    """Where *parties* coroutines wait until all of them have come (``asyncio.Barrier``,
+    which Python 3.10 lacks): so that they are under way at once."""
+
+    def __init__(self, parties: int) -> None:
+        self.parties = parties
+        self.come = 0
+        self.all_here = asyncio.Event()
+
+    async def meet(self) -> None:
+        self.come += 1
+        if self.come == self.parties:
+            self.all_here.set()
+        await self.all_here.wait()
+
+
+def branch_agent(name: str, meetings: list[Together] = ()) -> LlmAgent:  # type: ignore[assignment]
+    """A branch's agent: its model asks for its own tool (call id ``call-<name>``), then
+    answers ``<name> done``.  Given *meetings* (three, which another branch's agent shares),
+    its first model call, its tool call and its second model call each wait at theirs until
+    the other branch's is under way too."""
+
+    async def tool(key: str) -> str:
+        if meetings:
+            await meetings[1].meet()
+        return f"{name} {key}"
+
+    tool.__name__ = f"tool_{name}"
+
+    class Meeting(Scripted):
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            if meetings:
+                await meetings[2 if answers(llm_request) else 0].meet()
+            async for response in super().generate_content_async(llm_request, stream):
+                yield response
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call(f"call-{name}", f"tool_{name}", key="x"), given=3, made=1)]
+        return [reply(types.Part(text=f"{name} done"), given=5, made=1)]
+
+    return LlmAgent(name=name, model=Meeting(script=script), tools=[tool])
+
+
+def check_branches(path: Path, names: tuple[str, ...]) -> None:
+    """Each branch's agent (of *names*, ``branch_agent``'s) made its two model calls and its
+    tool call, recorded apart from the other branch's: its tool call in the model call that
+    asked for it, its committed messages (its model's replies, its tool's result) each in
+    the call that made it, and every call started once and ended once."""
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 10 * len(names)
+    ends = {e.execution.id: e for e in events(path, "model_exec_end") if e.execution}
+    starts = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert sorted(starts) == sorted(ends) and len(starts) == 2 * len(names)
+    said = {
+        (block.get("text") or block.get("tool_call", {}).get("id")): call_id
+        for call_id, end in ends.items()
+        for block in (end.message or {}).get("value", {}).get("content", [])
+    }
+    tools = {e.tool_id: e.execution for e in events(path, "tool_exec_start")}
+    for name in names:
+        tool = tools[f"call-{name}"]
+        assert tool is not None and tool.parent_id == said[f"call-{name}"], (tool, said)
+        assert said[f"{name} done"] != tool.parent_id
+    for end in events(path, "message_end"):
+        message = session.JSONCodec().decode(end.message)
+        if message.role == "assistant":
+            block = message.content[0]
+            assert end.execution is not None, end
+            assert said[block.get("text") or block["tool_call"]["id"]] == end.execution.id, end
+        elif message.role == "tool":
+            assert end.execution == tools[message.metadata["tool_call_id"]], end
+
+
+@pytest.mark.filterwarnings("ignore:ParallelAgent is deprecated:DeprecationWarning")
+def test_parallel_agent_branches_are_recorded_apart(tmp_path: Path) -> None:
+    """A ``ParallelAgent``'s branches share one invocation: each branch's model calls and
+    tool call, under way at once with the other's, are recorded as its own."""
+    path = tmp_path / "chat.jsonl"
+    meetings = [Together(2) for _ in range(3)]
+    agent = ParallelAgent(name="both", sub_agents=[branch_agent("a", meetings), branch_agent("b", meetings)])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "go")
+
+    asyncio.run(main())
+    check_branches(path, ("a", "b"))
+    assert check_file(path).runs[0].end_reason == "stop"
+
+
+@pytest.mark.filterwarnings("ignore:(LoopAgent|SequentialAgent) is deprecated:DeprecationWarning")
+def test_sequential_and_loop_agents_are_recorded_call_by_call(tmp_path: Path) -> None:
+    """A ``SequentialAgent`` of two agents, the second a ``LoopAgent`` running one twice
+    (the second time it answers at once, its tool's result in the conversation): each model
+    call and tool call in turn, in the call that made it."""
+    path = tmp_path / "chat.jsonl"
+    agent = SequentialAgent(
+        name="steps",
+        sub_agents=[
+            branch_agent("a"),
+            LoopAgent(name="again", sub_agents=[branch_agent("b")], max_iterations=2),
+        ],
+    )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "go")
+
+    asyncio.run(main())
+    ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert ids == [f"model-{n}" for n in range(1, 6)]
+    tools = {e.tool_id: e.execution.parent_id for e in events(path, "tool_exec_start") if e.execution}
+    assert tools == {"call-a": "model-1", "call-b": "model-3"}
+    assert check_file(path).runs[0].end_reason == "stop"
+
+
+def test_a_before_model_callback_answering_is_no_model_call(tmp_path: Path) -> None:
+    """An agent's ``before_model_callback`` that answers itself: the model is not called, so
+    the file holds no model call, and the answer as a message the callback made."""
+    path = tmp_path / "chat.jsonl"
+
+    def canned(callback_context: Any, llm_request: LlmRequest) -> LlmResponse:
+        return LlmResponse(content=types.Content(role="model", parts=[types.Part(text="from the cache")]))
+
+    agent = LlmAgent(name="root", model=Scripted(script=two_tools_then_answer), before_model_callback=canned)
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "hi")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    assert "model_exec_start" not in summary.counts and "model_request" not in summary.counts
+    assert summary.runs[0].end_reason == "stop"
+    [answer] = [m for m in messages(path) if m.role == "assistant"]
+    assert answer.content == [{"type": "text", "text": "from the cache"}]
+    assert answer.metadata == {"source": "before_model_callback"}
+    assert [e.execution for e in events(path, "message_end")] == [None, None]
+
+
+def test_a_model_error_rescued_by_a_callback_ends_the_call_once(tmp_path: Path) -> None:
+    """An ``on_model_error_callback`` that answers for the failed model: the attempt ends
+    once, in its error; the run goes on with the callback's answer, a message it made."""
+    path = tmp_path / "chat.jsonl"
+
+    def failing(request: LlmRequest) -> list[LlmResponse]:
+        raise ConnectionError("model unreachable")
+
+    def rescue(callback_context: Any, llm_request: LlmRequest, error: Exception) -> LlmResponse:
+        return LlmResponse(content=types.Content(role="model", parts=[types.Part(text="try again later")]))
+
+    agent = LlmAgent(name="root", model=Scripted(script=failing), on_model_error_callback=rescue)
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "hi")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    [end] = events(path, "model_exec_end")
+    assert end.error == {"type": "ConnectionError", "message": "model unreachable"}
+    [answer] = [m for m in messages(path) if m.role == "assistant"]
+    assert answer.content == [{"type": "text", "text": "try again later"}]
+    assert answer.metadata == {"source": "on_model_error_callback"}
+    assert summary.runs[0].end_reason == "stop"
+
+
+@pytest.mark.parametrize("rescuer", ["on_tool_error_callback", "ReflectAndRetryToolPlugin"])
+def test_a_tool_error_rescued_ends_the_call_once(tmp_path: Path, rescuer: str) -> None:
+    """A tool that raises, answered for by the agent's ``on_tool_error_callback`` or by ADK's
+    ``ReflectAndRetryToolPlugin``: the tool call ends once, in its error, and the model is
+    told the rescuer's answer, a tool result that says the call failed and who answered."""
+    path = tmp_path / "chat.jsonl"
+
+    def rescue(tool: Any, args: dict[str, Any], tool_context: Any, error: Exception) -> dict[str, Any]:
+        return {"result": "no entry"}
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-1", "broken_lookup", key="x"), given=2, made=1)]
+        return [reply(types.Part(text="none found"), given=3, made=1)]
+
+    callback = {"on_tool_error_callback": rescue} if rescuer == "on_tool_error_callback" else {}
+    plugins: list[BasePlugin] = [] if callback else [ReflectAndRetryToolPlugin(max_retries=1)]
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[broken_lookup], **callback)
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "look up x", plugins=plugins)
+
+    asyncio.run(main())
+    summary = check_file(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.is_error and end.error is not None and end.error["type"] == "KeyError", end
+    [result] = [m for m in messages(path) if m.role == "tool"]
+    assert result.metadata == {"tool_call_id": "call-1", "is_error": True, "source": "on_tool_error_callback"}
+    assert summary.runs[0].end_reason == "stop"
+    [agent_end] = events(path, "agent_end")
+    assert agent_end.summary is not None and agent_end.summary.tool_errors == 1
+
+
+def test_a_stream_stopped_mid_reply_ends_its_model_call_aborted(tmp_path: Path) -> None:
+    """The consumer of a streamed run stops reading after the first chunk of a reply, while
+    the model is still answering: the run ends aborted, and so does the model call."""
+    path = tmp_path / "chat.jsonl"
+
+    class Slow(Scripted):
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            yield reply(types.Part(text="the "), given=0, made=0, partial=True)
+            await asyncio.sleep(60)  # the rest never comes: the run is closed first
+            yield reply(types.Part(text="the answer"), given=6, made=3)
+
+    agent = LlmAgent(name="root", model=Slow())
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            service = InMemorySessionService()
+            runner = Runner(
+                app=App(name="app", root_agent=agent, plugins=[recorder]), session_service=service
+            )
+            chat = await service.create_session(app_name="app", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="hi")])
+            config = RunConfig.model_validate({"streaming_mode": "sse"})
+            stream = runner.run_async(user_id="u", session_id=chat.id, new_message=message, run_config=config)
+            first = await stream.__anext__()
+            assert first.partial
+            await stream.aclose()
+
+    asyncio.run(main())
+    check_aborted(path)
+    [end] = events(path, "model_exec_end")
+    assert end.error is not None and end.error["type"] == "CancelledError", end
+
+
+def test_a_tool_cancelled_by_its_failing_sibling_ends(tmp_path: Path) -> None:
+    """Two tool calls at once, one raising while the other still runs: ADK cancels the other
+    (2.11 tells no plugin of it); both calls end, the cancelled one aborted."""
+    path = tmp_path / "chat.jsonl"
+
+    async def slow(key: str) -> str:
+        await asyncio.sleep(60)
+        return key
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        return [
+            reply(
+                call("call-slow", "slow", key="x"),
+                call("call-bad", "broken_lookup", key="x"),
+                given=2,
+                made=1,
+            )
+        ]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[slow, broken_lookup])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "x")
+
+    with pytest.raises(KeyError):
+        asyncio.run(main())
+    check_file(path)
+    ends = {e.tool_id: (e.error or {}).get("type") for e in events(path, "tool_exec_end")}
+    assert ends == {"call-bad": "KeyError", "call-slow": "CancelledError"}
