@@ -48,6 +48,7 @@ from google.adk.plugins.reflect_retry_tool_plugin import ReflectAndRetryToolPlug
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.adk.tools.agent_tool import AgentTool
+from google.adk.workflow import START, JoinNode, Workflow
 from google.genai import types
 from google.genai.errors import ClientError
 from session_google_adk import SessionRecorder, recording, to_json
@@ -112,7 +113,7 @@ def broken_lookup(key: str) -> str:
 
 async def run(
     recorder: SessionRecorder,
-    agent: BaseAgent,
+    agent: BaseAgent | Workflow,
     prompt: str,
     *,
     service: InMemorySessionService | None = None,
@@ -862,12 +863,18 @@ def check_branches(path: Path, names: tuple[str, ...]) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:ParallelAgent is deprecated:DeprecationWarning")
-def test_parallel_agent_branches_are_recorded_apart(tmp_path: Path) -> None:
-    """A ``ParallelAgent``'s branches share one invocation: each branch's model calls and
-    tool call, under way at once with the other's, are recorded as its own."""
+@pytest.mark.parametrize("runs", ["ParallelAgent", "Workflow"])
+def test_branches_run_at_once_are_recorded_apart(tmp_path: Path, runs: str) -> None:
+    """Two agents run at once, a ``ParallelAgent``'s branches or the nodes of a workflow
+    graph that both follow its start (and meet in a join), in one invocation: each one's
+    model calls and tool call, under way at once with the other's, are recorded as its own."""
     path = tmp_path / "chat.jsonl"
     meetings = [Together(2) for _ in range(3)]
-    agent = ParallelAgent(name="both", sub_agents=[branch_agent("a", meetings), branch_agent("b", meetings)])
+    one, other = branch_agent("a", meetings), branch_agent("b", meetings)
+    agent: BaseAgent | Workflow = ParallelAgent(name="both", sub_agents=[one, other])
+    if runs == "Workflow":
+        join = JoinNode(name="join")
+        agent = Workflow(name="both", edges=[(START, one), (START, other), (one, join), (other, join)])
 
     async def main() -> None:
         async with recording(path) as recorder:
@@ -970,9 +977,14 @@ def test_a_tool_error_rescued_ends_the_call_once(tmp_path: Path, rescuer: str) -
             return [reply(call("call-1", "broken_lookup", key="x"), given=2, made=1)]
         return [reply(types.Part(text="none found"), given=3, made=1)]
 
-    callback = {"on_tool_error_callback": rescue} if rescuer == "on_tool_error_callback" else {}
-    plugins: list[BasePlugin] = [] if callback else [ReflectAndRetryToolPlugin(max_retries=1)]
-    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[broken_lookup], **callback)
+    by_callback = rescuer == "on_tool_error_callback"
+    plugins: list[BasePlugin] = [] if by_callback else [ReflectAndRetryToolPlugin(max_retries=1)]
+    agent = LlmAgent(
+        name="root",
+        model=Scripted(script=script),
+        tools=[broken_lookup],
+        on_tool_error_callback=rescue if by_callback else None,
+    )
 
     async def main() -> None:
         async with recording(path) as recorder:
