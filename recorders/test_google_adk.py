@@ -48,7 +48,7 @@ from google.adk.plugins.reflect_retry_tool_plugin import ReflectAndRetryToolPlug
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.adk.tools.agent_tool import AgentTool
-from google.adk.workflow import START, JoinNode, Workflow
+from google.adk.workflow import START, JoinNode, NodeTimeoutError, Workflow
 from google.genai import types
 from google.genai.errors import ClientError
 from session_google_adk import SessionRecorder, recording, to_json
@@ -1066,3 +1066,34 @@ def test_a_tool_cancelled_by_its_failing_sibling_ends(tmp_path: Path) -> None:
     check_file(path)
     ends = {e.tool_id: (e.error or {}).get("type") for e in events(path, "tool_exec_end")}
     assert ends == {"call-bad": "KeyError", "call-slow": "CancelledError"}
+
+
+def test_a_tool_under_way_when_its_agent_times_out_ends(tmp_path: Path) -> None:
+    """An agent given ``timeout=`` runs out of time while its tool runs: ADK cancels the
+    tool (2.11 tells no plugin of it) and ends the run in the timeout; the tool call ends,
+    aborted, and the run in that error."""
+    path = tmp_path / "chat.jsonl"
+    started = asyncio.Event()
+
+    async def slow(key: str) -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return key
+
+    agent = LlmAgent(
+        name="root",
+        model=Scripted(script=lambda request: [reply(call("call-slow", "slow", key="x"), given=2, made=1)]),
+        tools=[slow],
+        timeout=0.5,
+    )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "x")
+
+    with pytest.raises(NodeTimeoutError):
+        asyncio.run(main())
+    summary = check_file(path)
+    assert summary.runs[0].end_reason == "error"
+    [end] = events(path, "tool_exec_end")
+    assert end.is_error and (end.error or {}).get("type") == "CancelledError", end
