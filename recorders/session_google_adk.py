@@ -34,7 +34,11 @@ yields a ``SessionRecorder``: an ADK plugin (``BasePlugin``) that writes the run
 *checkpoint*, the ADK session's events at each turn's end.  ``recorder.history()`` is those
 events as ADK ``Event`` objects, to append to a new session (empty for a new file).  A
 sub-agent run by an ``AgentTool`` (which hands its runner the parent's plugins) is recorded
-nested in that tool call.  Copy this file next to ``session.py``; it needs only google-adk.
+nested in that tool call; branches run at once (a ``ParallelAgent``'s, a workflow's nodes)
+each have their calls recorded apart.  A model call is written when the model answers: an
+answer a callback gives in the model's place is no model call, but a message naming that
+callback; a failed call a callback answers for ends once, failed.  Copy this file next to
+``session.py``; it needs only google-adk.
 """
 
 from __future__ import annotations
