@@ -71,8 +71,39 @@ def check_file(path: Path, unrecorded: tuple[session.CallRef, ...] = ()) -> sess
         call_id = (message.metadata or {}).get("tool_call_id")
         if message.role == "tool" and call_id in every:  # the model is told what the file says
             assert bool(message.metadata.get("is_error")) == every[call_id], (message, every)
+    check_calls(path)
     check_spans(path)
     return summary
+
+
+# each end's start: a run's agent_end ends its agent_start, a call's end the start of its attempt
+_STARTS = {
+    "agent_end": "agent_start",
+    "model_exec_end": "model_exec_start",
+    "tool_exec_end": "tool_exec_start",
+}
+
+
+def check_calls(path: Path) -> None:
+    """No run, model call attempt or tool call ends twice, and every end has its start: a
+    run's ``agent_end`` follows its ``agent_start``, a ``model_exec_end`` or ``tool_exec_end``
+    the start of the same attempt of the same execution, in the same run."""
+    started: set[tuple[str, ...]] = set()
+    ended: set[tuple[str, ...]] = set()
+    for record in session.iter_records(path):
+        kind = _STARTS.get(record.type, record.type)
+        if kind not in _STARTS.values():
+            continue
+        ref = record.ref
+        call = (kind, record.run_id or "") + ((ref.execution_id, str(ref.attempt)) if ref else ())
+        assert kind == "agent_start" or ref is not None, record  # a call's record names its call
+        if record.type == kind:
+            assert call not in started, ("started twice", record)
+            started.add(call)
+        else:
+            assert call in started, ("an end without its start", record)
+            assert call not in ended, ("ended twice", record)
+            ended.add(call)
 
 
 def check_spans(path: Path) -> None:

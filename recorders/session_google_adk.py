@@ -34,7 +34,11 @@ yields a ``SessionRecorder``: an ADK plugin (``BasePlugin``) that writes the run
 *checkpoint*, the ADK session's events at each turn's end.  ``recorder.history()`` is those
 events as ADK ``Event`` objects, to append to a new session (empty for a new file).  A
 sub-agent run by an ``AgentTool`` (which hands its runner the parent's plugins) is recorded
-nested in that tool call.  Copy this file next to ``session.py``; it needs only google-adk.
+nested in that tool call; branches run at once (a ``ParallelAgent``'s, a workflow's nodes)
+each have their calls recorded apart.  A model call is written when the model answers: an
+answer a callback gives in the model's place is no model call, but a message naming that
+callback; a failed call a callback answers for ends once, failed.  Copy this file next to
+``session.py``; it needs only google-adk.
 """
 
 from __future__ import annotations
@@ -255,9 +259,9 @@ class _Writer:
         self._failed_at: TracebackType | None = None  # the failure's traceback, as it was then
         self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
 
-    def record(self, kind: str, fields: dict[str, Any]) -> None:
-        """Write the event *kind* with *fields*, time-stamped now."""
-        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+    def record(self, kind: str, fields: dict[str, Any], when: datetime | None = None) -> None:
+        """Write the event *kind* with *fields*, time-stamped *when* (default now)."""
+        job = functools.partial(self._record, kind, when or datetime.now(timezone.utc), fields)
         if self._thread is None:
             job()
         else:
@@ -337,11 +341,19 @@ def _content_key(value: Any) -> str:
     return hashlib.sha256(_json_text(value)).hexdigest()
 
 
-def _fields(value: Any) -> tuple[int, ...]:
-    """The identities of the values of *value*'s fields (or items): changed when one of them
-    is given a new value."""
+def _fields(value: Any) -> tuple[Any, ...]:
+    """The values of *value*'s fields (or items), to be kept and compared by identity (see
+    ``_same``)."""
     fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
-    return tuple(map(id, fields.values()))
+    return tuple(fields.values())
+
+
+def _same(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    """Whether *now* (``_fields``') holds the very objects *kept*: none of the fields was
+    given a new value since.  The values kept are alive, so a new one cannot be made at a
+    kept one's address (as it could be at a freed one's: comparing ``id()``s alone would take
+    a field replaced twice for unchanged)."""
+    return len(kept) == len(now) and all(one is two for one, two in zip(kept, now))
 
 
 class _Converted(Generic[_T]):
@@ -353,13 +365,14 @@ class _Converted(Generic[_T]):
     one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
     fields was given a new value since is looked up by its content again (a value changed in
     place, a list appended to, is not seen: replace it).  It keeps each distinct message
-    converted, and the framework's object, so that its id is not reused."""
+    converted, and the framework's object and its fields' values as they were, so that no
+    id it compares is reused."""
 
     def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
         self._key = key
         self._convert = convert
-        # id -> (the object, its fields' identities, its key, converted)
-        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
+        # id -> (the object, its fields' values, its key, converted)
+        self._objects: dict[int, tuple[Any, tuple[Any, ...], str, _T]] = {}
         self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
         self._lock = threading.Lock()  # the recorder's writer converts too
 
@@ -371,7 +384,7 @@ class _Converted(Generic[_T]):
             for source in sources:
                 hit = self._objects.get(id(source))
                 known = hit is not None and hit[0] is source
-                if hit is not None and known and hit[1] == _fields(source):
+                if hit is not None and known and _same(hit[1], _fields(source)):
                     counts[hit[2]] = counts.get(hit[2], 0) + 1
                     out.append(hit[3])
                     continue
@@ -600,13 +613,33 @@ def _sent(request: LlmRequest) -> list[Any]:
 
 
 @dataclass
-class _Scope:
-    """What the recorder knows of one ADK invocation: the run it records, or a sub-agent's
-    run inside one of its tool calls (*caller*), whose calls are nested in that call."""
+class _Invocation:
+    """An ADK invocation the recorder knows: the run it records, or a sub-agent's run inside
+    one of its tool calls (*caller*), whose calls are nested in that call."""
 
     caller: session.Execution | None
-    calls: int = 0  # the sub-agent's model calls
-    model: session.Execution | None = None  # the latest model call attempt
+    calls: int = 0  # the sub-agent's model calls, in all its branches
+
+
+class _Asked(NamedTuple):
+    """A model call asked for (``before_model_callback``), not yet begun: *request* is sent,
+    as the callbacks after the recorder leave it, when the model is called (at *when*)."""
+
+    execution: session.Execution
+    request: LlmRequest
+    when: datetime
+
+
+@dataclass
+class _Scope:
+    """What the recorder knows of one branch of one invocation (a ``ParallelAgent``'s
+    branches, or a workflow's nodes run at once, share their invocation: each is a scope),
+    whose calls run one at a time."""
+
+    invocation: _Invocation
+    turn: int = 0  # the turn of its latest model call
+    asked: _Asked | None = None  # a model call asked for, not begun
+    model: session.Execution | None = None  # the latest model call attempt: its reply is committed in it
     request: session.ModelRequest | None = None  # and what it sent
     tools: dict[str, session.Execution] = field(default_factory=dict)
 
@@ -637,15 +670,22 @@ _CALLER: contextvars.ContextVar[tuple[SessionRecorder, session.Execution] | None
     "session_google_adk_caller", default=None
 )
 
+# what a message a callback made instead of the model or a tool says of itself
+_BEFORE_MODEL = {"source": "before_model_callback"}
+_MODEL_RESCUE = {"source": "on_model_error_callback"}
+_TOOL_RESCUE = {"is_error": True, "source": "on_tool_error_callback"}
+
 
 class SessionRecorder(BasePlugin):
     """An ADK plugin that records one run of a ``Runner`` into *run* (a ``session.Run``).
 
-    Give it to the app of one run: ``App(..., plugins=[recorder])``.  With *checkpoint*,
-    the ADK session's events (their JSON) are saved at the end of every turn; resume by
-    appending ``recorder.history()`` to a new session.  *source* is the session the history is
-    read from.  A sub-agent an ``AgentTool`` runs (with the parent's plugins, its default) has
-    its model and tool calls recorded nested in that tool call.
+    Give it to the app of one run, first among its plugins: ``App(..., plugins=[recorder])``.
+    With *checkpoint*, the ADK session's events (their JSON) are saved at the end of every
+    turn; resume by appending ``recorder.history()`` to a new session.  *source* is the
+    session the history is read from.  A sub-agent an ``AgentTool`` runs (with the parent's
+    plugins, its default) has its model and tool calls recorded nested in that tool call;
+    branches run at once (a ``ParallelAgent``'s, a workflow's nodes) each have their calls
+    recorded apart.
     """
 
     def __init__(
@@ -656,7 +696,8 @@ class SessionRecorder(BasePlugin):
         self.checkpoint = checkpoint
         self.source = source
         self._main = ""  # the invocation id of the run recorded
-        self._scopes: dict[str, _Scope] = {}
+        self._invocations: dict[str, _Invocation] = {}
+        self._scopes: dict[tuple[str, str], _Scope] = {}  # by invocation id and branch
         self._turn = 0
         self._in_turn = False
         self._ended = False
@@ -665,6 +706,7 @@ class SessionRecorder(BasePlugin):
         self._tool_calls = 0
         self._tool_errors = 0
         self._running: dict[str, tuple[session.Execution, str, str]] = {}  # calls under way: tool, call id
+        self._rescued: set[str] = set()  # the tool calls an on_tool_error_callback answered for
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         # every message converted once: the same object whenever it is sent again
@@ -681,34 +723,43 @@ class SessionRecorder(BasePlugin):
         """The ``CallRef`` of *execution* in this run, for the host's timeline."""
         return self.run.ref(execution)
 
-    def _scope(self, invocation_id: str) -> _Scope:
-        """The scope of the invocation *invocation_id*; a new one begins the run, or, inside
-        one of its tool calls, a sub-agent's run nested in the call."""
-        known = self._scopes.get(invocation_id)
+    def _scope(self, invocation_id: str, branch: str | None) -> _Scope:
+        """The scope of the branch *branch* of the invocation *invocation_id*."""
+        key = (invocation_id, branch or "")
+        scope = self._scopes.get(key)
+        if scope is None:
+            scope = self._scopes[key] = _Scope(self._invocation(invocation_id))
+        return scope
+
+    def _invocation(self, invocation_id: str) -> _Invocation:
+        """The invocation *invocation_id*; a new one begins the run, or, inside one of its
+        tool calls, a sub-agent's run nested in the call."""
+        known = self._invocations.get(invocation_id)
         if known is not None:
             return known
         caller = _CALLER.get()
         if caller is not None and caller[0] is self:
-            scope = self._scopes[invocation_id] = _Scope(caller[1])
-            return scope
+            invocation = self._invocations[invocation_id] = _Invocation(caller[1])
+            return invocation
         if self._main:
             raise RuntimeError("a SessionRecorder records one run: give each run its own recording()")
         self._main = invocation_id
-        scope = self._scopes[invocation_id] = _Scope(None)
         self._record("agent_start")
-        return scope
+        invocation = self._invocations[invocation_id] = _Invocation(None)
+        return invocation
 
     # -- the run
 
     async def on_user_message_callback(
         self, *, invocation_context: InvocationContext, user_message: types.Content
     ) -> types.Content | None:
-        if self._scope(invocation_context.invocation_id).caller is None:
+        if self._invocation(invocation_context.invocation_id).caller is None:
             await self._commit(user_message, None)
         return None
 
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
         if invocation_context.invocation_id == self._main and not self._ended:
+            self._end_open(asyncio.CancelledError("the run ended before the call did"))
             await self._end_turn(invocation_context.session.events)
             # ADK ends a run closed early (its events no longer read) as it ends a whole one
             reason = "error" if self._refused else "stop" if self._answered else "aborted"
@@ -716,14 +767,20 @@ class SessionRecorder(BasePlugin):
 
     async def on_run_error_callback(self, *, invocation_context: InvocationContext, error: Exception) -> None:
         if invocation_context.invocation_id == self._main and not self._ended:
+            self._end_open(asyncio.CancelledError("the run failed before the call ended"))
             await self._end_turn(None)
             self._end("error", error)
 
     async def on_event_callback(
         self, *, invocation_context: InvocationContext, event: AdkEvent
     ) -> AdkEvent | None:
-        scope = self._scope(invocation_context.invocation_id)
-        if scope.caller is None and not event.partial:
+        scope = self._scope(invocation_context.invocation_id, event.branch)
+        if event.partial:
+            return None
+        if scope.asked is not None:  # a callback answered before the model was called
+            scope.asked = None
+            self._made_by_callback(scope, event.content, _BEFORE_MODEL)
+        if scope.invocation.caller is None:
             self._answered = event.is_final_response()
             self._refused = _reply_error(event)
             if event.content is not None:
@@ -735,41 +792,46 @@ class SessionRecorder(BasePlugin):
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
-        scope = self._scope(callback_context.invocation_id)
-        if scope.caller is None:
+        scope = self._scope(callback_context.invocation_id, callback_context.branch)
+        caller = scope.invocation.caller
+        if caller is None:
             await self._next_turn(callback_context)
+            scope.turn = self._turn
             execution = session.Execution(f"model-{self._turn}", "model", turn_index=self._turn)
         else:
-            scope.calls += 1
-            caller = scope.caller.id
-            execution = session.Execution(
-                f"{caller}/model-{scope.calls}", "model", parent_id=caller, turn_index=self._turn
-            )
-        sent = await self._writer.call(self._converted.all, _sent(llm_request))
-        scope.request = _request(sent, llm_request)
-        self._attempt_start(scope, execution)
-        await self._writer.flush()
+            scope.invocation.calls += 1
+            name = f"{caller.id}/model-{scope.invocation.calls}"
+            execution = session.Execution(name, "model", parent_id=caller.id, turn_index=caller.turn_index)
+        scope.asked = _Asked(execution, llm_request, datetime.now(timezone.utc))
+        scope.model = None
         _CALLING.set((self, scope))
         return None
 
     async def after_model_callback(
         self, *, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> LlmResponse | None:
+        scope = self._scope(callback_context.invocation_id, callback_context.branch)
+        await self._begun(scope)
         if llm_response.partial:  # a streamed chunk: the whole reply comes last
+            return None
+        execution = scope.model
+        if execution is None or execution.id not in self._running:  # the failed call's rescue
+            self._made_by_callback(scope, llm_response.content, _MODEL_RESCUE)
             return None
         message = _response_message(llm_response)
         if llm_response.content is not None:
             self._converted.add(llm_response.content, message)
-        execution = self._scope(callback_context.invocation_id).model
         self._model_end(execution, message, _reply_error(llm_response))
         _CALLING.set(None)
+        await self._writer.flush()
         return None
 
     async def on_model_error_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> LlmResponse | None:
-        execution = self._scope(callback_context.invocation_id).model
-        self._model_end(execution, None, error)
+        scope = self._scope(callback_context.invocation_id, callback_context.branch)
+        await self._begun(scope)
+        self._model_end(scope.model, None, error)
         _CALLING.set(None)
         return None
 
@@ -778,11 +840,13 @@ class SessionRecorder(BasePlugin):
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
-        scope = self._scope(tool_context.invocation_id)
+        scope = self._scope(tool_context.invocation_id, tool_context.branch)
+        caller = scope.invocation.caller
         call_id = tool_context.function_call_id or ""
-        name = f"tool-{self._turn}-{call_id}" if scope.caller is None else f"{scope.caller.id}/tool-{call_id}"
+        name = f"tool-{scope.turn}-{call_id}" if caller is None else f"{caller.id}/tool-{call_id}"
         parent = scope.model.id if scope.model is not None else ""
-        execution = session.Execution(name, "tool", parent_id=parent, turn_index=self._turn)
+        turn = scope.turn if caller is None else caller.turn_index
+        execution = session.Execution(name, "tool", parent_id=parent, turn_index=turn)
         scope.tools[call_id] = execution
         self._running[execution.id] = (execution, tool.name, call_id)
         self._tool_calls += 1
@@ -809,28 +873,49 @@ class SessionRecorder(BasePlugin):
 
     def _first_seen(self, unit: Any) -> session.Message:
         """The message of *unit* (of ``_units``), the first time it is seen: one of the history
-        takes the time it was recorded with."""
-        return self._recalled.stamp(_unit_message(unit))
+        takes the time it was recorded with; the result an ``on_tool_error_callback`` gave for
+        a failed tool call says so."""
+        message = self._recalled.stamp(_unit_message(unit))
+        if message.role == "tool" and (message.metadata or {}).get("tool_call_id") in self._rescued:
+            message.metadata = {**(message.metadata or {}), **_TOOL_RESCUE}
+        return message
 
-    def _record(self, kind: str, **fields: Any) -> None:
-        self._writer.record(kind, fields)
+    def _record(self, kind: str, when: datetime | None = None, **fields: Any) -> None:
+        self._writer.record(kind, fields, when)
 
-    def _attempt_start(self, scope: _Scope, execution: session.Execution) -> None:
+    async def _begun(self, scope: _Scope) -> None:
+        """Begin the model call *scope* asked for, if it has not begun: the model answered or
+        failed (its request converted in the writer)."""
+        if scope.asked is not None:
+            self._begin(scope, await self._writer.call(self._converted.all, _sent(scope.asked.request)))
+
+    def _begin(self, scope: _Scope, sent: list[session.Message]) -> None:
+        """Begin the model call *scope* asked for, which sent the messages *sent*, as of when
+        it was asked for."""
+        asked = scope.asked
+        if asked is not None:
+            scope.asked = None
+            scope.request = _request(sent, asked.request)
+            self._attempt_start(scope, asked.execution, asked.when)
+
+    def _attempt_start(self, scope: _Scope, execution: session.Execution, when: datetime | None) -> None:
         scope.model = execution
         self._running[execution.id] = (execution, "", "")
-        self._record("model_exec_start", execution=execution)
-        self._record("model_request", execution=execution, request=scope.request)
+        self._record("model_exec_start", when, execution=execution)
+        self._record("model_request", when, execution=execution, request=scope.request)
 
     def _fell_back(self, scope: _Scope, why: str) -> None:
         """A ``FallbackModel`` said (*why*) that its model failed and it tries the next: the
         attempt under way failed, the next one starts, sending the same request."""
+        if scope.asked is not None:  # the first model failed at once (a rare case: converted here)
+            self._begin(scope, self._converted.all(_sent(scope.asked.request)))
         failed = scope.model
         if failed is None:
             return
         self._model_end(failed, None, why)
         retry = replace(failed, attempt=failed.attempt + 1)
         self._record("retry", execution=retry, retry=session.RetryInfo(error=why), error=why)
-        self._attempt_start(scope, retry)
+        self._attempt_start(scope, retry, None)
 
     def _model_end(
         self,
@@ -847,13 +932,30 @@ class SessionRecorder(BasePlugin):
         else:
             self._record("model_exec_end", execution=execution, partial_message=message, error=error)
 
+    def _made_by_callback(self, scope: _Scope, content: types.Content | None, source: dict[str, Any]) -> None:
+        """A callback answered for the model (*source* says which): no model call made this
+        answer, *content*, which is committed as a message of its own saying so."""
+        scope.model = None
+        _CALLING.set(None)
+        if content is not None:
+            message = _content_message(content, None)
+            message.metadata = dict(source)
+            self._converted.add(content, message)
+
     def _tool_end(
         self, tool: BaseTool, tool_context: ToolContext, result: Any, error: BaseException | None
     ) -> None:
-        scope = self._scope(tool_context.invocation_id)
+        """The tool call of *tool_context* returned *result* or failed with *error*.  One that
+        failed and now returns is answered for by an ``on_tool_error_callback`` (or
+        ``ReflectAndRetryToolPlugin``): it stays failed, and what the model is told says so."""
+        scope = self._scope(tool_context.invocation_id, tool_context.branch)
         call_id = tool_context.function_call_id or ""
-        _CALLER.set(None if scope.caller is None else (self, scope.caller))
-        self._tool_result(scope.tools.get(call_id), tool.name, call_id, result, error)
+        _CALLER.set(None if scope.invocation.caller is None else (self, scope.invocation.caller))
+        execution = scope.tools.get(call_id)
+        if execution is not None and execution.id not in self._running:
+            self._rescued.add(call_id)
+            return
+        self._tool_result(execution, tool.name, call_id, result, error)
 
     def _tool_result(
         self,
@@ -914,6 +1016,20 @@ class SessionRecorder(BasePlugin):
             self._record("turn_end", turn_index=self._turn)
         self._in_turn = False
 
+    def _end_open(self, failure: BaseException) -> None:
+        """The run ends: every call still under way ends, failed with *failure* (a model call
+        asked for and not begun began: the model was being called).  ADK tells a plugin
+        nothing of a run cancelled, of a stream its consumer stopped, nor (2.11) of a tool
+        call cancelled when its sibling failed."""
+        for scope in self._scopes.values():
+            if scope.asked is not None:
+                self._begin(scope, self._converted.all(_sent(scope.asked.request)))
+        for execution, name, call_id in list(self._running.values()):
+            if execution.kind == "model":
+                self._model_end(execution, None, failure)
+            else:
+                self._tool_result(execution, name, call_id, None, failure)
+
     def _left(self, error: BaseException | None) -> None:
         """The block recording the run was left, by *error* or not: a run begun and not
         ended (ADK tells a plugin nothing of a cancelled run) ends now, ``aborted`` (or
@@ -921,12 +1037,7 @@ class SessionRecorder(BasePlugin):
         failed with *error*."""
         if not self._main or self._ended:
             return
-        failure = error or asyncio.CancelledError("the run was left before it ended")
-        for execution, name, call_id in list(self._running.values()):
-            if execution.kind == "model":
-                self._model_end(execution, None, failure)
-            else:
-                self._tool_result(execution, name, call_id, None, failure)
+        self._end_open(error or asyncio.CancelledError("the run was left before it ended"))
         self._turn_end()
         self._end("error" if error is not None and not isinstance(error, _ABORTS) else "aborted", error)
 

@@ -36,16 +36,19 @@ from conftest import (
 
 need("google.adk")
 
-from google.adk.agents import LlmAgent, RunConfig
+from google.adk.agents import BaseAgent, LlmAgent, LoopAgent, ParallelAgent, RunConfig, SequentialAgent
 from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.models import FallbackModel
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.plugins.reflect_retry_tool_plugin import ReflectAndRetryToolPlugin
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.adk.tools.agent_tool import AgentTool
+from google.adk.workflow import START, JoinNode, NodeTimeoutError, Workflow
 from google.genai import types
 from google.genai.errors import ClientError
 from session_google_adk import SessionRecorder, recording, to_json
@@ -110,17 +113,19 @@ def broken_lookup(key: str) -> str:
 
 async def run(
     recorder: SessionRecorder,
-    agent: LlmAgent,
+    agent: BaseAgent | Workflow,
     prompt: str,
     *,
     service: InMemorySessionService | None = None,
     history: list[Event] = (),  # type: ignore[assignment]
     config: RunConfig | None = None,
+    plugins: list[BasePlugin] = (),  # type: ignore[assignment]
 ) -> list[Event]:
-    """Run *agent* once on *prompt* with the recorder as its runner's plugin, in a new session
-    that starts with *history*; the events it gave."""
+    """Run *agent* once on *prompt* with the recorder as its runner's first plugin (then
+    *plugins*), in a new session that starts with *history*; the events it gave."""
     service = service or InMemorySessionService()
-    runner = Runner(app=App(name="app", root_agent=agent, plugins=[recorder]), session_service=service)
+    app = App(name="app", root_agent=agent, plugins=[recorder, *plugins])
+    runner = Runner(app=app, session_service=service)
     chat = await service.create_session(app_name="app", user_id="u")
     for event in history:
         await service.append_event(chat, event)
@@ -187,6 +192,54 @@ def test_parallel_tools_and_usage(
     # request sends the first two again
     assert check_each_message_once(path)["messages"] == 5
     check_converted_once(sent_messages)
+
+
+CARD = "4111 1111 1111 1111"
+
+
+def test_a_reply_edited_twice_is_recorded_as_edited(tmp_path: Path) -> None:
+    """An agent's ``after_model_callback`` scrubs a card number from the model's reply,
+    replacing its parts twice: the second list is put where the first was, as CPython's
+    free list does on its own (the test makes it so).  The conversation then holds the
+    scrubbed reply: so do the committed message and the next request, never the reply as
+    the recorder first converted it."""
+    path = tmp_path / "chat.jsonl"
+    kept: list[Any] = []  # each list made where the first was not: alive, so not reused
+
+    def scrubbed(callback_context: Any, llm_response: LlmResponse) -> None:
+        content = llm_response.content
+        if content is None or not any(CARD in (part.text or "") for part in content.parts or []):
+            return
+        calls = [part for part in content.parts or [] if part.function_call]
+        first = id(content.parts)
+        content.parts = [types.Part(text="[scrubbing]"), *calls]  # the first list is freed
+        for _ in range(1000):
+            content.parts = [types.Part(text="[REDACTED]"), *calls]
+            if id(content.parts) == first:
+                break
+            kept.append(content.parts)
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            card = types.Part(text=f"your card is {CARD}")
+            return [reply(card, call("call-1", "add", a=1, b=2), given=4, made=2)]
+        return [reply(types.Part(text="done"), given=6, made=1)]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[add], after_model_callback=scrubbed)
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "pay")
+
+    asyncio.run(main())
+    check_file(path)
+    scrubbed_text = {"type": "text", "text": "[REDACTED]"}
+    [committed, _] = [m.content[0] for m in messages(path) if m.role == "assistant"]
+    assert committed == scrubbed_text
+    [_, second] = events(path, "model_request")
+    assert second.request is not None
+    sent = [m["value"]["content"][0] for m in second.request["messages"] if m["value"]["role"] == "assistant"]
+    assert sent == [scrubbed_text]
 
 
 def test_a_failing_tool_is_a_failed_call_and_the_run_an_error(tmp_path: Path) -> None:
@@ -731,3 +784,316 @@ def test_a_recording_interrupted_as_its_file_starts_opening_leaves_it_closed(
 
 def test_a_recording_cancelled_as_the_program_ends_leaves_its_file_closed(tmp_path: Path) -> None:
     check_cancelled_as_the_program_ends("session_google_adk", tmp_path / "chat.jsonl")
+
+
+class Together:
+    """Where *parties* coroutines wait until all of them have come (``asyncio.Barrier``,
+    which Python 3.10 lacks): so that they are under way at once."""
+
+    def __init__(self, parties: int) -> None:
+        self.parties = parties
+        self.come = 0
+        self.all_here = asyncio.Event()
+
+    async def meet(self) -> None:
+        self.come += 1
+        if self.come == self.parties:
+            self.all_here.set()
+        await self.all_here.wait()
+
+
+def branch_agent(name: str, meetings: list[Together] = ()) -> LlmAgent:  # type: ignore[assignment]
+    """A branch's agent: its model asks for its own tool (call id ``call-<name>``), then
+    answers ``<name> done``.  Given *meetings* (three, which another branch's agent shares),
+    its first model call, its tool call and its second model call each wait at theirs until
+    the other branch's is under way too."""
+
+    async def tool(key: str) -> str:
+        if meetings:
+            await meetings[1].meet()
+        return f"{name} {key}"
+
+    tool.__name__ = f"tool_{name}"
+
+    class Meeting(Scripted):
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            if meetings:
+                await meetings[2 if answers(llm_request) else 0].meet()
+            async for response in super().generate_content_async(llm_request, stream):
+                yield response
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call(f"call-{name}", f"tool_{name}", key="x"), given=3, made=1)]
+        return [reply(types.Part(text=f"{name} done"), given=5, made=1)]
+
+    return LlmAgent(name=name, model=Meeting(script=script), tools=[tool])
+
+
+def check_branches(path: Path, names: tuple[str, ...]) -> None:
+    """Each branch's agent (of *names*, ``branch_agent``'s) made its two model calls and its
+    tool call, recorded apart from the other branch's: its tool call in the model call that
+    asked for it, its committed messages (its model's replies, its tool's result) each in
+    the call that made it, and every call started once and ended once."""
+    summary = check_file(path)
+    assert summary.usage["total_tokens"] == 10 * len(names)
+    ends = {e.execution.id: e for e in events(path, "model_exec_end") if e.execution}
+    starts = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert sorted(starts) == sorted(ends) and len(starts) == 2 * len(names)
+    said = {
+        (block.get("text") or block.get("tool_call", {}).get("id")): call_id
+        for call_id, end in ends.items()
+        for block in (end.message or {}).get("value", {}).get("content", [])
+    }
+    tools = {e.tool_id: e.execution for e in events(path, "tool_exec_start")}
+    for name in names:
+        tool = tools[f"call-{name}"]
+        assert tool is not None and tool.parent_id == said[f"call-{name}"], (tool, said)
+        assert said[f"{name} done"] != tool.parent_id
+    for end in events(path, "message_end"):
+        message = session.JSONCodec().decode(end.message)
+        if message.role == "assistant":
+            block = message.content[0]
+            assert end.execution is not None, end
+            assert said[block.get("text") or block["tool_call"]["id"]] == end.execution.id, end
+        elif message.role == "tool":
+            assert end.execution == tools[message.metadata["tool_call_id"]], end
+
+
+@pytest.mark.filterwarnings("ignore:ParallelAgent is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("runs", ["ParallelAgent", "Workflow"])
+def test_branches_run_at_once_are_recorded_apart(tmp_path: Path, runs: str) -> None:
+    """Two agents run at once, a ``ParallelAgent``'s branches or the nodes of a workflow
+    graph that both follow its start (and meet in a join), in one invocation: each one's
+    model calls and tool call, under way at once with the other's, are recorded as its own."""
+    path = tmp_path / "chat.jsonl"
+    meetings = [Together(2) for _ in range(3)]
+    one, other = branch_agent("a", meetings), branch_agent("b", meetings)
+    agent: BaseAgent | Workflow = ParallelAgent(name="both", sub_agents=[one, other])
+    if runs == "Workflow":
+        join = JoinNode(name="join")
+        agent = Workflow(name="both", edges=[(START, one), (START, other), (one, join), (other, join)])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "go")
+
+    asyncio.run(main())
+    check_branches(path, ("a", "b"))
+    assert check_file(path).runs[0].end_reason == "stop"
+
+
+@pytest.mark.filterwarnings("ignore:(LoopAgent|SequentialAgent) is deprecated:DeprecationWarning")
+def test_sequential_and_loop_agents_are_recorded_call_by_call(tmp_path: Path) -> None:
+    """A ``SequentialAgent`` of two agents, the second a ``LoopAgent`` running one twice
+    (the second time it answers at once, its tool's result in the conversation): each model
+    call and tool call in turn, in the call that made it."""
+    path = tmp_path / "chat.jsonl"
+    agent = SequentialAgent(
+        name="steps",
+        sub_agents=[
+            branch_agent("a"),
+            LoopAgent(name="again", sub_agents=[branch_agent("b")], max_iterations=2),
+        ],
+    )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "go")
+
+    asyncio.run(main())
+    ids = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert ids == [f"model-{n}" for n in range(1, 6)]
+    tools = {e.tool_id: e.execution.parent_id for e in events(path, "tool_exec_start") if e.execution}
+    assert tools == {"call-a": "model-1", "call-b": "model-3"}
+    assert check_file(path).runs[0].end_reason == "stop"
+
+
+def test_a_before_model_callback_answering_is_no_model_call(tmp_path: Path) -> None:
+    """An agent's ``before_model_callback`` that answers itself: the model is not called, so
+    the file holds no model call, and the answer as a message the callback made."""
+    path = tmp_path / "chat.jsonl"
+
+    def canned(callback_context: Any, llm_request: LlmRequest) -> LlmResponse:
+        return LlmResponse(content=types.Content(role="model", parts=[types.Part(text="from the cache")]))
+
+    agent = LlmAgent(name="root", model=Scripted(script=two_tools_then_answer), before_model_callback=canned)
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "hi")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    assert "model_exec_start" not in summary.counts and "model_request" not in summary.counts
+    assert summary.runs[0].end_reason == "stop"
+    [answer] = [m for m in messages(path) if m.role == "assistant"]
+    assert answer.content == [{"type": "text", "text": "from the cache"}]
+    assert answer.metadata == {"source": "before_model_callback"}
+    assert [e.execution for e in events(path, "message_end")] == [None, None]
+
+
+def test_a_model_error_rescued_by_a_callback_ends_the_call_once(tmp_path: Path) -> None:
+    """An ``on_model_error_callback`` that answers for the failed model: the attempt ends
+    once, in its error; the run goes on with the callback's answer, a message it made."""
+    path = tmp_path / "chat.jsonl"
+
+    def failing(request: LlmRequest) -> list[LlmResponse]:
+        raise ConnectionError("model unreachable")
+
+    def rescue(callback_context: Any, llm_request: LlmRequest, error: Exception) -> LlmResponse:
+        return LlmResponse(content=types.Content(role="model", parts=[types.Part(text="try again later")]))
+
+    agent = LlmAgent(name="root", model=Scripted(script=failing), on_model_error_callback=rescue)
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "hi")
+
+    asyncio.run(main())
+    summary = check_file(path)
+    [end] = events(path, "model_exec_end")
+    assert end.error == {"type": "ConnectionError", "message": "model unreachable"}
+    [answer] = [m for m in messages(path) if m.role == "assistant"]
+    assert answer.content == [{"type": "text", "text": "try again later"}]
+    assert answer.metadata == {"source": "on_model_error_callback"}
+    assert summary.runs[0].end_reason == "stop"
+
+
+@pytest.mark.parametrize("rescuer", ["on_tool_error_callback", "ReflectAndRetryToolPlugin"])
+def test_a_tool_error_rescued_ends_the_call_once(tmp_path: Path, rescuer: str) -> None:
+    """A tool that raises, answered for by the agent's ``on_tool_error_callback`` or by ADK's
+    ``ReflectAndRetryToolPlugin``: the tool call ends once, in its error, and the model is
+    told the rescuer's answer, a tool result that says the call failed and who answered."""
+    path = tmp_path / "chat.jsonl"
+
+    def rescue(tool: Any, args: dict[str, Any], tool_context: Any, error: Exception) -> dict[str, Any]:
+        return {"result": "no entry"}
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        if not answers(request):
+            return [reply(call("call-1", "broken_lookup", key="x"), given=2, made=1)]
+        return [reply(types.Part(text="none found"), given=3, made=1)]
+
+    by_callback = rescuer == "on_tool_error_callback"
+    plugins: list[BasePlugin] = [] if by_callback else [ReflectAndRetryToolPlugin(max_retries=1)]
+    agent = LlmAgent(
+        name="root",
+        model=Scripted(script=script),
+        tools=[broken_lookup],
+        on_tool_error_callback=rescue if by_callback else None,
+    )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "look up x", plugins=plugins)
+
+    asyncio.run(main())
+    summary = check_file(path)
+    [end] = events(path, "tool_exec_end")
+    assert end.is_error and end.error is not None and end.error["type"] == "KeyError", end
+    [result] = [m for m in messages(path) if m.role == "tool"]
+    assert result.metadata == {"tool_call_id": "call-1", "is_error": True, "source": "on_tool_error_callback"}
+    assert summary.runs[0].end_reason == "stop"
+    [agent_end] = events(path, "agent_end")
+    assert agent_end.summary is not None and agent_end.summary.tool_errors == 1
+
+
+def test_a_stream_stopped_mid_reply_ends_its_model_call_aborted(tmp_path: Path) -> None:
+    """The consumer of a streamed run stops reading after the first chunk of a reply, while
+    the model is still answering: the run ends aborted, and so does the model call."""
+    path = tmp_path / "chat.jsonl"
+
+    class Slow(Scripted):
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            yield reply(types.Part(text="the "), given=0, made=0, partial=True)
+            await asyncio.sleep(60)  # the rest never comes: the run is closed first
+            yield reply(types.Part(text="the answer"), given=6, made=3)
+
+    agent = LlmAgent(name="root", model=Slow())
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            service = InMemorySessionService()
+            runner = Runner(
+                app=App(name="app", root_agent=agent, plugins=[recorder]), session_service=service
+            )
+            chat = await service.create_session(app_name="app", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="hi")])
+            config = RunConfig.model_validate({"streaming_mode": "sse"})
+            stream = runner.run_async(user_id="u", session_id=chat.id, new_message=message, run_config=config)
+            first = await stream.__anext__()
+            assert first.partial
+            await stream.aclose()
+
+    asyncio.run(main())
+    check_aborted(path)
+    [end] = events(path, "model_exec_end")
+    assert end.error is not None and end.error["type"] == "CancelledError", end
+
+
+def test_a_tool_cancelled_by_its_failing_sibling_ends(tmp_path: Path) -> None:
+    """Two tool calls at once, one raising while the other still runs: ADK cancels the other
+    (2.11 tells no plugin of it); both calls end, the cancelled one aborted."""
+    path = tmp_path / "chat.jsonl"
+
+    async def slow(key: str) -> str:
+        await asyncio.sleep(60)
+        return key
+
+    def script(request: LlmRequest) -> list[LlmResponse]:
+        return [
+            reply(
+                call("call-slow", "slow", key="x"),
+                call("call-bad", "broken_lookup", key="x"),
+                given=2,
+                made=1,
+            )
+        ]
+
+    agent = LlmAgent(name="root", model=Scripted(script=script), tools=[slow, broken_lookup])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "x")
+
+    with pytest.raises(KeyError):
+        asyncio.run(main())
+    check_file(path)
+    ends = {e.tool_id: (e.error or {}).get("type") for e in events(path, "tool_exec_end")}
+    assert ends == {"call-bad": "KeyError", "call-slow": "CancelledError"}
+
+
+def test_a_tool_under_way_when_its_agent_times_out_ends(tmp_path: Path) -> None:
+    """An agent given ``timeout=`` runs out of time while its tool runs: ADK cancels the
+    tool (2.11 tells no plugin of it) and ends the run in the timeout; the tool call ends,
+    aborted, and the run in that error."""
+    path = tmp_path / "chat.jsonl"
+    started = asyncio.Event()
+
+    async def slow(key: str) -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return key
+
+    agent = LlmAgent(
+        name="root",
+        model=Scripted(script=lambda request: [reply(call("call-slow", "slow", key="x"), given=2, made=1)]),
+        tools=[slow],
+        timeout=0.5,
+    )
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await run(recorder, agent, "x")
+
+    with pytest.raises(NodeTimeoutError):
+        asyncio.run(main())
+    summary = check_file(path)
+    assert summary.runs[0].end_reason == "error"
+    [end] = events(path, "tool_exec_end")
+    assert end.is_error and (end.error or {}).get("type") == "CancelledError", end
