@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import json
 from collections import Counter
 from collections.abc import AsyncGenerator
 from datetime import datetime
@@ -116,6 +117,51 @@ def lookup(key: str) -> str:
 
 USAGE = Usage(requests=1, input_tokens=5, output_tokens=1, total_tokens=6)
 RETRY = ModelSettings(retry=ModelRetrySettings(max_retries=2, policy=retry_policies.provider_suggested()))
+
+
+def check_calls(path: Path) -> None:
+    """Every model call attempt and tool call of the file ends once, after its start."""
+    started: set[tuple[Any, ...]] = set()
+    ended: set[tuple[Any, ...]] = set()
+    for r in session.iter_records(path):
+        execution = r.data.get("execution") or {}
+        key = (r.run_id, execution.get("id"), execution.get("attempt"))
+        if r.type in ("model_exec_start", "tool_exec_start"):
+            assert key not in started, r
+            started.add(key)
+        elif r.type in ("model_exec_end", "tool_exec_end"):
+            assert key in started and key not in ended, r
+            ended.add(key)
+    assert started == ended
+
+
+def said(message: dict[str, Any]) -> str:
+    """A message as read back, as ``role: text`` (a tool call as ``call NAME``)."""
+    value = message["value"]
+    parts = [
+        block["text"] if block["type"] == "text" else f"call {block['tool_call']['name']}"
+        for block in value["content"]
+    ]
+    return f"{value['role']}: {' '.join(parts)}"
+
+
+def plain(message: Any) -> Any:
+    """A message as read back, without its timestamp and usage."""
+    value = unstamped(message)
+    return {**value, "value": {k: v for k, v in value["value"].items() if k != "usage"}}
+
+
+def check_each_message_recorded_once(path: Path) -> None:
+    """The messages a file holds (committed, replies of model calls, and those requests sent)
+    of a conversation in which no two messages say the same: none of them differs from
+    another only in its time or usage.  A reply is one message wherever it is recorded (its
+    model call's end, its ``message_end``) and sent back, in this run and in the next run of
+    the conversation."""
+    records = list(session.iter_records(path))
+    held = [r.data["message"] for r in records if "message" in r.data and r.type != "message"]
+    held += [m for r in records if r.type == "model_request" for m in r.data["request"]["messages"]]
+    stamped = {json.dumps(m, sort_keys=True) for m in held}
+    assert len(stamped) == len({json.dumps(plain(m), sort_keys=True) for m in held}), held
 
 
 def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
@@ -313,9 +359,10 @@ def test_each_message_is_written_once(
         [session.Message("system", [session.text_block(str(c.system_instructions))]), *to_messages(c.input)]
         for c in calls
     ]
-    assert [[unstamped(m) for m in request] for request in requests] == [
-        [unstamped(as_read(m)) for m in request] for request in expected
+    assert [[plain(m) for m in request] for request in requests] == [
+        [plain(as_read(m)) for m in request] for request in expected
     ]
+    check_each_message_recorded_once(path)
     for request in requests:  # each message has the time it was first seen
         times = [m["value"]["timestamp"] for m in request]
         assert times == sorted(times)
@@ -488,6 +535,31 @@ def timeless(value: Any) -> Any:
     if isinstance(value, list):
         return [timeless(item) for item in value]
     return value
+
+
+def test_a_reply_is_one_message_wherever_it_is_recorded_or_sent(tmp_path: Path) -> None:
+    """A retried call, parallel tool calls and the answer, run and streamed: the model's
+    replies are recorded at their call's end and committed (``message_end``), and the first
+    is sent back to the model; each is one message, its time and usage the same in all
+    three places, and a version-2 file writes it once."""
+
+    async def main(path: Path, streamed: bool) -> None:
+        async with recording(path) as recorder:
+            if not streamed:
+                await recorder.run(scenario(), "add 2 and 3, and look up x")
+                return
+            result = recorder.run_streamed(scenario(), "add 2 and 3, and look up x")
+            async for _ in result.stream_events():
+                pass
+
+    for name, streamed in (("run.jsonl", False), ("streamed.jsonl", True)):
+        asyncio.run(main(tmp_path / name, streamed))
+        check_calls(tmp_path / name)
+        check_each_message_recorded_once(tmp_path / name)
+        check_each_message_once(tmp_path / name)
+        [calls, _] = [e.message for e in events(tmp_path / name, "model_exec_end") if e.message]
+        [*_, sent] = [e.request["messages"] for e in events(tmp_path / name, "model_request") if e.request]
+        assert calls in sent and calls["value"]["usage"]["total_tokens"] == 18
 
 
 def test_a_streamed_run_records_what_a_run_records(tmp_path: Path) -> None:
@@ -700,10 +772,90 @@ def test_a_handoff_to_an_agent_with_its_own_model_is_recorded(tmp_path: Path, gi
     assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == ["model-1", "model-2"]
 
 
-def test_an_agent_tool_the_recorder_cannot_reach_is_a_loud_gap(tmp_path: Path) -> None:
+def asking(name: str, key: str) -> Agent[Any]:
+    """An agent *name* whose model (a ``Model`` object) searches for *key*, then answers."""
+    steps = [
+        ModelStep(output=[call(f"call-{key}", "search", f'{{"q": "{key}"}}')], usage=USAGE),
+        answer(f"{name} found {key}", tokens=7),
+    ]
+    return Agent(name=name, instructions=f"You are {name}.", model=ScriptedModel(steps), tools=[search])
+
+
+def test_two_agent_tools_whose_agents_hold_model_objects_are_recorded_each_in_its_call(
+    tmp_path: Path,
+) -> None:
+    """Two agent tools called at once, each running an agent whose model is a Model object
+    (as a provider's model class, LiteLLM's or OpenAIChatCompletionsModel, is): each agent's
+    model calls, with the requests they made, and its tool call are nested in its tool call,
+    call by call, never in the other's."""
+    path = tmp_path / "chat.jsonl"
+    agents = {"call-1": asking("alpha", "a"), "call-2": asking("beta", "b")}
+    lead = ScriptedModel(
+        [
+            ModelStep(
+                output=[
+                    call("call-1", "ask_alpha", '{"input": "find a"}'),
+                    call("call-2", "ask_beta", '{"input": "find b"}'),
+                ],
+                usage=USAGE,
+            ),
+            answer("both found"),
+        ]
+    )
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            tools = [
+                agent.as_tool(f"ask_{agent.name}", f"Ask {agent.name}.", hooks=recorder)
+                for agent in agents.values()
+            ]
+            return (
+                await recorder.run(Agent(name="lead", model=lead, tools=tools), "find a and b")
+            ).final_output
+
+    assert asyncio.run(main()) == "both found"
+    summary = check_file(path)
+    check_calls(path)
+    assert summary.usage["total_tokens"] == 6 + 2 * (6 + 9) + 5
+    for tool_id, agent in agents.items():
+        key, branch = agent.name[0], f"tool-1-{tool_id}"
+        check_nested(path, tool_id, 6 + 9, tools=(f"call-{key}",))
+        mine = [
+            e for e in session.iter_records(path) if e.data.get("execution", {}).get("parent_id") == branch
+        ]
+        assert [(r.type, r.data["execution"]["id"]) for r in mine if r.type != "model_request"] == [
+            ("model_exec_start", f"{branch}/model-1"),
+            ("model_exec_end", f"{branch}/model-1"),
+            ("model_exec_start", f"{branch}/model-2"),
+            ("model_exec_end", f"{branch}/model-2"),
+        ]
+        requests = [
+            [said(m) for m in r.data["request"]["messages"]] for r in mine if r.type == "model_request"
+        ]
+        prompt = [f"system: You are {agent.name}.", f"user: find {key}"]
+        assert requests == [prompt, [*prompt, "assistant: call search", f"tool: results for {key}"]]
+        assert said(mine[-1].data["message"]) == f"assistant: {agent.name} found {key}"
+        [start] = [e for e in events(path, "tool_exec_start") if e.tool_id == f"call-{key}"]
+        [end] = [e for e in events(path, "tool_exec_end") if e.tool_id == f"call-{key}"]
+        assert start.execution is not None and start.execution.parent_id == f"{branch}/model-1"
+        assert end.execution == start.execution and end.result == f"results for {key}"
+    [*_, last] = [e.request["messages"] for e in events(path, "model_request") if e.request]
+    assert [said(m) for m in last[-2:]] == ["tool: alpha found a", "tool: beta found b"]
+
+
+def test_an_agent_tool_whose_invoker_the_host_wrapped_is_a_loud_gap(tmp_path: Path) -> None:
+    """The recorder makes an agent tool run its copy of the agent (its Model object
+    wrapped) through the invoker ``Agent.as_tool`` made: one the host wrapped in its own
+    function it cannot reach into, and says so."""
     path = tmp_path / "chat.jsonl"
     researcher = Agent(name="researcher", model=ScriptedModel([answer("found it")]))
     research = researcher.as_tool(tool_name="research", tool_description="Research a question.")
+    invoke = research.on_invoke_tool
+
+    async def logged(context: Any, arguments: str) -> Any:
+        return await invoke(context, arguments)
+
+    research.on_invoke_tool = logged
     model = ScriptedModel(
         [ModelStep(output=[call("call-r", "research", '{"input": "why"}')], usage=USAGE), answer("done")]
     )
