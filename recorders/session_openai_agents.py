@@ -1066,7 +1066,7 @@ class SessionRecorder(RunHooks[Any]):
             self._record("model_exec_end", execution=execution, error=error)
             return
         message = _response_message(response)  # one message, wherever it is recorded or sent
-        self._converted.add(_reply_key(message.content), message)
+        self._converted.add(_reply_key(message.content or []), message)
         if nested is None:
             self._reply = message
         self._record("model_exec_end", execution=execution, message=message)

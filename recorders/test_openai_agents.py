@@ -52,6 +52,7 @@ from agents import (
     RunConfig,
     RunContextWrapper,
     Runner,
+    Tool,
     Usage,
     function_tool,
     handoff,
@@ -59,6 +60,7 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.retry import ModelRetryAdvice, ModelRetrySettings
+from agents.run_config import CallModelData, ModelInputData
 from agents.testing.model import ModelCall, ModelStep, ScriptedModel
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -371,6 +373,49 @@ def test_each_message_is_written_once(
     assert [len(requests) for requests in sent_messages.values()] == [4, 3]
     check_converted_once(sent_messages)
     check_both_versions(every_event, tmp_path)
+
+
+def test_a_message_edited_twice_between_calls_is_recorded_as_sent(tmp_path: Path) -> None:
+    """A host's input filter keeps one note and edits it before each model call, replacing
+    its content twice before the second (CPython may give the last value the address of
+    the first, freed): each request holds the note as its call sent it, never an earlier
+    content (messages are known by their content, not by the ids of their values)."""
+    path = tmp_path / "chat.jsonl"
+    card = "card " + " ".join(["4111"] * 4)
+    note = {"role": "user", "content": card}
+    edits = iter([[card], ["draft " + card[:9], "[REDACTED]" + ""]])
+    got: list[Any] = []
+
+    def keep_note(data: CallModelData[Any]) -> ModelInputData:
+        for text in next(edits):
+            note["content"] = text
+        return ModelInputData([*data.model_data.input, note], data.model_data.instructions)
+
+    def respond(step: ModelStep) -> ModelStep:
+        def remember(call: ModelCall) -> ModelStep:
+            got.append(json.loads(json.dumps(call.input[-1])))
+            return step
+
+        return ModelStep.respond(remember)
+
+    steps = [
+        respond(ModelStep(output=[call("call-1", "add", '{"a": 1, "b": 2}')], usage=USAGE)),
+        respond(answer("3")),
+    ]
+    agent = Agent(name="adder", model=ScriptedModel(steps), tools=[add])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await recorder.run(agent, "add 1 and 2", run_config=RunConfig(call_model_input_filter=keep_note))
+
+    asyncio.run(main())
+    sent = [e.request["messages"][-1] for e in events(path, "model_request") if e.request]
+    assert (
+        [said(m) for m in sent]
+        == [f"user: {card}", "user: [REDACTED]"]
+        == [f"user: {g['content']}" for g in got]
+    )
+    assert card not in json.dumps(sent[1])
 
 
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
@@ -805,7 +850,7 @@ def test_two_agent_tools_whose_agents_hold_model_objects_are_recorded_each_in_it
 
     async def main() -> Any:
         async with recording(path) as recorder:
-            tools = [
+            tools: list[Tool] = [
                 agent.as_tool(f"ask_{agent.name}", f"Ask {agent.name}.", hooks=recorder)
                 for agent in agents.values()
             ]
@@ -841,6 +886,7 @@ def test_two_agent_tools_whose_agents_hold_model_objects_are_recorded_each_in_it
         assert end.execution == start.execution and end.result == f"results for {key}"
     [*_, last] = [e.request["messages"] for e in events(path, "model_request") if e.request]
     assert [said(m) for m in last[-2:]] == ["tool: alpha found a", "tool: beta found b"]
+    check_each_message_recorded_once(path)
 
 
 def test_an_agent_tool_whose_invoker_the_host_wrapped_is_a_loud_gap(tmp_path: Path) -> None:
