@@ -30,7 +30,8 @@
 ``recording`` creates the file (or opens it to continue the conversation), begins a run and
 yields a ``SessionRecorder``.  ``recorder.run`` is ``Runner.run`` with the recorder wired in:
 its ``RunHooks`` for turns, tools and committed messages, a model wrapper for every attempt the
-runner's retry machinery makes, and a ``tool_error_formatter`` and copies of the agent's function
+runner's retry machinery makes (the agents it hands off to, and those its agent tools run,
+copied with their models wrapped), and a ``tool_error_formatter`` and copies of the agent's function
 tools that mark failed tool calls (an exception, bad arguments, a timeout, a cancellation).
 ``recorder.run_streamed`` is ``Runner.run_streamed`` recorded alike: the run's end is recorded
 when the result's ``stream_events()`` ends.
@@ -679,11 +680,13 @@ class SessionRecorder(RunHooks[Any]):
     Use ``await recorder.run(agent, input)`` (or ``recorder.run_streamed``); it wires the
     hooks, wraps the ``Model`` object of the agent and of every agent it hands off to, and
     every model the run's provider gives by name, copies their function tools, and ends the
-    run's record, also when it raises.  A model call made inside a tool call (an agent run as
-    a tool) is an execution nested in that call, and so are the tool calls of that agent when
-    its ``as_tool(..., hooks=recorder)`` hands the recorder on; what the recorder cannot reach
-    (an agent tool whose agent holds a ``Model`` object, or whose tool calls it did not see
-    start) is a warning and a ``recording_gap`` event in the call.  With *checkpoint*, the
+    run's record, also when it raises.  An agent tool (``as_tool``) runs a copy of its agent
+    made alike.  A model call made inside a tool call (an agent run as a tool) is an execution
+    nested in that call, and so are the tool calls of that agent when its ``as_tool(...,
+    hooks=recorder)`` hands the recorder on; what the recorder cannot reach (an agent tool
+    whose invoker is not ``as_tool``'s and whose agent holds a ``Model`` object, or whose tool
+    calls it did not see start) is a warning and a ``recording_gap`` event in the call.  A
+    model's reply is one message wherever it is recorded and sent back.  With *checkpoint*, the
     input list is saved at each turn's end.  *source* is the session that ``history`` reads
     the latest checkpoint from.
     """
@@ -1238,8 +1241,9 @@ def _watched(tool: Tool, recorder: SessionRecorder, done: _Done) -> Tool:
 
 def _timed_out(tool: Tool, begun: float) -> ToolTimeoutError | None:
     """The timeout of a call of *tool* begun at *begun* (``time.monotonic``) that ended after
-    its ``timeout`` had passed (a sub-agent's tool, which the recorder does not watch: the SDK
-    gives the model a message in place of the timeout); None when it did not."""
+    its ``timeout`` had passed (a sub-agent's tool the recorder does not watch, of an agent
+    tool it could not make run its copy of the agent: the SDK gives the model a message in
+    place of the timeout); None when it did not."""
     limit = tool.timeout_seconds if isinstance(tool, FunctionTool) else None
     return (
         ToolTimeoutError(tool.name, limit)

@@ -194,6 +194,7 @@ def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
     model.assert_complete()
 
     summary = check_file(path)
+    check_calls(path)
     assert summary.usage == {"input": 34, "output": 9, "cache_read": 0, "cache_write": 0, "total_tokens": 43}
     assert summary.runs[0].end_reason == "stop"
     ends = events(path, "model_exec_end")
@@ -480,6 +481,7 @@ def test_every_way_a_tool_fails_is_an_error(tmp_path: Path) -> None:
         return result.final_output
 
     assert asyncio.run(main()) == "all failed"
+    check_calls(path)
     check_tool_failures(
         path,
         {
@@ -666,6 +668,8 @@ def test_a_streamed_run_that_fails_or_is_closed_early_is_recorded_so(tmp_path: P
 
     asyncio.run(closed_early(tmp_path / "closed.jsonl"))
     check_aborted(tmp_path / "closed.jsonl")
+    check_calls(tmp_path / "failed.jsonl")
+    check_calls(tmp_path / "closed.jsonl")
 
 
 @dataclasses.dataclass
@@ -737,6 +741,7 @@ def test_an_agent_run_as_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> No
     nested = f"{tool.id}/model-"
     assert starts == [("model-1", 1), (nested + "1", 1), (nested + "1", 2), (nested + "2", 1), ("model-2", 1)]
     check_nested(path, "call-r", 12 + 22, tools=("call-s", "call-f", "call-t"))
+    check_calls(path)
     ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
     assert ends["call-s"].result == "results for why"
     assert ends["call-f"].error == {"message": "offline", "type": "ConnectionError"}
@@ -770,6 +775,7 @@ def test_an_agent_tool_of_an_agent_run_as_a_tool_is_nested_two_levels_down(tmp_p
     assert summary.usage["total_tokens"] == 6 + (6 + 11) + (6 + 9) + 5
     check_nested(path, "call-r", 6 + 11, tools=("call-d",))
     check_nested(path, "call-d", 6 + 9, tools=("call-q",))
+    check_calls(path)
     [dig] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-d"]
     assert dig is not None and dig.parent_id.startswith("tool-1-call-r/model-")
     nested = [
