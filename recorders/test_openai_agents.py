@@ -63,6 +63,7 @@ from agents.retry import ModelRetryAdvice, ModelRetrySettings
 from agents.run_config import CallModelData, ModelInputData
 from agents.testing.model import ModelCall, ModelStep, ScriptedModel
 from openai.types.responses import (
+    EasyInputMessageParam,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputRefusal,
@@ -383,8 +384,8 @@ def test_a_message_edited_twice_between_calls_is_recorded_as_sent(tmp_path: Path
     content (messages are known by their content, not by the ids of their values)."""
     path = tmp_path / "chat.jsonl"
     card = "card " + " ".join(["4111"] * 4)
-    note = {"role": "user", "content": card}
-    edits = iter([[card], ["draft " + card[:9], "[REDACTED]" + ""]])
+    note: EasyInputMessageParam = {"role": "user", "content": card}
+    edits = iter([[card], ["draft " + card[:9], "[REDACTED]"]])
     got: list[Any] = []
 
     def keep_note(data: CallModelData[Any]) -> ModelInputData:
