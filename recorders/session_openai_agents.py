@@ -1260,15 +1260,13 @@ def _rebound(invoker: Any, tool: FunctionTool, recorder: SessionRecorder, done: 
     knows it."""
     agent = getattr(tool, "_agent_instance", None)
     run = getattr(invoker, "_invoke_tool_impl", None)
-    code = getattr(run, "__code__", None)
-    if not isinstance(agent, Agent) or not isinstance(run, types.FunctionType) or code is None:
+    if not isinstance(agent, Agent) or not isinstance(run, types.FunctionType):
         return None
-    cells = list(run.__closure__ or ())
-    at = code.co_freevars.index("self") if "self" in code.co_freevars else len(cells)
-    if at == len(cells) or cells[at].cell_contents is not agent:
+    names, cells = run.__code__.co_freevars, list(run.__closure__ or ())
+    if "self" not in names or cells[names.index("self")].cell_contents is not agent:
         return None
-    cells[at] = types.CellType(recorder._wrapped(agent, done))
-    runs = types.FunctionType(code, run.__globals__, run.__name__, run.__defaults__, tuple(cells))
+    cells[names.index("self")] = types.CellType(recorder._wrapped(agent, done))
+    runs = types.FunctionType(run.__code__, run.__globals__, run.__name__, run.__defaults__, tuple(cells))
     runs.__kwdefaults__ = run.__kwdefaults__
     runs.__dict__.update(run.__dict__)
     rebound = copy.copy(invoker)
