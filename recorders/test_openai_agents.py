@@ -59,6 +59,7 @@ from agents import (
     retry_policies,
     set_tracing_disabled,
 )
+from agents.agent import AgentToolStreamEvent
 from agents.retry import ModelRetryAdvice, ModelRetrySettings
 from agents.run_config import CallModelData, ModelInputData
 from agents.testing.model import ModelCall, ModelStep, ScriptedModel
@@ -833,14 +834,20 @@ def asking(name: str, key: str) -> Agent[Any]:
     return Agent(name=name, instructions=f"You are {name}.", model=ScriptedModel(steps), tools=[search])
 
 
+@pytest.mark.parametrize("streamed", [False, True])
 def test_two_agent_tools_whose_agents_hold_model_objects_are_recorded_each_in_its_call(
-    tmp_path: Path,
+    tmp_path: Path, streamed: bool
 ) -> None:
     """Two agent tools called at once, each running an agent whose model is a Model object
-    (as a provider's model class, LiteLLM's or OpenAIChatCompletionsModel, is): each agent's
-    model calls, with the requests they made, and its tool call are nested in its tool call,
-    call by call, never in the other's."""
+    (as a provider's model class, LiteLLM's or OpenAIChatCompletionsModel, is), the agents
+    run or (``on_stream``) streamed: each agent's model calls, with the requests they made,
+    and its tool call are nested in its tool call, call by call, never in the other's."""
     path = tmp_path / "chat.jsonl"
+    kinds: Counter[str] = Counter()
+
+    def watch(event: AgentToolStreamEvent) -> None:
+        kinds[event["event"].type] += 1
+
     agents = {"call-1": asking("alpha", "a"), "call-2": asking("beta", "b")}
     lead = ScriptedModel(
         [
@@ -858,7 +865,12 @@ def test_two_agent_tools_whose_agents_hold_model_objects_are_recorded_each_in_it
     async def main() -> Any:
         async with recording(path) as recorder:
             tools: list[Tool] = [
-                agent.as_tool(f"ask_{agent.name}", f"Ask {agent.name}.", hooks=recorder)
+                agent.as_tool(
+                    f"ask_{agent.name}",
+                    f"Ask {agent.name}.",
+                    hooks=recorder,
+                    on_stream=watch if streamed else None,
+                )
                 for agent in agents.values()
             ]
             return (
@@ -866,6 +878,7 @@ def test_two_agent_tools_whose_agents_hold_model_objects_are_recorded_each_in_it
             ).final_output
 
     assert asyncio.run(main()) == "both found"
+    assert (kinds["raw_response_event"] > 0) == streamed, kinds
     summary = check_file(path)
     check_calls(path)
     assert summary.usage["total_tokens"] == 6 + 2 * (6 + 9) + 5
