@@ -777,13 +777,19 @@ class SessionRecorder(RunHooks[Any]):
         if self._started:
             raise RuntimeError("a SessionRecorder records one run: give each run its own recording()")
         self._started = True
-        config = run_config or RunConfig()
-        config = dataclasses.replace(
+        return self._wrapped(agent, {}), self._configured(run_config or RunConfig())
+
+    def _configured(self, config: RunConfig) -> RunConfig:
+        """A copy of a run's *config* with the recorder wired in: its ``Model`` object (the
+        model of all the run's agents) and every model its provider gives wrapped, and the
+        failed tool calls noted."""
+        model = _RecordingModel(config.model, self) if isinstance(config.model, Model) else config.model
+        return dataclasses.replace(
             config,
+            model=model,
             model_provider=_RecordingProvider(config.model_provider, self),
             tool_error_formatter=_ErrorMarker(config.tool_error_formatter, self._failures),
         )
-        return self._wrapped(agent, {}), config
 
     def _wrapped(self, agent: Agent[Any], done: _Done) -> Agent[Any]:
         """A copy of *agent*, its ``Model`` object wrapped, its function tools watched (an
@@ -1254,19 +1260,26 @@ def _timed_out(tool: Tool, begun: float) -> ToolTimeoutError | None:
 
 def _rebound(invoker: Any, tool: FunctionTool, recorder: SessionRecorder, done: _Done) -> Any:
     """*invoker*, the invoker of an agent tool (of ``Agent.as_tool``), made to run the copy of
-    its agent that *recorder* makes (``_wrapped``) in place of the agent: the SDK's invoker
-    runs the agent its function's closure holds (as ``self``), in a run the recorder does not
-    start.  None when *tool* runs no agent, or its invoker is not the SDK's as this recorder
-    knows it."""
+    its agent that *recorder* makes (``_wrapped``) in place of the agent, with the run config
+    given to ``as_tool``, if any, wired alike (``_configured``): the SDK's invoker runs the
+    agent its function's closure holds (as ``self``), in a run the recorder does not start.
+    None when *tool* runs no agent, or its invoker is not the SDK's as this recorder knows it."""
     agent = getattr(tool, "_agent_instance", None)
     run = getattr(invoker, "_invoke_tool_impl", None)
     if not isinstance(agent, Agent) or not isinstance(run, types.FunctionType):
         return None
-    names, cells = run.__code__.co_freevars, list(run.__closure__ or ())
-    if "self" not in names or cells[names.index("self")].cell_contents is not agent:
+    names, cells = run.__code__.co_freevars, run.__closure__ or ()
+    held: dict[str, Any] = {
+        name: cell.cell_contents for name, cell in zip(names, cells) if name in ("self", "run_config")
+    }
+    if "self" not in held or held["self"] is not agent:
         return None
-    cells[names.index("self")] = types.CellType(recorder._wrapped(agent, done))
-    runs = types.FunctionType(run.__code__, run.__globals__, run.__name__, run.__defaults__, tuple(cells))
+    held["self"] = recorder._wrapped(agent, done)
+    config = held.get("run_config")
+    if isinstance(config, RunConfig):
+        held["run_config"] = recorder._configured(config)
+    cells = tuple(types.CellType(held[name]) if name in held else cell for name, cell in zip(names, cells))
+    runs = types.FunctionType(run.__code__, run.__globals__, run.__name__, run.__defaults__, cells)
     runs.__kwdefaults__ = run.__kwdefaults__
     runs.__dict__.update(run.__dict__)
     rebound = copy.copy(invoker)

@@ -909,6 +909,40 @@ def test_two_agent_tools_whose_agents_hold_model_objects_are_recorded_each_in_it
     check_each_message_recorded_once(path)
 
 
+@pytest.mark.parametrize("given", ["the run", "an agent tool"])
+def test_a_model_object_a_run_config_gives_is_recorded(tmp_path: Path, given: str) -> None:
+    """A ``RunConfig(model=...)`` holding a Model object is the model of every agent of its
+    run: given to ``recorder.run``, or to ``as_tool`` for the agent tool's run, its calls are
+    recorded (nested in the tool call for the agent tool's)."""
+    path = tmp_path / "chat.jsonl"
+    helper = asking("helper", "h")
+    assert isinstance(helper.model, Model)
+    config = RunConfig(model=helper.model)  # the agent's own model is not the one called
+    helper.model = "never used"
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            if given == "the run":
+                return (await recorder.run(helper, "find h", run_config=config)).final_output
+            tool = helper.as_tool("ask_helper", "Ask helper.", hooks=recorder, run_config=config)
+            model = ScriptedModel(
+                [
+                    ModelStep(output=[call("call-1", "ask_helper", '{"input": "find h"}')], usage=USAGE),
+                    answer("ok"),
+                ]
+            )
+            return (await recorder.run(Agent(name="lead", model=model, tools=[tool]), "go")).final_output
+
+    assert asyncio.run(main()) == ("helper found h" if given == "the run" else "ok")
+    summary = check_file(path)
+    check_calls(path)
+    if given == "the run":
+        assert summary.usage["total_tokens"] == 6 + 9
+        assert [e.tool_id for e in events(path, "tool_exec_end")] == ["call-h"]
+    else:
+        check_nested(path, "call-1", 6 + 9, tools=("call-h",))
+
+
 def test_an_agent_tool_whose_invoker_the_host_wrapped_is_a_loud_gap(tmp_path: Path) -> None:
     """The recorder makes an agent tool run its copy of the agent (its Model object
     wrapped) through the invoker ``Agent.as_tool`` made: one the host wrapped in its own
