@@ -678,17 +678,17 @@ class SessionRecorder(RunHooks[Any]):
     """Run hooks that record one ``Runner.run`` into *run* (a ``session.Run``).
 
     Use ``await recorder.run(agent, input)`` (or ``recorder.run_streamed``); it wires the
-    hooks, wraps the ``Model`` object of the agent and of every agent it hands off to, and
-    every model the run's provider gives by name, copies their function tools, and ends the
-    run's record, also when it raises.  An agent tool (``as_tool``) runs a copy of its agent
-    made alike.  A model call made inside a tool call (an agent run as a tool) is an execution
-    nested in that call, and so are the tool calls of that agent when its ``as_tool(...,
-    hooks=recorder)`` hands the recorder on; what the recorder cannot reach (an agent tool
-    whose invoker is not ``as_tool``'s and whose agent holds a ``Model`` object, or whose tool
-    calls it did not see start) is a warning and a ``recording_gap`` event in the call.  A
-    model's reply is one message wherever it is recorded and sent back.  With *checkpoint*, the
-    input list is saved at each turn's end.  *source* is the session that ``history`` reads
-    the latest checkpoint from.
+    hooks, wraps the ``Model`` object of the agent, of every agent it hands off to and of the
+    run config, and every model the run's provider gives by name, copies their function tools,
+    and ends the run's record, also when it raises.  An agent tool (``as_tool``) runs a copy
+    of its agent made alike.  A model call made inside a tool call (an agent run as a tool) is
+    an execution nested in that call, and so are the tool calls of that agent when its
+    ``as_tool(..., hooks=recorder)`` hands the recorder on; what the recorder cannot reach (an
+    agent tool whose invoker is not ``as_tool``'s and whose agent holds a ``Model`` object, or
+    whose tool calls it did not see start) is a warning and a ``recording_gap`` event in the
+    call.  A model's reply is one message wherever it is recorded and sent back.  With
+    *checkpoint*, the input list is saved at each turn's end.  *source* is the session that
+    ``history`` reads the latest checkpoint from.
     """
 
     def __init__(
