@@ -30,7 +30,8 @@
 ``recording`` creates the file (or opens it to continue the conversation), begins a run and
 yields a ``SessionRecorder``.  ``recorder.run`` is ``Runner.run`` with the recorder wired in:
 its ``RunHooks`` for turns, tools and committed messages, a model wrapper for every attempt the
-runner's retry machinery makes, and a ``tool_error_formatter`` and copies of the agent's function
+runner's retry machinery makes (the agents it hands off to, and those its agent tools run,
+copied with their models wrapped), and a ``tool_error_formatter`` and copies of the agent's function
 tools that mark failed tool calls (an exception, bad arguments, a timeout, a cancellation).
 ``recorder.run_streamed`` is ``Runner.run_streamed`` recorded alike: the run's end is recorded
 when the result's ``stream_events()`` ends.
@@ -53,6 +54,7 @@ import json
 import os
 import threading
 import time
+import types
 import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -354,31 +356,21 @@ def _content_key(value: Any) -> str:
     return hashlib.sha256(_json_text(value)).hexdigest()
 
 
-def _fields(value: Any) -> tuple[int, ...]:
-    """The identities of the values of *value*'s fields (or items): changed when one of them
-    is given a new value."""
-    fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
-    return tuple(map(id, fields.values()))
-
-
 class _Converted(Generic[_T]):
     """The conversation's messages as this recorder converted them the first time it saw
-    them (one per recorder).  A framework message sent again, the same object or one whose
-    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
-    is neither converted again nor, in a version-2 file, written or encoded again (the writer
-    knows a ``session.Message`` of the request before by the object).  Of equal messages in
-    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
-    fields was given a new value since is looked up by its content again (a value changed in
-    place, a list appended to, is not seen: replace it).  It keeps each distinct message
-    converted, and the framework's object, so that its id is not reused."""
+    them (one per recorder), by their content (*key*): a framework message sent again (the
+    SDK sends a copy made anew for every call) comes back as the same converted object,
+    timestamp and all: it is neither converted again nor, in a version-2 file, written or
+    encoded again (the writer knows a ``session.Message`` of the request before by the
+    object).  Of equal messages in one request, the n-th is the n-th seen: two alike stay
+    two.  A model's reply is noted (``add``) as what its items convert to when sent back.
+    Nothing is looked up by an object's ``id()``: an edited message is one of new content."""
 
     def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
         self._key = key
         self._convert = convert
-        # id -> (the object, its fields' identities, its key, converted)
-        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
         self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
-        self._lock = threading.Lock()  # the recorder's writer converts too
+        self._lock = threading.Lock()  # the recorder's writer converts, the event loop adds
 
     def all(self, sources: Sequence[Any]) -> list[_T]:
         """Each of *sources*, one request's messages in order, as first converted."""
@@ -386,51 +378,41 @@ class _Converted(Generic[_T]):
             counts: dict[str, int] = {}
             out: list[_T] = []
             for source in sources:
-                hit = self._objects.get(id(source))
-                known = hit is not None and hit[0] is source
-                if hit is not None and known and hit[1] == _fields(source):
-                    counts[hit[2]] = counts.get(hit[2], 0) + 1
-                    out.append(hit[3])
-                    continue
                 key = self._key(source)
                 nth = counts.get(key, 0)
                 counts[key] = nth + 1
                 seen = self._contents.setdefault(key, [])
-                fresh = nth >= len(seen)
-                if fresh:
+                if nth >= len(seen):
                     seen.append(self._convert(source))
-                converted = seen[-1] if fresh else seen[nth]
-                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                    self._objects[id(source)] = (source, _fields(source), key, converted)
-                out.append(converted)
+                out.append(seen[nth])
             return out
 
-    def add(self, source: Any, converted: _T) -> None:
-        """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
+    def add(self, key: str, converted: _T) -> None:
+        """Note *converted* as what a message of content *key* converts to (a model's reply,
+        as recorded, before it is sent back)."""
         with self._lock:
-            key = self._key(source)
             self._contents.setdefault(key, []).append(converted)
-            self._objects[id(source)] = (source, _fields(source), key, converted)
 
 
 _CODEC = session.JSONCodec()
 
 
 class _Recalled:
-    """When the messages of a resumed conversation were first recorded: those of the latest
-    model request before the checkpoint its history comes from, by their content.  A history
+    """How the messages of a resumed conversation were first recorded: those the latest model
+    request before the checkpoint its history comes from sent, and those recorded after it
+    (the replies and tool results the next request sends), by their content.  A history
     message converted anew (this framework's messages carry no time of their own) takes the
-    time it was recorded with, so that a version-2 file refers to the record it holds rather
-    than writing the message again."""
+    time, and a reply its usage, it was recorded with: it is the message recorded, which a
+    version-2 file refers to rather than writing it again, and a reader knows as one."""
 
     def __init__(self) -> None:
-        self._times: dict[str, deque[datetime | None]] = {}
+        self._recorded: dict[str, deque[session.Message]] = {}
         self._left = 0
 
     def load(self, path: str, before: int) -> None:
         """Learn the messages of the latest model request before the record *before* of the
-        session file at *path* (it reads the file: call it in a worker thread); a file that
-        cannot be read teaches nothing."""
+        session file at *path*, and those recorded after it (it reads the file: call it in a
+        worker thread); a file that cannot be read teaches nothing."""
         try:
             sent = _sent_before(path, before)
         except (OSError, ValueError, session.SessionError):
@@ -439,29 +421,35 @@ class _Recalled:
             with contextlib.suppress(session.CodecError, TypeError, ValueError):
                 message = _CODEC.decode(value)
                 if isinstance(message, session.Message):
-                    self._times.setdefault(_unstamped(value), deque()).append(message.timestamp)
+                    self._recorded.setdefault(_unstamped(value), deque()).append(message)
                     self._left += 1
 
     def stamp(self, message: session.Message) -> session.Message:
-        """*message*, given the time it was recorded with if it is one of those learnt."""
+        """*message*, given the time and usage it was recorded with if it is one of those
+        learnt."""
         if self._left:
             with contextlib.suppress(session.CodecError, TypeError, ValueError):
-                times = self._times.get(_unstamped(_CODEC.encode(message)))
-                if times:
-                    message.timestamp = times.popleft()
+                recorded = self._recorded.get(_unstamped(_CODEC.encode(message)))
+                if recorded:
+                    first = recorded.popleft()
+                    message.timestamp, message.usage = first.timestamp, first.usage
                     self._left -= 1
         return message
 
 
 def _sent_before(path: str, before: int) -> list[Any]:
     """The messages, as read back, of the latest model request before the record *before* of
-    the session file at *path*; an empty list when there is none."""
+    the session file at *path*, then those of the ``message_end`` records after it; an empty
+    list when there is no request."""
     latest: session.Record | None = None
+    after: list[Any] = []
     for record in session.iter_records(path, resolve=False):
         if record.seq >= before:
             break
         if record.type == "model_request":
-            latest = record
+            latest, after = record, []
+        elif record.type == "message_end" and "message" in record.data:
+            after.append(record.data["message"])
     ref = latest.ref if latest is not None else None
     if latest is None or ref is None:
         return []
@@ -469,15 +457,17 @@ def _sent_before(path: str, before: int) -> list[Any]:
         request = record.data.get("request")
         if record.seq == latest.seq and isinstance(request, dict):
             messages = request.get("messages")
-            return messages if isinstance(messages, list) else []
-    return []
+            return [*messages, *after] if isinstance(messages, list) else after
+    return after
 
 
 def _unstamped(value: Any) -> str:
-    """A message's codec value as text without its timestamp: raw JSON parsed, keys sorted."""
+    """A message's codec value as text without its timestamp and usage: raw JSON parsed, keys
+    sorted."""
     inner = value.get("value") if isinstance(value, dict) else None
     if isinstance(inner, dict):
-        value = {**value, "value": {key: item for key, item in inner.items() if key != "timestamp"}}
+        kept = {key: item for key, item in inner.items() if key not in ("timestamp", "usage")}
+        value = {**value, "value": kept}
     return json.dumps(value, sort_keys=True, default=_parsed)
 
 
@@ -523,14 +513,32 @@ def _units(items: Sequence[Any]) -> list[tuple[int, Any]]:
 
 def _unit_message(unit: Any, usage: session.Usage | None, now: datetime) -> session.Message:
     if isinstance(unit, tuple):
-        return _assistant([block for item in unit for block in _assistant_blocks(item)], usage, now)
+        return _assistant(_unit_blocks(unit), usage, now)
     return _input_message(unit, now)
+
+
+def _unit_key(unit: Any) -> str:
+    """The content of a unit of ``_units``: a run of model-produced items as the blocks of
+    its message (a reply sent back, as the SDK's input items, leaves out the fields that
+    the response's items hold unset), any other item as its JSON."""
+    if isinstance(unit, tuple):
+        return _reply_key(_unit_blocks(unit))
+    return _content_key(["item", unit])
+
+
+def _reply_key(blocks: list[session.ContentBlock]) -> str:
+    """The content of an assistant message of *blocks*, its usage and time aside."""
+    return _content_key(["reply", blocks])
+
+
+def _unit_blocks(unit: tuple[Any, ...]) -> list[session.ContentBlock]:
+    return [block for item in unit for block in _assistant_blocks(item)]
 
 
 def _response_message(response: ModelResponse | Response) -> session.Message:
     """A model's response (or a streamed one's completed response) as one assistant message,
     with the response's usage."""
-    blocks = [block for item in response.output for block in _assistant_blocks(to_json(item))]
+    blocks = _unit_blocks(tuple(to_json(item) for item in response.output))
     usage = None if response.usage is None else _usage(response.usage)
     return _assistant(blocks, usage, datetime.now(timezone.utc))
 
@@ -661,19 +669,26 @@ class _Nested:
     started: int = 0  # and those that started (hooks=recorder handed on to their run)
 
 
+# the agents a recorder copied for a run: by the original's id, the original (kept alive, so
+# that its id is no other agent's) and its copy
+_Done = dict[int, tuple[Agent[Any], Agent[Any]]]
+
+
 class SessionRecorder(RunHooks[Any]):
     """Run hooks that record one ``Runner.run`` into *run* (a ``session.Run``).
 
     Use ``await recorder.run(agent, input)`` (or ``recorder.run_streamed``); it wires the
-    hooks, wraps the ``Model`` object of the agent and of every agent it hands off to, and
-    every model the run's provider gives by name, copies their function tools, and ends the
-    run's record, also when it raises.  A model call made inside a tool call (an agent run as
-    a tool) is an execution nested in that call, and so are the tool calls of that agent when
-    its ``as_tool(..., hooks=recorder)`` hands the recorder on; what the recorder cannot reach
-    (an agent tool whose agent holds a ``Model`` object, or whose tool calls it did not see
-    start) is a warning and a ``recording_gap`` event in the call.  With *checkpoint*, the
-    input list is saved at each turn's end.  *source* is the session that ``history`` reads
-    the latest checkpoint from.
+    hooks, wraps the ``Model`` object of the agent, of every agent it hands off to and of the
+    run config, and every model the run's provider gives by name, copies their function tools,
+    and ends the run's record, also when it raises.  An agent tool (``as_tool``) runs a copy
+    of its agent made alike.  A model call made inside a tool call (an agent run as a tool) is
+    an execution nested in that call, and so are the tool calls of that agent when its
+    ``as_tool(..., hooks=recorder)`` hands the recorder on; what the recorder cannot reach (an
+    agent tool whose invoker is not ``as_tool``'s and whose agent holds a ``Model`` object, or
+    whose tool calls it did not see start) is a warning and a ``recording_gap`` event in the
+    call.  A model's reply is one message wherever it is recorded and sent back.  With
+    *checkpoint*, the input list is saved at each turn's end.  *source* is the session that
+    ``history`` reads the latest checkpoint from.
     """
 
     def __init__(
@@ -690,6 +705,7 @@ class SessionRecorder(RunHooks[Any]):
         self._in_turn = False
         self._attempt = 0
         self._model: session.Execution | None = None
+        self._reply: session.Message | None = None  # its reply, as recorded: on_llm_end commits it
         self._last_error: BaseException | None = None
         self._tools: dict[str, tuple[session.Execution, str]] = {}  # tool calls running, by call id
         self._finished: dict[str, session.Execution] = {}  # and those that ended
@@ -703,7 +719,7 @@ class SessionRecorder(RunHooks[Any]):
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
-        self._converted = _Converted(_content_key, self._first_seen)
+        self._converted = _Converted(_unit_key, self._first_seen)
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         self._writer = _Writer(run, threaded=False)  # recording() gives it one with a thread of its own
@@ -761,26 +777,35 @@ class SessionRecorder(RunHooks[Any]):
         if self._started:
             raise RuntimeError("a SessionRecorder records one run: give each run its own recording()")
         self._started = True
-        config = run_config or RunConfig()
-        config = dataclasses.replace(
+        return self._wrapped(agent, {}), self._configured(run_config or RunConfig())
+
+    def _configured(self, config: RunConfig) -> RunConfig:
+        """A copy of a run's *config* with the recorder wired in: its ``Model`` object (the
+        model of all the run's agents) and every model its provider gives wrapped, and the
+        failed tool calls noted."""
+        model = _RecordingModel(config.model, self) if isinstance(config.model, Model) else config.model
+        return dataclasses.replace(
             config,
+            model=model,
             model_provider=_RecordingProvider(config.model_provider, self),
             tool_error_formatter=_ErrorMarker(config.tool_error_formatter, self._failures),
         )
-        return self._wrapped(agent, {}), config
 
-    def _wrapped(self, agent: Agent[Any], done: dict[int, Agent[Any]]) -> Agent[Any]:
-        """A copy of *agent*, its ``Model`` object wrapped, its function tools watched, and the
-        agents it hands off to copied alike (each once, in *done*, by the original's id)."""
-        if id(agent) in done:
-            return done[id(agent)]
+    def _wrapped(self, agent: Agent[Any], done: _Done) -> Agent[Any]:
+        """A copy of *agent*, its ``Model`` object wrapped, its function tools watched (an
+        agent tool made to run a copy of its agent made alike), and the agents it hands off
+        to copied alike (each once, in *done*)."""
+        wrapped = done.get(id(agent))
+        if wrapped is not None:
+            return wrapped[1]
         model = _RecordingModel(agent.model, self) if isinstance(agent.model, Model) else agent.model
-        copied = agent.clone(model=model, tools=[_watched(tool, self) for tool in agent.tools])
-        done[id(agent)] = copied
+        copied = agent.clone(model=model)
+        done[id(agent)] = (agent, copied)
+        copied.tools = [_watched(tool, self, done) for tool in agent.tools]
         copied.handoffs = [self._handed_to(to, done) for to in agent.handoffs]
         return copied
 
-    def _handed_to(self, to: Agent[Any] | Handoff[Any, Any], done: dict[int, Agent[Any]]) -> Any:
+    def _handed_to(self, to: Agent[Any] | Handoff[Any, Any], done: _Done) -> Any:
         """A handoff of an agent being wrapped: an agent wrapped alike, a ``Handoff`` (of
         ``handoff(...)``) copied to hand on to the agent it gives, wrapped alike."""
         if isinstance(to, Agent):
@@ -860,7 +885,8 @@ class SessionRecorder(RunHooks[Any]):
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
         if self._caller() is None:
-            self._record("message_end", execution=self._model, message=_response_message(response))
+            message, self._reply = self._reply or _response_message(response), None
+            self._record("message_end", execution=self._model, message=message)
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool) -> None:
         if not isinstance(context, ToolContext):
@@ -1048,7 +1074,11 @@ class SessionRecorder(RunHooks[Any]):
         if response is None:
             self._record("model_exec_end", execution=execution, error=error)
             return
-        self._record("model_exec_end", execution=execution, message=_response_message(response))
+        message = _response_message(response)  # one message, wherever it is recorded or sent
+        self._converted.add(_reply_key(message.content or []), message)
+        if nested is None:
+            self._reply = message
+        self._record("model_exec_end", execution=execution, message=message)
 
 
 @contextlib.asynccontextmanager
@@ -1194,17 +1224,21 @@ class _ErrorMarker:
         return await message if asyncio.iscoroutine(message) else message
 
 
-def _watched(tool: Tool, recorder: SessionRecorder) -> Tool:
+def _watched(tool: Tool, recorder: SessionRecorder, done: _Done) -> Tool:
     """A copy of a function *tool* that notes in *failures* each call that fails in a way the
     SDK turns into a message for the model rather than an error: a timeout or cancellation
     (the invoker is cancelled), and an exception its own ``failure_error_function`` formats
     (the SDK's default one tells the ``tool_error_formatter``).  What the tool does and what
     the model is told are unchanged.  Model calls made while it runs (an agent run as a tool)
-    are recorded as nested in its call."""
+    are recorded as nested in its call; an agent tool runs its agent's copy (``_wrapped``,
+    *done*: the agents copied already), so that a ``Model`` object of the agent records."""
     if not isinstance(tool, FunctionTool):
         return tool
     watched = copy.copy(tool)  # the SDK's own copy: the invoker is bound to the copy
-    watched.on_invoke_tool = _Invoker(watched.on_invoke_tool, tool, recorder)
+    rebound = _rebound(watched.on_invoke_tool, tool, recorder, done)
+    invoker = watched.on_invoke_tool if rebound is None else rebound
+    why = _unreachable(tool) if rebound is None else ""
+    watched.on_invoke_tool = _Invoker(invoker, tool, recorder, why)
     formatter = resolve_function_tool_failure_error_function(tool)
     if formatter is not None and formatter is not default_tool_error_function:
         set_function_tool_failure_error_function(watched, _FailureNoter(formatter, recorder._failures))
@@ -1213,8 +1247,9 @@ def _watched(tool: Tool, recorder: SessionRecorder) -> Tool:
 
 def _timed_out(tool: Tool, begun: float) -> ToolTimeoutError | None:
     """The timeout of a call of *tool* begun at *begun* (``time.monotonic``) that ended after
-    its ``timeout`` had passed (a sub-agent's tool, which the recorder does not watch: the SDK
-    gives the model a message in place of the timeout); None when it did not."""
+    its ``timeout`` had passed (a sub-agent's tool the recorder does not watch, of an agent
+    tool it could not make run its copy of the agent: the SDK gives the model a message in
+    place of the timeout); None when it did not."""
     limit = tool.timeout_seconds if isinstance(tool, FunctionTool) else None
     return (
         ToolTimeoutError(tool.name, limit)
@@ -1223,15 +1258,46 @@ def _timed_out(tool: Tool, begun: float) -> ToolTimeoutError | None:
     )
 
 
+def _rebound(invoker: Any, tool: FunctionTool, recorder: SessionRecorder, done: _Done) -> Any:
+    """*invoker*, the invoker of an agent tool (of ``Agent.as_tool``), made to run the copy of
+    its agent that *recorder* makes (``_wrapped``) in place of the agent, with the run config
+    given to ``as_tool``, if any, wired alike (``_configured``): the SDK's invoker runs the
+    agent its function's closure holds (as ``self``), in a run the recorder does not start.
+    None when *tool* runs no agent, or its invoker is not the SDK's as this recorder knows it."""
+    agent = getattr(tool, "_agent_instance", None)
+    run = getattr(invoker, "_invoke_tool_impl", None)
+    if not isinstance(agent, Agent) or not isinstance(run, types.FunctionType):
+        return None
+    names, cells = run.__code__.co_freevars, run.__closure__ or ()
+    held: dict[str, Any] = {
+        name: cell.cell_contents for name, cell in zip(names, cells) if name in ("self", "run_config")
+    }
+    if "self" not in held or held["self"] is not agent:
+        return None
+    held["self"] = recorder._wrapped(agent, done)
+    config = held.get("run_config")
+    if isinstance(config, RunConfig):
+        held["run_config"] = recorder._configured(config)
+    cells = tuple(types.CellType(held[name]) if name in held else cell for name, cell in zip(names, cells))
+    runs = types.FunctionType(run.__code__, run.__globals__, run.__name__, run.__defaults__, cells)
+    runs.__kwdefaults__ = run.__kwdefaults__
+    runs.__dict__.update(run.__dict__)
+    rebound = copy.copy(invoker)
+    rebound._invoke_tool_impl = runs
+    return rebound
+
+
 def _unreachable(tool: FunctionTool) -> str:
     """Why the model calls of the agent that *tool* runs (an agent as a tool) cannot be
-    recorded; "" when they can (or it runs no agent)."""
+    recorded, its invoker not made to run the agent's copy (``_rebound``); "" when they can
+    (or it runs no agent)."""
     agent = getattr(tool, "_agent_instance", None)
     if isinstance(agent, Agent) and isinstance(agent.model, Model):
         return (
             f"the agent tool {tool.name!r} runs agent {agent.name!r}, whose model is a Model object"
-            " the recorder cannot wrap: its model calls are not recorded (give that agent a model"
-            " name and the RunConfig a model_provider to have them recorded)"
+            " the recorder cannot wrap (the tool's invoker is not Agent.as_tool's as the recorder"
+            " knows it): its model calls are not recorded (give that agent a model name and the"
+            " RunConfig a model_provider to have them recorded)"
         )
     return ""
 
@@ -1257,7 +1323,7 @@ class _HandingOn:
 
     invoke: Callable[[RunContextWrapper[Any], str], Awaitable[Agent[Any]]]
     recorder: SessionRecorder
-    done: dict[int, Agent[Any]]
+    done: _Done
 
     async def __call__(self, context: RunContextWrapper[Any], arguments: str) -> Agent[Any]:
         return self.recorder._wrapped(await self.invoke(context, arguments), self.done)
@@ -1274,19 +1340,21 @@ _CALLER: contextvars.ContextVar[tuple[SessionRecorder, session.Execution] | None
 class _Invoker:
     """A function tool's invoker that notes a cancelled call: a timeout when the tool's
     ``timeout`` had passed since the call started (*begun*, noted before the SDK starts its
-    clock), a cancellation otherwise.  Anything else asked of it (argument preparation,
-    markers) goes to the invoker."""
+    clock), a cancellation otherwise; a call whose work the recorder cannot reach has a
+    ``recording_gap`` saying why (*unreachable*, "" when none).  Anything else asked of it
+    (argument preparation, markers) goes to the invoker."""
 
     invoke: Any
     tool: FunctionTool
     recorder: SessionRecorder
+    unreachable: str
 
     async def __call__(self, context: ToolContext[Any], arguments: str) -> Any:
         recorder = self.recorder
         started = recorder._begun.get(context.tool_call_id, time.monotonic())
         running = recorder._tools.get(context.tool_call_id)
         if running is not None:
-            recorder._gap(running[0], _unreachable(self.tool))
+            recorder._gap(running[0], self.unreachable)
         token = _CALLER.set(None if running is None else (recorder, running[0]))
         try:
             return await self.invoke(context, arguments)

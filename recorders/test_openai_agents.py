@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import json
 from collections import Counter
 from collections.abc import AsyncGenerator
 from datetime import datetime
@@ -51,15 +52,19 @@ from agents import (
     RunConfig,
     RunContextWrapper,
     Runner,
+    Tool,
     Usage,
     function_tool,
     handoff,
     retry_policies,
     set_tracing_disabled,
 )
+from agents.agent import AgentToolStreamEvent
 from agents.retry import ModelRetryAdvice, ModelRetrySettings
+from agents.run_config import CallModelData, ModelInputData
 from agents.testing.model import ModelCall, ModelStep, ScriptedModel
 from openai.types.responses import (
+    EasyInputMessageParam,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputRefusal,
@@ -118,6 +123,51 @@ USAGE = Usage(requests=1, input_tokens=5, output_tokens=1, total_tokens=6)
 RETRY = ModelSettings(retry=ModelRetrySettings(max_retries=2, policy=retry_policies.provider_suggested()))
 
 
+def check_calls(path: Path) -> None:
+    """Every model call attempt and tool call of the file ends once, after its start."""
+    started: set[tuple[Any, ...]] = set()
+    ended: set[tuple[Any, ...]] = set()
+    for r in session.iter_records(path):
+        execution = r.data.get("execution") or {}
+        key = (r.run_id, execution.get("id"), execution.get("attempt"))
+        if r.type in ("model_exec_start", "tool_exec_start"):
+            assert key not in started, r
+            started.add(key)
+        elif r.type in ("model_exec_end", "tool_exec_end"):
+            assert key in started and key not in ended, r
+            ended.add(key)
+    assert started == ended
+
+
+def said(message: dict[str, Any]) -> str:
+    """A message as read back, as ``role: text`` (a tool call as ``call NAME``)."""
+    value = message["value"]
+    parts = [
+        block["text"] if block["type"] == "text" else f"call {block['tool_call']['name']}"
+        for block in value["content"]
+    ]
+    return f"{value['role']}: {' '.join(parts)}"
+
+
+def plain(message: Any) -> Any:
+    """A message as read back, without its timestamp and usage."""
+    value = unstamped(message)
+    return {**value, "value": {k: v for k, v in value["value"].items() if k != "usage"}}
+
+
+def check_each_message_recorded_once(path: Path) -> None:
+    """The messages a file holds (committed, replies of model calls, and those requests sent)
+    of a conversation in which no two messages say the same: none of them differs from
+    another only in its time or usage.  A reply is one message wherever it is recorded (its
+    model call's end, its ``message_end``) and sent back, in this run and in the next run of
+    the conversation."""
+    records = list(session.iter_records(path))
+    held = [r.data["message"] for r in records if "message" in r.data and r.type != "message"]
+    held += [m for r in records if r.type == "model_request" for m in r.data["request"]["messages"]]
+    stamped = {json.dumps(m, sort_keys=True) for m in held}
+    assert len(stamped) == len({json.dumps(plain(m), sort_keys=True) for m in held}), held
+
+
 def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     model = ScriptedModel(
@@ -146,6 +196,7 @@ def test_retry_parallel_tools_and_usage(tmp_path: Path) -> None:
     model.assert_complete()
 
     summary = check_file(path)
+    check_calls(path)
     assert summary.usage == {"input": 34, "output": 9, "cache_read": 0, "cache_write": 0, "total_tokens": 43}
     assert summary.runs[0].end_reason == "stop"
     ends = events(path, "model_exec_end")
@@ -313,9 +364,10 @@ def test_each_message_is_written_once(
         [session.Message("system", [session.text_block(str(c.system_instructions))]), *to_messages(c.input)]
         for c in calls
     ]
-    assert [[unstamped(m) for m in request] for request in requests] == [
-        [unstamped(as_read(m)) for m in request] for request in expected
+    assert [[plain(m) for m in request] for request in requests] == [
+        [plain(as_read(m)) for m in request] for request in expected
     ]
+    check_each_message_recorded_once(path)
     for request in requests:  # each message has the time it was first seen
         times = [m["value"]["timestamp"] for m in request]
         assert times == sorted(times)
@@ -324,6 +376,49 @@ def test_each_message_is_written_once(
     assert [len(requests) for requests in sent_messages.values()] == [4, 3]
     check_converted_once(sent_messages)
     check_both_versions(every_event, tmp_path)
+
+
+def test_a_message_edited_twice_between_calls_is_recorded_as_sent(tmp_path: Path) -> None:
+    """A host's input filter keeps one note and edits it before each model call, replacing
+    its content twice before the second (CPython may give the last value the address of
+    the first, freed): each request holds the note as its call sent it, never an earlier
+    content (messages are known by their content, not by the ids of their values)."""
+    path = tmp_path / "chat.jsonl"
+    card = "card " + " ".join(["4111"] * 4)
+    note: EasyInputMessageParam = {"role": "user", "content": card}
+    edits = iter([[card], ["draft " + card[:9], "[REDACTED]"]])
+    got: list[Any] = []
+
+    def keep_note(data: CallModelData[Any]) -> ModelInputData:
+        for text in next(edits):
+            note["content"] = text
+        return ModelInputData([*data.model_data.input, note], data.model_data.instructions)
+
+    def respond(step: ModelStep) -> ModelStep:
+        def remember(call: ModelCall) -> ModelStep:
+            got.append(json.loads(json.dumps(call.input[-1])))
+            return step
+
+        return ModelStep.respond(remember)
+
+    steps = [
+        respond(ModelStep(output=[call("call-1", "add", '{"a": 1, "b": 2}')], usage=USAGE)),
+        respond(answer("3")),
+    ]
+    agent = Agent(name="adder", model=ScriptedModel(steps), tools=[add])
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await recorder.run(agent, "add 1 and 2", run_config=RunConfig(call_model_input_filter=keep_note))
+
+    asyncio.run(main())
+    sent = [e.request["messages"][-1] for e in events(path, "model_request") if e.request]
+    assert (
+        [said(m) for m in sent]
+        == [f"user: {card}", "user: [REDACTED]"]
+        == [f"user: {g['content']}" for g in got]
+    )
+    assert card not in json.dumps(sent[1])
 
 
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
@@ -388,6 +483,7 @@ def test_every_way_a_tool_fails_is_an_error(tmp_path: Path) -> None:
         return result.final_output
 
     assert asyncio.run(main()) == "all failed"
+    check_calls(path)
     check_tool_failures(
         path,
         {
@@ -490,6 +586,31 @@ def timeless(value: Any) -> Any:
     return value
 
 
+def test_a_reply_is_one_message_wherever_it_is_recorded_or_sent(tmp_path: Path) -> None:
+    """A retried call, parallel tool calls and the answer, run and streamed: the model's
+    replies are recorded at their call's end and committed (``message_end``), and the first
+    is sent back to the model; each is one message, its time and usage the same in all
+    three places, and a version-2 file writes it once."""
+
+    async def main(path: Path, streamed: bool) -> None:
+        async with recording(path) as recorder:
+            if not streamed:
+                await recorder.run(scenario(), "add 2 and 3, and look up x")
+                return
+            result = recorder.run_streamed(scenario(), "add 2 and 3, and look up x")
+            async for _ in result.stream_events():
+                pass
+
+    for name, streamed in (("run.jsonl", False), ("streamed.jsonl", True)):
+        asyncio.run(main(tmp_path / name, streamed))
+        check_calls(tmp_path / name)
+        check_each_message_recorded_once(tmp_path / name)
+        check_each_message_once(tmp_path / name)
+        [calls, _] = [e.message for e in events(tmp_path / name, "model_exec_end") if e.message]
+        [*_, sent] = [e.request["messages"] for e in events(tmp_path / name, "model_request") if e.request]
+        assert calls in sent and calls["value"]["usage"]["total_tokens"] == 18
+
+
 def test_a_streamed_run_records_what_a_run_records(tmp_path: Path) -> None:
     async def main(path: Path, streamed: bool) -> Any:
         async with recording(path) as recorder:
@@ -549,6 +670,8 @@ def test_a_streamed_run_that_fails_or_is_closed_early_is_recorded_so(tmp_path: P
 
     asyncio.run(closed_early(tmp_path / "closed.jsonl"))
     check_aborted(tmp_path / "closed.jsonl")
+    check_calls(tmp_path / "failed.jsonl")
+    check_calls(tmp_path / "closed.jsonl")
 
 
 @dataclasses.dataclass
@@ -620,6 +743,7 @@ def test_an_agent_run_as_a_tool_is_nested_in_its_tool_call(tmp_path: Path) -> No
     nested = f"{tool.id}/model-"
     assert starts == [("model-1", 1), (nested + "1", 1), (nested + "1", 2), (nested + "2", 1), ("model-2", 1)]
     check_nested(path, "call-r", 12 + 22, tools=("call-s", "call-f", "call-t"))
+    check_calls(path)
     ends = {e.tool_id: e for e in events(path, "tool_exec_end")}
     assert ends["call-s"].result == "results for why"
     assert ends["call-f"].error == {"message": "offline", "type": "ConnectionError"}
@@ -653,6 +777,7 @@ def test_an_agent_tool_of_an_agent_run_as_a_tool_is_nested_two_levels_down(tmp_p
     assert summary.usage["total_tokens"] == 6 + (6 + 11) + (6 + 9) + 5
     check_nested(path, "call-r", 6 + 11, tools=("call-d",))
     check_nested(path, "call-d", 6 + 9, tools=("call-q",))
+    check_calls(path)
     [dig] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == "call-d"]
     assert dig is not None and dig.parent_id.startswith("tool-1-call-r/model-")
     nested = [
@@ -700,10 +825,137 @@ def test_a_handoff_to_an_agent_with_its_own_model_is_recorded(tmp_path: Path, gi
     assert [e.execution.id for e in events(path, "model_exec_end") if e.execution] == ["model-1", "model-2"]
 
 
-def test_an_agent_tool_the_recorder_cannot_reach_is_a_loud_gap(tmp_path: Path) -> None:
+def asking(name: str, key: str) -> Agent[Any]:
+    """An agent *name* whose model (a ``Model`` object) searches for *key*, then answers."""
+    steps = [
+        ModelStep(output=[call(f"call-{key}", "search", f'{{"q": "{key}"}}')], usage=USAGE),
+        answer(f"{name} found {key}", tokens=7),
+    ]
+    return Agent(name=name, instructions=f"You are {name}.", model=ScriptedModel(steps), tools=[search])
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_two_agent_tools_whose_agents_hold_model_objects_are_recorded_each_in_its_call(
+    tmp_path: Path, streamed: bool
+) -> None:
+    """Two agent tools called at once, each running an agent whose model is a Model object
+    (as a provider's model class, LiteLLM's or OpenAIChatCompletionsModel, is), the agents
+    run or (``on_stream``) streamed: each agent's model calls, with the requests they made,
+    and its tool call are nested in its tool call, call by call, never in the other's."""
+    path = tmp_path / "chat.jsonl"
+    kinds: Counter[str] = Counter()
+
+    def watch(event: AgentToolStreamEvent) -> None:
+        kinds[event["event"].type] += 1
+
+    agents = {"call-1": asking("alpha", "a"), "call-2": asking("beta", "b")}
+    lead = ScriptedModel(
+        [
+            ModelStep(
+                output=[
+                    call("call-1", "ask_alpha", '{"input": "find a"}'),
+                    call("call-2", "ask_beta", '{"input": "find b"}'),
+                ],
+                usage=USAGE,
+            ),
+            answer("both found"),
+        ]
+    )
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            tools: list[Tool] = [
+                agent.as_tool(
+                    f"ask_{agent.name}",
+                    f"Ask {agent.name}.",
+                    hooks=recorder,
+                    on_stream=watch if streamed else None,
+                )
+                for agent in agents.values()
+            ]
+            return (
+                await recorder.run(Agent(name="lead", model=lead, tools=tools), "find a and b")
+            ).final_output
+
+    assert asyncio.run(main()) == "both found"
+    assert (kinds["raw_response_event"] > 0) == streamed, kinds
+    summary = check_file(path)
+    check_calls(path)
+    assert summary.usage["total_tokens"] == 6 + 2 * (6 + 9) + 5
+    for tool_id, agent in agents.items():
+        key, branch = agent.name[0], f"tool-1-{tool_id}"
+        check_nested(path, tool_id, 6 + 9, tools=(f"call-{key}",))
+        mine = [
+            e for e in session.iter_records(path) if e.data.get("execution", {}).get("parent_id") == branch
+        ]
+        assert [(r.type, r.data["execution"]["id"]) for r in mine if r.type != "model_request"] == [
+            ("model_exec_start", f"{branch}/model-1"),
+            ("model_exec_end", f"{branch}/model-1"),
+            ("model_exec_start", f"{branch}/model-2"),
+            ("model_exec_end", f"{branch}/model-2"),
+        ]
+        requests = [
+            [said(m) for m in r.data["request"]["messages"]] for r in mine if r.type == "model_request"
+        ]
+        prompt = [f"system: You are {agent.name}.", f"user: find {key}"]
+        assert requests == [prompt, [*prompt, "assistant: call search", f"tool: results for {key}"]]
+        assert said(mine[-1].data["message"]) == f"assistant: {agent.name} found {key}"
+        [start] = [e for e in events(path, "tool_exec_start") if e.tool_id == f"call-{key}"]
+        [end] = [e for e in events(path, "tool_exec_end") if e.tool_id == f"call-{key}"]
+        assert start.execution is not None and start.execution.parent_id == f"{branch}/model-1"
+        assert end.execution == start.execution and end.result == f"results for {key}"
+    [*_, last] = [e.request["messages"] for e in events(path, "model_request") if e.request]
+    assert [said(m) for m in last[-2:]] == ["tool: alpha found a", "tool: beta found b"]
+    check_each_message_recorded_once(path)
+
+
+@pytest.mark.parametrize("given", ["the run", "an agent tool"])
+def test_a_model_object_a_run_config_gives_is_recorded(tmp_path: Path, given: str) -> None:
+    """A ``RunConfig(model=...)`` holding a Model object is the model of every agent of its
+    run: given to ``recorder.run``, or to ``as_tool`` for the agent tool's run, its calls are
+    recorded (nested in the tool call for the agent tool's)."""
+    path = tmp_path / "chat.jsonl"
+    helper = asking("helper", "h")
+    assert isinstance(helper.model, Model)
+    config = RunConfig(model=helper.model)  # the agent's own model is not the one called
+    helper.model = "never used"
+
+    async def main() -> Any:
+        async with recording(path) as recorder:
+            if given == "the run":
+                return (await recorder.run(helper, "find h", run_config=config)).final_output
+            tool = helper.as_tool("ask_helper", "Ask helper.", hooks=recorder, run_config=config)
+            model = ScriptedModel(
+                [
+                    ModelStep(output=[call("call-1", "ask_helper", '{"input": "find h"}')], usage=USAGE),
+                    answer("ok"),
+                ]
+            )
+            return (await recorder.run(Agent(name="lead", model=model, tools=[tool]), "go")).final_output
+
+    assert asyncio.run(main()) == ("helper found h" if given == "the run" else "ok")
+    summary = check_file(path)
+    check_calls(path)
+    if given == "the run":
+        assert summary.usage["total_tokens"] == 6 + 9
+        assert [e.tool_id for e in events(path, "tool_exec_end")] == ["call-h"]
+    else:
+        check_nested(path, "call-1", 6 + 9, tools=("call-h",))
+
+
+def test_an_agent_tool_whose_invoker_the_host_wrapped_is_a_loud_gap(tmp_path: Path) -> None:
+    """The recorder makes an agent tool run its copy of the agent (its Model object
+    wrapped) through the invoker ``Agent.as_tool`` made: one the host wrapped in its own
+    function it cannot reach into, and says so."""
     path = tmp_path / "chat.jsonl"
     researcher = Agent(name="researcher", model=ScriptedModel([answer("found it")]))
     research = researcher.as_tool(tool_name="research", tool_description="Research a question.")
+    invoke = research.on_invoke_tool
+
+    async def logged(context: Any, arguments: str) -> Any:
+        return await invoke(context, arguments)
+
+    research.on_invoke_tool = logged
     model = ScriptedModel(
         [ModelStep(output=[call("call-r", "research", '{"input": "why"}')], usage=USAGE), answer("done")]
     )
