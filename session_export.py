@@ -3211,82 +3211,219 @@ def send_otlp(
 ) -> int:
     """POST each of *requests* (from ``otlp_requests``, in the same *protocol*) to the OTLP/HTTP
     *endpoint* (a URL ending in ``/v1/traces``), gzipped, with *headers*; return how many were
-    sent.  An answer 429, 502, 503 or 504 is tried again, up to *tries* times in all, after
+    sent.  Each request, from connecting to the answer's last byte, takes at most *timeout*
+    seconds.  An answer 429, 502, 503 or 504 is tried again, up to *tries* times in all, after
     its ``Retry-After`` (at most a minute) or else 1, 2, 4, ... seconds.  ``OtlpError`` naming
-    the endpoint and the answer (or the reason there was none) when one cannot be sent; the
-    requests before it were.  An answer that accepted a request but rejected some of its
-    spans (OTLP's partial success) is not tried again: what it says goes to *rejected*.
-    ``ValueError`` for an *endpoint* that is not an http or https URL."""
+    the endpoint and the answer (or the reason there was none, or why it cannot be read) when
+    one cannot be sent; the requests before it were.  An answer that accepted a request but
+    rejected some of its spans (OTLP's partial success) is not tried again: what it says goes
+    to *rejected*.  No message holds a header's value, even where a backend echoes it.
+    ``ValueError`` for an *endpoint* that is not an http or https URL or holds a password,
+    and for a header HTTP cannot carry (it names the header, never its value)."""
     import gzip
-    import urllib.parse
 
-    if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
-        raise ValueError(f"the endpoint must be an http:// or https:// URL, not {endpoint!r}")
+    _check_endpoint(endpoint)
     fields = {"Content-Type": _OTLP_PROTOCOLS[protocol], "Content-Encoding": "gzip"}
     fields.update(headers or {})
+    for name, value in fields.items():
+        _check_header(name, value)
+    secrets = [value for value in (headers or {}).values() if value.strip()]
     sent = 0
-    for body in requests:
-        refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries)
-        if refused and rejected is not None:
-            rejected.append(refused)
-        sent += 1
+    try:
+        for body in requests:
+            refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries)
+            if refused and rejected is not None:
+                rejected.append(_unechoed(refused, secrets))
+            sent += 1
+    except OtlpError as exc:
+        raise OtlpError(_unechoed(str(exc), secrets)) from None
     return sent
+
+
+def _check_endpoint(endpoint: str) -> None:
+    """``ValueError`` for an endpoint ``send_otlp`` cannot send to, without echoing a password
+    in it (urllib would take ``user:password@host`` for a host and port, and print them)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "the endpoint holds a user name or password: give them as a header instead "
+            "(Authorization=Basic%20<base64 of user:password> in OTEL_EXPORTER_OTLP_HEADERS)"
+        )
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"the endpoint must be an http:// or https:// URL, not {endpoint!r}")
+
+
+_HEADER_NAME = r"[-!#$%&'*+.^_`|~0-9A-Za-z]+"  # RFC 9110's token
+
+
+def _check_header(name: str, value: str) -> None:
+    """``ValueError`` naming a header HTTP cannot carry; never its value, which is often a
+    credential (http.client's own message would print it whole)."""
+    valid = re.match(_HEADER_NAME, name)
+    if not valid or valid.end() < len(name):  # named up to the fault: what follows may be a value
+        named = f"the header {valid.group()}" if valid else "a header"
+        raise ValueError(f"the name of {named} holds a character HTTP cannot carry in a name (K=V, not K: V)")
+    if re.search("[\r\n]", value):
+        raise ValueError(
+            f"the value of the header {name} holds a line break, which HTTP cannot carry "
+            "(base64 wraps long values: join its lines, as base64 -w0 or tr -d '\\n' does)"
+        )
+    if re.search("[^\t\x20-\x7e\x80-\xff]", value):
+        raise ValueError(f"the value of the header {name} holds a character HTTP cannot carry")
+
+
+def _unechoed(text: str, secrets: List[str]) -> str:
+    """*text* (a backend's words) with the headers' values sent to it blanked out."""
+    for secret in secrets:
+        text = text.replace(secret, "[a header's value]")
+    return text
 
 
 def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, tries: int) -> str:
     """Send one request; what the answer says of spans it rejected (``""``: none)."""
     import time
+
+    attempt = 1
+    while True:
+        status, reason, told, text = _exchange(endpoint, body, headers, timeout)
+        if 200 <= status < 300:
+            try:
+                return _partial_success(text, told.get("Content-Type", ""))
+            except ValueError as exc:
+                raise OtlpError(f"{endpoint}: HTTP {status}, but not an answer OTLP gives: {exc}") from None
+        if status not in _RETRYABLE or attempt >= tries:
+            raise OtlpError(f"{endpoint}: HTTP {status} {reason}{_answer_text(told, text)}")
+        time.sleep(_retry_wait(told.get("Retry-After"), attempt))
+        attempt += 1
+
+
+def _exchange(
+    endpoint: str, body: bytes, headers: Dict[str, str], timeout: float
+) -> Tuple[int, str, Any, bytes]:
+    """POST *body* once, within *timeout* seconds: the answer's status, reason, headers and
+    first MiB of text.  ``OtlpError`` when there is no answer, or none HTTP can read."""
+    import http.client
     import urllib.error
     import urllib.request
 
-    class Unredirected(urllib.request.HTTPRedirectHandler):
-        """A redirect is an error: urllib would follow it with a GET, dropping the spans."""
+    request = urllib.request.Request(endpoint, body, headers, method="POST")
+    try:
+        try:
+            answer = _opener(timeout).open(request)
+        except urllib.error.HTTPError as exc:
+            answer = exc  # an answer all the same: its status says what became of the request
+        with answer:
+            status = answer.getcode()
+            try:
+                text = answer.read(1 << 20)
+            except (OSError, http.client.HTTPException):
+                if 200 <= status < 300:  # what it says of the spans is lost
+                    raise
+                text = b""  # its status says what became of the request
+            return status, answer.reason, answer.headers, text
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, TLS, timeout, bad URL
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise OtlpError(f"{endpoint}: {reason or type(reason).__name__}") from None
+    except http.client.HTTPException as exc:  # no status line, too many or long headers, ...
+        raise OtlpError(f"{endpoint}: the answer is not HTTP: {exc or type(exc).__name__}") from None
 
+
+def _opener(timeout: float) -> Any:
+    """A urllib opener whose request ends, answered or not, within *timeout* seconds (a
+    socket's timeout bounds each read: a backend answering a byte at a time would hold it for
+    ever), and whose redirects are errors (urllib would follow them with a GET, dropping the
+    spans)."""
+    import http.client
+    import socket
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        seconds = deadline - time.monotonic()
+        if seconds <= 0:
+            raise socket.timeout("timed out")
+        return seconds
+
+    class Reads(io.RawIOBase):
+        def __init__(self, raw: Any, sock: Any) -> None:
+            self._raw, self._sock = raw, sock
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> Optional[int]:
+            self._sock.settimeout(left())
+            return self._raw.readinto(buffer)  # type: ignore[no-any-return]
+
+        def close(self) -> None:
+            self._raw.close()
+            super().close()
+
+    class Answer(http.client.HTTPResponse):
+        def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(sock, *args, **kwargs)
+            self.fp = io.BufferedReader(Reads(self.fp.detach(), sock))
+
+    class Plain(http.client.HTTPConnection):
+        response_class = Answer
+
+        def connect(self) -> None:
+            self.timeout = left()
+            super().connect()
+            self.sock.settimeout(left())  # what the TLS handshake, next for HTTPS, may take
+
+        def send(self, data: Any) -> None:
+            if self.sock is not None:
+                self.sock.settimeout(left())
+            super().send(data)
+
+    class Secure(http.client.HTTPSConnection, Plain):  # HTTPS's connect calls Plain's
+        pass
+
+    class Bounded(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+        def do_open(self, http_class: Any, req: Any, **http_conn_args: Any) -> Any:
+            bounded = Secure if issubclass(http_class, http.client.HTTPSConnection) else Plain
+            return super().do_open(bounded, req, **http_conn_args)
+
+    class Unredirected(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any) -> None:
             return None
 
-    request = urllib.request.Request(endpoint, body, headers, method="POST")
-    opener = urllib.request.build_opener(Unredirected)
-    attempt = 1
-    while True:
-        try:
-            with opener.open(request, timeout=timeout) as answer:
-                return _partial_success(answer.read(1 << 20), answer.headers.get("Content-Type", ""))
-        except urllib.error.HTTPError as exc:
-            if exc.code not in _RETRYABLE or attempt >= tries:
-                raise OtlpError(f"{endpoint}: HTTP {exc.code} {exc.reason}{_answer_text(exc)}") from None
-            time.sleep(_retry_wait(exc.headers.get("Retry-After"), attempt))
-            attempt += 1
-        except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, TLS, timeout, bad URL
-            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            raise OtlpError(f"{endpoint}: {reason or type(reason).__name__}") from None
+    return urllib.request.build_opener(Bounded, Unredirected)
 
 
 def _partial_success(body: bytes, content_type: str) -> str:
     """What an ExportTraceServiceResponse says of the spans it rejected (its partial_success:
-    rejected_spans 1, error_message 2), ``""`` when none or when it cannot be read."""
+    rejected_spans 1, error_message 2), ``""`` when none; ``ValueError`` saying why when it
+    is not one (a body of another type is not read)."""
     count: Any = 0
     message: Any = ""
     try:
         if content_type.startswith("application/json"):
             partial = json.loads(body or b"{}").get("partialSuccess") or {}
-            count, message = int(partial.get("rejectedSpans", 0)), partial.get("errorMessage", "")
+            count, message = int(partial.get("rejectedSpans", 0)), str(partial.get("errorMessage", ""))
         elif content_type.startswith("application/x-protobuf"):
             for number, value in _proto_fields(body):
                 if number == 1 and isinstance(value, bytes):  # partial_success
                     fields = dict(_proto_fields(value))
                     count, text = fields.get(1, 0), fields.get(2, b"")
                     message = text.decode("utf-8", "replace") if isinstance(text, bytes) else ""
-    except (ValueError, TypeError, AttributeError, IndexError):
-        return ""
+    except (TypeError, AttributeError, OverflowError) as exc:  # not an object; an infinite count
+        raise ValueError(exc) from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if not count and not message:
         return ""
     return f"the backend rejected {count} spans" + (f": {message}" if message else "")
 
 
 def _proto_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
-    """The fields of a protobuf message: (number, int or bytes); ``ValueError`` or
-    ``IndexError`` when it is not one."""
+    """The fields of a protobuf message: (number, int or bytes); ``ValueError`` when it is
+    not one."""
     at = 0
     while at < len(data):
         key, at = _read_varint(data, at)
@@ -3294,36 +3431,38 @@ def _proto_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
         value: Union[int, bytes]
         if wire == 0:
             value, at = _read_varint(data, at)
-        elif wire == 2:
-            size, at = _read_varint(data, at)
-            value, at = data[at : at + size], at + size
-        elif wire in (1, 5):  # fixed64, fixed32
-            size = 8 if wire == 1 else 4
+        elif wire in (1, 2, 5):  # fixed64, length-delimited, fixed32
+            size, at = (8, at) if wire == 1 else (4, at) if wire == 5 else _read_varint(data, at)
+            if at + size > len(data):
+                raise ValueError("protobuf cut short")
             value, at = data[at : at + size], at + size
         else:
             raise ValueError(f"protobuf wire type {wire}")
         yield key >> 3, value
 
 
+_VARINT_BYTES = 10  # the most a protobuf varint takes (a 64-bit one)
+
+
 def _read_varint(data: bytes, at: int) -> Tuple[int, int]:
-    value = shift = 0
-    while True:
+    value = 0
+    for shift in range(0, 7 * _VARINT_BYTES, 7):
+        if at >= len(data):
+            raise ValueError("protobuf cut short")
         byte = data[at]
         value |= (byte & 0x7F) << shift
         at += 1
-        shift += 7
         if byte < 0x80:
             return value, at
+    raise ValueError(f"a protobuf varint longer than {_VARINT_BYTES} bytes")
 
 
-def _answer_text(answer: Any) -> str:
+def _answer_text(told: Any, text: bytes) -> str:
     """What an error answer says, for its message: where it redirects to, or its text."""
-    if answer.headers.get("Location"):
-        return f" (to {answer.headers['Location']})"
-    told = ""
-    with contextlib.suppress(OSError):
-        told = answer.read(200).decode("utf-8", "replace").strip()
-    return f": {told}" if told else ""
+    if told.get("Location"):
+        return f" (to {told['Location']})"
+    said = text[:200].decode("utf-8", "replace").strip()
+    return f": {said}" if said else ""
 
 
 def _retry_wait(retry_after: Optional[str], attempt: int) -> float:
@@ -3379,7 +3518,7 @@ def _otlp_options(sub: Any) -> None:
         type=float,
         default=10.0,
         metavar="S",
-        help="seconds to wait for an answer (default: %(default)s)",
+        help="seconds a request may take, from connecting to its answer's last byte (default: %(default)s)",
     )
 
 
@@ -3387,8 +3526,8 @@ def _header_argument(text: str) -> Tuple[str, str]:
     import argparse
 
     name, equals, value = text.partition("=")
-    if not equals or not name.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not K=V")
+    if not equals or not name.strip():  # not echoed: it may be a credential
+        raise argparse.ArgumentTypeError("a header is given as NAME=VALUE")
     return name.strip(), value.strip()
 
 

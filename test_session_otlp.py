@@ -11,6 +11,7 @@ import http.server
 import json
 import os
 import shutil
+import socket
 import ssl
 import stat
 import subprocess
@@ -19,7 +20,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import hypothesis
 import pytest
@@ -56,11 +57,17 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Receiver:
     """An OTLP/HTTP receiver on 127.0.0.1: answers each POST with the next of *answers*
     (status, headers[, body]), then 200; keeps every request's path, headers, body (gunzipped) and
-    arrival time (header names in lowercase).  *delay*: seconds to wait before answering."""
+    arrival time (header names in lowercase).  *delay*: seconds to wait before answering.  An
+    error in a handler fails the test (it is not printed), but that of answering a client that
+    left, when *client_leaves*."""
 
-    def __init__(self, answers: Tuple[Tuple[Any, ...], ...] = (), delay: float = 0.0) -> None:
+    def __init__(
+        self, answers: Tuple[Tuple[Any, ...], ...] = (), delay: float = 0.0, client_leaves: bool = False
+    ) -> None:
         self.answers = list(answers)
         self.got: List[Tuple[str, Dict[str, str], bytes, float]] = []
+        self.client_leaves = client_leaves  # before it is answered: writing the answer fails
+        self.errors: List[Optional[BaseException]] = []
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -84,7 +91,13 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = False  # server_close waits for them: none outlives its test
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                receiver.errors.append(sys.exc_info()[1])  # checked at the end, not printed
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -94,7 +107,9 @@ class Receiver:
 
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
-        self.server.server_close()
+        self.server.server_close()  # and waits for the handlers
+        left = (BrokenPipeError, ConnectionResetError) if self.client_leaves else ()
+        assert all(isinstance(error, left) for error in self.errors), self.errors
 
 
 def decode(body: bytes, protocol: str) -> Any:
@@ -658,8 +673,135 @@ def test_spans_a_backend_rejects_are_reported(demo: Path) -> None:
 
 
 def test_a_slow_receiver_times_out(demo: Path) -> None:
-    with Receiver(delay=3.0) as receiver:
+    with Receiver(delay=3.0, client_leaves=True) as receiver:
         assert "timed out" in fails(demo, receiver.url, "--timeout", "0.5")
+
+
+class RawServer:
+    """A server on 127.0.0.1 that reads each request, then writes *answer* (bytes no HTTP
+    server would write), *pace* seconds between its bytes.  It stops itself: at the end of
+    its ``with``, or once its client has gone."""
+
+    def __init__(self, answer: bytes, pace: float = 0.0) -> None:
+        self.answer, self.pace, self.stopped = answer, pace, threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1/traces"
+        self.thread = threading.Thread(target=self.serve)
+
+    def serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            with connection, contextlib.suppress(OSError):  # the client gave up
+                connection.settimeout(10)
+                self.read_request(connection.makefile("rb"))
+                chunks = (
+                    [self.answer[i : i + 1] for i in range(len(self.answer))] if self.pace else [self.answer]
+                )
+                for chunk in chunks:
+                    if self.stopped.is_set():
+                        break
+                    connection.sendall(chunk)
+                    time.sleep(self.pace)
+
+    @staticmethod
+    def read_request(reader: Any) -> None:
+        length = 0
+        for line in iter(reader.readline, b"\r\n"):
+            name, _, value = line.decode("latin-1").partition(":")
+            length = int(value) if name.lower() == "content-length" else length
+        reader.read(length)
+
+    def __enter__(self) -> RawServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.listener.close()
+
+
+def test_a_backend_answering_a_byte_at_a_time_times_out(demo: Path) -> None:
+    # Each byte comes well within the timeout; the whole answer, in 12 s, does not.
+    answer = b"HTTP/1.1 200 OK\r\nX-Padding: " + b"x" * 200 + b"\r\nContent-Length: 0\r\n\r\n"
+    with RawServer(answer, pace=0.05) as server:
+        assert "timed out" in fails(demo, server.url, "--timeout", "1")
+
+
+def ok(content_type: str, body: bytes) -> bytes:
+    """An answer 200 of *body*."""
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "the answer is not HTTP: "),
+        (b"HTTP/1.1 200 OK\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", "got more than 100 headers"),
+        (b"HTTP/1.1 200 OK\r\nX-A: " + b"b" * 65536 + b"\r\n\r\n", "got more than 65536 bytes"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "IncompleteRead"),
+        (b"HTTP/1.1 500 No\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "HTTP 500 No\n"),
+        (ok("application/json", b"[" * 100_000), "JSON nested too deeply"),
+        (ok("application/json", b'{"partialSuccess": {"rejectedSpans": Infinity}}'), "float infinity"),
+        (ok("application/json", b'{"partialSuccess": {"rejectedSpans": 1e999}}'), "float infinity"),
+        (ok("application/x-protobuf", b"\x80" * ((1 << 20) - 1) + b"\x01"), "varint longer than 10 bytes"),
+    ],
+    ids=["ssh", "101-headers", "64k-header", "chunk", "chunk-500", "nested", "infinity", "1e999", "varint"],
+)
+def test_an_answer_http_or_otlp_cannot_read_is_one_line_naming_the_endpoint(
+    demo: Path, answer: bytes, said: str
+) -> None:
+    with RawServer(answer) as server:
+        stderr = fails(demo, server.url)
+    assert said in stderr and stderr.count("\n") == 1, stderr
+
+
+def test_a_header_value_is_never_printed(demo: Path, tmp_path: Path) -> None:
+    secret = base64.b64encode(b"pk-lf-0123456789abcdef:sk-lf-0123456789abcdef0123456789abcdef").decode()
+    wrapped = f"Basic {secret[:40]}\n{secret[40:]}"  # as base64 wraps a long credential
+    nowhere = "http://127.0.0.1:9/v1/traces"
+    for done in (
+        run_cli("otlp", str(demo), "--endpoint", nowhere, "--header", f"Authorization={wrapped}"),
+        otlp_with_environment(
+            demo, "--endpoint", nowhere,
+            OTEL_EXPORTER_OTLP_HEADERS="Authorization=" + wrapped.replace(" ", "%20").replace("\n", "%0A"),
+        ),
+    ):  # fmt: skip
+        assert (
+            done.returncode == 2 and "the value of the header Authorization holds a line break" in done.stderr
+        ), done.stderr
+        assert secret[:40] not in done.stderr and secret[40:] not in done.stderr
+    done = run_cli(
+        "otlp",
+        str(demo),
+        "--endpoint",
+        "http://127.0.0.1:9/v1/traces",
+        "--header",
+        f"Authorization: {secret}",
+    )
+    assert done.returncode == 2 and "the name of the header Authorization holds" in done.stderr, done.stderr
+    assert secret not in done.stderr
+    done = run_cli("otlp", str(demo), "--endpoint", nowhere, "--header", secret.rstrip("="))
+    assert done.returncode == 2 and "NAME=VALUE" in done.stderr and secret[:-1] not in done.stderr, (
+        done.stderr
+    )
+    for url in ("http://user:" + secret + "@127.0.0.1/v1/traces", "ftp://user:" + secret + "@127.0.0.1:21/x"):
+        done = run_cli("otlp", str(demo), "--endpoint", url)
+        assert done.returncode == 2 and "holds a user name or password" in done.stderr, done.stderr
+        assert secret not in done.stderr
+    echoed: Tuple[Any, ...] = (
+        401,
+        {},
+        f"no such key: Basic {secret}".encode(),
+    )  # a backend that says what it got
+    with Receiver((echoed,)) as receiver:
+        stderr = fails(demo, receiver.url, "--header", f"Authorization=Basic {secret}")
+    assert "HTTP 401 Unauthorized: no such key: [a header's value]" in stderr and secret not in stderr, stderr
 
 
 @contextlib.contextmanager
