@@ -2898,8 +2898,9 @@ class _OtlpMessage(NamedTuple):
     """A message as the content attributes need it, made once per ``message`` record."""
 
     role: Any
-    text: str  # the conventions' JSON of the message (a system message's, of its parts)
-    length: int  # of that JSON whole: *text* holds at most the cap of it, but a system message's
+    text: str  # the conventions' JSON of the message, at most the cap of it (a system message's
+    # parts, without the brackets around them: they are joined into one list)
+    length: int  # of that JSON whole
 
 
 def _otlp_message(value: Any) -> _OtlpMessage:
@@ -2907,7 +2908,8 @@ def _otlp_message(value: Any) -> _OtlpMessage:
     role = message.get("role")
     converted = _otel_message(message)
     text = _json_content(converted["parts"] if role == "system" else converted)
-    return _OtlpMessage(role, text if role == "system" else text[:_OTLP_CONTENT_CAP], len(text))
+    kept = text[1:-1] if role == "system" else text
+    return _OtlpMessage(role, kept[:_OTLP_CONTENT_CAP], len(text))
 
 
 class _Contents:
@@ -2944,14 +2946,15 @@ class _Contents:
         else:  # version 2: [first, last] ranges of message records, checked by the reader
             instructions, latest, count = self._referred(data["messages"])
             tools = self._tools.get(data["tools"], "") if type(data.get("tools")) is int else ""
-        system = [m.text[1:-1] for m in instructions if m.length > 2]
+        system = [m for m in instructions if m.length > 2]
         chat_messages = (m for m in latest if m.role != "system")
         chat, left_out = _latest_messages(chat_messages, count - len(instructions))
         out: _Attributes = [("gen_ai.input.messages", chat)]
         if left_out:
             out.append(("session_jsonl.input_messages_left_out", left_out))
         if system:
-            out.append(("gen_ai.system_instructions", _cut(f"[{', '.join(system)}]")))
+            whole = sum(m.length for m in system)  # each one's brackets make way for ", " or the list's
+            out.append(("gen_ai.system_instructions", _cut(f"[{', '.join(m.text for m in system)}]", whole)))
         if tools:
             out.append(("gen_ai.tool.definitions", tools))
         return out

@@ -405,6 +405,34 @@ def test_content_of_a_long_version_2_session_costs_what_it_shows(
     assert 8 * looked_at[0] < 100 * 101 // 2  # every message of every request: many times more
 
 
+def test_content_keeps_of_each_system_message_what_it_sends(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path = tmp_path / "prompts.jsonl"
+    prompts = [f"{n} " + "p" * (256 << 10) for n in range(48)]  # each run its own system prompt
+    with session.create(path) as s, s.begin_run() as run:
+        for n, prompt in enumerate(prompts):
+            model = Execution(f"m{n}", "model")
+            system = [Message("system", [session.text_block(prompt)], timestamp=T0)] * (1 + n % 2)
+            run.record(Event("model_exec_start", execution=model))
+            run.record(Event("model_request", execution=model, request=ModelRequest(system)))
+    tracemalloc.start()
+    try:
+        bodies = list(session_export.otlp_requests([path], content=True))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < sum(map(len, prompts)) // 2, peak  # not every prompt whole (16 MB, 4 MB kept)
+    sent = [
+        attributes(s)["gen_ai.system_instructions"]
+        for s in spans_of(*map(decode_proto, bodies))
+        if s.name == "chat"
+    ]
+    for n, (prompt, instructions) in enumerate(zip(prompts, sent)):
+        whole = json.dumps([{"type": "text", "content": prompt}] * (1 + n % 2))
+        assert instructions == f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"
+
+
 CONTENT: Tuple[str, ...] = ("gen_ai.input", "gen_ai.output", "gen_ai.system", "gen_ai.tool.definitions")
 CONTENT += ("gen_ai.tool.call.", "session_jsonl.input")
 
