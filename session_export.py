@@ -2334,18 +2334,28 @@ document.documentElement.setAttribute("data-js", "on");
     for (var i = 0; i < hits.length && left > 0; i++) {
       var walker = document.createTreeWalker(hits[i], NodeFilter.SHOW_TEXT);
       for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
-        var text = node.data.toLowerCase();
+        var text = node.data.toLowerCase(), from = text.length === node.length ? null : origins(node.data);
         for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
-          if (at + query.length > node.length) break;
+          var start = from ? from[at] : at, end = from ? from[at + query.length] : at + query.length;
+          if (start === end) continue;
           var range = new Range();
-          range.setStart(node, at);
-          range.setEnd(node, at + query.length);
+          range.setStart(node, start);
+          range.setEnd(node, end);
           marks.add(range);
           left--;
         }
       }
     }
     CSS.highlights.set("search", marks);
+  }
+  function origins(text) {
+    // Where each character of text's lower case comes from in text: "\u0130" has two.
+    var from = [];
+    for (var i = 0; i < text.length; i++) {
+      for (var k = text[i].toLowerCase().length; k > 0; k--) from.push(i);
+    }
+    from.push(text.length);
+    return from;
   }
   function go(list, step) {
     var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
@@ -2452,7 +2462,13 @@ document.documentElement.setAttribute("data-js", "on");
     input.scrollIntoView();
   }
   function reveal() {
-    var target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    var id = location.hash.slice(1);
+    try {
+      id = decodeURIComponent(id);
+    } catch (malformed) {
+      // "#%" names nothing: the fragment is looked up as it is
+    }
+    var target = document.getElementById(id);
     if (target && target.tagName === "DETAILS") target.open = true;
   }
   window.addEventListener("hashchange", reveal);

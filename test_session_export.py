@@ -974,6 +974,31 @@ def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
         browser.close()
 
 
+def test_html_page_survives_a_malformed_fragment_and_marks_what_search_found(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model_call(run, "m1", [say("alpha " + "long " * 200)])  # folded: printing unfolds it
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_end", execution=tool, tool="grep", result="\u0130\u0130 abc needle x"))
+    page = tmp_path / "page.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        for fragment in ("#%", "#%E0%A4%A"):  # decodeURIComponent throws on both
+            browser.page("POST", "/url", {"url": "about:blank"})  # a load, not a move in the page
+            browser.page("POST", "/url", {"url": page.as_uri() + fragment})
+            assert browser.run("return document.querySelectorAll('details:not([open])').length") > 0
+            browser.run("window.dispatchEvent(new Event('beforeprint'))")
+            assert browser.run("return document.querySelectorAll('details:not([open])').length") == 0
+        search = browser.element("#search")
+        browser.page("POST", f"/element/{search}/value", {"text": "needle"})
+        marked = "return [...(CSS.highlights.get('search') || [])].map(String)"
+        assert browser.until(lambda: browser.run(marked) != [])
+        assert set(browser.run(marked)) == {"needle"}
+    finally:
+        browser.close()
+
+
 def model_call(run: session.Run, name: str, messages: List[Message], attempt: int = 1) -> None:
     execution = Execution(name, "model", attempt=attempt)
     run.record(Event("model_exec_start", execution=execution, timestamp=T0))
