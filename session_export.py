@@ -82,6 +82,7 @@ from session import (
     _CodecFault,
     _execution_from_json,
     _Index,
+    _LineTooLong,
     _parse_line,
     _parse_rfc3339,
     _read,
@@ -631,7 +632,21 @@ def _replace_with(manifest: str, entries: bytes, rename: Callable[[], None]) -> 
     _sync_directory(manifest)
 
 
+def _no_session_file(args: Any) -> bool:
+    """Whether *args.files* name no file to read (folders without a ``*.jsonl`` file), said
+    on stderr: a command that did nothing must not look done."""
+    if _session_files(args.files, set()):
+        return False
+    named = " ".join(_shell_word(name) for name in args.files)
+    _print_error(
+        f"{args.prog} {args.command}: no session file in {named} (a folder's *.jsonl files are read)"
+    )
+    return True
+
+
 def _export_command(args: Any) -> int:
+    if _no_session_file(args):
+        return 1
     try:
         entries = export(
             args.files,
@@ -1630,12 +1645,22 @@ class _Header:
         where = f"line {damage.line}" if damage.line is not None else "a line"
         if damage.offset is not None:
             where += f" (offset {damage.offset})"
+        reason = _h(damage.reason, inline=True)
+        if damage.line in (None, 1) or damage.offset is None:  # what repair refuses
+            return (
+                f'<p class="damage" id="damage">This is no session file: {where}: {reason}. There is '
+                "nothing to show or repair: a session file starts with a session_start line.</p>\n"
+            )
+        said = f'<p class="damage" id="damage">This file is damaged at {where}: {reason}. '
+        said += f"The page shows the {self.summary.records} records before it; "
+        if isinstance(damage, _LineTooLong):  # maybe a record: repair does not cut it
+            return (
+                f"{said}a larger <code>--max-line-bytes</code> reads that line, here or, if it is "
+                "no record, in <code>repair</code>.</p>\n"
+            )
         repair = f"<code>python -m session repair {_h(_shell_word(self.name), inline=True)}</code>"
         return (
-            f'<p class="damage" id="damage">This file is damaged at {where}: '
-            f"{_h(damage.reason, inline=True)}. "
-            f"The page shows the {self.summary.records} records before it; {repair} keeps them "
-            "and drops the rest, having copied the whole file aside first.</p>\n"
+            f"{said}{repair} keeps them and drops the rest, having copied the whole file aside first.</p>\n"
         )
 
     def costs(self) -> str:
@@ -2505,7 +2530,8 @@ COMMANDS = [  # what python -m session takes from this module
     _Command(
         "export",
         _EXPORT_COMMANDS["export"],
-        "0 every file valid and exported; 1 any left out (invalid, unreadable, or a session twice)",
+        "0 every file valid and exported; 1 any left out (invalid, unreadable, or a session twice) "
+        "or none found",
         True,
         _export_options,
         _export_command,
@@ -3588,6 +3614,8 @@ def _otlp_command(args: Any) -> int:
     if endpoint is None and args.output is None:
         args.usage_error("give --endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT), or --output FILE")
     args.protocol = _otlp_protocol(args)
+    if _no_session_file(args):
+        return 1
     entries: List[Dict[str, Any]] = []
     rejected: List[str] = []
     try:
@@ -3655,7 +3683,8 @@ COMMANDS.append(
     _Command(
         "otlp",
         _EXPORT_COMMANDS["otlp"],
-        "0 every file valid and sent (or written); 1 any left out (invalid or unreadable) or spans rejected",
+        "0 every file valid and sent (or written); 1 any left out (invalid or unreadable), none found "
+        "or spans rejected",
         True,
         _otlp_options,
         _otlp_command,
