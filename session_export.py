@@ -2561,7 +2561,7 @@ _OTLP_TRIES = 5  # of one request answered 429, 502, 503 or 504
 _OTLP_LONGEST_WAIT = 60.0  # seconds: a longer Retry-After is waited this long
 _RETRYABLE = (429, 502, 503, 504)  # the OTLP specification's transient answers
 _INTERNAL, _CLIENT = 1, 3  # Span.SpanKind
-_STATUS_ERROR = 2  # Status.StatusCode
+_STATUS_OK, _STATUS_ERROR = 1, 2  # Status.StatusCode (0, unset: a call of a kind not known to end)
 _INT64 = 1 << 63
 # A call's span ends at the latest of these records; without one, it is unfinished.
 _CALL_ENDS = {
@@ -2605,6 +2605,7 @@ class _OtlpSpan(NamedTuple):
     attributes: _Attributes
     links: List[Tuple[bytes, bytes]]  # (trace id, span id)
     error: Optional[str]  # the status message of a span that failed, else None
+    ended: bool  # whether it is known to have ended as it should (status OK), when not failed
 
 
 def otlp_requests(
@@ -2795,6 +2796,7 @@ class _Traces:
             attributes,
             [],
             error,
+            error is None,
         )
 
     def _call_span(self, run_id: str, call: _OtlpCall) -> _OtlpSpan:
@@ -2811,8 +2813,9 @@ class _Traces:
         trace_id = _otlp_id(16, self._salt, self._session, run_id)
         links = [(trace_id, span_id) for span_id in call.links]
         end = call.last if call.end is None else call.end
+        ended = error is None and ends is not None  # a host's own kind of call: not known
         return _OtlpSpan(
-            trace_id, call.span_id, call.parent, name, kind, call.start, end, attributes, links, error
+            trace_id, call.span_id, call.parent, name, kind, call.start, end, attributes, links, error, ended
         )
 
     def _common(self, operation: str, openinference_kind: str) -> _Attributes:
@@ -3189,6 +3192,8 @@ def _span_proto(span: _OtlpSpan) -> bytes:
     parts += [_field(13, _field(1, trace) + _field(2, linked)) for trace, linked in span.links]
     if span.error is not None:  # Status: message 2, code 3
         parts.append(_field(15, (_field(2, span.error.encode()) if span.error else b"") + b"\x18\x02"))
+    elif span.ended:
+        parts.append(_field(15, b"\x18\x01"))
     return _field(2, b"".join(parts))
 
 
@@ -3229,6 +3234,8 @@ def _span_json(span: _OtlpSpan) -> bytes:
         out["links"] = [{"traceId": trace.hex(), "spanId": linked.hex()} for trace, linked in span.links]
     if span.error is not None:
         out["status"] = {"message": span.error, "code": _STATUS_ERROR}
+    elif span.ended:
+        out["status"] = {"code": _STATUS_OK}
     return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
 
 

@@ -202,6 +202,7 @@ def test_the_demo_session_arrives_as_spans_by_the_genai_conventions(demo: Path, 
         assert a["gen_ai.conversation.id"] == a["session.id"] == runs_in_file[0].session_id
         if span in runs:
             assert set(a) == keys_of("run", False) and a["openinference.span.kind"] == "AGENT"
+            assert span.status.code == 1  # OK: closed without an error
             continue
         run_id, (execution_id, attempt) = run_of[span.trace_id], execution_of(span)
         records = calls[run_id, execution_id, attempt]
@@ -217,10 +218,11 @@ def test_the_demo_session_arrives_as_spans_by_the_genai_conventions(demo: Path, 
             check_tool_span(span, data)
             attempts = [key[2] for key in calls if key[:2] == (run_id, execution["parent_id"])]
             assert parent.name == "chat" and execution_of(parent) == (execution["parent_id"], max(attempts))
-            assert parent.status.code == 0  # the attempt that asked for it
+            assert parent.status.code == 1  # the attempt that asked for it
         else:
             assert execution["kind"] == "compact" and span.name == "compact" and parent.name == "invoke_agent"
             assert set(a) == keys_of("compact", False)  # and no compaction: it may summarize, it is content
+            assert span.status.code == 1
 
 
 def keys_of(kind: str, failed: bool) -> Set[str]:
@@ -258,7 +260,7 @@ def check_model_span(span: Any, data: Dict[str, Dict[str, Any]], spans: List[Any
         assert a["gen_ai.usage.output_tokens"] == a["llm.token_count.completion"] == usage["output"]
         assert a["llm.token_count.total"] == usage["total_tokens"]
         assert a["gen_ai.response.finish_reasons"] == [{"toolUse": "tool_call"}.get(stop, stop)]
-        assert span.status.code == 0
+        assert span.status.code == 1
     execution_id, attempt = execution_of(span)
     if attempt > 1:
         (before,) = [
@@ -284,7 +286,7 @@ def check_tool_span(span: Any, data: Dict[str, Dict[str, Any]]) -> None:
     assert (
         a["gen_ai.tool.name"] == a["tool.name"] == end["tool"] and a["gen_ai.tool.call.id"] == end["tool_id"]
     )
-    assert (span.status.code, a.get("error.type")) == ((2, failed["type"]) if failed else (0, None))
+    assert (span.status.code, a.get("error.type")) == ((2, failed["type"]) if failed else (1, None))
 
 
 def test_the_encoder_writes_what_protobuf_writes_and_json_says_the_same(demo: Path, tmp_path: Path) -> None:
@@ -559,7 +561,19 @@ def test_unfinished_calls_and_runs_are_error_spans_and_invalid_files_left_out(
     no = "unfinished: the file holds no"
     assert status["invoke_agent"] == (2, f"{no} run_close for it", "unfinished")
     assert status["execute_tool list_files"] == (2, f"{no} tool_exec_end for it", "unfinished")
-    assert [s.status.code for s in spans if s.name == "chat"] == [2, 0]  # rate limited, then answered
+    assert [s.status.code for s in spans if s.name == "chat"] == [2, 1]  # rate limited, then OK
+
+
+def test_a_call_of_the_hosts_own_kind_has_no_status_its_run_is_ok(tmp_path: Path) -> None:
+    path = tmp_path / "own.jsonl"
+    retrieval = Execution("r1", "retrieval")
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("retrieval_start", execution=retrieval))
+        run.record(Event("retrieval_end", execution=retrieval))
+    for protocol in ("http/protobuf", "http/json"):
+        (body,) = session_export.otlp_requests([path], protocol=protocol)
+        status = {s.name: (s.status.code, s.HasField("status")) for s in spans_of(decode(body, protocol))}
+        assert status == {"invoke_agent": (1, True), "retrieval": (0, False)}  # whether it worked: not known
 
 
 def test_output_writes_the_requests_instead(demo: Path, tmp_path: Path) -> None:
@@ -898,6 +912,7 @@ def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
         (u["input"], u["output"]) for u in usage
     )
     assert sum(1 for s in spans if s["statusCode"] == "ERROR") == 2  # the rate-limited call, the failed tool
+    assert {s["statusCode"] for s in spans} == {"OK", "ERROR"}  # none left unset
 
 
 def free_port() -> int:
