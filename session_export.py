@@ -2894,9 +2894,9 @@ def _tool_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
     if tool_id:
         attributes.append(("gen_ai.tool.call.id", tool_id))
     if content and "args" in invoked:
-        attributes.append(("gen_ai.tool.call.arguments", _content(invoked["args"])))
+        attributes.append(("gen_ai.tool.call.arguments", _text_or_json(invoked["args"])))
     if content and "result" in end:
-        attributes.append(("gen_ai.tool.call.result", _content(end["result"])))
+        attributes.append(("gen_ai.tool.call.result", _text_or_json(end["result"])))
     error = _error_status(end.get("error"), attributes)
     if error is None and end.get("is_error") is True:
         error = _error_status({"message": "the tool reported an error", "type": "tool_error"}, attributes)
@@ -3078,6 +3078,12 @@ def _latest_messages(latest: Iterable[_OtlpMessage], count: int) -> Tuple[str, i
 def _content(value: Any) -> str:
     """*value* as JSON text for a content attribute, cut at the cap."""
     return _cut(_json_content(value))
+
+
+def _text_or_json(value: Any) -> str:
+    """A string as its text (a tool's output, arguments a model wrote as JSON text), any other
+    value as JSON, cut at the cap: a backend shows a string's lines, not a JSON string's."""
+    return _cut(_safe(value)) if type(value) is str else _content(value)
 
 
 def _json_content(value: Any) -> str:

@@ -351,6 +351,27 @@ def test_content_is_opt_in_resolved_without_credentials_and_cut(demo: Path, tmp_
     assert cut == '{"x": "' + "x" * (16384 - 7) + "... [23625 more characters cut]"
 
 
+def test_a_string_tools_arguments_and_result_are_sent_as_their_text(tmp_path: Path) -> None:
+    path = tmp_path / "strings.jsonl"
+    results = ["line 1\nline 2 \u00e9", {"output": "line 1\nline 2"}, "r" * 20000]
+    with session.create(path) as s, s.begin_run() as run:
+        for n, result in enumerate(results):
+            tool = Execution(f"t{n}", "tool")
+            run.record(Event("tool_exec_start", execution=tool, tool="grep", args='{"pattern": "a"}'))
+            run.record(Event("tool_exec_end", execution=tool, tool="grep", result=result))
+    for protocol in ("http/protobuf", "http/json"):
+        (body,) = session_export.otlp_requests([path], protocol=protocol, content=True)
+        tools = [attributes(s) for s in spans_of(decode(body, protocol)) if s.name == "execute_tool grep"]
+        assert [a["gen_ai.tool.call.arguments"] for a in tools] == [
+            '{"pattern": "a"}'
+        ] * 3  # as the model wrote
+        assert [a["gen_ai.tool.call.result"] for a in tools] == [
+            "line 1\nline 2 \u00e9",  # its lines, not a JSON string of them
+            '{"output": "line 1\\nline 2"}',  # structured: JSON
+            "r" * 16384 + "... [3616 more characters cut]",
+        ]
+
+
 def test_content_is_the_same_from_either_version_and_a_long_message_is_cut(tmp_path: Path) -> None:
     def contents(path: Path) -> List[Dict[str, Any]]:
         (body,) = session_export.otlp_requests([path], content=True)
@@ -459,9 +480,7 @@ def test_hostile_strings_are_escaped_never_a_crash(tmp_path: Path) -> None:
     tool = next(s for s in spans if s.name.startswith("execute_tool"))
     escaped = "ls\\udc80\x1b[2J\x00\u202e"
     assert tool.name == f"execute_tool {escaped}" and attributes(tool)["gen_ai.tool.call.id"] == escaped
-    assert (
-        json.loads(attributes(tool)["gen_ai.tool.call.result"]) == "ls\udc80\x1b[2J\x00\u202e"
-    )  # JSON: equal
+    assert attributes(tool)["gen_ai.tool.call.result"] == escaped  # a string result: its text, escaped
     assert tool.parent_span_id == next(s for s in spans if s.name == "chat").span_id
 
 
