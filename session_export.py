@@ -3407,7 +3407,7 @@ def _opener(timeout: float) -> Any:
         return seconds
 
     class Reads(io.RawIOBase):
-        def __init__(self, raw: Any, sock: Any) -> None:
+        def __init__(self, raw: io.RawIOBase, sock: Any) -> None:
             self._raw, self._sock = raw, sock
 
         def readable(self) -> bool:
@@ -3415,7 +3415,7 @@ def _opener(timeout: float) -> Any:
 
         def readinto(self, buffer: Any) -> Optional[int]:
             self._sock.settimeout(left())
-            return self._raw.readinto(buffer)  # type: ignore[no-any-return]
+            return self._raw.readinto(buffer)
 
         def close(self) -> None:
             self._raw.close()
