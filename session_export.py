@@ -3406,6 +3406,25 @@ def _opener(timeout: float) -> Any:
             raise socket.timeout("timed out")
         return seconds
 
+    plain, secure = _bounded_connections(left)
+
+    class Bounded(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+        def do_open(self, http_class: Any, req: Any, **http_conn_args: Any) -> Any:
+            bounded = secure if issubclass(http_class, http.client.HTTPSConnection) else plain
+            return super().do_open(bounded, req, **http_conn_args)
+
+    class Unredirected(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any) -> None:
+            return None
+
+    return urllib.request.build_opener(Bounded, Unredirected)
+
+
+def _bounded_connections(left: Callable[[], float]) -> Tuple[Any, Any]:
+    """http.client's HTTP and HTTPS connections, each step of whose request (connecting, the
+    TLS handshake, sending, each read of the answer) may take only the seconds *left*."""
+    import http.client
+
     class Reads(io.RawIOBase):
         def __init__(self, raw: io.RawIOBase, sock: Any) -> None:
             self._raw, self._sock = raw, sock
@@ -3442,16 +3461,7 @@ def _opener(timeout: float) -> Any:
     class Secure(http.client.HTTPSConnection, Plain):  # HTTPS's connect calls Plain's
         pass
 
-    class Bounded(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
-        def do_open(self, http_class: Any, req: Any, **http_conn_args: Any) -> Any:
-            bounded = Secure if issubclass(http_class, http.client.HTTPSConnection) else Plain
-            return super().do_open(bounded, req, **http_conn_args)
-
-    class Unredirected(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args: Any) -> None:
-            return None
-
-    return urllib.request.build_opener(Bounded, Unredirected)
+    return Plain, Secure
 
 
 def _partial_success(body: bytes, content_type: str) -> str:
