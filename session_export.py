@@ -82,6 +82,7 @@ from session import (
     _CodecFault,
     _execution_from_json,
     _Index,
+    _LineTooLong,
     _parse_line,
     _parse_rfc3339,
     _read,
@@ -631,7 +632,21 @@ def _replace_with(manifest: str, entries: bytes, rename: Callable[[], None]) -> 
     _sync_directory(manifest)
 
 
+def _no_session_file(args: Any) -> bool:
+    """Whether *args.files* name no file to read (folders without a ``*.jsonl`` file), said
+    on stderr: a command that did nothing must not look done."""
+    if _session_files(args.files, set()):
+        return False
+    named = " ".join(_shell_word(name) for name in args.files)
+    _print_error(
+        f"{args.prog} {args.command}: no session file in {named} (a folder's *.jsonl files are read)"
+    )
+    return True
+
+
 def _export_command(args: Any) -> int:
+    if _no_session_file(args):
+        return 1
     try:
         entries = export(
             args.files,
@@ -1630,12 +1645,22 @@ class _Header:
         where = f"line {damage.line}" if damage.line is not None else "a line"
         if damage.offset is not None:
             where += f" (offset {damage.offset})"
+        reason = _h(damage.reason, inline=True)
+        if damage.line in (None, 1) or damage.offset is None:  # what repair refuses
+            return (
+                f'<p class="damage" id="damage">This is no session file: {where}: {reason}. There is '
+                "nothing to show or repair: a session file starts with a session_start line.</p>\n"
+            )
+        said = f'<p class="damage" id="damage">This file is damaged at {where}: {reason}. '
+        said += f"The page shows the {self.summary.records} records before it; "
+        if isinstance(damage, _LineTooLong):  # maybe a record: repair does not cut it
+            return (
+                f"{said}a larger <code>--max-line-bytes</code> reads that line, here or, if it is "
+                "no record, in <code>repair</code>.</p>\n"
+            )
         repair = f"<code>python -m session repair {_h(_shell_word(self.name), inline=True)}</code>"
         return (
-            f'<p class="damage" id="damage">This file is damaged at {where}: '
-            f"{_h(damage.reason, inline=True)}. "
-            f"The page shows the {self.summary.records} records before it; {repair} keeps them "
-            "and drops the rest, having copied the whole file aside first.</p>\n"
+            f"{said}{repair} keeps them and drops the rest, having copied the whole file aside first.</p>\n"
         )
 
     def costs(self) -> str:
@@ -2334,18 +2359,28 @@ document.documentElement.setAttribute("data-js", "on");
     for (var i = 0; i < hits.length && left > 0; i++) {
       var walker = document.createTreeWalker(hits[i], NodeFilter.SHOW_TEXT);
       for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
-        var text = node.data.toLowerCase();
+        var text = node.data.toLowerCase(), from = text.length === node.length ? null : origins(node.data);
         for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
-          if (at + query.length > node.length) break;
+          var start = from ? from[at] : at, end = from ? from[at + query.length] : at + query.length;
+          if (start === end) continue;
           var range = new Range();
-          range.setStart(node, at);
-          range.setEnd(node, at + query.length);
+          range.setStart(node, start);
+          range.setEnd(node, end);
           marks.add(range);
           left--;
         }
       }
     }
     CSS.highlights.set("search", marks);
+  }
+  function origins(text) {
+    // Where each character of text's lower case comes from in text: "\u0130" has two.
+    var from = [];
+    for (var i = 0; i < text.length; i++) {
+      for (var k = text[i].toLowerCase().length; k > 0; k--) from.push(i);
+    }
+    from.push(text.length);
+    return from;
   }
   function go(list, step) {
     var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
@@ -2452,7 +2487,13 @@ document.documentElement.setAttribute("data-js", "on");
     input.scrollIntoView();
   }
   function reveal() {
-    var target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    var id = location.hash.slice(1);
+    try {
+      id = decodeURIComponent(id);
+    } catch (malformed) {
+      // "#%" names nothing: the fragment is looked up as it is
+    }
+    var target = document.getElementById(id);
     if (target && target.tagName === "DETAILS") target.open = true;
   }
   window.addEventListener("hashchange", reveal);
@@ -2489,7 +2530,8 @@ COMMANDS = [  # what python -m session takes from this module
     _Command(
         "export",
         _EXPORT_COMMANDS["export"],
-        "0 every file valid and exported; 1 any left out (invalid, unreadable, or a session twice)",
+        "0 every file valid and exported; 1 any left out (invalid, unreadable, or a session twice) "
+        "or none found",
         True,
         _export_options,
         _export_command,
@@ -2519,7 +2561,7 @@ _OTLP_TRIES = 5  # of one request answered 429, 502, 503 or 504
 _OTLP_LONGEST_WAIT = 60.0  # seconds: a longer Retry-After is waited this long
 _RETRYABLE = (429, 502, 503, 504)  # the OTLP specification's transient answers
 _INTERNAL, _CLIENT = 1, 3  # Span.SpanKind
-_STATUS_ERROR = 2  # Status.StatusCode
+_STATUS_OK, _STATUS_ERROR = 1, 2  # Status.StatusCode (0, unset: a call of a kind not known to end)
 _INT64 = 1 << 63
 # A call's span ends at the latest of these records; without one, it is unfinished.
 _CALL_ENDS = {
@@ -2563,6 +2605,7 @@ class _OtlpSpan(NamedTuple):
     attributes: _Attributes
     links: List[Tuple[bytes, bytes]]  # (trace id, span id)
     error: Optional[str]  # the status message of a span that failed, else None
+    ended: bool  # whether it is known to have ended as it should (status OK), when not failed
 
 
 def otlp_requests(
@@ -2753,6 +2796,7 @@ class _Traces:
             attributes,
             [],
             error,
+            error is None,
         )
 
     def _call_span(self, run_id: str, call: _OtlpCall) -> _OtlpSpan:
@@ -2769,8 +2813,9 @@ class _Traces:
         trace_id = _otlp_id(16, self._salt, self._session, run_id)
         links = [(trace_id, span_id) for span_id in call.links]
         end = call.last if call.end is None else call.end
+        ended = error is None and ends is not None  # a host's own kind of call: not known
         return _OtlpSpan(
-            trace_id, call.span_id, call.parent, name, kind, call.start, end, attributes, links, error
+            trace_id, call.span_id, call.parent, name, kind, call.start, end, attributes, links, error, ended
         )
 
     def _common(self, operation: str, openinference_kind: str) -> _Attributes:
@@ -2849,9 +2894,9 @@ def _tool_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
     if tool_id:
         attributes.append(("gen_ai.tool.call.id", tool_id))
     if content and "args" in invoked:
-        attributes.append(("gen_ai.tool.call.arguments", _content(invoked["args"])))
+        attributes.append(("gen_ai.tool.call.arguments", _text_or_json(invoked["args"])))
     if content and "result" in end:
-        attributes.append(("gen_ai.tool.call.result", _content(end["result"])))
+        attributes.append(("gen_ai.tool.call.result", _text_or_json(end["result"])))
     error = _error_status(end.get("error"), attributes)
     if error is None and end.get("is_error") is True:
         error = _error_status({"message": "the tool reported an error", "type": "tool_error"}, attributes)
@@ -2898,8 +2943,9 @@ class _OtlpMessage(NamedTuple):
     """A message as the content attributes need it, made once per ``message`` record."""
 
     role: Any
-    text: str  # the conventions' JSON of the message (a system message's, of its parts)
-    length: int  # of that JSON whole: *text* holds at most the cap of it, but a system message's
+    text: str  # the conventions' JSON of the message, at most the cap of it (a system message's
+    # parts, without the brackets around them: they are joined into one list)
+    length: int  # of that JSON whole
 
 
 def _otlp_message(value: Any) -> _OtlpMessage:
@@ -2907,7 +2953,8 @@ def _otlp_message(value: Any) -> _OtlpMessage:
     role = message.get("role")
     converted = _otel_message(message)
     text = _json_content(converted["parts"] if role == "system" else converted)
-    return _OtlpMessage(role, text if role == "system" else text[:_OTLP_CONTENT_CAP], len(text))
+    kept = text[1:-1] if role == "system" else text
+    return _OtlpMessage(role, kept[:_OTLP_CONTENT_CAP], len(text))
 
 
 class _Contents:
@@ -2944,14 +2991,15 @@ class _Contents:
         else:  # version 2: [first, last] ranges of message records, checked by the reader
             instructions, latest, count = self._referred(data["messages"])
             tools = self._tools.get(data["tools"], "") if type(data.get("tools")) is int else ""
-        system = [m.text[1:-1] for m in instructions if m.length > 2]
+        system = [m for m in instructions if m.length > 2]
         chat_messages = (m for m in latest if m.role != "system")
         chat, left_out = _latest_messages(chat_messages, count - len(instructions))
         out: _Attributes = [("gen_ai.input.messages", chat)]
         if left_out:
             out.append(("session_jsonl.input_messages_left_out", left_out))
         if system:
-            out.append(("gen_ai.system_instructions", _cut(f"[{', '.join(system)}]")))
+            whole = sum(m.length for m in system)  # each one's brackets make way for ", " or the list's
+            out.append(("gen_ai.system_instructions", _cut(f"[{', '.join(m.text for m in system)}]", whole)))
         if tools:
             out.append(("gen_ai.tool.definitions", tools))
         return out
@@ -3030,6 +3078,12 @@ def _latest_messages(latest: Iterable[_OtlpMessage], count: int) -> Tuple[str, i
 def _content(value: Any) -> str:
     """*value* as JSON text for a content attribute, cut at the cap."""
     return _cut(_json_content(value))
+
+
+def _text_or_json(value: Any) -> str:
+    """A string as its text (a tool's output, arguments a model wrote as JSON text), any other
+    value as JSON, cut at the cap: a backend shows a string's lines, not a JSON string's."""
+    return _cut(_safe(value)) if type(value) is str else _content(value)
 
 
 def _json_content(value: Any) -> str:
@@ -3144,6 +3198,8 @@ def _span_proto(span: _OtlpSpan) -> bytes:
     parts += [_field(13, _field(1, trace) + _field(2, linked)) for trace, linked in span.links]
     if span.error is not None:  # Status: message 2, code 3
         parts.append(_field(15, (_field(2, span.error.encode()) if span.error else b"") + b"\x18\x02"))
+    elif span.ended:
+        parts.append(_field(15, b"\x18\x01"))
     return _field(2, b"".join(parts))
 
 
@@ -3184,6 +3240,8 @@ def _span_json(span: _OtlpSpan) -> bytes:
         out["links"] = [{"traceId": trace.hex(), "spanId": linked.hex()} for trace, linked in span.links]
     if span.error is not None:
         out["status"] = {"message": span.error, "code": _STATUS_ERROR}
+    elif span.ended:
+        out["status"] = {"code": _STATUS_OK}
     return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -3211,82 +3269,229 @@ def send_otlp(
 ) -> int:
     """POST each of *requests* (from ``otlp_requests``, in the same *protocol*) to the OTLP/HTTP
     *endpoint* (a URL ending in ``/v1/traces``), gzipped, with *headers*; return how many were
-    sent.  An answer 429, 502, 503 or 504 is tried again, up to *tries* times in all, after
+    sent.  Each request, from connecting to the answer's last byte, takes at most *timeout*
+    seconds.  An answer 429, 502, 503 or 504 is tried again, up to *tries* times in all, after
     its ``Retry-After`` (at most a minute) or else 1, 2, 4, ... seconds.  ``OtlpError`` naming
-    the endpoint and the answer (or the reason there was none) when one cannot be sent; the
-    requests before it were.  An answer that accepted a request but rejected some of its
-    spans (OTLP's partial success) is not tried again: what it says goes to *rejected*.
-    ``ValueError`` for an *endpoint* that is not an http or https URL."""
+    the endpoint and the answer (or the reason there was none, or why it cannot be read) when
+    one cannot be sent; the requests before it were.  An answer that accepted a request but
+    rejected some of its spans (OTLP's partial success) is not tried again: what it says goes
+    to *rejected*.  No message holds a header's value, even where a backend echoes it.
+    ``ValueError`` for an *endpoint* that is not an http or https URL or holds a password,
+    and for a header HTTP cannot carry (it names the header, never its value)."""
     import gzip
-    import urllib.parse
 
-    if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
-        raise ValueError(f"the endpoint must be an http:// or https:// URL, not {endpoint!r}")
+    _check_endpoint(endpoint)
     fields = {"Content-Type": _OTLP_PROTOCOLS[protocol], "Content-Encoding": "gzip"}
     fields.update(headers or {})
+    for name, value in fields.items():
+        _check_header(name, value)
+    secrets = [value for value in (headers or {}).values() if value.strip()]
     sent = 0
-    for body in requests:
-        refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries)
-        if refused and rejected is not None:
-            rejected.append(refused)
-        sent += 1
+    try:
+        for body in requests:
+            refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries)
+            if refused and rejected is not None:
+                rejected.append(_unechoed(refused, secrets))
+            sent += 1
+    except OtlpError as exc:
+        raise OtlpError(_unechoed(str(exc), secrets)) from None
     return sent
+
+
+def _check_endpoint(endpoint: str) -> None:
+    """``ValueError`` for an endpoint ``send_otlp`` cannot send to, without echoing a password
+    in it (urllib would take ``user:password@host`` for a host and port, and print them)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "the endpoint holds a user name or password: give them as a header instead "
+            "(Authorization=Basic%20<base64 of user:password> in OTEL_EXPORTER_OTLP_HEADERS)"
+        )
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"the endpoint must be an http:// or https:// URL, not {endpoint!r}")
+
+
+_HEADER_NAME = r"[-!#$%&'*+.^_`|~0-9A-Za-z]+"  # RFC 9110's token
+
+
+def _check_header(name: str, value: str) -> None:
+    """``ValueError`` naming a header HTTP cannot carry; never its value, which is often a
+    credential (http.client's own message would print it whole)."""
+    valid = re.match(_HEADER_NAME, name)
+    if not valid or valid.end() < len(name):  # named up to the fault: what follows may be a value
+        named = f"the header {valid.group()}" if valid else "a header"
+        raise ValueError(f"the name of {named} holds a character HTTP cannot carry in a name (K=V, not K: V)")
+    if re.search("[\r\n]", value):
+        raise ValueError(
+            f"the value of the header {name} holds a line break, which HTTP cannot carry "
+            "(base64 wraps long values: join its lines, as base64 -w0 or tr -d '\\n' does)"
+        )
+    if re.search("[^\t\x20-\x7e\x80-\xff]", value):
+        raise ValueError(f"the value of the header {name} holds a character HTTP cannot carry")
+
+
+def _unechoed(text: str, secrets: List[str]) -> str:
+    """*text* (a backend's words) with the headers' values sent to it blanked out."""
+    for secret in secrets:
+        text = text.replace(secret, "[a header's value]")
+    return text
 
 
 def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, tries: int) -> str:
     """Send one request; what the answer says of spans it rejected (``""``: none)."""
     import time
+
+    attempt = 1
+    while True:
+        status, reason, told, text = _exchange(endpoint, body, headers, timeout)
+        if 200 <= status < 300:
+            try:
+                return _partial_success(text, told.get("Content-Type", ""))
+            except ValueError as exc:
+                raise OtlpError(f"{endpoint}: HTTP {status}, but not an answer OTLP gives: {exc}") from None
+        if status not in _RETRYABLE or attempt >= tries:
+            raise OtlpError(f"{endpoint}: HTTP {status} {reason}{_answer_text(told, text)}")
+        time.sleep(_retry_wait(told.get("Retry-After"), attempt))
+        attempt += 1
+
+
+def _exchange(
+    endpoint: str, body: bytes, headers: Dict[str, str], timeout: float
+) -> Tuple[int, str, Any, bytes]:
+    """POST *body* once, within *timeout* seconds: the answer's status, reason, headers and
+    first MiB of text.  ``OtlpError`` when there is no answer, or none HTTP can read."""
+    import http.client
     import urllib.error
     import urllib.request
 
-    class Unredirected(urllib.request.HTTPRedirectHandler):
-        """A redirect is an error: urllib would follow it with a GET, dropping the spans."""
+    request = urllib.request.Request(endpoint, body, headers, method="POST")
+    try:
+        try:
+            answer = _opener(timeout).open(request)
+        except urllib.error.HTTPError as exc:
+            answer = exc  # an answer all the same: its status says what became of the request
+        with answer:
+            status = answer.getcode()
+            try:
+                text = answer.read(1 << 20)
+            except (OSError, http.client.HTTPException):
+                if 200 <= status < 300:  # what it says of the spans is lost
+                    raise
+                text = b""  # its status says what became of the request
+            return status, answer.reason, answer.headers, text
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, TLS, timeout, bad URL
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise OtlpError(f"{endpoint}: {reason or type(reason).__name__}") from None
+    except http.client.HTTPException as exc:  # no status line, too many or long headers, ...
+        raise OtlpError(f"{endpoint}: the answer is not HTTP: {exc or type(exc).__name__}") from None
 
+
+def _opener(timeout: float) -> Any:
+    """A urllib opener whose request ends, answered or not, within *timeout* seconds (a
+    socket's timeout bounds each read: a backend answering a byte at a time would hold it for
+    ever), and whose redirects are errors (urllib would follow them with a GET, dropping the
+    spans)."""
+    import http.client
+    import socket
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        seconds = deadline - time.monotonic()
+        if seconds <= 0:
+            raise socket.timeout("timed out")
+        return seconds
+
+    plain, secure = _bounded_connections(left)
+
+    class Bounded(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+        def do_open(self, http_class: Any, req: Any, **http_conn_args: Any) -> Any:
+            bounded = secure if issubclass(http_class, http.client.HTTPSConnection) else plain
+            return super().do_open(bounded, req, **http_conn_args)
+
+    class Unredirected(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any) -> None:
             return None
 
-    request = urllib.request.Request(endpoint, body, headers, method="POST")
-    opener = urllib.request.build_opener(Unredirected)
-    attempt = 1
-    while True:
-        try:
-            with opener.open(request, timeout=timeout) as answer:
-                return _partial_success(answer.read(1 << 20), answer.headers.get("Content-Type", ""))
-        except urllib.error.HTTPError as exc:
-            if exc.code not in _RETRYABLE or attempt >= tries:
-                raise OtlpError(f"{endpoint}: HTTP {exc.code} {exc.reason}{_answer_text(exc)}") from None
-            time.sleep(_retry_wait(exc.headers.get("Retry-After"), attempt))
-            attempt += 1
-        except (urllib.error.URLError, OSError, ValueError) as exc:  # refused, TLS, timeout, bad URL
-            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            raise OtlpError(f"{endpoint}: {reason or type(reason).__name__}") from None
+    return urllib.request.build_opener(Bounded, Unredirected)
+
+
+def _bounded_connections(left: Callable[[], float]) -> Tuple[Any, Any]:
+    """http.client's HTTP and HTTPS connections, each step of whose request (connecting, the
+    TLS handshake, sending, each read of the answer) may take only the seconds *left*."""
+    import http.client
+
+    class Reads(io.RawIOBase):
+        def __init__(self, raw: io.RawIOBase, sock: Any) -> None:
+            self._raw, self._sock = raw, sock
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> Optional[int]:
+            self._sock.settimeout(left())
+            return self._raw.readinto(buffer)
+
+        def close(self) -> None:
+            self._raw.close()
+            super().close()
+
+    class Answer(http.client.HTTPResponse):
+        def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(sock, *args, **kwargs)
+            self.fp = io.BufferedReader(Reads(self.fp.detach(), sock))
+
+    class Plain(http.client.HTTPConnection):
+        response_class = Answer
+
+        def connect(self) -> None:
+            self.timeout = left()
+            super().connect()
+            self.sock.settimeout(left())  # what the TLS handshake, next for HTTPS, may take
+
+        def send(self, data: Any) -> None:
+            if self.sock is not None:
+                self.sock.settimeout(left())
+            super().send(data)
+
+    class Secure(http.client.HTTPSConnection, Plain):  # HTTPS's connect calls Plain's
+        pass
+
+    return Plain, Secure
 
 
 def _partial_success(body: bytes, content_type: str) -> str:
     """What an ExportTraceServiceResponse says of the spans it rejected (its partial_success:
-    rejected_spans 1, error_message 2), ``""`` when none or when it cannot be read."""
+    rejected_spans 1, error_message 2), ``""`` when none; ``ValueError`` saying why when it
+    is not one (a body of another type is not read)."""
     count: Any = 0
     message: Any = ""
     try:
         if content_type.startswith("application/json"):
             partial = json.loads(body or b"{}").get("partialSuccess") or {}
-            count, message = int(partial.get("rejectedSpans", 0)), partial.get("errorMessage", "")
+            count, message = int(partial.get("rejectedSpans", 0)), str(partial.get("errorMessage", ""))
         elif content_type.startswith("application/x-protobuf"):
             for number, value in _proto_fields(body):
                 if number == 1 and isinstance(value, bytes):  # partial_success
                     fields = dict(_proto_fields(value))
                     count, text = fields.get(1, 0), fields.get(2, b"")
                     message = text.decode("utf-8", "replace") if isinstance(text, bytes) else ""
-    except (ValueError, TypeError, AttributeError, IndexError):
-        return ""
+    except (TypeError, AttributeError, OverflowError) as exc:  # not an object; an infinite count
+        raise ValueError(exc) from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if not count and not message:
         return ""
     return f"the backend rejected {count} spans" + (f": {message}" if message else "")
 
 
 def _proto_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
-    """The fields of a protobuf message: (number, int or bytes); ``ValueError`` or
-    ``IndexError`` when it is not one."""
+    """The fields of a protobuf message: (number, int or bytes); ``ValueError`` when it is
+    not one."""
     at = 0
     while at < len(data):
         key, at = _read_varint(data, at)
@@ -3294,36 +3499,38 @@ def _proto_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
         value: Union[int, bytes]
         if wire == 0:
             value, at = _read_varint(data, at)
-        elif wire == 2:
-            size, at = _read_varint(data, at)
-            value, at = data[at : at + size], at + size
-        elif wire in (1, 5):  # fixed64, fixed32
-            size = 8 if wire == 1 else 4
+        elif wire in (1, 2, 5):  # fixed64, length-delimited, fixed32
+            size, at = (8, at) if wire == 1 else (4, at) if wire == 5 else _read_varint(data, at)
+            if at + size > len(data):
+                raise ValueError("protobuf cut short")
             value, at = data[at : at + size], at + size
         else:
             raise ValueError(f"protobuf wire type {wire}")
         yield key >> 3, value
 
 
+_VARINT_BYTES = 10  # the most a protobuf varint takes (a 64-bit one)
+
+
 def _read_varint(data: bytes, at: int) -> Tuple[int, int]:
-    value = shift = 0
-    while True:
+    value = 0
+    for shift in range(0, 7 * _VARINT_BYTES, 7):
+        if at >= len(data):
+            raise ValueError("protobuf cut short")
         byte = data[at]
         value |= (byte & 0x7F) << shift
         at += 1
-        shift += 7
         if byte < 0x80:
             return value, at
+    raise ValueError(f"a protobuf varint longer than {_VARINT_BYTES} bytes")
 
 
-def _answer_text(answer: Any) -> str:
+def _answer_text(told: Any, text: bytes) -> str:
     """What an error answer says, for its message: where it redirects to, or its text."""
-    if answer.headers.get("Location"):
-        return f" (to {answer.headers['Location']})"
-    told = ""
-    with contextlib.suppress(OSError):
-        told = answer.read(200).decode("utf-8", "replace").strip()
-    return f": {told}" if told else ""
+    if told.get("Location"):
+        return f" (to {told['Location']})"
+    said = text[:200].decode("utf-8", "replace").strip()
+    return f": {said}" if said else ""
 
 
 def _retry_wait(retry_after: Optional[str], attempt: int) -> float:
@@ -3379,7 +3586,7 @@ def _otlp_options(sub: Any) -> None:
         type=float,
         default=10.0,
         metavar="S",
-        help="seconds to wait for an answer (default: %(default)s)",
+        help="seconds a request may take, from connecting to its answer's last byte (default: %(default)s)",
     )
 
 
@@ -3387,8 +3594,8 @@ def _header_argument(text: str) -> Tuple[str, str]:
     import argparse
 
     name, equals, value = text.partition("=")
-    if not equals or not name.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not K=V")
+    if not equals or not name.strip():  # not echoed: it may be a credential
+        raise argparse.ArgumentTypeError("a header is given as NAME=VALUE")
     return name.strip(), value.strip()
 
 
@@ -3430,6 +3637,8 @@ def _otlp_command(args: Any) -> int:
     if endpoint is None and args.output is None:
         args.usage_error("give --endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT), or --output FILE")
     args.protocol = _otlp_protocol(args)
+    if _no_session_file(args):
+        return 1
     entries: List[Dict[str, Any]] = []
     rejected: List[str] = []
     try:
@@ -3497,7 +3706,8 @@ COMMANDS.append(
     _Command(
         "otlp",
         _EXPORT_COMMANDS["otlp"],
-        "0 every file valid and sent (or written); 1 any left out (invalid or unreadable) or spans rejected",
+        "0 every file valid and sent (or written); 1 any left out (invalid or unreadable), none found "
+        "or spans rejected",
         True,
         _otlp_options,
         _otlp_command,

@@ -223,6 +223,20 @@ def test_export_of_valid_files_exits_0_and_shows_progress_on_a_terminal(
     assert run_cli("export", *paths).returncode == 2  # no -o
 
 
+def test_export_and_otlp_of_folders_without_a_session_file_say_so_and_exit_1(tmp_path: Path) -> None:
+    empty, plain = tmp_path / "empty", tmp_path / "plain"
+    empty.mkdir()
+    plain.mkdir()
+    (plain / "config.json").write_text("{}")
+    out = tmp_path / "all.jsonl"
+    for command in (["export", "-o", str(out)], ["otlp", "--endpoint", "http://127.0.0.1:9/v1/traces"]):
+        done = run_cli(*command, str(empty), str(plain))
+        said = f"python -m session {command[0]}: no session file in {empty} {plain} "
+        said += "(a folder's *.jsonl files are read)\n"
+        assert (done.returncode, done.stdout, done.stderr) == (1, "", said)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "plain"]  # nothing written
+
+
 def test_export_replaces_only_a_regular_file(tmp_path: Path) -> None:
     if not hasattr(os, "mkfifo"):
         pytest.skip("no named pipes on this system")
@@ -974,6 +988,31 @@ def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
         browser.close()
 
 
+def test_html_page_survives_a_malformed_fragment_and_marks_what_search_found(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model_call(run, "m1", [say("alpha " + "long " * 200)])  # folded: printing unfolds it
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_end", execution=tool, tool="grep", result="\u0130\u0130 abc needle x"))
+    page = tmp_path / "page.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        for fragment in ("#%", "#%E0%A4%A"):  # decodeURIComponent throws on both
+            browser.page("POST", "/url", {"url": "about:blank"})  # a load, not a move in the page
+            browser.page("POST", "/url", {"url": page.as_uri() + fragment})
+            assert browser.run("return document.querySelectorAll('details:not([open])').length") > 0
+            browser.run("window.dispatchEvent(new Event('beforeprint'))")
+            assert browser.run("return document.querySelectorAll('details:not([open])').length") == 0
+        search = browser.element("#search")
+        browser.page("POST", f"/element/{search}/value", {"text": "needle"})
+        marked = "return [...(CSS.highlights.get('search') || [])].map(String)"
+        assert browser.until(lambda: browser.run(marked) != [])
+        assert set(browser.run(marked)) == {"needle"}
+    finally:
+        browser.close()
+
+
 def model_call(run: session.Run, name: str, messages: List[Message], attempt: int = 1) -> None:
     execution = Execution(name, "model", attempt=attempt)
     run.record(Event("model_exec_start", execution=execution, timestamp=T0))
@@ -1215,11 +1254,21 @@ def test_html_page_of_a_damaged_file_shows_the_records_before_the_bad_line(tmp_p
     assert f"The page shows the 5 records before it; <code>{repair}</code> keeps them" in page
     assert sorted(map(int, re.findall(r'id="seq-(\d+)"', page))) == [1, 2, 3, 4, 5]
     assert "&lt;script&gt;" not in page  # the bad line itself is not shown
+    long = f'{{"seq": 6, "x": "{"x" * 2000}"}}\n'.encode()
+    path.write_bytes(b"".join(lines[:5]) + long + b"".join(lines[6:]))
+    done = run_cli("html", str(path), "-o", str(out), "--max-line-bytes", "1000")
+    assert done.returncode == 1 and "longer than" in done.stderr, done.stderr
+    page = out.read_text(encoding="utf-8")
+    assert "records before it; a larger <code>--max-line-bytes</code> reads that line" in page
+    assert "python -m session repair" not in page  # which would refuse to cut it
     garbage = tmp_path / "garbage.jsonl"
-    garbage.write_bytes(b"<b>garbage\n")
-    done = run_cli("html", str(garbage))
-    assert done.returncode == 1 and done.stdout.startswith("<!DOCTYPE html>")
-    assert "damaged at line 1 (offset 0)" in done.stdout and "shows the 0 records" in done.stdout
+    for written in (b"<b>garbage\n", b"", b'{"a": 1}\n', bytes(range(256))):  # none a session: no repair
+        garbage.write_bytes(written)
+        done = run_cli("html", str(garbage))
+        assert done.returncode == 1 and done.stdout.startswith("<!DOCTYPE html>")
+        assert "This is no session file: line 1 (offset 0): " in done.stdout
+        assert "nothing to show or repair" in done.stdout and "session repair" not in done.stdout
+        assert "not repaired" in run_cli("repair", str(garbage)).stderr  # as the page says
     assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.jsonl", "it's damaged.jsonl", "page.html"]
 
 

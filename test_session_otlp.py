@@ -11,6 +11,7 @@ import http.server
 import json
 import os
 import shutil
+import socket
 import ssl
 import stat
 import subprocess
@@ -19,7 +20,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import hypothesis
 import pytest
@@ -56,11 +57,17 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Receiver:
     """An OTLP/HTTP receiver on 127.0.0.1: answers each POST with the next of *answers*
     (status, headers[, body]), then 200; keeps every request's path, headers, body (gunzipped) and
-    arrival time (header names in lowercase).  *delay*: seconds to wait before answering."""
+    arrival time (header names in lowercase).  *delay*: seconds to wait before answering.  An
+    error in a handler fails the test (it is not printed), but that of answering a client that
+    left, when *client_leaves*."""
 
-    def __init__(self, answers: Tuple[Tuple[Any, ...], ...] = (), delay: float = 0.0) -> None:
+    def __init__(
+        self, answers: Tuple[Tuple[Any, ...], ...] = (), delay: float = 0.0, client_leaves: bool = False
+    ) -> None:
         self.answers = list(answers)
         self.got: List[Tuple[str, Dict[str, str], bytes, float]] = []
+        self.client_leaves = client_leaves  # before it is answered: writing the answer fails
+        self.errors: List[Optional[BaseException]] = []
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -84,7 +91,13 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = False  # server_close waits for them: none outlives its test
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                receiver.errors.append(sys.exc_info()[1])  # checked at the end, not printed
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -94,7 +107,9 @@ class Receiver:
 
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
-        self.server.server_close()
+        self.server.server_close()  # and waits for the handlers
+        left = (BrokenPipeError, ConnectionResetError) if self.client_leaves else ()
+        assert all(isinstance(error, left) for error in self.errors), self.errors
 
 
 def decode(body: bytes, protocol: str) -> Any:
@@ -187,6 +202,7 @@ def test_the_demo_session_arrives_as_spans_by_the_genai_conventions(demo: Path, 
         assert a["gen_ai.conversation.id"] == a["session.id"] == runs_in_file[0].session_id
         if span in runs:
             assert set(a) == keys_of("run", False) and a["openinference.span.kind"] == "AGENT"
+            assert span.status.code == 1  # OK: closed without an error
             continue
         run_id, (execution_id, attempt) = run_of[span.trace_id], execution_of(span)
         records = calls[run_id, execution_id, attempt]
@@ -202,10 +218,11 @@ def test_the_demo_session_arrives_as_spans_by_the_genai_conventions(demo: Path, 
             check_tool_span(span, data)
             attempts = [key[2] for key in calls if key[:2] == (run_id, execution["parent_id"])]
             assert parent.name == "chat" and execution_of(parent) == (execution["parent_id"], max(attempts))
-            assert parent.status.code == 0  # the attempt that asked for it
+            assert parent.status.code == 1  # the attempt that asked for it
         else:
             assert execution["kind"] == "compact" and span.name == "compact" and parent.name == "invoke_agent"
             assert set(a) == keys_of("compact", False)  # and no compaction: it may summarize, it is content
+            assert span.status.code == 1
 
 
 def keys_of(kind: str, failed: bool) -> Set[str]:
@@ -243,7 +260,7 @@ def check_model_span(span: Any, data: Dict[str, Dict[str, Any]], spans: List[Any
         assert a["gen_ai.usage.output_tokens"] == a["llm.token_count.completion"] == usage["output"]
         assert a["llm.token_count.total"] == usage["total_tokens"]
         assert a["gen_ai.response.finish_reasons"] == [{"toolUse": "tool_call"}.get(stop, stop)]
-        assert span.status.code == 0
+        assert span.status.code == 1
     execution_id, attempt = execution_of(span)
     if attempt > 1:
         (before,) = [
@@ -269,7 +286,7 @@ def check_tool_span(span: Any, data: Dict[str, Dict[str, Any]]) -> None:
     assert (
         a["gen_ai.tool.name"] == a["tool.name"] == end["tool"] and a["gen_ai.tool.call.id"] == end["tool_id"]
     )
-    assert (span.status.code, a.get("error.type")) == ((2, failed["type"]) if failed else (0, None))
+    assert (span.status.code, a.get("error.type")) == ((2, failed["type"]) if failed else (1, None))
 
 
 def test_the_encoder_writes_what_protobuf_writes_and_json_says_the_same(demo: Path, tmp_path: Path) -> None:
@@ -334,6 +351,27 @@ def test_content_is_opt_in_resolved_without_credentials_and_cut(demo: Path, tmp_
     assert cut == '{"x": "' + "x" * (16384 - 7) + "... [23625 more characters cut]"
 
 
+def test_a_string_tools_arguments_and_result_are_sent_as_their_text(tmp_path: Path) -> None:
+    path = tmp_path / "strings.jsonl"
+    results = ["line 1\nline 2 \u00e9", {"output": "line 1\nline 2"}, "r" * 20000]
+    with session.create(path) as s, s.begin_run() as run:
+        for n, result in enumerate(results):
+            tool = Execution(f"t{n}", "tool")
+            run.record(Event("tool_exec_start", execution=tool, tool="grep", args='{"pattern": "a"}'))
+            run.record(Event("tool_exec_end", execution=tool, tool="grep", result=result))
+    for protocol in ("http/protobuf", "http/json"):
+        (body,) = session_export.otlp_requests([path], protocol=protocol, content=True)
+        tools = [attributes(s) for s in spans_of(decode(body, protocol)) if s.name == "execute_tool grep"]
+        assert [a["gen_ai.tool.call.arguments"] for a in tools] == [
+            '{"pattern": "a"}'
+        ] * 3  # as the model wrote
+        assert [a["gen_ai.tool.call.result"] for a in tools] == [
+            "line 1\nline 2 \u00e9",  # its lines, not a JSON string of them
+            '{"output": "line 1\\nline 2"}',  # structured: JSON
+            "r" * 16384 + "... [3616 more characters cut]",
+        ]
+
+
 def test_content_is_the_same_from_either_version_and_a_long_message_is_cut(tmp_path: Path) -> None:
     def contents(path: Path) -> List[Dict[str, Any]]:
         (body,) = session_export.otlp_requests([path], content=True)
@@ -390,6 +428,34 @@ def test_content_of_a_long_version_2_session_costs_what_it_shows(
     assert 8 * looked_at[0] < 100 * 101 // 2  # every message of every request: many times more
 
 
+def test_content_keeps_of_each_system_message_what_it_sends(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path = tmp_path / "prompts.jsonl"
+    prompts = [f"{n} " + "p" * (256 << 10) for n in range(48)]  # each run its own system prompt
+    with session.create(path) as s, s.begin_run() as run:
+        for n, prompt in enumerate(prompts):
+            model = Execution(f"m{n}", "model")
+            system = [Message("system", [session.text_block(prompt)], timestamp=T0)] * (1 + n % 2)
+            run.record(Event("model_exec_start", execution=model))
+            run.record(Event("model_request", execution=model, request=ModelRequest(system)))
+    tracemalloc.start()
+    try:
+        bodies = list(session_export.otlp_requests([path], content=True))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < sum(map(len, prompts)) // 2, peak  # not every prompt whole (16 MB, 4 MB kept)
+    sent = [
+        attributes(s)["gen_ai.system_instructions"]
+        for s in spans_of(*map(decode_proto, bodies))
+        if s.name == "chat"
+    ]
+    for n, (prompt, instructions) in enumerate(zip(prompts, sent)):
+        whole = json.dumps([{"type": "text", "content": prompt}] * (1 + n % 2))
+        assert instructions == f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"
+
+
 CONTENT: Tuple[str, ...] = ("gen_ai.input", "gen_ai.output", "gen_ai.system", "gen_ai.tool.definitions")
 CONTENT += ("gen_ai.tool.call.", "session_jsonl.input")
 
@@ -414,9 +480,7 @@ def test_hostile_strings_are_escaped_never_a_crash(tmp_path: Path) -> None:
     tool = next(s for s in spans if s.name.startswith("execute_tool"))
     escaped = "ls\\udc80\x1b[2J\x00\u202e"
     assert tool.name == f"execute_tool {escaped}" and attributes(tool)["gen_ai.tool.call.id"] == escaped
-    assert (
-        json.loads(attributes(tool)["gen_ai.tool.call.result"]) == "ls\udc80\x1b[2J\x00\u202e"
-    )  # JSON: equal
+    assert attributes(tool)["gen_ai.tool.call.result"] == escaped  # a string result: its text, escaped
     assert tool.parent_span_id == next(s for s in spans if s.name == "chat").span_id
 
 
@@ -516,7 +580,19 @@ def test_unfinished_calls_and_runs_are_error_spans_and_invalid_files_left_out(
     no = "unfinished: the file holds no"
     assert status["invoke_agent"] == (2, f"{no} run_close for it", "unfinished")
     assert status["execute_tool list_files"] == (2, f"{no} tool_exec_end for it", "unfinished")
-    assert [s.status.code for s in spans if s.name == "chat"] == [2, 0]  # rate limited, then answered
+    assert [s.status.code for s in spans if s.name == "chat"] == [2, 1]  # rate limited, then OK
+
+
+def test_a_call_of_the_hosts_own_kind_has_no_status_its_run_is_ok(tmp_path: Path) -> None:
+    path = tmp_path / "own.jsonl"
+    retrieval = Execution("r1", "retrieval")
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("retrieval_start", execution=retrieval))
+        run.record(Event("retrieval_end", execution=retrieval))
+    for protocol in ("http/protobuf", "http/json"):
+        (body,) = session_export.otlp_requests([path], protocol=protocol)
+        status = {s.name: (s.status.code, s.HasField("status")) for s in spans_of(decode(body, protocol))}
+        assert status == {"invoke_agent": (1, True), "retrieval": (0, False)}  # whether it worked: not known
 
 
 def test_output_writes_the_requests_instead(demo: Path, tmp_path: Path) -> None:
@@ -658,8 +734,135 @@ def test_spans_a_backend_rejects_are_reported(demo: Path) -> None:
 
 
 def test_a_slow_receiver_times_out(demo: Path) -> None:
-    with Receiver(delay=3.0) as receiver:
+    with Receiver(delay=3.0, client_leaves=True) as receiver:
         assert "timed out" in fails(demo, receiver.url, "--timeout", "0.5")
+
+
+class RawServer:
+    """A server on 127.0.0.1 that reads each request, then writes *answer* (bytes no HTTP
+    server would write), *pace* seconds between its bytes.  It stops itself: at the end of
+    its ``with``, or once its client has gone."""
+
+    def __init__(self, answer: bytes, pace: float = 0.0) -> None:
+        self.answer, self.pace, self.stopped = answer, pace, threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1/traces"
+        self.thread = threading.Thread(target=self.serve)
+
+    def serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            with connection, contextlib.suppress(OSError):  # the client gave up
+                connection.settimeout(10)
+                self.read_request(connection.makefile("rb"))
+                chunks = (
+                    [self.answer[i : i + 1] for i in range(len(self.answer))] if self.pace else [self.answer]
+                )
+                for chunk in chunks:
+                    if self.stopped.is_set():
+                        break
+                    connection.sendall(chunk)
+                    time.sleep(self.pace)
+
+    @staticmethod
+    def read_request(reader: Any) -> None:
+        length = 0
+        for line in iter(reader.readline, b"\r\n"):
+            name, _, value = line.decode("latin-1").partition(":")
+            length = int(value) if name.lower() == "content-length" else length
+        reader.read(length)
+
+    def __enter__(self) -> RawServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.listener.close()
+
+
+def test_a_backend_answering_a_byte_at_a_time_times_out(demo: Path) -> None:
+    # Each byte comes well within the timeout; the whole answer, in 12 s, does not.
+    answer = b"HTTP/1.1 200 OK\r\nX-Padding: " + b"x" * 200 + b"\r\nContent-Length: 0\r\n\r\n"
+    with RawServer(answer, pace=0.05) as server:
+        assert "timed out" in fails(demo, server.url, "--timeout", "1")
+
+
+def ok(content_type: str, body: bytes) -> bytes:
+    """An answer 200 of *body*."""
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "the answer is not HTTP: "),
+        (b"HTTP/1.1 200 OK\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", "got more than 100 headers"),
+        (b"HTTP/1.1 200 OK\r\nX-A: " + b"b" * 65536 + b"\r\n\r\n", "got more than 65536 bytes"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "IncompleteRead"),
+        (b"HTTP/1.1 500 No\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "HTTP 500 No\n"),
+        (ok("application/json", b"[" * 100_000), "JSON nested too deeply"),
+        (ok("application/json", b'{"partialSuccess": {"rejectedSpans": Infinity}}'), "float infinity"),
+        (ok("application/json", b'{"partialSuccess": {"rejectedSpans": 1e999}}'), "float infinity"),
+        (ok("application/x-protobuf", b"\x80" * ((1 << 20) - 1) + b"\x01"), "varint longer than 10 bytes"),
+    ],
+    ids=["ssh", "101-headers", "64k-header", "chunk", "chunk-500", "nested", "infinity", "1e999", "varint"],
+)
+def test_an_answer_http_or_otlp_cannot_read_is_one_line_naming_the_endpoint(
+    demo: Path, answer: bytes, said: str
+) -> None:
+    with RawServer(answer) as server:
+        stderr = fails(demo, server.url)
+    assert said in stderr and stderr.count("\n") == 1, stderr
+
+
+def test_a_header_value_is_never_printed(demo: Path, tmp_path: Path) -> None:
+    secret = base64.b64encode(b"pk-lf-0123456789abcdef:sk-lf-0123456789abcdef0123456789abcdef").decode()
+    wrapped = f"Basic {secret[:40]}\n{secret[40:]}"  # as base64 wraps a long credential
+    nowhere = "http://127.0.0.1:9/v1/traces"
+    for done in (
+        run_cli("otlp", str(demo), "--endpoint", nowhere, "--header", f"Authorization={wrapped}"),
+        otlp_with_environment(
+            demo, "--endpoint", nowhere,
+            OTEL_EXPORTER_OTLP_HEADERS="Authorization=" + wrapped.replace(" ", "%20").replace("\n", "%0A"),
+        ),
+    ):  # fmt: skip
+        assert (
+            done.returncode == 2 and "the value of the header Authorization holds a line break" in done.stderr
+        ), done.stderr
+        assert secret[:40] not in done.stderr and secret[40:] not in done.stderr
+    done = run_cli(
+        "otlp",
+        str(demo),
+        "--endpoint",
+        "http://127.0.0.1:9/v1/traces",
+        "--header",
+        f"Authorization: {secret}",
+    )
+    assert done.returncode == 2 and "the name of the header Authorization holds" in done.stderr, done.stderr
+    assert secret not in done.stderr
+    done = run_cli("otlp", str(demo), "--endpoint", nowhere, "--header", secret.rstrip("="))
+    assert done.returncode == 2 and "NAME=VALUE" in done.stderr and secret[:-1] not in done.stderr, (
+        done.stderr
+    )
+    for url in ("http://user:" + secret + "@127.0.0.1/v1/traces", "ftp://user:" + secret + "@127.0.0.1:21/x"):
+        done = run_cli("otlp", str(demo), "--endpoint", url)
+        assert done.returncode == 2 and "holds a user name or password" in done.stderr, done.stderr
+        assert secret not in done.stderr
+    echoed: Tuple[Any, ...] = (
+        401,
+        {},
+        f"no such key: Basic {secret}".encode(),
+    )  # a backend that says what it got
+    with Receiver((echoed,)) as receiver:
+        stderr = fails(demo, receiver.url, "--header", f"Authorization=Basic {secret}")
+    assert "HTTP 401 Unauthorized: no such key: [a header's value]" in stderr and secret not in stderr, stderr
 
 
 @contextlib.contextmanager
@@ -728,6 +931,7 @@ def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
         (u["input"], u["output"]) for u in usage
     )
     assert sum(1 for s in spans if s["statusCode"] == "ERROR") == 2  # the rate-limited call, the failed tool
+    assert {s["statusCode"] for s in spans} == {"OK", "ERROR"}  # none left unset
 
 
 def free_port() -> int:
