@@ -455,6 +455,40 @@ def test_a_message_changed_in_place_is_sent_as_it_is_now(tmp_path: Path) -> None
     assert check_each_message_once(path)["messages"] == 6  # the page, and the page cleared
 
 
+def test_a_field_replaced_twice_is_sent_as_it_is_now(tmp_path: Path) -> None:
+    """The host scrubs a card number before the second call, replacing the message's content
+    twice: the second list is made where CPython's free list puts it, at the address of the
+    first one (freed by the first replacement), so a message recognised by the addresses of
+    its fields' values would be recorded as it was."""
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "add", "args": {"a": 1, "b": 2}, "id": "call-1", "type": "tool_call"}]
+    model = GenericFakeChatModel(messages=Script(reply(calls=calls), reply("done")))
+    called = 0
+
+    def scrub_the_card(messages: list[BaseMessage]) -> list[BaseMessage]:
+        nonlocal called
+        called += 1
+        if called == 2:
+            messages[0].content = [{"type": "text", "text": "my card is [CARD]"}]
+            messages[0].content = [{"type": "text", "text": "[REDACTED]"}]
+        return messages
+
+    async def ascrub_the_card(messages: list[BaseMessage]) -> list[BaseMessage]:
+        return scrub_the_card(messages)
+
+    graph = agent(RunnableLambda(scrub_the_card, afunc=ascrub_the_card) | model, [add])
+    sent = Sent()
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            card = HumanMessage([{"type": "text", "text": "my card is 4111 1111 1111 1111"}])
+            await graph.ainvoke({"messages": [card]}, {"callbacks": [recorder, sent]})
+
+    asyncio.run(main())
+    assert sent.calls[1][0]["value"]["content"] == [{"type": "text", "text": "[REDACTED]"}]
+    assert unstamped_requests(path) == sent.calls
+
+
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
     graph = agent(GenericFakeChatModel(messages=Script(reply("hi"), reply("hi"), reply("hi"))), [add])
 
@@ -595,6 +629,43 @@ class StreamingFakeChatModel(GenericFakeChatModel):
         alone = GenericFakeChatModel(messages=iter([message]))
         yield from alone._stream(messages, stop, run_manager, **kwargs)
         yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=message.usage_metadata))
+
+
+def test_a_reply_sent_back_as_a_copy_is_the_one_recorded(tmp_path: Path) -> None:
+    """A node that names its agent's replies puts in the state a copy of the reply LangChain
+    reports, its name set (a field the file does not hold): the next request sends it back,
+    and the file holds it once, as recorded (version 2 refers to the reply's record)."""
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "add", "args": {"a": 1, "b": 2}, "id": "call-1", "type": "tool_call"}]
+    model = GenericFakeChatModel(messages=Script(reply("adding", calls=calls), reply("3")))
+
+    async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        answer = await model.ainvoke(state["messages"])
+        return {"messages": [answer.model_copy(update={"name": "adder"})]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", ToolNode([add]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    sent = Sent()
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await graph.compile().ainvoke(
+                {"messages": [HumanMessage("add")]}, {"callbacks": [recorder, sent]}
+            )
+
+    asyncio.run(main())
+    assert unstamped_requests(path) == sent.calls
+    assert check_each_message_once(path)["messages"] == 3  # the prompt, the reply, the tool result
+    [first, _] = [
+        e.message
+        for e in events(path, "message_end")
+        if e.message and e.message["value"]["role"] == "assistant"
+    ]
+    assert events(path, "model_request")[1].request["messages"][1] == first
 
 
 def test_a_chat_model_called_alone_is_the_run(tmp_path: Path) -> None:
