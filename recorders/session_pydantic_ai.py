@@ -48,12 +48,13 @@ import json
 import os
 import re
 import threading
+import uuid
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pydantic
 import pydantic_ai
@@ -334,66 +335,83 @@ def _made(value: Any) -> Any:
 _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
-def _content_key(value: Any) -> str:
-    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
-    return hashlib.sha256(_json_text(value)).hexdigest()
+_CODEC = session.JSONCodec()
+_RAW_MARK = f"raw-json-{uuid.uuid4()}"  # a RawJSON's place in a content key: in no message
 
 
-def _fields(value: Any) -> tuple[int, ...]:
-    """The identities of the values of *value*'s fields (or items): changed when one of them
-    is given a new value."""
+def _content_key(message: session.Message) -> str:
+    """What a file holds of *message* but its time, as the digest of its JSON text (a
+    ``RawJSON`` as its text, marked): two messages of one key are written alike but for
+    their timestamps."""
+    value = _CODEC.encode(message)
+    value["value"] = {name: item for name, item in value["value"].items() if name != "timestamp"}
+    return hashlib.sha256(json.dumps(value, default=_raw_marked).encode()).hexdigest()
+
+
+def _raw_marked(value: Any) -> Any:
+    if isinstance(value, session.RawJSON):
+        return [_RAW_MARK, value.text if isinstance(value.text, str) else value.text.decode()]
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _fields(value: Any) -> tuple[Any, ...]:
+    """The values of *value*'s fields (or items), compared by identity: one given a new value
+    is another object (and, kept alive by whoever keeps this tuple, never at their address)."""
     fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
-    return tuple(map(id, fields.values()))
+    return tuple(fields.values())
 
 
-class _Converted(Generic[_T]):
+def _unchanged(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    return len(kept) == len(now) and all(was is value for was, value in zip(kept, now))
+
+
+class _Converted:
     """The conversation's messages as this recorder converted them the first time it saw
-    them (one per recorder).  A framework message sent again, the same object or one whose
-    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
-    is neither converted again nor, in a version-2 file, written or encoded again (the writer
-    knows a ``session.Message`` of the request before by the object).  Of equal messages in
-    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
-    fields was given a new value since is looked up by its content again (a value changed in
-    place, a list appended to, is not seen: replace it).  It keeps each distinct message
-    converted, and the framework's object, so that its id is not reused."""
+    them (one per recorder).  A framework message sent again, the same object or another
+    that converts to an equal message but for its time (a copy, or one stamped anew), comes
+    back as the same converted object, timestamp and all: a version-2 file neither writes
+    nor encodes it again (the writer knows a ``session.Message`` of the request before by
+    the object).  Of equal messages in one request, the n-th is the n-th seen: two alike
+    stay two.  An object one of whose fields was given a new value since is converted
+    again (a value changed in place, a list appended to, is not seen: replace it).  It
+    keeps each distinct message converted, and the framework's object with its fields'
+    values, so that no address it compares is reused."""
 
-    def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
-        self._key = key
+    def __init__(self, convert: Callable[[Any], session.Message]) -> None:
         self._convert = convert
-        # id -> (the object, its fields' identities, its key, converted)
-        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
-        self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        # id -> (the object, its fields' values, its key, converted)
+        self._objects: dict[int, tuple[Any, tuple[Any, ...], str, session.Message]] = {}
+        self._contents: dict[str, list[session.Message]] = {}  # key -> converted, in the order first seen
         self._lock = threading.Lock()  # the recorder's writer converts too
 
-    def all(self, sources: Sequence[Any]) -> list[_T]:
+    def all(self, sources: Sequence[Any]) -> list[session.Message]:
         """Each of *sources*, one request's messages in order, as first converted."""
         with self._lock:
             counts: dict[str, int] = {}
-            out: list[_T] = []
+            out: list[session.Message] = []
             for source in sources:
                 hit = self._objects.get(id(source))
                 known = hit is not None and hit[0] is source
-                if hit is not None and known and hit[1] == _fields(source):
-                    counts[hit[2]] = counts.get(hit[2], 0) + 1
-                    out.append(hit[3])
-                    continue
-                key = self._key(source)
-                nth = counts.get(key, 0)
-                counts[key] = nth + 1
-                seen = self._contents.setdefault(key, [])
-                fresh = nth >= len(seen)
-                if fresh:
-                    seen.append(self._convert(source))
-                converted = seen[-1] if fresh else seen[nth]
-                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                if hit is not None and known and _unchanged(hit[1], _fields(source)):
+                    key, converted = hit[2], hit[3]
+                else:
+                    converted = self._convert(source)
+                    key = _content_key(converted)
+                    seen = self._contents.setdefault(key, [])
+                    fresh = counts.get(key, 0) >= len(seen)
+                    if fresh:
+                        seen.append(converted)
+                    converted = seen[-1] if fresh else seen[counts.get(key, 0)]
+                    if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                        self._objects[id(source)] = (source, _fields(source), key, converted)
+                counts[key] = counts.get(key, 0) + 1
                 out.append(converted)
             return out
 
-    def add(self, source: Any, converted: _T) -> None:
+    def add(self, source: Any, converted: session.Message) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
         with self._lock:
-            key = self._key(source)
+            key = _content_key(converted)
             self._contents.setdefault(key, []).append(converted)
             self._objects[id(source)] = (source, _fields(source), key, converted)
 
@@ -581,9 +599,7 @@ class SessionRecorder(AbstractCapability[Any]):
     _nested: dict[str, _Nested] = field(default_factory=dict, init=False)  # by the tool call's id
     # every response and request part converted once: the same object whenever it is sent again
     # (per part: pydantic-ai and capabilities add parts to a request after the hooks saw it)
-    _converted: _Converted[session.Message] = field(
-        default_factory=lambda: _Converted(_content_key, _unit_message), init=False
-    )
+    _converted: _Converted = field(default_factory=lambda: _Converted(_unit_message), init=False)
     _writer: _Writer = field(init=False)  # recording() gives it one with a thread of its own
 
     def __post_init__(self) -> None:

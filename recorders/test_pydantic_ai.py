@@ -46,7 +46,7 @@ from conftest import (
 need("pydantic_ai")
 
 from pydantic_ai import Agent, ModelRetry, RunContext, ToolFailed
-from pydantic_ai.capabilities import AbstractCapability, ModelFallback
+from pydantic_ai.capabilities import AbstractCapability, ModelFallback, ProcessHistory
 from pydantic_ai.exceptions import ModelRateLimitError
 from pydantic_ai.messages import (
     ModelMessage,
@@ -384,6 +384,91 @@ def test_a_part_added_after_the_recorders_hook_is_sent(tmp_path: Path) -> None:
     assert [len(request or []) for request in requests] == [2, 5, 8]  # a reminder in each
     assert requests == sent
     check_each_message_once(path)
+
+
+def test_a_field_replaced_twice_is_sent_as_it_is_now(tmp_path: Path) -> None:
+    """The host tidies the prompt before each request and, once the payment went through,
+    scrubs the card number from it: before the second request, its content is replaced
+    twice, and the second list is made where CPython's free list puts it, at the address of
+    the first request's (freed by the first replacement), so a part recognised by the
+    addresses of its fields' values would be recorded as it was."""
+    path = tmp_path / "chat.jsonl"
+    sent: list[list[Any]] = []
+
+    def pay_then_answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(as_sent(messages))
+        if len(sent) == 1:
+            return ModelResponse([ToolCallPart("pay", {"amount": 12}, "call-1")])
+        return ModelResponse([TextPart("paid")])
+
+    async def tidy(messages: list[ModelMessage]) -> list[ModelMessage]:
+        prompt = messages[0].parts[0]
+        assert isinstance(prompt, UserPromptPart) and isinstance(prompt.content, list)
+        prompt.content = [str(item).strip() for item in prompt.content]
+        if len(sent) == 1:  # paid: the card number is no longer needed
+            prompt.content = [
+                str(item).replace("4111 1111 1111 1111", "[REDACTED]") for item in prompt.content
+            ]
+        return messages
+
+    agent = Agent(FunctionModel(pay_then_answer), capabilities=[ProcessHistory(tidy)])
+
+    @agent.tool_plain
+    def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await agent.run(["pay 12 with my card 4111 1111 1111 1111 "], capabilities=[recorder])
+
+    asyncio.run(main())
+    assert sent[1][0]["value"]["content"] == [{"type": "text", "text": "pay 12 with my card [REDACTED]"}]
+    assert [e.request["messages"] if e.request else None for e in events(path, "model_request")] == sent
+
+
+def test_a_reply_sent_back_stamped_anew_is_the_one_recorded(tmp_path: Path) -> None:
+    """A history processor that rebuilds each reply before every request (its parts, usage
+    and model name, as one trimming what it sends does) sends back a new response stamped
+    now each time: the file holds each reply once, as first recorded (version 2 refers to
+    its record)."""
+    path = tmp_path / "chat.jsonl"
+    sent: list[list[Any]] = []
+
+    def add_twice(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(as_sent(messages))
+        if len(sent) < 3:
+            return ModelResponse([ToolCallPart("add", {"a": len(sent), "b": 1}, f"call-{len(sent)}")])
+        return ModelResponse([TextPart("done")])
+
+    async def rebuild(messages: list[ModelMessage]) -> list[ModelMessage]:
+        await asyncio.sleep(0.01)  # the copy's time is not the reply's
+        return [
+            ModelResponse(m.parts, usage=m.usage, model_name=m.model_name)
+            if isinstance(m, ModelResponse)
+            else m
+            for m in messages
+        ]
+
+    agent = Agent(FunctionModel(add_twice), capabilities=[ProcessHistory(rebuild)])
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await agent.run("add", capabilities=[recorder])
+
+    asyncio.run(main())
+    # the prompt, the first reply and its tool's result, the second and its tool's result
+    assert check_each_message_once(path)["messages"] == 5
+    replies = [
+        e.message
+        for e in events(path, "message_end")
+        if e.message and e.message["value"]["role"] == "assistant"
+    ]
+    last = events(path, "model_request")[-1].request
+    assert last is not None and [last["messages"][1], last["messages"][3]] == replies[:2]
 
 
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
