@@ -562,7 +562,6 @@ class _Nested:
     """The work of delegate agents run in one tool call."""
 
     calls: int = 0  # their model calls
-    answered: int = 0  # their model requests answered (counted in the run's usage)
     model: session.Execution | None = None  # the latest model call attempt
     error: BaseException | None = None  # and why it failed
     tools: dict[str, session.Execution] = field(default_factory=dict)  # their tool calls, by call id
@@ -597,6 +596,9 @@ class SessionRecorder(AbstractCapability[Any]):
     _tool_calls: int = field(default=0, init=False)
     _tool_errors: int = field(default=0, init=False)
     _nested: dict[str, _Nested] = field(default_factory=dict, init=False)  # by the tool call's id
+    _answered: int = field(default=0, init=False)  # model requests answered, the run's and nested
+    _unseen: int = field(default=0, init=False)  # model requests no recorder saw, said in a gap
+    _running: dict[str, set[str]] = field(default_factory=dict, init=False)  # tool calls: those beside each
     # every response and request part converted once: the same object whenever it is sent again
     # (per part: pydantic-ai and capabilities add parts to a request after the hooks saw it)
     _converted: _Converted = field(default_factory=lambda: _Converted(_unit_message), init=False)
@@ -748,8 +750,9 @@ class SessionRecorder(AbstractCapability[Any]):
     ) -> Any:
         tools = self._tools if caller is None else self._nested[caller.id].tools
         execution = tools[call.tool_call_id]
-        requests, nested = ctx.usage.requests, self._answered(execution)
+        before = (ctx.usage.requests, self._answered, self._unseen)
         token = _CALLER.set((self, execution))
+        self._start_running(execution.id)
         try:
             result = await handler(args)
         except BaseException as exc:
@@ -757,24 +760,39 @@ class SessionRecorder(AbstractCapability[Any]):
             raise
         finally:
             _CALLER.reset(token)
-        unseen = ctx.usage.requests - requests - (self._answered(execution) - nested)
+            beside = self._running.pop(execution.id)
+        # the run's usage counts the requests of every call running beside this one: those
+        # the recorder saw, and those said in another call's gap, are not this call's
+        unseen = ctx.usage.requests - before[0] - (self._answered - before[1]) - (self._unseen - before[2])
         if unseen > 0:
-            self._gap(execution, call, unseen)
+            self._unseen += unseen
+            self._gap(execution, call, unseen, beside)
         self._tool_end(execution, call, result, None)
         await self._writer.flush()
         return result
 
-    def _answered(self, caller: session.Execution) -> int:
-        """The model requests answered in the tool call *caller*, in it or deeper."""
-        within = [n for key, n in self._nested.items() if key == caller.id or key.startswith(caller.id + "/")]
-        return sum(nested.answered for nested in within)
+    def _start_running(self, execution_id: str) -> None:
+        """Note that the tool call *execution_id* runs, beside every call running now but
+        those it is nested in."""
+        mine: set[str] = set()
+        for other, beside in self._running.items():
+            if not execution_id.startswith(other + "/"):
+                beside.add(execution_id)
+                mine.add(other)
+        self._running[execution_id] = mine
 
-    def _gap(self, execution: session.Execution, call: pm.ToolCallPart, unseen: int) -> None:
+    def _gap(
+        self, execution: session.Execution, call: pm.ToolCallPart, unseen: int, beside: set[str]
+    ) -> None:
         """Say loudly, at run time and in the file (a ``recording_gap`` event in the tool
-        call), that *unseen* model requests made in the tool call went unrecorded."""
+        call), that *unseen* model requests made while the tool call ran went unrecorded:
+        made in it, or in one of the tool calls that ran *beside* it (the run's usage does
+        not say which)."""
+        where = f" or in one running beside it ({', '.join(sorted(beside))})" if beside else ""
         why = (
-            f"the tool {call.tool_name!r} made {unseen} model request(s) the recorder did not see"
-            " (an agent run in it without the recorder: pass it capabilities=[recorder])"
+            f"{unseen} model request(s) the recorder did not see were made while the tool"
+            f" {call.tool_name!r} ran: an agent run without the recorder, in this tool call{where}"
+            " (pass it capabilities=[recorder])"
         )
         warnings.warn(f"session_pydantic_ai: {why}", RuntimeWarning, stacklevel=2)
         self._record("recording_gap", execution=execution, details={"unrecorded": why})
@@ -890,7 +908,8 @@ class SessionRecorder(AbstractCapability[Any]):
         if nested is None:
             self._last_error = error
         else:
-            nested.error, nested.answered = error, nested.answered + (response is not None)
+            nested.error = error
+        self._answered += response is not None
         if response is not None:
             self._record("model_exec_end", execution=execution, message=_response_message(response))
         else:
