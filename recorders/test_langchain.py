@@ -867,8 +867,8 @@ def check_branches(path: Path, topics: tuple[str, ...]) -> None:
     """Each branch (a *topic*) made two model calls, at once with the other branch's, and a
     tool call between them: its tool call's parent is its own first model call, its second
     model call was sent its own tool's result, each reply is recorded in its own call, and
-    each call and turn started and ended once."""
-    check_file(path)
+    each call and turn started and ended once, each message written once."""
+    check_each_message_once(path)
     starts = [e.execution for e in events(path, "model_exec_start") if e.execution]
     ends = {e.execution.id: e for e in events(path, "model_exec_end") if e.execution}
     requests = {
@@ -882,6 +882,9 @@ def check_branches(path: Path, topics: tuple[str, ...]) -> None:
         if e.execution and e.execution.kind == "model"
     }
     assert len(starts) == len(ends) == len(replies) == 2 * len(topics), (starts, ends)
+    assert len(events(path, "model_exec_end")) == len(starts) and len(events(path, "tool_exec_end")) == len(
+        topics
+    )
     kinds = [r.type for r in session.iter_records(path) if r.type in ("model_exec_start", "model_exec_end")]
     assert kinds[: len(topics)] == ["model_exec_start"] * len(
         topics
