@@ -351,13 +351,17 @@ def _content_key(message: session.Message) -> str:
     ``RawJSON`` as its text, marked): two messages of one key are written alike but for
     their timestamps."""
     value = _CODEC.encode(message)
-    value["value"] = {name: item for name, item in value["value"].items() if name != "timestamp"}
-    return hashlib.sha256(json.dumps(value, default=_raw_marked).encode()).hexdigest()
+    unstamped = {
+        **value,
+        "value": {name: item for name, item in value["value"].items() if name != "timestamp"},
+    }
+    return hashlib.sha256(json.dumps(unstamped, default=_raw_marked).encode()).hexdigest()
 
 
 def _raw_marked(value: Any) -> Any:
     if isinstance(value, session.RawJSON):
-        return [_RAW_MARK, value.text if isinstance(value.text, str) else value.text.decode()]
+        text = value.text
+        return [_RAW_MARK, text if isinstance(text, str) else text.decode("utf-8", "surrogateescape")]
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
