@@ -336,26 +336,35 @@ _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 _CODEC = session.JSONCodec()
-_RAW_MARK = f"raw-json-{uuid.uuid4()}"  # a RawJSON's place in a content key: in no message
+_MARK = f"digest-{uuid.uuid4()}"  # marks a digest in a content key: in no message
+_LONG = 4096  # a string this long is keyed by its digest (hashlib hashes it without the GIL)
 
 
 def _content_key(message: session.Message) -> str:
-    """What a file holds of *message* but its time, as the digest of its JSON text (a
-    ``RawJSON`` as its text, marked): two messages of one key are written alike but for
-    their timestamps."""
+    """What a file holds of *message* but its time, as the digest of its JSON text: two
+    messages of one key are written alike but for their timestamps."""
     value = _CODEC.encode(message)
-    unstamped = {
-        **value,
-        "value": {name: item for name, item in value["value"].items() if name != "timestamp"},
-    }
-    return hashlib.sha256(json.dumps(unstamped, default=_raw_marked).encode()).hexdigest()
+    inner = {name: item for name, item in value["value"].items() if name != "timestamp"}
+    return _digest(json.dumps(_keyed({**value, "value": inner})))
 
 
-def _raw_marked(value: Any) -> Any:
+def _keyed(value: Any) -> Any:
+    """A codec value as a content key holds it: a long string, or a ``RawJSON``'s text, as
+    its digest, marked (one ``json.dumps`` of a long string would hold the GIL throughout)."""
+    if type(value) is dict:
+        return {name: _keyed(item) for name, item in value.items()}
+    if type(value) is list:
+        return [_keyed(item) for item in value]
     if isinstance(value, session.RawJSON):
-        text = value.text
-        return [_RAW_MARK, text if isinstance(text, str) else text.decode("utf-8", "surrogateescape")]
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+        return [_MARK, "raw", _digest(value.text)]
+    if type(value) is str and len(value) >= _LONG:
+        return [_MARK, "str", _digest(value)]
+    return value
+
+
+def _digest(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
 
 
 def _fields(value: Any) -> tuple[Any, ...]:

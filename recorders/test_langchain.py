@@ -461,6 +461,45 @@ def test_a_message_changed_in_place_is_sent_as_it_is_now(tmp_path: Path) -> None
     assert check_each_message_once(path)["messages"] == 6  # the page, and the page cleared
 
 
+def test_long_results_that_differ_at_their_end_are_two_messages(tmp_path: Path) -> None:
+    """Two tool results of 20 KB alike but for their last character, and a reply sent back
+    as a copy: each result is a message of its own, the copy the reply recorded."""
+    path = tmp_path / "chat.jsonl"
+
+    @tool
+    def tail(page: int) -> str:
+        """Read a page, its number last."""
+        return "lorem ipsum " * 1700 + str(page)
+
+    calls = [{"name": "tail", "args": {"page": n}, "id": f"call-{n}", "type": "tool_call"} for n in (1, 2)]
+    model = GenericFakeChatModel(
+        messages=Script(reply(calls=calls[:1]), reply(calls=calls[1:]), reply("done"))
+    )
+
+    async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        answer = await model.ainvoke(state["messages"])
+        return {"messages": [answer.model_copy()]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", ToolNode([tail]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    sent = Sent()
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await graph.compile().ainvoke(
+                {"messages": [HumanMessage("read")]}, {"callbacks": [recorder, sent]}
+            )
+
+    asyncio.run(main())
+    assert unstamped_requests(path) == sent.calls
+    # the prompt, two replies, two results
+    assert check_each_message_once(path)["messages"] == 5
+
+
 def test_a_field_replaced_twice_is_sent_as_it_is_now(tmp_path: Path) -> None:
     """The host scrubs a card number before the second call, replacing the message's content
     twice: the second list is made where CPython's free list puts it, at the address of the
