@@ -844,7 +844,7 @@ def test_two_delegates_at_once_are_each_nested_in_their_call(tmp_path: Path) -> 
     assert starts[1:3] == ["tool-1-call-a/model-1", "tool-1-call-b/model-1"]  # they did interleave
 
 
-def test_a_delegate_without_the_recorder_beside_one_with_it_is_one_gap(tmp_path: Path) -> None:
+def test_a_delegate_without_the_recorder_beside_one_with_it_is_said_once(tmp_path: Path) -> None:
     """Of two delegates run at once, the one not given the recorder made two requests no
     recorder saw: said once, in a gap, the other's recorded requests not counted in it."""
     path = tmp_path / "chat.jsonl"
