@@ -55,8 +55,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, TypeVar
-from uuid import UUID
+from typing import Any, NamedTuple, TypeVar
+from uuid import UUID, uuid4
 
 import langchain_core
 import pydantic
@@ -342,71 +342,104 @@ _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 # ---------------------------------------------------------------------------- messages
 
 
-def _content_key(value: Any) -> str:
-    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
-    return hashlib.sha256(_json_text(value)).hexdigest()
+_CODEC = session.JSONCodec()
+_MARK = f"digest-{uuid4()}"  # marks a digest in a content key: in no message
+_LONG = 4096  # a string this long is keyed by its digest (hashlib hashes it without the GIL)
 
 
-def _fields(value: Any) -> tuple[int, ...]:
-    """The identities of the values of *value*'s fields (or items): changed when one of them
-    is given a new value."""
+def _content_key(message: session.Message) -> str:
+    """What a file holds of *message* but its time, as the digest of its JSON text: two
+    messages of one key are written alike but for their timestamps."""
+    value = _CODEC.encode(message)
+    inner = {name: item for name, item in value["value"].items() if name != "timestamp"}
+    return _digest(json.dumps(_keyed({**value, "value": inner})))
+
+
+def _keyed(value: Any) -> Any:
+    """A codec value as a content key holds it: a long string, or a ``RawJSON``'s text, as
+    its digest, marked (one ``json.dumps`` of a long string would hold the GIL throughout)."""
+    if type(value) is dict:
+        return {name: _keyed(item) for name, item in value.items()}
+    if type(value) is list:
+        return [_keyed(item) for item in value]
+    if isinstance(value, session.RawJSON):
+        return [_MARK, "raw", _digest(value.text)]
+    if type(value) is str and len(value) >= _LONG:
+        return [_MARK, "str", _digest(value)]
+    return value
+
+
+def _digest(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fields(value: Any) -> tuple[Any, ...]:
+    """The values of *value*'s fields (or items), compared by identity: one given a new value
+    is another object (and, kept alive by whoever keeps this tuple, never at their address)."""
     fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
-    return tuple(map(id, fields.values()))
+    return tuple(fields.values())
 
 
-class _Converted(Generic[_T]):
+def _unchanged(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    return len(kept) == len(now) and all(was is value for was, value in zip(kept, now))
+
+
+class _Converted:
     """The conversation's messages as this recorder converted them the first time it saw
-    them (one per recorder).  A framework message sent again, the same object or one whose
-    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
-    is neither converted again nor, in a version-2 file, written or encoded again (the writer
-    knows a ``session.Message`` of the request before by the object).  Of equal messages in
-    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
-    fields was given a new value since is looked up by its content again (a value changed in
-    place, a list appended to, is not seen: replace it).  It keeps each distinct message
-    converted, and the framework's object, so that its id is not reused."""
+    them (one per recorder).  A framework message sent again, the same object or another
+    that converts to an equal message but for its time (a copy, or one stamped anew), comes
+    back as the same converted object, timestamp and all: a version-2 file neither writes
+    nor encodes it again (the writer knows a ``session.Message`` of the request before by
+    the object).  Of equal messages in one request, the n-th is the n-th seen: two alike
+    stay two.  An object one of whose fields was given a new value since is converted
+    again (a value changed in place, a list appended to, is not seen: replace it).  It
+    keeps each distinct message converted, and the framework's object with its fields'
+    values, so that no address it compares is reused.  *first_seen* takes a message
+    converted for the first time, before it is kept."""
 
-    def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
-        self._key = key
+    def __init__(
+        self,
+        convert: Callable[[Any], session.Message],
+        first_seen: Callable[[session.Message], session.Message],
+    ) -> None:
         self._convert = convert
-        # id -> (the object, its fields' identities, its key, converted)
-        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
-        self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        self._first_seen = first_seen
+        # id -> (the object, its fields' values, its key, converted)
+        self._objects: dict[int, tuple[Any, tuple[Any, ...], str, session.Message]] = {}
+        self._contents: dict[str, list[session.Message]] = {}  # key -> converted, in the order first seen
         self._lock = threading.Lock()  # the recorder's writer converts too
 
-    def all(self, sources: Sequence[Any]) -> list[_T]:
+    def all(self, sources: Sequence[Any]) -> list[session.Message]:
         """Each of *sources*, one request's messages in order, as first converted."""
         with self._lock:
             counts: dict[str, int] = {}
-            out: list[_T] = []
+            out: list[session.Message] = []
             for source in sources:
                 hit = self._objects.get(id(source))
                 known = hit is not None and hit[0] is source
-                if hit is not None and known and hit[1] == _fields(source):
-                    counts[hit[2]] = counts.get(hit[2], 0) + 1
-                    out.append(hit[3])
-                    continue
-                key = self._key(source)
-                nth = counts.get(key, 0)
-                counts[key] = nth + 1
-                seen = self._contents.setdefault(key, [])
-                fresh = nth >= len(seen)
-                if fresh:
-                    seen.append(self._convert(source))
-                converted = seen[-1] if fresh else seen[nth]
-                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                if hit is not None and known and _unchanged(hit[1], _fields(source)):
+                    key, converted = hit[2], hit[3]
+                else:
+                    converted = self._convert(source)
+                    key = _content_key(converted)
+                    seen = self._contents.setdefault(key, [])
+                    fresh = counts.get(key, 0) >= len(seen)
+                    if fresh:
+                        seen.append(self._first_seen(converted))
+                    converted = seen[-1] if fresh else seen[counts.get(key, 0)]
+                    if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                        self._objects[id(source)] = (source, _fields(source), key, converted)
+                counts[key] = counts.get(key, 0) + 1
                 out.append(converted)
             return out
 
-    def add(self, source: Any, converted: _T) -> None:
+    def add(self, source: Any, converted: session.Message) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
         with self._lock:
-            key = self._key(source)
+            key = _content_key(converted)
             self._contents.setdefault(key, []).append(converted)
             self._objects[id(source)] = (source, _fields(source), key, converted)
-
-
-_CODEC = session.JSONCodec()
 
 
 class _Recalled:
@@ -583,6 +616,17 @@ class _Nested:
     error: BaseException | None = None  # and why it failed
 
 
+@dataclasses.dataclass
+class _Turn:
+    """A chat model call of the run, its turn open until a request sends its reply back (or
+    the run ends): a branch run beside it has turns of its own."""
+
+    execution: session.Execution  # the latest attempt
+    parent: UUID | None  # the run it is made in: its retry's or fallback's too
+    reply: session.Message | None = None  # its reply, once it came
+    error: BaseException | None = None  # why its latest attempt failed: the next one there retries it
+
+
 class SessionRecorder(AsyncCallbackHandler):
     """A callback handler that records one invocation into *run* (a ``session.Run``).
 
@@ -607,11 +651,13 @@ class SessionRecorder(AsyncCallbackHandler):
         self._open = False  # agent_start recorded, agent_end not yet
         self._alone: list[BaseMessage] | None = None  # a chat model called alone: what it was sent
         self._history = 0  # messages of the input that came from the checkpoint
-        self._seen = -1  # input messages already written as message_end
+        self._first = True  # no chat model called yet: the first one's input holds the history
+        self._committed: dict[int, Any] = {}  # input messages written as message_end, their conversions too
         self._turn = 0
-        self._model: session.Execution | None = None
-        self._failed = False  # the last model attempt failed: the next one is its retry or fallback
-        self._last_error: BaseException | None = None
+        self._turns: dict[int, _Turn] = {}  # the run's chat model calls whose turn is open, by turn
+        self._turn_of: dict[UUID, _Turn] = {}  # a model attempt of the run running -> its call
+        self._asked: dict[str, session.Execution | None] = {}  # tool call id -> the model call asking
+        self._latest: dict[UUID, session.Execution] = {}  # a run under way -> its latest model call
         self._calls: dict[UUID, session.Execution] = {}  # model attempts and tool calls running
         self._tool_ids: dict[UUID, tuple[str, str]] = {}  # tool run -> (call id, tool name)
         self._finished: dict[str, session.Execution] = {}  # tool call id -> its execution
@@ -619,9 +665,9 @@ class SessionRecorder(AsyncCallbackHandler):
         self._nested: dict[str, _Nested] = {}  # the work of agents run in a tool call, by its id
         self._tool_calls = 0
         self._tool_errors = 0
-        # every message converted once: the same object whenever it is sent again
-        self._converted = _Converted(_content_key, self._first_seen)
         self._recalled = _Recalled()  # when the history's messages were recorded
+        # every message converted once: the same object whenever it is sent again
+        self._converted = _Converted(to_message, self._recalled.stamp)
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         self._writer = _Writer(run, threaded=False)  # recording() gives it one with a thread of its own
 
@@ -659,6 +705,7 @@ class SessionRecorder(AsyncCallbackHandler):
 
     async def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._parents.pop(run_id, None)
+        self._latest.pop(run_id, None)
         if run_id != self._root or not self._open:  # not the run, or ended already
             return
         messages = outputs.get("messages") if isinstance(outputs, dict) else None
@@ -667,7 +714,7 @@ class SessionRecorder(AsyncCallbackHandler):
         with self._lock:
             if isinstance(messages, list):
                 self._commit(messages, converted)
-            self._end_turn()
+            self._end_turns(list(self._turns))
         if self.checkpoint and isinstance(messages, list):
             await self._writer.checkpoint(_Later(_messages_json, list(messages)))
         with self._lock:
@@ -675,6 +722,7 @@ class SessionRecorder(AsyncCallbackHandler):
 
     async def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._parents.pop(run_id, None)
+        self._latest.pop(run_id, None)
         if run_id != self._root or not self._open:  # not the run, or ended already
             return
         with self._lock:
@@ -707,22 +755,15 @@ class SessionRecorder(AsyncCallbackHandler):
             await asyncio.to_thread(self._recalled.load, self._source.path, before)
         converted = await self._writer.call(self._converted.all, list(sent))
         with self._lock:
-            retry = self._failed and self._model is not None
-            ended = not retry and self._close_turn(sent, converted)
+            retried = self._retried(parent_run_id)
+            ended = retried is None and self._close_turns(sent, converted)
         if ended and self.checkpoint:
             await self._writer.checkpoint(_Later(_messages_json, list(sent)))
         with self._lock:
-            if retry and self._model is not None:
-                attempt = self._model.attempt + 1
-                execution = session.Execution(self._model.id, "model", turn_index=self._turn, attempt=attempt)
-                info = session.RetryInfo(error=self._last_error)
-                self._record("retry", execution=execution, retry=info, error=self._last_error)
-            else:
-                self._turn += 1
-                self._record("turn_start", turn_index=self._turn)
-                execution = session.Execution(f"model-{self._turn}", "model", turn_index=self._turn)
-            self._model = execution
-            self._calls[run_id] = execution
+            turn = self._retry(retried) if retried is not None else self._begin_turn(parent_run_id)
+            execution = self._calls[run_id] = turn.execution
+            self._turn_of[run_id] = turn
+            self._note_latest(parent_run_id, execution)
             self._record("model_exec_start", execution=execution)
             params = to_json(kwargs.get("invocation_params") or {})
             self._record("model_request", execution=execution, request=_request(converted, params))
@@ -734,15 +775,16 @@ class SessionRecorder(AsyncCallbackHandler):
         with self._lock:
             if run_id not in self._calls:
                 return
+            execution = self._calls[run_id]
             if message is None:
                 converted = session.Message("assistant", [])
             else:  # the next request sends this message as it is now: with the time it came
                 converted = to_message(message)
                 self._converted.add(message, converted)
-            nested = bool(self._calls[run_id].parent_id)
+                self._note_asked(message, execution)
             self._end_call(run_id, converted, None)
-            if not nested:
-                self._record("message_end", execution=self._model, message=converted)
+            if not execution.parent_id:
+                self._record("message_end", execution=execution, message=converted)
         if run_id == self._root and self._alone is not None:
             reply = [] if message is None else [message]
             await self.on_chain_end({"messages": [*self._alone, *reply]}, run_id=run_id)
@@ -772,15 +814,12 @@ class SessionRecorder(AsyncCallbackHandler):
         with self._lock:
             if parent is not None:
                 self._parents[run_id] = parent
-            if caller is None:
-                label, model = f"tool-{self._turn}-{call_id}", self._model
-            else:  # a tool call of an agent run in the tool call *caller*: nested in it
-                label, model = (
-                    f"{caller.id}/tool-{call_id}",
-                    self._nested.setdefault(caller.id, _Nested()).model,
-                )
+            model = self._asker(call_id, parent, caller)
+            turn = model.turn_index if model is not None else self._turn
+            # in a tool call *caller* (an agent run in it): nested in that call
+            label = f"tool-{turn}-{call_id}" if caller is None else f"{caller.id}/tool-{call_id}"
             parent_id = model.id if model is not None else ""
-            execution = session.Execution(label, "tool", parent_id=parent_id, turn_index=self._turn)
+            execution = session.Execution(label, "tool", parent_id=parent_id, turn_index=turn)
             self._calls[run_id] = execution
             self._tool_ids[run_id] = (call_id, name)
             self._tool_calls += 1
@@ -798,6 +837,40 @@ class SessionRecorder(AsyncCallbackHandler):
         with self._lock:
             if run_id in self._calls:
                 self._end_call(run_id, None, error)
+
+    def _asker(
+        self, call_id: str, parent: UUID | None, caller: session.Execution | None
+    ) -> session.Execution | None:
+        """The model call that asked for the tool call *call_id* whose run's parent is
+        *parent*: the one whose reply holds its id; else (a tool called without an id, or an
+        id asked for twice) the latest model call of the agent run in the tool call
+        *caller*, or, in the run, the latest made in the nearest run around the tool that
+        made one (its branch: a branch of a graph run beside another has its own)."""
+        asked = self._asked.get(call_id)
+        if asked is not None:
+            return asked
+        if caller is not None:
+            return self._nested.setdefault(caller.id, _Nested()).model
+        while parent is not None:
+            latest = self._latest.get(parent)
+            if latest is not None:
+                return latest
+            parent = self._parents.get(parent)
+        return None
+
+    def _note_asked(self, message: BaseMessage, execution: session.Execution) -> None:
+        """Note *execution* as the model call that asked for each tool call of its reply
+        *message*; an id asked for twice is neither's (``None``: ambiguous)."""
+        for call in message.tool_calls if isinstance(message, AIMessage) else []:
+            asked = call["id"] or ""
+            self._asked[asked] = execution if asked not in self._asked else None
+
+    def _note_latest(self, parent: UUID | None, execution: session.Execution) -> None:
+        """Note *execution* as the latest model call made in the run *parent* and in every
+        run around it."""
+        while parent is not None:
+            self._latest[parent] = execution
+            parent = self._parents.get(parent)
 
     def _caller(self, parent: UUID | None) -> session.Execution | None:
         """The tool call of the run that the run whose parent is *parent* is made in (an
@@ -842,7 +915,7 @@ class SessionRecorder(AsyncCallbackHandler):
         """The run raised: close what it left open, then ``agent_end`` with the error."""
         for call_id in list(self._calls):
             self._end_call(call_id, None, error)
-        self._end_turn()
+        self._end_turns(list(self._turns))
         reason = "aborted" if isinstance(error, _ABORTS) else "error"
         self._record("agent_end", summary=self._summary(reason), error=error)
 
@@ -854,15 +927,44 @@ class SessionRecorder(AsyncCallbackHandler):
             if self._open:
                 self._end(error or asyncio.CancelledError("the run was left before it ended"))
 
-    def _close_turn(self, sent: Sequence[BaseMessage], converted: list[session.Message]) -> bool:
-        """Commit what *sent* (*converted*) adds and end the turn before; whether there was one."""
-        if self._seen < 0:  # the first call: what came from the checkpoint is history
-            self._seen = self._history
+    def _retried(self, parent: UUID | None) -> _Turn | None:
+        """The model call of the run whose latest attempt failed, made in the run *parent*:
+        the call that an attempt made there now retries (``with_retry``) or falls back from
+        (``with_fallbacks``)."""
+        for turn in self._turns.values():
+            if turn.error is not None and turn.parent == parent:
+                return turn
+        return None
+
+    def _retry(self, turn: _Turn) -> _Turn:
+        """The next attempt of *turn*'s call, after a ``retry`` event naming the failure."""
+        execution = dataclasses.replace(turn.execution, attempt=turn.execution.attempt + 1)
+        info = session.RetryInfo(error=turn.error)
+        self._record("retry", execution=execution, retry=info, error=turn.error)
+        turn.execution, turn.error = execution, None
+        return turn
+
+    def _begin_turn(self, parent: UUID | None) -> _Turn:
+        """A new model call of the run, made in the run *parent*, and its turn."""
+        self._turn += 1
+        self._record("turn_start", turn_index=self._turn)
+        execution = session.Execution(f"model-{self._turn}", "model", turn_index=self._turn)
+        turn = self._turns[self._turn] = _Turn(execution, parent)
+        return turn
+
+    def _close_turns(self, sent: Sequence[BaseMessage], converted: list[session.Message]) -> bool:
+        """Commit what *sent* (*converted*) adds and end the turns whose reply it sends back;
+        whether there was one."""
+        if self._first:  # the first call: what came from the checkpoint is history
+            self._first = False
             self._turn = sum(isinstance(message, AIMessage) for message in sent[: self._history])
+            for message, made in zip(sent[: self._history], converted):
+                self._committed.update({id(message): message, id(made): made})
         self._commit(sent, converted)
-        ended = self._model is not None
-        self._end_turn()
-        return ended
+        answered = {id(message) for message in converted}
+        ended = [index for index, turn in self._turns.items() if id(turn.reply) in answered]
+        self._end_turns(ended)
+        return bool(ended)
 
     def _end_call(self, run_id: UUID, result: Any, error: BaseException | None) -> None:
         execution = self._calls.pop(run_id)
@@ -871,8 +973,9 @@ class SessionRecorder(AsyncCallbackHandler):
             nested = self._nested.get(execution.parent_id)
             if nested is not None:
                 nested.error = error
-            else:
-                self._failed, self._last_error = error is not None, error
+            turn = self._turn_of.pop(run_id, None)
+            if turn is not None:
+                turn.reply, turn.error = (result, None) if error is None else (None, error)
             if error is None:
                 self._record("model_exec_end", execution=execution, message=result)
             else:
@@ -896,25 +999,23 @@ class SessionRecorder(AsyncCallbackHandler):
         )
 
     def _commit(self, messages: Sequence[BaseMessage], converted: list[session.Message]) -> None:
-        """``message_end`` for the input messages (*converted*) not yet written; a model's own
+        """``message_end`` for the input messages (*converted*) not yet written: neither the
+        object (changed in place since, perhaps) nor its conversion (a copy's); a model's own
         messages were written when its response came (``on_llm_end``)."""
-        start = max(self._seen, 0)
-        for message, sent in zip(messages[start:], converted[start:]):
-            if isinstance(message, AIMessage):
+        for message, sent in zip(messages, converted):
+            if isinstance(message, AIMessage) or self._committed.get(id(message)) is message:
                 continue
+            if self._committed.get(id(sent)) is sent:
+                continue
+            self._committed.update({id(message): message, id(sent): sent})
             call_id = message.tool_call_id if isinstance(message, ToolMessage) else ""
             self._record("message_end", execution=self._finished.get(call_id), message=sent)
-        self._seen = len(messages)
 
-    def _first_seen(self, message: BaseMessage) -> session.Message:
-        """*message* converted, the first time it is seen: a message of the history takes the
-        time it was recorded with."""
-        return self._recalled.stamp(to_message(message))
-
-    def _end_turn(self) -> None:
-        if self._turn and self._model is not None:
-            self._record("turn_end", turn_index=self._turn)
-            self._model, self._failed = None, False
+    def _end_turns(self, ended: list[int]) -> None:
+        """``turn_end`` for the open turns *ended*, in their order."""
+        for index in sorted(ended):
+            del self._turns[index]
+            self._record("turn_end", turn_index=index)
 
     def _summary(self, reason: str) -> session.RunSummary:
         return session.RunSummary(self._turn, self._tool_calls, self._tool_errors, reason)

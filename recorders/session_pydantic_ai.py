@@ -48,12 +48,13 @@ import json
 import os
 import re
 import threading
+import uuid
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pydantic
 import pydantic_ai
@@ -334,66 +335,96 @@ def _made(value: Any) -> Any:
 _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
-def _content_key(value: Any) -> str:
-    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
-    return hashlib.sha256(_json_text(value)).hexdigest()
+_CODEC = session.JSONCodec()
+_MARK = f"digest-{uuid.uuid4()}"  # marks a digest in a content key: in no message
+_LONG = 4096  # a string this long is keyed by its digest (hashlib hashes it without the GIL)
 
 
-def _fields(value: Any) -> tuple[int, ...]:
-    """The identities of the values of *value*'s fields (or items): changed when one of them
-    is given a new value."""
+def _content_key(message: session.Message) -> str:
+    """What a file holds of *message* but its time, as the digest of its JSON text: two
+    messages of one key are written alike but for their timestamps."""
+    value = _CODEC.encode(message)
+    inner = {name: item for name, item in value["value"].items() if name != "timestamp"}
+    return _digest(json.dumps(_keyed({**value, "value": inner})))
+
+
+def _keyed(value: Any) -> Any:
+    """A codec value as a content key holds it: a long string, or a ``RawJSON``'s text, as
+    its digest, marked (one ``json.dumps`` of a long string would hold the GIL throughout)."""
+    if type(value) is dict:
+        return {name: _keyed(item) for name, item in value.items()}
+    if type(value) is list:
+        return [_keyed(item) for item in value]
+    if isinstance(value, session.RawJSON):
+        return [_MARK, "raw", _digest(value.text)]
+    if type(value) is str and len(value) >= _LONG:
+        return [_MARK, "str", _digest(value)]
+    return value
+
+
+def _digest(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fields(value: Any) -> tuple[Any, ...]:
+    """The values of *value*'s fields (or items), compared by identity: one given a new value
+    is another object (and, kept alive by whoever keeps this tuple, never at their address)."""
     fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
-    return tuple(map(id, fields.values()))
+    return tuple(fields.values())
 
 
-class _Converted(Generic[_T]):
+def _unchanged(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    return len(kept) == len(now) and all(was is value for was, value in zip(kept, now))
+
+
+class _Converted:
     """The conversation's messages as this recorder converted them the first time it saw
-    them (one per recorder).  A framework message sent again, the same object or one whose
-    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
-    is neither converted again nor, in a version-2 file, written or encoded again (the writer
-    knows a ``session.Message`` of the request before by the object).  Of equal messages in
-    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
-    fields was given a new value since is looked up by its content again (a value changed in
-    place, a list appended to, is not seen: replace it).  It keeps each distinct message
-    converted, and the framework's object, so that its id is not reused."""
+    them (one per recorder).  A framework message sent again, the same object or another
+    that converts to an equal message but for its time (a copy, or one stamped anew), comes
+    back as the same converted object, timestamp and all: a version-2 file neither writes
+    nor encodes it again (the writer knows a ``session.Message`` of the request before by
+    the object).  Of equal messages in one request, the n-th is the n-th seen: two alike
+    stay two.  An object one of whose fields was given a new value since is converted
+    again (a value changed in place, a list appended to, is not seen: replace it).  It
+    keeps each distinct message converted, and the framework's object with its fields'
+    values, so that no address it compares is reused."""
 
-    def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
-        self._key = key
+    def __init__(self, convert: Callable[[Any], session.Message]) -> None:
         self._convert = convert
-        # id -> (the object, its fields' identities, its key, converted)
-        self._objects: dict[int, tuple[Any, tuple[int, ...], str, _T]] = {}
-        self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        # id -> (the object, its fields' values, its key, converted)
+        self._objects: dict[int, tuple[Any, tuple[Any, ...], str, session.Message]] = {}
+        self._contents: dict[str, list[session.Message]] = {}  # key -> converted, in the order first seen
         self._lock = threading.Lock()  # the recorder's writer converts too
 
-    def all(self, sources: Sequence[Any]) -> list[_T]:
+    def all(self, sources: Sequence[Any]) -> list[session.Message]:
         """Each of *sources*, one request's messages in order, as first converted."""
         with self._lock:
             counts: dict[str, int] = {}
-            out: list[_T] = []
+            out: list[session.Message] = []
             for source in sources:
                 hit = self._objects.get(id(source))
                 known = hit is not None and hit[0] is source
-                if hit is not None and known and hit[1] == _fields(source):
-                    counts[hit[2]] = counts.get(hit[2], 0) + 1
-                    out.append(hit[3])
-                    continue
-                key = self._key(source)
-                nth = counts.get(key, 0)
-                counts[key] = nth + 1
-                seen = self._contents.setdefault(key, [])
-                fresh = nth >= len(seen)
-                if fresh:
-                    seen.append(self._convert(source))
-                converted = seen[-1] if fresh else seen[nth]
-                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                if hit is not None and known and _unchanged(hit[1], _fields(source)):
+                    key, converted = hit[2], hit[3]
+                else:
+                    converted = self._convert(source)
+                    key = _content_key(converted)
+                    seen = self._contents.setdefault(key, [])
+                    fresh = counts.get(key, 0) >= len(seen)
+                    if fresh:
+                        seen.append(converted)
+                    converted = seen[-1] if fresh else seen[counts.get(key, 0)]
+                    if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                        self._objects[id(source)] = (source, _fields(source), key, converted)
+                counts[key] = counts.get(key, 0) + 1
                 out.append(converted)
             return out
 
-    def add(self, source: Any, converted: _T) -> None:
+    def add(self, source: Any, converted: session.Message) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
         with self._lock:
-            key = self._key(source)
+            key = _content_key(converted)
             self._contents.setdefault(key, []).append(converted)
             self._objects[id(source)] = (source, _fields(source), key, converted)
 
@@ -544,7 +575,6 @@ class _Nested:
     """The work of delegate agents run in one tool call."""
 
     calls: int = 0  # their model calls
-    answered: int = 0  # their model requests answered (counted in the run's usage)
     model: session.Execution | None = None  # the latest model call attempt
     error: BaseException | None = None  # and why it failed
     tools: dict[str, session.Execution] = field(default_factory=dict)  # their tool calls, by call id
@@ -579,11 +609,12 @@ class SessionRecorder(AbstractCapability[Any]):
     _tool_calls: int = field(default=0, init=False)
     _tool_errors: int = field(default=0, init=False)
     _nested: dict[str, _Nested] = field(default_factory=dict, init=False)  # by the tool call's id
+    _answered: int = field(default=0, init=False)  # model requests answered, the run's and nested
+    _unseen: int = field(default=0, init=False)  # model requests no recorder saw, said in a gap
+    _running: dict[str, set[str]] = field(default_factory=dict, init=False)  # tool calls: those beside each
     # every response and request part converted once: the same object whenever it is sent again
     # (per part: pydantic-ai and capabilities add parts to a request after the hooks saw it)
-    _converted: _Converted[session.Message] = field(
-        default_factory=lambda: _Converted(_content_key, _unit_message), init=False
-    )
+    _converted: _Converted = field(default_factory=lambda: _Converted(_unit_message), init=False)
     _writer: _Writer = field(init=False)  # recording() gives it one with a thread of its own
 
     def __post_init__(self) -> None:
@@ -732,8 +763,9 @@ class SessionRecorder(AbstractCapability[Any]):
     ) -> Any:
         tools = self._tools if caller is None else self._nested[caller.id].tools
         execution = tools[call.tool_call_id]
-        requests, nested = ctx.usage.requests, self._answered(execution)
+        before = (ctx.usage.requests, self._answered, self._unseen)
         token = _CALLER.set((self, execution))
+        self._start_running(execution.id)
         try:
             result = await handler(args)
         except BaseException as exc:
@@ -741,24 +773,39 @@ class SessionRecorder(AbstractCapability[Any]):
             raise
         finally:
             _CALLER.reset(token)
-        unseen = ctx.usage.requests - requests - (self._answered(execution) - nested)
+            beside = self._running.pop(execution.id)
+        # the run's usage counts the requests of every call running beside this one: those
+        # the recorder saw, and those said in another call's gap, are not this call's
+        unseen = ctx.usage.requests - before[0] - (self._answered - before[1]) - (self._unseen - before[2])
         if unseen > 0:
-            self._gap(execution, call, unseen)
+            self._unseen += unseen
+            self._gap(execution, call, unseen, beside)
         self._tool_end(execution, call, result, None)
         await self._writer.flush()
         return result
 
-    def _answered(self, caller: session.Execution) -> int:
-        """The model requests answered in the tool call *caller*, in it or deeper."""
-        within = [n for key, n in self._nested.items() if key == caller.id or key.startswith(caller.id + "/")]
-        return sum(nested.answered for nested in within)
+    def _start_running(self, execution_id: str) -> None:
+        """Note that the tool call *execution_id* runs, beside every call running now but
+        those it is nested in."""
+        mine: set[str] = set()
+        for other, beside in self._running.items():
+            if not execution_id.startswith(other + "/"):
+                beside.add(execution_id)
+                mine.add(other)
+        self._running[execution_id] = mine
 
-    def _gap(self, execution: session.Execution, call: pm.ToolCallPart, unseen: int) -> None:
+    def _gap(
+        self, execution: session.Execution, call: pm.ToolCallPart, unseen: int, beside: set[str]
+    ) -> None:
         """Say loudly, at run time and in the file (a ``recording_gap`` event in the tool
-        call), that *unseen* model requests made in the tool call went unrecorded."""
+        call), that *unseen* model requests made while the tool call ran went unrecorded:
+        made in it, or in one of the tool calls that ran *beside* it (the run's usage does
+        not say which)."""
+        where = f" or in one running beside it ({', '.join(sorted(beside))})" if beside else ""
         why = (
-            f"the tool {call.tool_name!r} made {unseen} model request(s) the recorder did not see"
-            " (an agent run in it without the recorder: pass it capabilities=[recorder])"
+            f"{unseen} model request(s) the recorder did not see were made while the tool"
+            f" {call.tool_name!r} ran: an agent run without the recorder, in this tool call{where}"
+            " (pass it capabilities=[recorder])"
         )
         warnings.warn(f"session_pydantic_ai: {why}", RuntimeWarning, stacklevel=2)
         self._record("recording_gap", execution=execution, details={"unrecorded": why})
@@ -874,7 +921,8 @@ class SessionRecorder(AbstractCapability[Any]):
         if nested is None:
             self._last_error = error
         else:
-            nested.error, nested.answered = error, nested.answered + (response is not None)
+            nested.error = error
+        self._answered += response is not None
         if response is not None:
             self._record("model_exec_end", execution=execution, message=_response_message(response))
         else:

@@ -41,7 +41,11 @@ from conftest import (
 
 need("langgraph")
 
-from langchain_core.callbacks import AsyncCallbackHandler, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackHandler,
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -49,15 +53,17 @@ from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
     SystemMessage,
+    ToolMessage,
     messages_from_dict,
 )
-from langchain_core.outputs import ChatGenerationChunk
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.errors import NodeCancelledError
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Send
 from session_langchain import SessionRecorder, recording, to_json, to_message
 
 import session
@@ -455,6 +461,79 @@ def test_a_message_changed_in_place_is_sent_as_it_is_now(tmp_path: Path) -> None
     assert check_each_message_once(path)["messages"] == 6  # the page, and the page cleared
 
 
+def test_long_results_that_differ_at_their_end_are_two_messages(tmp_path: Path) -> None:
+    """Two tool results of 20 KB alike but for their last character, and a reply sent back
+    as a copy: each result is a message of its own, the copy the reply recorded."""
+    path = tmp_path / "chat.jsonl"
+
+    @tool
+    def tail(page: int) -> str:
+        """Read a page, its number last."""
+        return "lorem ipsum " * 1700 + str(page)
+
+    calls = [{"name": "tail", "args": {"page": n}, "id": f"call-{n}", "type": "tool_call"} for n in (1, 2)]
+    model = GenericFakeChatModel(
+        messages=Script(reply(calls=calls[:1]), reply(calls=calls[1:]), reply("done"))
+    )
+
+    async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        answer = await model.ainvoke(state["messages"])
+        return {"messages": [answer.model_copy()]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", ToolNode([tail]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    sent = Sent()
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await graph.compile().ainvoke(
+                {"messages": [HumanMessage("read")]}, {"callbacks": [recorder, sent]}
+            )
+
+    asyncio.run(main())
+    assert unstamped_requests(path) == sent.calls
+    # the prompt, two replies, two results
+    assert check_each_message_once(path)["messages"] == 5
+
+
+def test_a_field_replaced_twice_is_sent_as_it_is_now(tmp_path: Path) -> None:
+    """The host scrubs a card number before the second call, replacing the message's content
+    twice: the second list is made where CPython's free list puts it, at the address of the
+    first one (freed by the first replacement), so a message recognised by the addresses of
+    its fields' values would be recorded as it was."""
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "add", "args": {"a": 1, "b": 2}, "id": "call-1", "type": "tool_call"}]
+    model = GenericFakeChatModel(messages=Script(reply(calls=calls), reply("done")))
+    called = 0
+
+    def scrub_the_card(messages: list[BaseMessage]) -> list[BaseMessage]:
+        nonlocal called
+        called += 1
+        if called == 2:
+            messages[0].content = [{"type": "text", "text": "my card is [CARD]"}]
+            messages[0].content = [{"type": "text", "text": "[REDACTED]"}]
+        return messages
+
+    async def ascrub_the_card(messages: list[BaseMessage]) -> list[BaseMessage]:
+        return scrub_the_card(messages)
+
+    graph = agent(RunnableLambda(scrub_the_card, afunc=ascrub_the_card) | model, [add])
+    sent = Sent()
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            card = HumanMessage([{"type": "text", "text": "my card is 4111 1111 1111 1111"}])
+            await graph.ainvoke({"messages": [card]}, {"callbacks": [recorder, sent]})
+
+    asyncio.run(main())
+    assert sent.calls[1][0]["value"]["content"] == [{"type": "text", "text": "[REDACTED]"}]
+    assert unstamped_requests(path) == sent.calls
+
+
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
     graph = agent(GenericFakeChatModel(messages=Script(reply("hi"), reply("hi"), reply("hi"))), [add])
 
@@ -595,6 +674,44 @@ class StreamingFakeChatModel(GenericFakeChatModel):
         alone = GenericFakeChatModel(messages=iter([message]))
         yield from alone._stream(messages, stop, run_manager, **kwargs)
         yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=message.usage_metadata))
+
+
+def test_a_reply_sent_back_as_a_copy_is_the_one_recorded(tmp_path: Path) -> None:
+    """A node that names its agent's replies puts in the state a copy of the reply LangChain
+    reports, its name set (a field the file does not hold): the next request sends it back,
+    and the file holds it once, as recorded (version 2 refers to the reply's record)."""
+    path = tmp_path / "chat.jsonl"
+    calls = [{"name": "add", "args": {"a": 1, "b": 2}, "id": "call-1", "type": "tool_call"}]
+    model = GenericFakeChatModel(messages=Script(reply("adding", calls=calls), reply("3")))
+
+    async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        answer = await model.ainvoke(state["messages"])
+        return {"messages": [answer.model_copy(update={"name": "adder"})]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", ToolNode([add]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    sent = Sent()
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await graph.compile().ainvoke(
+                {"messages": [HumanMessage("add")]}, {"callbacks": [recorder, sent]}
+            )
+
+    asyncio.run(main())
+    assert unstamped_requests(path) == sent.calls
+    assert check_each_message_once(path)["messages"] == 3  # the prompt, the reply, the tool result
+    [first, _] = [
+        e.message
+        for e in events(path, "message_end")
+        if e.message and e.message["value"]["role"] == "assistant"
+    ]
+    request = events(path, "model_request")[1].request
+    assert request is not None and request["messages"][1] == first
 
 
 def test_a_chat_model_called_alone_is_the_run(tmp_path: Path) -> None:
@@ -753,6 +870,145 @@ def test_an_agent_run_in_a_tool_of_a_sub_agent_is_nested_two_levels_down(tmp_pat
 def check_conversation_of_two_turns(path: Path) -> None:
     """The run's own messages only: the prompt, the call, its result, the answer."""
     assert [m.role for m in messages(path)] == ["user", "assistant", "tool", "assistant"]
+
+
+class Meeting(GenericFakeChatModel):
+    """A fake model for branches run at once: each request waits at *barrier* until the
+    other branch's is under way too.  A branch's topic is its first message's text; the
+    model asks for ``add`` (the call ``call-<topic>``), then, given its result, answers
+    ``<topic>: <result>``."""
+
+    barrier: Any = None
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        await self.barrier.wait()
+        topic, last = str(messages[0].content), messages[-1]
+        if isinstance(last, ToolMessage):
+            message = reply(f"{topic}: {last.content}", 4)
+        else:
+            ask = {
+                "name": "add",
+                "args": {"a": len(topic), "b": 1},
+                "id": f"call-{topic}",
+                "type": "tool_call",
+            }
+            message = reply(tokens=3, calls=[ask])
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def check_branches(path: Path, topics: tuple[str, ...]) -> None:
+    """Each branch (a *topic*) made two model calls, at once with the other branch's, and a
+    tool call between them: its tool call's parent is its own first model call, its second
+    model call was sent its own tool's result, each reply is recorded in its own call, and
+    each call and turn started and ended once, each message written once."""
+    check_each_message_once(path)
+    starts = [e.execution for e in events(path, "model_exec_start") if e.execution]
+    ends = {e.execution.id: e for e in events(path, "model_exec_end") if e.execution}
+    requests = {
+        e.execution.id: e.request["messages"]
+        for e in events(path, "model_request")
+        if e.execution and e.request
+    }
+    replies = {
+        e.execution.id: e.message
+        for e in events(path, "message_end")
+        if e.execution and e.execution.kind == "model"
+    }
+    assert len(starts) == len(ends) == len(replies) == 2 * len(topics), (starts, ends)
+    assert len(events(path, "model_exec_end")) == len(starts) and len(events(path, "tool_exec_end")) == len(
+        topics
+    )
+    kinds = [r.type for r in session.iter_records(path) if r.type in ("model_exec_start", "model_exec_end")]
+    assert kinds[: len(topics)] == ["model_exec_start"] * len(
+        topics
+    )  # the first calls were under way at once
+    tools = {str(e.result): e.execution for e in events(path, "tool_exec_end")}  # by their result
+    assert len(tools) == len(topics)
+    for topic in topics:
+        [asking] = [
+            ends[s.id]
+            for s in starts
+            if any(
+                b["type"] == "toolCall" and b["tool_call"]["id"] == f"call-{topic}"
+                for b in ends[s.id].message["value"]["content"]
+            )
+        ]
+        tool = tools[str(len(topic) + 1)]
+        assert asking.execution is not None and tool is not None
+        assert (tool.parent_id, tool.turn_index) == (asking.execution.id, asking.execution.turn_index)
+        [answering] = [
+            s.id
+            for s in starts
+            if any(
+                m["value"].get("metadata", {}).get("tool_call_id") == f"call-{topic}" for m in requests[s.id]
+            )
+        ]
+        text = [b["text"] for b in ends[answering].message["value"]["content"] if b["type"] == "text"]
+        assert text == [f"{topic}: {len(topic) + 1}"]
+        assert (
+            replies[answering] == ends[answering].message and replies[asking.execution.id] == asking.message
+        )
+    turns = [
+        (r.type, r.data["turn_index"])
+        for r in session.iter_records(path)
+        if r.type in ("turn_start", "turn_end")
+    ]
+    assert sorted(turns) == sorted({*turns}) and len(turns) == 4 * len(topics), turns  # each once
+
+
+def test_branches_sent_at_once_are_recorded_each_in_its_own_calls(tmp_path: Path) -> None:
+    """A LangGraph ``Send`` fan-out: two branches, each an agent of its own (the model, its
+    tool, the model), run at once."""
+    path = tmp_path / "chat.jsonl"
+
+    async def main() -> list[str]:
+        model = Meeting(messages=iter([]), barrier=asyncio.Barrier(2))
+        graph = StateGraph(MessagesState)
+        graph.add_node("worker", agent(model, [add]))
+        topics = [Send("worker", {"messages": [HumanMessage(topic)]}) for topic in ("apples", "pears")]
+        graph.add_conditional_edges(START, lambda state: topics)
+        async with recording(path) as recorder:
+            state = await graph.compile().ainvoke({"messages": []}, {"callbacks": [recorder]})
+        return sorted(str(m.content) for m in state["messages"] if isinstance(m, AIMessage) and m.content)
+
+    assert asyncio.run(main()) == ["apples: 7", "pears: 6"]
+    check_branches(path, ("apples", "pears"))
+
+
+def test_two_nodes_from_the_start_are_recorded_each_in_its_own_calls(tmp_path: Path) -> None:
+    """Two nodes from ``START``, run at once, each calling the model, its tool (given the
+    arguments alone: the tool call has no id), the model."""
+    path = tmp_path / "chat.jsonl"
+
+    def branch(model: Meeting, topic: str) -> Any:
+        async def node(state: MessagesState) -> dict[str, list[BaseMessage]]:
+            sent: list[BaseMessage] = [HumanMessage(topic)]
+            first = await model.ainvoke(sent)
+            assert isinstance(first, AIMessage)
+            [call] = first.tool_calls
+            result = ToolMessage(str(await add.ainvoke(call["args"])), tool_call_id=call["id"])
+            return {"messages": [*sent, first, result, await model.ainvoke([*sent, first, result])]}
+
+        return node
+
+    async def main() -> list[str]:
+        model = Meeting(messages=iter([]), barrier=asyncio.Barrier(2))
+        graph = StateGraph(MessagesState)
+        for topic in ("apples", "pears"):
+            graph.add_node(topic, branch(model, topic))
+            graph.add_edge(START, topic)
+        async with recording(path) as recorder:
+            state = await graph.compile().ainvoke({"messages": []}, {"callbacks": [recorder]})
+        return sorted(str(m.content) for m in state["messages"] if isinstance(m, AIMessage) and m.content)
+
+    assert asyncio.run(main()) == ["apples: 7", "pears: 6"]
+    check_branches(path, ("apples", "pears"))
 
 
 def test_the_example_script_runs_as_written(tmp_path: Path) -> None:

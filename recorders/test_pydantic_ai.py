@@ -46,7 +46,7 @@ from conftest import (
 need("pydantic_ai")
 
 from pydantic_ai import Agent, ModelRetry, RunContext, ToolFailed
-from pydantic_ai.capabilities import AbstractCapability, ModelFallback
+from pydantic_ai.capabilities import AbstractCapability, ModelFallback, ProcessHistory
 from pydantic_ai.exceptions import ModelRateLimitError
 from pydantic_ai.messages import (
     ModelMessage,
@@ -386,6 +386,91 @@ def test_a_part_added_after_the_recorders_hook_is_sent(tmp_path: Path) -> None:
     check_each_message_once(path)
 
 
+def test_a_field_replaced_twice_is_sent_as_it_is_now(tmp_path: Path) -> None:
+    """The host tidies the prompt before each request and, once the payment went through,
+    scrubs the card number from it: before the second request, its content is replaced
+    twice, and the second list is made where CPython's free list puts it, at the address of
+    the first request's (freed by the first replacement), so a part recognised by the
+    addresses of its fields' values would be recorded as it was."""
+    path = tmp_path / "chat.jsonl"
+    sent: list[list[Any]] = []
+
+    def pay_then_answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(as_sent(messages))
+        if len(sent) == 1:
+            return ModelResponse([ToolCallPart("pay", {"amount": 12}, "call-1")])
+        return ModelResponse([TextPart("paid")])
+
+    async def tidy(messages: list[ModelMessage]) -> list[ModelMessage]:
+        prompt = messages[0].parts[0]
+        assert isinstance(prompt, UserPromptPart) and isinstance(prompt.content, list)
+        prompt.content = [str(item).strip() for item in prompt.content]
+        if len(sent) == 1:  # paid: the card number is no longer needed
+            prompt.content = [
+                str(item).replace("4111 1111 1111 1111", "[REDACTED]") for item in prompt.content
+            ]
+        return messages
+
+    agent = Agent(FunctionModel(pay_then_answer), capabilities=[ProcessHistory(tidy)])
+
+    @agent.tool_plain
+    def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await agent.run(["pay 12 with my card 4111 1111 1111 1111 "], capabilities=[recorder])
+
+    asyncio.run(main())
+    assert sent[1][0]["value"]["content"] == [{"type": "text", "text": "pay 12 with my card [REDACTED]"}]
+    assert [e.request["messages"] if e.request else None for e in events(path, "model_request")] == sent
+
+
+def test_a_reply_sent_back_stamped_anew_is_the_one_recorded(tmp_path: Path) -> None:
+    """A history processor that rebuilds each reply before every request (its parts, usage
+    and model name, as one trimming what it sends does) sends back a new response stamped
+    now each time: the file holds each reply once, as first recorded (version 2 refers to
+    its record)."""
+    path = tmp_path / "chat.jsonl"
+    sent: list[list[Any]] = []
+
+    def add_twice(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(as_sent(messages))
+        if len(sent) < 3:
+            return ModelResponse([ToolCallPart("add", {"a": len(sent), "b": 1}, f"call-{len(sent)}")])
+        return ModelResponse([TextPart("done")])
+
+    async def rebuild(messages: list[ModelMessage]) -> list[ModelMessage]:
+        await asyncio.sleep(0.01)  # the copy's time is not the reply's
+        return [
+            ModelResponse(m.parts, usage=m.usage, model_name=m.model_name)
+            if isinstance(m, ModelResponse)
+            else m
+            for m in messages
+        ]
+
+    agent = Agent(FunctionModel(add_twice), capabilities=[ProcessHistory(rebuild)])
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    async def main() -> None:
+        async with recording(path) as recorder:
+            await agent.run("add", capabilities=[recorder])
+
+    asyncio.run(main())
+    # the prompt, the first reply and its tool's result, the second and its tool's result
+    assert check_each_message_once(path)["messages"] == 5
+    replies = [
+        e.message
+        for e in events(path, "message_end")
+        if e.message and e.message["value"]["role"] == "assistant"
+    ]
+    last = events(path, "model_request")[-1].request
+    assert last is not None and [last["messages"][1], last["messages"][3]] == replies[:2]
+
+
 def test_one_recorder_records_one_run(tmp_path: Path) -> None:
     agent = Agent(FunctionModel(lambda messages, info: ModelResponse([TextPart("hi")])))
 
@@ -682,6 +767,109 @@ def test_a_delegate_of_a_delegate_is_nested_two_levels_down(tmp_path: Path) -> N
     assert summary.runs[0].end_reason == "stop"
 
 
+def searching(topic: str) -> Agent[None, str]:
+    """A delegate that searches *topic* (the tool call ``search-<topic>``), then answers
+    with what it found; each request lets the event loop run others before it answers."""
+
+    async def research(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        await asyncio.sleep(0.01)
+        if len(messages) == 1:
+            call = ToolCallPart("search", {"q": topic}, f"search-{topic}")
+            return ModelResponse([call], usage=RequestUsage(input_tokens=10, output_tokens=2))
+        text = f"found {topic}"
+        return ModelResponse([TextPart(text)], usage=RequestUsage(input_tokens=15, output_tokens=3))
+
+    delegate = Agent(FunctionModel(research, model_name="delegate"))
+
+    @delegate.tool_plain
+    async def search(q: str) -> str:
+        await asyncio.sleep(0.01)
+        return f"results for {q}"
+
+    return delegate
+
+
+def researching_both(given: dict[str, list[AbstractCapability[Any]]]) -> Agent[None, str]:
+    """A lead that calls its ``research`` tool twice at once (the calls ``call-a`` and
+    ``call-b``), each running ``searching(topic)`` with the capabilities *given* for its
+    topic, then answers with both results."""
+
+    def lead(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            p
+            for m in messages
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, ToolReturnPart)
+        ]
+        if not returns:
+            calls = [ToolCallPart("research", {"topic": topic}, f"call-{topic}") for topic in ("a", "b")]
+            return ModelResponse(calls, usage=RequestUsage(input_tokens=5, output_tokens=1))
+        return ModelResponse([TextPart("; ".join(str(p.content) for p in returns))])
+
+    agent = Agent(FunctionModel(lead, model_name="lead"))
+
+    @agent.tool
+    async def research(ctx: RunContext[Any], topic: str) -> str:
+        result = await searching(topic).run(topic, usage=ctx.usage, capabilities=list(given[topic]))
+        return result.output
+
+    return agent
+
+
+def test_two_delegates_at_once_are_each_nested_in_their_call(tmp_path: Path) -> None:
+    """The lead calls its tool twice at once, each call running a delegate given the
+    recorder, their requests interleaved: each delegate's calls are nested in its own tool
+    call, and neither call reports the other's requests as unrecorded."""
+    path = tmp_path / "chat.jsonl"
+    given: dict[str, list[AbstractCapability[Any]]] = {}
+
+    async def main() -> str:
+        async with recording(path) as recorder:
+            given.update(a=[recorder], b=[recorder])
+            return (await researching_both(given).run("research a and b", capabilities=[recorder])).output
+
+    assert asyncio.run(main()) == "found a; found b"
+    for topic in ("a", "b"):
+        check_nested(path, f"call-{topic}", 12 + 18, tools=(f"search-{topic}",))
+        [call] = [e.execution for e in events(path, "tool_exec_start") if e.tool_id == f"call-{topic}"]
+        assert call is not None and call.parent_id == "model-1"
+        ends = [e for e in events(path, "model_exec_end") if e.execution and e.execution.parent_id == call.id]
+        texts = [b["text"] for e in ends for b in e.message["value"]["content"] if b["type"] == "text"]
+        assert [e.execution.id for e in ends if e.execution] == [f"{call.id}/model-1", f"{call.id}/model-2"]
+        assert texts == [f"found {topic}"]
+        [search] = [e for e in events(path, "tool_exec_end") if e.tool_id == f"search-{topic}"]
+        assert search.result == f"results for {topic}"
+    starts = [e.execution.id for e in events(path, "model_exec_start") if e.execution]
+    assert starts[1:3] == ["tool-1-call-a/model-1", "tool-1-call-b/model-1"]  # they did interleave
+
+
+def test_a_delegate_without_the_recorder_beside_one_with_it_is_said_once(tmp_path: Path) -> None:
+    """Of two delegates run at once, the one not given the recorder made two requests no
+    recorder saw: said once, in a gap, the other's recorded requests not counted in it."""
+    path = tmp_path / "chat.jsonl"
+    given: dict[str, list[AbstractCapability[Any]]] = {"a": []}
+
+    async def main() -> str:
+        async with recording(path) as recorder:
+            given["b"] = [recorder]
+            return (await researching_both(given).run("research a and b", capabilities=[recorder])).output
+
+    with pytest.warns(RuntimeWarning, match="model request.*did not see"):
+        assert asyncio.run(main()) == "found a; found b"
+    [call_a] = [
+        e.execution.id for e in events(path, "tool_exec_start") if e.execution and e.tool_id == "call-a"
+    ]
+    said = [
+        (e.execution.id if e.execution else "", e.details["unrecorded"])
+        for e in events(path, "recording_gap")
+    ]
+    assert sum(int(why.split()[0]) for _, why in said) == 2, said  # each request said once
+    assert all(where == call_a or call_a in why for where, why in said), said  # in call-a, or naming it
+    nested = [e.execution.id for e in events(path, "model_exec_end") if e.execution and e.execution.parent_id]
+    assert nested == ["tool-1-call-b/model-1", "tool-1-call-b/model-2"]
+
+
 def test_a_delegate_run_without_the_recorder_is_a_loud_gap(tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
 
@@ -690,7 +878,7 @@ def test_a_delegate_run_without_the_recorder_is_a_loud_gap(tmp_path: Path) -> No
             result = await delegating(answering("found it", 20), []).run("why?", capabilities=[recorder])
         return result.output
 
-    with pytest.warns(RuntimeWarning, match="'research' made 1 model request.*did not see"):
+    with pytest.warns(RuntimeWarning, match="1 model request.*did not see.*the tool 'research' ran"):
         assert asyncio.run(main()) == "lead: found it"
     check_gap(path, "call-r")
 
