@@ -690,6 +690,8 @@ _PAGE_SAID = 5  # new user and system messages of a request shown in the convers
 _PAGE_RUN = 200  # attempts of a run whose waterfall starts unfolded, at most
 _PAGE_TURNS = 50  # turns of a run listed unfolded in the navigation, at most
 _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
+_PAGE_SAYS = 2000  # characters of a run's question and answer shown on the first screen
+_PAGE_ID = 12  # characters of a long id shown (the whole id a click away)
 
 # Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
 # isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
@@ -881,6 +883,40 @@ def _message_value(message: Any) -> Optional[Dict[str, Any]]:
     return None
 
 
+def _role(message: Any) -> Any:
+    value = _message_value(message)
+    return value.get("role") if value is not None else None
+
+
+def _text_of(message: Any) -> str:
+    """The text blocks of a codec-encoded message, a blank line between two."""
+    value = _message_value(message)
+    blocks = value["content"] if value is not None else []
+    texts = [block.get("text") for block in blocks if type(block) is dict and block.get("type") == "text"]
+    return "\n\n".join(text for text in texts if type(text) is str and text)
+
+
+class _Said(NamedTuple):
+    """A text the first screen shows: the record that holds it, its first _PAGE_SAYS
+    characters, and how many it has in all."""
+
+    seq: int
+    text: str
+    length: int
+
+
+class _RunFacts:
+    """What the first screen says of one run: its first user message, its last answer (the
+    text of its last successful model reply that has some), and its token counts."""
+
+    __slots__ = ("answered", "asked", "tokens")
+
+    def __init__(self) -> None:
+        self.asked: Optional[_Said] = None
+        self.answered: Optional[_Said] = None
+        self.tokens: Dict[str, int] = {}  # input and output tokens of its model calls
+
+
 class _Facts:
     """The first pass: everything the page shows before the records, in O(calls) memory."""
 
@@ -898,6 +934,8 @@ class _Facts:
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
         self.compactions: List[int] = []  # number of model calls before each compaction
         self.turn = 0
+        self.runs: Dict[str, _RunFacts] = {}
+        self.run_numbers: Dict[str, int] = {}  # run -> 1 for the first run started, and so on
         self.cost = 0.0  # in USD, of the model calls that report it
         self.costed = 0
         self.session_id = ""  # of the records read
@@ -920,12 +958,14 @@ class _Facts:
         if record.type in _POOLED and self.index.version > 1:
             if record.type == "message":  # each message once, for the requests that refer to it
                 self._written[record.seq] = _digest(record.data["message"])
+                self._asked(record, record.data["message"], 0)  # its place: the request sending it
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
             self.turn = record.data["turn_index"]
             self.turn_seqs.setdefault((record.run_id or "", self.turn), record.seq)
         elif record.type == "run_start":
             self.turn = 0
+            self.run_numbers.setdefault(record.run_id or "", len(self.run_numbers) + 1)
         execution = record.data.get("execution")
         if record.run_id is None or execution is None or record.type in _RESERVED:
             self.items.append((record.seq, record.offset))
@@ -975,6 +1015,20 @@ class _Facts:
             attempt.end = moment if attempt.end is None else max(attempt.end, moment)
         return attempt
 
+    def _run(self, record: Record) -> _RunFacts:
+        run = self.runs.get(record.run_id or "")
+        if run is None:
+            run = self.runs[record.run_id or ""] = _RunFacts()
+        return run
+
+    def _asked(self, record: Record, message: Any, seq: int) -> None:
+        """*message*, new in *record*: the run's question if it is the run's first from the
+        user, shown in the record *seq* (0: the next request, which sends it)."""
+        run = self._run(record)
+        text = _text_of(message) if run.asked is None and _role(message) == "user" else ""
+        if text:
+            run.asked = _Said(seq, text[:_PAGE_SAYS], len(text))
+
     def _message(self, record: Record, message: Any, attempt: _Attempt) -> None:
         digest = _digest(message)
         earlier = self._recent.setdefault(digest, record.seq)
@@ -986,10 +1040,17 @@ class _Facts:
         if record.type == "model_exec_end" and type(tokens) is int and tokens >= 0:
             self.tokens.append((record.seq, tokens))
         if record.type == "model_exec_end" and type(usage) is dict:
-            self._usage(usage, attempt)
+            self._usage(usage, attempt, self._run(record))
+        text = _text_of(message) if record.type == "model_exec_end" and not attempt.failed else ""
+        if text and _role(message) == "assistant":
+            self._run(record).answered = _Said(record.seq, text[:_PAGE_SAYS], len(text))
 
-    def _usage(self, usage: Dict[str, Any], attempt: _Attempt) -> None:
-        """The model and cost of a model call, from its usage."""
+    def _usage(self, usage: Dict[str, Any], attempt: _Attempt, run: _RunFacts) -> None:
+        """The model, cost and tokens of a model call, from its usage."""
+        for key in ("input", "output"):
+            count = usage.get(key)
+            if type(count) is int and count >= 0:
+                run.tokens[key] = run.tokens.get(key, 0) + count
         names = [usage.get("model"), usage.get("provider")]
         attempt.model = " ".join(name for name in names if type(name) is str and name)
         cost = usage.get("cost")
@@ -1012,6 +1073,7 @@ class _Facts:
             dropped = 0
         else:
             new, dropped = self._compared(digests)
+        self._new_asked(record, new)
         resumed = bool(self._previous_run) and self._previous_run != record.run_id
         request = record.data.get("request")
         settings = _digest(
@@ -1038,6 +1100,20 @@ class _Facts:
         self._settings = settings
         self._compacted = False
         self._recent = {}
+
+    def _new_asked(self, record: Record, new: List[Tuple[int, int]]) -> None:
+        """The run's question, from the new messages of a request written whole (a version-2
+        file's come from its message records)."""
+        run = self._run(record)
+        if run.asked is not None and not run.asked.seq:  # a version-2 file's, in its message record
+            run.asked = run.asked._replace(seq=record.seq)
+        request = record.data.get("request")
+        messages = request.get("messages") if type(request) is dict else None
+        if type(messages) is not list or run.asked is not None:
+            return
+        for index, _ in new:
+            if index < len(messages):
+                self._asked(record, messages[index], record.seq)
 
     def _input(self, seq: int, digests: List[bytes], new: List[Tuple[int, int]], kept: Optional[int]) -> None:
         """Where the page shows each message of the request *seq*: a message the previous
@@ -1210,11 +1286,6 @@ def _kind(attempt: _Attempt) -> str:
     return attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
 
 
-def _role(message: Any) -> Any:
-    value = _message_value(message)
-    return value.get("role") if value is not None else None
-
-
 def _short(text: str) -> str:
     """*text* for the conversation: its first _PAGE_TALK characters, and a mark if cut."""
     cut = '<span class="cut">…</span>' if len(text) > _PAGE_TALK else ""
@@ -1256,7 +1327,8 @@ class _Conversation:
         target = f"talk-{record.seq}"
         if record.type == "run_start":
             self.ids.add(target.encode())
-            return f'<h3 class="flow" id="{target}">{link} run <code>{_hs(record.run_id)}</code></h3>\n'
+            number = self.facts.run_numbers.get(record.run_id or "", 0)
+            return f'<h3 class="flow" id="{target}">{link} run {number} {_id(record.run_id)}</h3>\n'
         if record.type == "turn_start" and "turn_index" in record.data:
             self.ids.add(target.encode())
             turn = _hs(record.data["turn_index"])
@@ -1341,7 +1413,7 @@ def _attempt_link(attempt: _Attempt) -> str:
     name = f" {_hs(attempt.name)}" if attempt.name else ""
     return _link(
         attempt.seqs[0],
-        f"{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} attempt {attempt.attempt}",
+        f"{_hs(attempt.kind)} {_short_id(attempt.id)}{name} attempt {attempt.attempt}",
     )
 
 
@@ -1501,6 +1573,50 @@ class _Commands:
         )
 
 
+def _said(said: Optional[_Said]) -> str:
+    """A question or answer for the first screen, whole up to _PAGE_SAYS characters, with a
+    link to the record that holds it."""
+    if said is None:
+        return '<span class="cut">not recorded</span>'
+    more = said.length - len(said.text)
+    cut = f'<span class="cut">… {more:,} more characters in the record</span>' if more else ""
+    return f'<div class="said">{_h(said.text)}{cut} {_link(said.seq, f"#{said.seq}")}</div>'
+
+
+def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
+    """The failed attempts after which a later attempt of their call succeeded."""
+    succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
+    for (run_id, call, number), attempt in attempts.items():
+        if not attempt.failed:
+            succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
+    return {
+        key
+        for key, attempt in attempts.items()
+        if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
+    }
+
+
+def _many(number: int, noun: str) -> str:
+    """*number* *noun*s, with thousands separators: "23,283,204 tokens"."""
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
+
+
+def _short_id(value: Any) -> str:
+    """An id as a link shows it: a long one cut to its first _PAGE_ID characters (the link
+    leads to where it is whole)."""
+    if type(value) is str and len(value) > _PAGE_ID + 1:
+        return f'<code>{_h(value[:_PAGE_ID], inline=True)}<span class="cut">…</span></code>'
+    return f"<code>{_hs(value)}</code>"
+
+
+def _id(value: Any) -> str:
+    """An id shortened as _short_id does, unfolding to the whole id when clicked."""
+    short = _short_id(value)
+    if short.endswith("</span></code>"):
+        return f'<details class="id"><summary>{short}</summary><code>{_hs(value)}</code></details>'
+    return short
+
+
 def _failed(count: int) -> str:
     return f', <span class="error">{count} ✗</span>' if count else ""
 
@@ -1528,24 +1644,71 @@ class _Header:
         summary = self.summary
         write = self.out.write
         write('<a class="skip" href="#records">skip to the records</a>\n', _PAGE_FILTERS)
-        write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
+        write(f"<header><h1>session {_short_id(summary.session_id)}</h1>\n")
         write(self.banner())
         cut_place = self.out.later()  # what the page leaves out, once the cards are chosen
         tail = (
-            f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
+            f", an unfinished last line of {summary.tail_bytes:,} bytes ignored" if summary.tail_bytes else ""
         )
-        counts = f"{_count(summary.records, 'record')}, {_count(len(summary.runs), 'run')}"
-        write(f"<p>{_h(self.name)}: {counts}{tail}{self.costs()}</p>\n")
+        counts = f"{_many(summary.records, 'record')}, {_many(len(summary.runs), 'run')}"
+        write(f"<div>{_h(self.name)}: {counts}{tail}; session id {_id(summary.session_id)}</div>\n")
+        self.glance()
         self.runs()
-        write("<p>records by type: ")
-        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
-        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
-        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
         self.failures()
         self.gaps()
-        write("</header>\n")
+        write("<p>records by type: ")
+        write(", ".join(f"{_hs(kind)} {count:,}" for kind, count in sorted(summary.counts.items())))
+        write("</p>\n</header>\n")
         self.navigation()
         return cut_place
+
+    def glance(self) -> None:
+        """What the session was asked and answered, how it ended, on which models, at what
+        cost, in how long and how many tokens: the first screen."""
+        runs = self.summary.runs
+        first = self.facts.runs.get(runs[0].run_id) if runs else None
+        last = self.facts.runs.get(runs[-1].run_id) if runs else None
+        of = f" of {len(runs)})" if len(runs) > 1 else ""
+        usage = ", ".join(f"{_hs(key)} {count:,}" for key, count in self.summary.usage.items())
+        duration = _h(_duration(runs[0].start_time, runs[-1].end_time)) if runs else "no run"
+        rows = (
+            (f"asked{' (run 1' + of if of else ''}", _said(first.asked if first else None)),
+            (f"answered{f' (run {len(runs)}' + of if of else ''}", _said(last.answered if last else None)),
+            ("outcome", self.outcome()),
+            ("model", self.models()),
+            ("cost", self.costs()),
+            ("time and tokens", f"{duration}; tokens (successful model calls): {usage or 'none reported'}"),
+        )
+        items = "".join(f"<dt>{name}</dt><dd>{text}</dd>" for name, text in rows)
+        self.out.write(f'<dl class="glance">{items}</dl>\n')
+
+    def outcome(self) -> str:
+        """How the runs ended, and how many calls failed."""
+        ends: Dict[str, int] = {}
+        for run in self.summary.runs:
+            end = run.end_reason or ("no end reason" if run.closed else "not closed")
+            ends[end] = ends.get(end, 0) + 1
+        parts = [f"{_hs(end)} \u00d7{count:,}" if count > 1 else _hs(end) for end, count in ends.items()]
+        errors = [run for run in self.summary.runs if run.error is not None]
+        if errors:
+            error = _hs(_error_text(errors[0].error))
+            parts.append(f'<span class="error">{_many(len(errors), "run")} ended in error: {error}</span>')
+        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
+        recovered = len(_recovered(self.facts.attempts)) if failed else 0
+        retried = f" ({recovered:,} recovered by a retry)" if recovered else ""
+        parts.append(f"{_many(len(failed), 'failed call attempt')}{retried}")
+        if self.summary.gaps:
+            parts.append(f'<span class="error">{_many(len(self.summary.gaps), "gap")} in the evidence</span>')
+        return "; ".join(parts)
+
+    def models(self) -> str:
+        """The models and providers the model calls' usage names, with their calls."""
+        calls: Dict[str, int] = {}
+        for attempt in self.facts.attempts.values():
+            if attempt.model:
+                calls[attempt.model] = calls.get(attempt.model, 0) + 1
+        named = [f"<b>{_hs(model)}</b> ({_many(count, 'call')})" for model, count in calls.items()]
+        return ", ".join(named) or "not reported (no model reply's usage names one)"
 
     def navigation(self) -> None:
         """Each run and its turns with their calls and failures, each linked to where the
@@ -1557,10 +1720,10 @@ class _Header:
             counts[1] += attempt.failed
         write = self.out.write
         write('<nav id="nav"><h2>runs and turns</h2>\n')
-        for run in self.summary.runs:
+        for n, run in enumerate(self.summary.runs, 1):
             group = turns.get(run.run_id, {})
             calls, failed = sum(c for c, _ in group.values()), sum(f for _, f in group.values())
-            name = _link(run.first_seq, f"<code>{_hs(run.run_id)}</code>", f"talk-{run.first_seq}")
+            name = _link(run.first_seq, f"{n} {_short_id(run.run_id)}", f"talk-{run.first_seq}")
             write(
                 f"<details{' open' if len(group) <= _PAGE_TURNS else ''}><summary>run {name}: "
                 f"{_count(len(group), 'turn')}, {_count(calls, 'call')}{_failed(failed)}</summary>"
@@ -1579,17 +1742,23 @@ class _Header:
         calls: Dict[str, List[_Attempt]] = {}
         for attempt in self.facts.attempts.values():
             calls.setdefault(attempt.run_id, []).append(attempt)
-        write("<table><tr><th>run</th><th>records</th><th>calls</th><th>failed</th><th>start</th>")
-        write("<th>end</th><th>duration</th><th>closed</th><th>end reason</th><th>error</th></tr>\n")
-        for run in self.summary.runs:
+        write("<table><tr><th>run</th><th>asked</th><th>records</th><th>calls</th><th>failed</th>")
+        write("<th>cost</th><th>tokens in / out</th><th>start</th><th>duration</th><th>closed</th>")
+        write("<th>end reason</th><th>error</th></tr>\n")
+        for n, run in enumerate(self.summary.runs, 1):
             error = _hs(_error_text(run.error)) if run.error is not None else ""
             attempts = calls.get(run.run_id, [])
             failed = sum(attempt.failed for attempt in attempts)
-            marked = f'<td class="error">{failed} ✗</td>' if failed else "<td>0</td>"
+            marked = f'<td class="error">{failed:,} ✗</td>' if failed else "<td>0</td>"
+            costs = [attempt.cost for attempt in attempts if attempt.cost is not None]
+            facts = self.facts.runs.get(run.run_id) or _RunFacts()
+            asked = _hs(facts.asked.text[: _PAGE_TALK // 3]) if facts.asked else ""
+            tokens = " / ".join(f"{facts.tokens.get(key, 0):,}" for key in ("input", "output"))
             write(
-                f"<tr><td>{_link(run.first_seq, f'<code>{_hs(run.run_id)}</code>')}</td>"
-                f"<td>{run.records}</td><td>{len(attempts)}</td>"
-                f"{marked}<td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
+                f"<tr><td>{_link(run.first_seq, f'run {n}')} {_id(run.run_id)}</td><td>{asked}</td>"
+                f"<td>{run.records:,}</td><td>{len(attempts):,}</td>{marked}"
+                f"<td>{_money(_amount(sum(costs)) or 0.0) if costs else ''}</td>"
+                f"<td>{tokens if facts.tokens else ''}</td><td>{_hs(run.start_time)}</td>"
                 f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
                 f"<td>{'yes' if run.closed else 'no'}</td>"
                 f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
@@ -1639,11 +1808,21 @@ class _Header:
         )
 
     def costs(self) -> str:
-        """The cost of the model calls, as far as they report it."""
+        """The cost of the model calls, as far as they report it, in all and per run."""
         facts = self.facts
         if not facts.costed:
-            return ""
-        return f", cost {_money(facts.cost)} ({_count(facts.costed, 'model call')} reporting it)"
+            return "not reported (no model reply's usage has a cost)"
+        runs: Dict[str, float] = {}
+        for attempt in facts.attempts.values():
+            if attempt.cost is not None:
+                runs[attempt.run_id] = runs.get(attempt.run_id, 0.0) + attempt.cost
+        each = [
+            f"run {n} {_money(runs[run.run_id])}"
+            for n, run in enumerate(self.summary.runs, 1)
+            if run.run_id in runs and _amount(runs[run.run_id]) is not None
+        ]
+        per_run = f" ({', '.join(each)})" if len(self.summary.runs) > 1 and each else ""
+        return f"{_money(facts.cost)} in all{per_run}, {_many(facts.costed, 'model call')} reporting it"
 
     def more(self, count: int, where: str) -> None:
         if count > _PAGE_LIST:
@@ -2289,6 +2468,10 @@ body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .ca
 .say .role{margin-right:.5em}summary>h2{display:inline}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:.8em}
 .pair>div{white-space:pre-wrap;overflow-wrap:anywhere}::highlight(search){background:#ffd54a;color:#000}
+.glance{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em;margin:.8em 0}
+.glance dt{font-weight:600;color:#35557a}.glance dd{margin:0}
+.said{white-space:pre-wrap;overflow-wrap:anywhere}
+details.id{display:inline-block;vertical-align:top}details.id>summary{cursor:pointer}
 .skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
 kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
 :focus{outline:2px solid #35557a}

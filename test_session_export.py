@@ -725,11 +725,11 @@ PAGE_IDS = re.compile(
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns|glance|said|id"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
-    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd|nav"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd|nav|dl|dt|dd"
 )
 
 
@@ -1045,7 +1045,7 @@ def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path
     page = html_page(path)
     seqs = [(r.type, r.seq) for r in records(path)]
     request, end, _, tool_start, answer = [seq for kind, seq in seqs if kind not in ("message", "tools")][2:7]
-    talk, cards = page.split('<section id="records">')
+    talk, cards = page.split('<section id="conversation">')[1].split('<section id="records">')
     assert talk.count("question") == 1 and cards.count("question") == 1  # in the conversation and a card
     assert f'the same message as <a href="#seq-{end}">#{end}</a>' in page  # message_end = the response
     new = 'new: <span class="role">{}</span> message as recorded in <a href="#seq-{}">#{}</a>'
@@ -1332,7 +1332,7 @@ def test_html_page_shows_a_cost_beyond_a_double_as_written(tmp_path: Path) -> No
     assert run_cli("validate", str(path)).returncode == 0
     page = html_page(path)
     assert f"cost total {huge[:100]}" in page and "cost input $100,000," in page  # long: shortened
-    assert "cost $0.7500 (1 model call reporting it)</p>" in page
+    assert "<dt>cost</dt><dd>$0.7500 in all, 1 model call reporting it</dd>" in page
 
 
 def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_path: Path) -> None:
@@ -1349,10 +1349,7 @@ def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_pa
         run.record(Event("tool_exec_end", execution=Execution("k1", "tool", parent_id="nobody"), tool="grep"))
     page = html_page(path)
     assert "gpt-x acme</b>, cost $0.5000" in page  # on the call's card
-    assert (
-        "<p>" + html.escape(str(path)) + ": 160 records, 1 run, cost $0.5000 (1 model call reporting it)</p>"
-        in page
-    )
+    assert "<dt>cost</dt><dd>$0.5000 in all, 1 model call reporting it</dd>" in page
     assert "usage</span> input 3, provider acme, model gpt-x, cost input $0.2500, cost total $0.5000" in page
     assert 'calls <b>grep</b> <span class="error">(its arguments did not parse' in page
     assert 'asked for by model call <code>nobody</code>, <span class="error">not in this run</span>' in page
@@ -1486,6 +1483,89 @@ def test_html_page_opens_on_the_conversation(tmp_path: Path) -> None:
     assert '<div class="pair"><div>tool <b>ls</b> <code>{&quot;d&quot;: &quot;/&quot;}</code></div>' in talk
     for seq in re.findall(r'<span class="seq"><a href="#seq-(\d+)">', talk):  # each step links to its card
         assert f'id="seq-{seq}"' in page
+
+
+ANSWER = "".join(f"answer line {n}\n" for n in range(200))  # 3,090 characters
+
+
+def glance_file(path: Path, version: int) -> None:
+    """Two runs: the first asks, fails a model call with a rate limit, retries it, calls a
+    tool that fails, and answers at length; the second asks again and answers briefly."""
+    usage = session.Usage(input=23283204, output=1000, provider="acme", model="gpt-x", cost={"total": 1.5})
+    with session.create(path, version=version) as s:
+        for question, answer, cost in (("What is 6 * 7?", ANSWER, 1.5), ("And 7 * 8?", "56", 0.25)):
+            with s.begin_run() as run:
+                run.record(Event("agent_start"))
+                failing = Execution("m1", "model")
+                run.record(Event("model_request", execution=failing, request=ModelRequest([say(question)])))
+                error = {"type": "RateLimitError", "message": "429"}
+                run.record(Event("model_exec_end", execution=failing, error=error))
+                retry = Execution("m1", "model", attempt=2)
+                run.record(Event("model_request", execution=retry, request=ModelRequest([say(question)])))
+                reply = Message(
+                    "assistant", [session.text_block(answer)], "stop", dict(usage, cost={"total": cost})
+                )
+                run.record(Event("model_exec_end", execution=retry, message=reply))
+                tool = Execution("k1", "tool", parent_id="m1")
+                run.record(Event("tool_exec_end", execution=tool, tool="calc", error="no such tool"))
+                run.record(Event("agent_end", summary=session.RunSummary(end_reason="stop")))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_html_page_first_screen_answers_what_was_asked_answered_failed_and_cost(
+    tmp_path: Path, version: int
+) -> None:
+    path = tmp_path / "s.jsonl"
+    glance_file(path, version)
+    page = html_page(path)
+    glance = page.split('<dl class="glance">', 1)[1].split("</dl>", 1)[0]
+    text = html.unescape(re.sub(r"<[^>]+>", "", glance))
+    assert "asked (run 1 of 2)What is 6 * 7?" in text
+    assert "answered (run 2 of 2)56 #" in text
+    assert "stop \u00d72; 4 failed call attempts (2 recovered by a retry)" in text
+    assert "gpt-x acme (2 calls)" in text
+    assert "$1.75 in all (run 1 $1.50, run 2 $0.2500), 2 model calls reporting it" in text
+    assert "input 46,566,408, output 2,000" in text  # with thousands separators
+    assert page.index('<dl class="glance">') < page.index("records by type") < page.index('id="nav"')
+    run_id = records(path)[1].run_id
+    assert run_id is not None and len(run_id) == 32
+    assert re.findall(run_id, page.split("</header>", 1)[0]) == [run_id]  # whole only when unfolded
+    assert (
+        f'<summary><code>{run_id[:12]}<span class="cut">…</span></code></summary><code>{run_id}</code>'
+        in page
+    )
+    assert "23,283,204 / 1,000" in page  # tokens of each run in the table
+    long = tmp_path / "long.jsonl"
+    with session.create(long, version=version) as s, s.begin_run() as run:
+        model_call(run, "m1", [say("tell me all")])
+        reply = Message("assistant", [session.text_block(ANSWER)], "stop")
+        run.record(Event("model_exec_end", execution=Execution("m2", "model"), message=reply))
+    glance = html_page(long).split('<dl class="glance">', 1)[1].split("</dl>", 1)[0]
+    assert ANSWER[:2000] in glance and ANSWER[:2001] not in glance  # whole up to 2,000 characters
+    assert f"… {len(ANSWER) - 2000:,} more characters in the record" in glance
+    assert "answeredanswer line 0" in html.unescape(re.sub(r"<[^>]+>", "", glance))  # one run: no "of"
+
+
+def test_html_page_first_screen_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    glance_file(path, 2)
+    copy = tmp_path / "page.html"
+    copy.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/window/rect", {"width": 1280, "height": 900})
+        browser.page("POST", "/url", {"url": copy.as_uri()})
+        bottom = "return document.querySelector('.glance').getBoundingClientRect().bottom"
+        assert browser.run(bottom) < browser.run("return innerHeight")  # all of it on the first screen
+        whole = "return [...document.querySelectorAll('details.id')].filter(d => d.open).length"
+        assert browser.run(whole) == 0
+        browser.page("POST", f"/element/{browser.element('table details.id summary')}/click", {})
+        assert browser.run(whole) == 1
+        assert browser.run("return document.querySelector('table details.id[open]').innerText").endswith(
+            records(path)[1].run_id
+        )
+    finally:
+        browser.close()
 
 
 def conversation_file(path: Path, version: int, turns: int = 3) -> List[List[List[str]]]:
@@ -1683,8 +1763,8 @@ def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path
     page = tmp_path / "page.html"
     page.write_text(html_page(path), encoding="utf-8")
     nav = page.read_text(encoding="utf-8").split('<nav id="nav">', 1)[1].split("</nav>", 1)[0]
-    assert re.search(r'<details><summary>run <a href="#talk-\d+"><code>\w+</code></a>: 300 turns, 600 calls, '
-                     r'<span class="error">6 ✗</span></summary>', nav)  # fmt: skip
+    head = r'<details><summary>run <a href="#talk-\d+">1 <code>\w{12}<span class="cut">…</span></code></a>: '
+    assert re.search(head + r'300 turns, 600 calls, <span class="error">6 ✗</span></summary>', nav)
     assert nav.count("<li>") == 300 and nav.count("✗") == 7  # folded: over 50 turns
     assert re.search(
         r'<li><a href="#talk-\d+">turn 50: 2 calls, <span class="error">1 ✗</span></a></li>', nav
