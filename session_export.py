@@ -856,6 +856,11 @@ def _money(usd: float) -> str:
     return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
 
 
+def _many(number: int, noun: str) -> str:
+    """*number* *noun*s, with thousands separators: "23,283,204 tokens"."""
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
+
+
 def _amount(value: Any) -> Optional[float]:
     """*value*, an amount from a file, as a finite float; ``None`` for anything else (a
     string, or a number beyond a double, which a hostile file may hold)."""
@@ -1292,6 +1297,28 @@ def _short(text: str) -> str:
     return _h(text[:_PAGE_TALK]) + cut
 
 
+def _output(value: Any) -> str:
+    """A tool's result for the conversation, as text: a string as it is, an object of strings
+    as its keys and texts, anything else as indented JSON; cut after _PAGE_SAYS characters
+    (the card has it whole) and folded after its first _PAGE_FOLD_LINES lines."""
+    if type(value) is dict and value and all(type(text) is str for text in value.values()):
+        value = "\n".join(f"{key}: {text}" for key, text in value.items())
+    if type(value) is str:
+        text, cut = value[:_PAGE_SAYS], len(value) > _PAGE_SAYS
+    else:
+        text, more = _json_head(value, _INDENTED, _PAGE_SAYS)
+        cut = more != 0
+    mark = '<span class="cut">… shortened: its card has it whole</span>' if cut else ""
+    head = "\n".join(text.split("\n", _PAGE_FOLD_LINES)[:_PAGE_FOLD_LINES])[:_PAGE_FOLD]
+    rest = text[len(head) :]
+    if not rest:
+        return _h(text) + mark
+    whole_lines = rest.startswith("\n")  # the head ends with a whole line
+    lines = _many(rest.count("\n") + (not whole_lines), "more line")
+    rest = rest[whole_lines:]
+    return f'{_h(head)}<details class="more"><summary>{lines}</summary>{_h(rest)}{mark}</details>'
+
+
 class _Conversation:
     """The conversation view: each call or record as one step of what happened, read top to
     bottom (user, assistant with thinking folded, a tool call beside its result, errors in red,
@@ -1394,18 +1421,13 @@ class _Conversation:
         for record in records:
             args = record.data.get("args", args)
             result = record.data.get("result", result)
-        shown = [
-            ""
-            if value is None
-            else value
-            if type(value) is str
-            else _json_head(value, _ONE_LINE, _PAGE_TALK)[0]
-            for value in (args, result)
-        ]
+        shown = (
+            "" if args is None else args if type(args) is str else _json_head(args, _ONE_LINE, _PAGE_TALK)[0]
+        )
         name = _hs(attempt.name or attempt.id)
         return (
-            f'<div class="pair"><div>tool <b>{name}</b> <code>{_short(shown[0])}</code></div>'
-            f"<div>→ {_short(shown[1])}</div></div>"
+            f'<div class="pair"><div>tool <b>{name}</b> <code>{_short(shown)}</code></div>'
+            f"<div>→ {'' if result is None else _output(result)}</div></div>"
         )
 
 
@@ -1594,11 +1616,6 @@ def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str,
         for key, attempt in attempts.items()
         if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
     }
-
-
-def _many(number: int, noun: str) -> str:
-    """*number* *noun*s, with thousands separators: "23,283,204 tokens"."""
-    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
 
 
 def _short_id(value: Any) -> str:
@@ -2467,7 +2484,7 @@ body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .ca
 .say{margin:.15em 0;white-space:pre-wrap;overflow-wrap:anywhere}.say.user{background:#f2f6fc}
 .say .role{margin-right:.5em}summary>h2{display:inline}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:.8em}
-.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}::highlight(search){background:#ffd54a;color:#000}
+.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}.more>summary{color:#35557a;cursor:pointer}::highlight(search){background:#ffd54a;color:#000}
 .glance{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em;margin:.8em 0}
 .glance dt{font-weight:600;color:#35557a}.glance dd{margin:0}
 .said{white-space:pre-wrap;overflow-wrap:anywhere}

@@ -725,7 +725,7 @@ PAGE_IDS = re.compile(
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns|glance|said|id"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns|glance|said|id|more"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
@@ -1564,6 +1564,41 @@ def test_html_page_first_screen_in_chromium(tmp_path: Path) -> None:
         assert browser.run("return document.querySelector('table details.id[open]').innerText").endswith(
             records(path)[1].run_id
         )
+    finally:
+        browser.close()
+
+
+def test_html_page_conversation_shows_tool_output_as_text_folded_after_its_first_lines(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    listing = "".join(f"    {n}  Record {n}\n" for n in range(20))
+    with session.create(path) as s, s.begin_run() as run:
+        for n, result in enumerate((listing, {"output": listing}, {"rows": [1, {"a": "b"}]}, "x" * 3000)):
+            run.record(
+                Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="cat", result=result)
+            )
+    page = html_page(path)
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    steps = talk.split('<div class="pair">')[1:]
+    assert len(steps) == 4
+    folded = "".join(f"    {n}  Record {n}\n" for n in range(7)) + "    7  Record 7"
+    assert f'→ {folded}<details class="more"><summary>13 more lines</summary>    8  Record 8\n' in steps[0]
+    assert "→ output:     0  Record 0\n    1  Record 1\n" in steps[1]  # its line breaks, not \\n
+    assert (
+        "→ {\n &quot;rows&quot;: [\n  1,\n  {\n   &quot;a&quot;: &quot;b&quot;\n  }\n ]\n}</div>" in steps[2]
+    )
+    assert steps[3].split("</div></div>")[0].count("x") == 2000  # of 3,000
+    assert "… shortened: its card has it whole</span></details>" in steps[3]
+    copy = tmp_path / "page.html"
+    copy.write_text(page, encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": copy.as_uri()})
+        shown = "return document.querySelector('#conversation .pair').innerText"
+        assert "7  Record 7" in browser.run(shown) and "19  Record 19" not in browser.run(shown)
+        browser.page("POST", f"/element/{browser.element('#conversation .more summary')}/click", {})
+        assert "    19  Record 19" in browser.run(shown)
     finally:
         browser.close()
 
