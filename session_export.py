@@ -731,6 +731,7 @@ class _Attempt:
         "attempt",
         "cost",
         "end",
+        "error_type",
         "failed",
         "id",
         "kind",
@@ -758,6 +759,7 @@ class _Attempt:
         self.end: Optional[float] = None
         self.failed = False
         self.reason = ""  # why it failed: its error's type and message, shortened
+        self.error_type = ""  # its error's type, as the error names it
         self.parent = execution.parent_id
         self.model = ""  # provider and model, as the usage of a model call says
         self.cost: Optional[float] = None  # in USD, as its usage says
@@ -988,6 +990,8 @@ class _Facts:
             attempt.reason = (
                 attempt.reason or (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
             )
+            kind = error.get("type") if type(error) is dict else None
+            attempt.error_type = attempt.error_type or (kind[:_PAGE_NAME] if type(kind) is str else "")
         if attempt.kind == "tool" and type(data.get("tool")) is str:
             attempt.name = data["tool"]
         if record.type == "model_request":
@@ -1330,13 +1334,14 @@ class _Conversation:
     def __init__(self, facts: _Facts, ids: Set[bytes]) -> None:
         self.facts = facts
         self.ids = ids  # of the page's elements that links may lead to: adds its runs and turns
+        self.recovered = _recovered(facts.attempts)
 
     def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
         if not isinstance(item, _Attempt):
             return self.lone(records[0])
         link = _link(item.seqs[0], f"#{item.seqs[0]}")
         fail = " fail" if item.failed else ""
-        retry = f'<span class="change">retry {item.attempt}</span> ' if item.attempt > 1 else ""
+        retry = self.retry(item)
         if item.kind == "compact":
             return f'<div class="step flow">{link} context compacted</div>\n'
         if item.kind == "tool":
@@ -1348,6 +1353,18 @@ class _Conversation:
         whole = "".join(f" {_link(seq, 'whole input', f'input-{seq}')}" for seq in inputs[:1])
         head = f'<div class="step {_kind(item)}{fail}"><span class="seq">{link}{whole}</span> {retry}'
         return f"{head}{body}{reason}</div>\n"
+
+    def retry(self, attempt: _Attempt) -> str:
+        """A retry's mark, saying whether it succeeded; a failed attempt's, whether a retry did."""
+        if attempt.failed and (attempt.run_id, attempt.id, attempt.attempt) in self.recovered:
+            again = '<span class="change">recovered by a retry</span> '
+        else:
+            again = ""
+        if attempt.attempt < 2:
+            return again
+        if attempt.failed:
+            return f'<span class="error">retry {attempt.attempt}, failed too</span> {again}'
+        return f'<span class="change">retry {attempt.attempt}, succeeded</span> '
 
     def lone(self, record: Record) -> str:
         link = _link(record.seq, f"#{record.seq}")
@@ -1713,7 +1730,7 @@ class _Header:
         failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
         recovered = len(_recovered(self.facts.attempts)) if failed else 0
         retried = f" ({recovered:,} recovered by a retry)" if recovered else ""
-        parts.append(f"{_many(len(failed), 'failed call attempt')}{retried}")
+        parts.append(f'<a href="#failures">{_many(len(failed), "failed call attempt")}</a>{retried}')
         if self.summary.gaps:
             parts.append(f'<span class="error">{_many(len(self.summary.gaps), "gap")} in the evidence</span>')
         return "; ".join(parts)
@@ -1783,15 +1800,28 @@ class _Header:
         write("</table>\n")
 
     def failures(self) -> None:
-        """The failed attempts, one line each with the reason; folded when over ten."""
+        """The failed attempts by error type, most first, with how many a retry recovered;
+        each attempt with its turn and reason (a type of over ten folded)."""
         write = self.out.write
-        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
-        write(f"<details{' open' if len(failed) <= 10 else ''}><summary><h2>")
-        write(f"{_count(len(failed), 'failed attempt')}</h2></summary>\n<ul>")
-        for attempt in failed[:_PAGE_LIST]:
-            write(f'<li>{_attempt_link(attempt)}: <span class="error">{_hs(attempt.reason)}</span></li>\n')
-        self.more(len(failed), "tick “errors only” below to see them all")
-        write("</ul></details>\n")
+        groups: Dict[str, List[_Attempt]] = {}
+        for attempt in self.facts.attempts.values():
+            if attempt.failed:
+                groups.setdefault(attempt.error_type, []).append(attempt)
+        recovered = _recovered(self.facts.attempts) if groups else set()
+        total = sum(map(len, groups.values()))
+        write(f'<section id="failures"><h2>{_many(total, "failed attempt")}</h2>\n<ul>')
+        for kind, failed in sorted(groups.items(), key=lambda group: -len(group[1])):
+            again = sum((a.run_id, a.id, a.attempt) in recovered for a in failed)
+            name = _hs(kind) if kind else "errors of no type"
+            write(f"<li><details{' open' if len(failed) <= 10 else ''}><summary>")
+            write(f'<b class="error">{name}</b> \u00d7{len(failed):,}, ')
+            write(f"{again:,} recovered by a retry</summary><ul>")
+            for attempt in failed[:_PAGE_LIST]:
+                reason = f'<span class="error">{_hs(attempt.reason)}</span>'
+                write(f"<li>turn {attempt.turn}: {_attempt_link(attempt)}: {reason}</li>\n")
+            self.more(len(failed), "tick “errors only” below to see them all")
+            write("</ul></details></li>\n")
+        write("</ul></section>\n")
 
     def gaps(self) -> None:
         write = self.out.write

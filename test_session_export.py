@@ -721,7 +721,7 @@ class PageParts(html.parser.HTMLParser):
 
 
 PAGE_IDS = re.compile(
-    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+|nav|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
+    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+|nav|damage|conversation|records|failures|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
@@ -764,7 +764,7 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
         assert "style" not in attrs and "action" not in attrs
         assert "src" not in attrs or re.fullmatch(PICTURE, f"{tag} {attrs['src']}"), (tag, attrs)
         assert re.fullmatch(
-            r"#(seq-\d+|cut-\d+|records|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+)",
+            r"#(seq-\d+|cut-\d+|records|failures|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+)",
             attrs.get("href") or "#seq-1",
         ), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
@@ -1180,8 +1180,43 @@ def test_html_page_folds_a_long_list_of_failures(tmp_path: Path) -> None:
             error = {"type": "RateLimit", "message": f"slow down {n}"}
             run.record(Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", error=error))
     page = html_page(path)
-    assert "<details><summary><h2>11 failed attempts</h2></summary>" in page
+    assert (
+        '<h2>11 failed attempts</h2>\n<ul><li><details><summary><b class="error">RateLimit</b> \u00d711'
+        in page
+    )
     assert '<span class="error">RateLimit: slow down 10</span>' in page
+
+
+def test_html_page_triages_failures_by_type_and_marks_whether_a_retry_succeeded(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    error = {"type": "RateLimitError", "message": "429"}
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(41):
+            run.record(Event("turn_start", turn_index=n + 1))
+            failing = Execution(f"m{n}", "model")
+            run.record(Event("model_exec_end", execution=failing, error=error))
+            if n < 40:
+                model_call(run, f"m{n}", [say(f"u{n}")], attempt=2)
+            else:
+                run.record(
+                    Event("model_exec_end", execution=Execution(f"m{n}", "model", attempt=2), error=error)
+                )
+        run.record(Event("tool_exec_end", execution=Execution("t", "tool"), tool="x", error="exit 2"))
+    page = html_page(path)
+    failures = page.split('<section id="failures">', 1)[1].split("</section>", 1)[0]
+    assert failures.startswith("<h2>43 failed attempts</h2>")
+    assert (
+        '<li><details><summary><b class="error">RateLimitError</b> \u00d742, 40 recovered by a retry'
+        in failures
+    )
+    assert (
+        '<li><details open><summary><b class="error">errors of no type</b> \u00d71, 0 recovered' in failures
+    )
+    assert re.search(r"<li>turn 41: <a [^>]*>model <code>m40</code> attempt 2</a>: ", failures)
+    assert '<a href="#failures">43 failed call attempts</a> (40 recovered by a retry)' in page  # outcome
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    assert talk.count("retry 2, succeeded") == 40 and talk.count("retry 2, failed too") == 1
+    assert talk.count("recovered by a retry") == 40
 
 
 def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
