@@ -2258,12 +2258,14 @@ class _Page:
             f'<a href="#cut-{n}">#{_first_seq(self.facts.items[start])}</a>'
             for n, (start, end) in enumerate(gaps[:_PAGE_LIST], 1)
         )
-        more = f" and {len(gaps) - _PAGE_LIST} more" if len(gaps) > _PAGE_LIST else ""
+        more = f" and {len(gaps) - _PAGE_LIST:,} more" if len(gaps) > _PAGE_LIST else ""
+        budget = self.out.budget
+        size = f"{budget / (1 << 20):.3g} MiB" if budget >= 1 << 20 else f"{budget:,} bytes"
         return (
-            f'<p class="cut">To keep to its budget of {self.out.budget} bytes, this page leaves out '
-            f"{_count(left, 'record')} in {_count(len(gaps), 'place')} (from {places}{more}); it shows "
-            "the start, the end and every failed call it has room for. Each place says which records "
-            "it leaves out and the command that prints them.</p>\n"
+            f'<details class="cut"><summary>cut to {size}: {_many(left, "record")} left out '
+            f"in {_many(len(gaps), 'place')} — list</summary>from {places}{more}: the page keeps the "
+            "start, the end and every failed call it has room for; each place names the records "
+            "it leaves out and the command that prints them.</details>\n"
         )
 
     def read(self, source: BinaryIO, max_line_bytes: int, seq: int, offset: int) -> Record:

@@ -1093,7 +1093,8 @@ def test_html_page_cut_keeps_start_end_and_failures_and_names_what_it_left_out(t
     assert [int(place[0]) for place in places] == list(range(1, len(places) + 1)) and len(places) >= 2
     left = sum(int(place[1]) for place in places)
     assert left + len(shown) == len(seqs)
-    assert f"this page leaves out {left} records in {len(places)} places" in page
+    summary = f"cut to 40,000 bytes: {left:,} records left out in {len(places)} places — list"
+    assert f'<details class="cut"><summary>{summary}</summary>from <a href="#cut-1">' in page  # one line
     for _, count, first, last in places:
         command = html.unescape(re.search(rf"<code>([^<]*sed -n {first},{last}p)</code>", page).group(1))  # type: ignore[union-attr]
         printed = subprocess.run(
