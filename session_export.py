@@ -1331,9 +1331,10 @@ class _Conversation:
 
     _ROLES = ("user", "assistant", "tool", "system")
 
-    def __init__(self, facts: _Facts, ids: Set[bytes]) -> None:
+    def __init__(self, facts: _Facts, ids: Set[bytes], image: Callable[[Dict[str, Any]], str]) -> None:
         self.facts = facts
         self.ids = ids  # of the page's elements that links may lead to: adds its runs and turns
+        self.image = image  # an image block's image, shown as its card shows it
         self.recovered = _recovered(facts.attempts)
 
     def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
@@ -1420,16 +1421,26 @@ class _Conversation:
                 thinking = _short(block["thinking"])
                 parts.append(f'<details class="thinking"><summary>thinking</summary>{thinking}</details>')
             elif kind == "toolCall" and type(block.get("tool_call")) is dict:
-                call = block["tool_call"]
-                args = _json_head(call.get("args"), _ONE_LINE, _PAGE_TALK)[0]
-                name = _hs(call.get("name"))
-                parts.append(
-                    f'<div class="call">calls <b>{name}</b> <code>{_h(args, inline=True)}</code></div>'
-                )
+                parts.append(self.call(block["tool_call"]))
+            elif kind == "image" and type(block.get("image")) is dict:
+                parts.append(self.image(block["image"]))
             elif kind == "image":
                 parts.append('<div class="image">[image]</div>')
         css = role if role in self._ROLES else "other"
         return f'<div class="say {css}"><span class="role">{_hs(role)}</span>{"".join(parts)}</div>'
+
+    @staticmethod
+    def call(call: Dict[str, Any]) -> str:
+        """A tool call a model asked for: its arguments on one line, or the text it sent for
+        them, flagged, when they did not parse."""
+        raw = call.get("args_raw_text")
+        if call.get("args_invalid") is True:
+            flag = ' <span class="error">(its arguments did not parse)</span>'
+            args = raw[:_PAGE_TALK] if type(raw) is str else ""
+        else:
+            flag, args = "", _json_head(call.get("args"), _ONE_LINE, _PAGE_TALK)[0]
+        name = _hs(call.get("name"))
+        return f'<div class="call">calls <b>{name}</b>{flag} <code>{_h(args, inline=True)}</code></div>'
 
     @staticmethod
     def tool(attempt: _Attempt, records: List[Record]) -> str:
@@ -1897,7 +1908,7 @@ class _Page:
         self.field = field
         self.anchors: Set[int] = set()  # the seqs of the records the page shows
         self.ids: Set[bytes] = set()  # the ids of the messages, inputs, settings and steps it shows
-        self.talk = _Conversation(facts, self.ids)
+        self.talk = _Conversation(facts, self.ids, lambda image: self.image(image, "its card"))
         self.room = out.budget  # bytes left for the card being made
 
     # -- commands and references

@@ -1388,6 +1388,11 @@ def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_pa
     assert "<dt>cost</dt><dd>$0.5000 in all, 1 model call reporting it</dd>" in page
     assert "usage</span> input 3, provider acme, model gpt-x, cost input $0.2500, cost total $0.5000" in page
     assert 'calls <b>grep</b> <span class="error">(its arguments did not parse' in page
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    assert (
+        'calls <b>grep</b> <span class="error">(its arguments did not parse)</span> <code>{oops</code>'
+        in talk
+    )
     assert 'asked for by model call <code>nobody</code>, <span class="error">not in this run</span>' in page
     chart = page.split('<svg class="chart"', 1)[1].split("</svg>", 1)[0]
     assert chart.count('<line class="compaction"') == 31
@@ -1434,7 +1439,9 @@ def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path:
     with session.create(path) as s, s.begin_run() as run:
         run.record(Event("message_end", execution=MODEL, message=Message("user", blocks)))
     page = html_page(path)
-    assert page.count("<img ") == 1
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    assert page.count("<img ") == 2 and talk.count("<img ") == 1  # in the conversation and the card
+    assert talk.count("[image: ") == 3
     assert '<img class="shot" alt="image/png image, ' in page
     assert "[image: image/jpeg, " in page and "[image: image/svg+xml, " in page
     assert "[image: image/png, at https://example.com/x.png]" in page
@@ -1442,7 +1449,7 @@ def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path:
     with session.create(large) as s, s.begin_run() as run:
         shot = session.image_block(data=png(200, 200, seed=1), mime_type="image/png")  # 53 kB of base64
         run.record(Event("message_end", execution=MODEL, message=Message("user", [shot])))
-    assert html_page(large).count("<img ") == 1
+    assert html_page(large).count("<img ") == 2
     small = html_page(large, "--max-bytes", "30000")  # no room: named, with the command that prints it
     assert "<img " not in small and "too large for this page, see <code>python -m session show" in small
     copy = tmp_path / "page.html"
@@ -1451,7 +1458,7 @@ def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path:
     try:
         browser.page("POST", "/url", {"url": copy.as_uri()})
         script = "return [...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
-        assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == [[True, 3, 2]]
+        assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == [[True, 3, 2]] * 2
         script = "return performance.getEntriesByType('resource').map(e => e.name)"
         assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == []
     finally:
