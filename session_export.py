@@ -1478,7 +1478,7 @@ class _Timeline:
         """Input tokens per successful model call, compactions as dashed lines."""
         tokens = self.facts.tokens
         write = self.out.write
-        write("<section><h2>input tokens per model call</h2>\n")
+        write('<section id="chart"><h2>input tokens per model call</h2>\n')
         if not tokens:
             write("<p>no model call reported its input tokens</p></section>\n")
             return
@@ -1512,7 +1512,7 @@ class _Timeline:
         retries tied to the attempt they repeat; and the slowest calls."""
         write = self.out.write
         attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
-        write("<section><h2>calls over time</h2>\n<p>slowest calls:</p><ol>")
+        write('<section id="timeline"><h2>calls over time</h2>\n<p>slowest calls:</p><ol>')
         for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
             write(f"<li>{_span(attempt.seconds)} {_attempt_link(attempt)}</li>\n")
         write("</ol>\n")
@@ -1725,7 +1725,7 @@ class _Header:
             ("time and tokens", f"{duration}; tokens (successful model calls): {usage or 'none reported'}"),
         )
         items = "".join(f"<dt>{name}</dt><dd>{text}</dd>" for name, text in rows)
-        self.out.write(f'<dl class="glance">{items}</dl>\n')
+        self.out.write(f'<dl class="glance">{items}</dl>\n{_PAGE_PLACES}')
 
     def outcome(self) -> str:
         """How the runs ended, and how many calls failed."""
@@ -2472,6 +2472,22 @@ def _write_page(
     page.render(source, args.max_line_bytes)
 
 
+# The parts of the page below its header, a link away from its top.
+_PAGE_PLACES = (
+    "<p>go to: "
+    + " · ".join(
+        f'<a href="#{target}">{name}</a>'
+        for target, name in (
+            ("conversation", "the conversation"),
+            ("nav", "runs and turns"),
+            ("chart", "input tokens per call"),
+            ("timeline", "calls over time"),
+            ("records", "the records"),
+        )
+    )
+    + "</p>\n"
+)
+
 # The search and filters, first on the page (a few Tab presses from its top) and kept in view.
 _PAGE_FILTERS = (
     '<div class="filters"><form><input type="search" id="search" placeholder="search" hidden> '
@@ -2516,9 +2532,10 @@ rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray
 .filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
 .filters p{margin:.2em 0}
 .turns{display:flex;flex-wrap:wrap;gap:.1em 1em;list-style:none;padding:0;margin:.2em 0}
-body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .rec:not(.fail){display:none}
-body:has(#show-model:not(:checked)) .card.model,body:has(#show-tool:not(:checked)) .card.tool{display:none}
-body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .card.compact{display:none}
+body:has(#only-errors:checked) :is(.card,.rec,.step):not(.fail){display:none}
+body:has(#show-model:not(:checked)) :is(.card,.step).model{display:none}
+body:has(#show-tool:not(:checked)) :is(.card,.step).tool{display:none}
+body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.other){display:none}
 .miss{display:none}
 .whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
 .input>ol{padding-left:2em;margin:.2em 0}.input>div{border-top:1px dotted #ccd}
@@ -2550,9 +2567,9 @@ document.documentElement.setAttribute("data-js", "on");
 (function () {
   var box = document.getElementById("search");
   var count = document.getElementById("matches");
-  var items = document.querySelectorAll(".card, .rec");
-  var calls = document.querySelectorAll(".card");
-  var errors = document.querySelectorAll(".card.fail, .rec.fail");
+  var items = document.querySelectorAll("#conversation .step, .card, .rec");
+  var calls = document.querySelectorAll("#conversation .step:not(.flow)");
+  var errors = document.querySelectorAll("#conversation .step.fail");
   var texts = null, hits = [], timer = 0, current = null;
   box.hidden = count.hidden = document.getElementById("keys").hidden = false;
   function filter() {
@@ -2607,10 +2624,21 @@ document.documentElement.setAttribute("data-js", "on");
     current.focus();
     return n;
   }
+  function unfold(element, query) {
+    var walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.data.toLowerCase().indexOf(query) < 0) continue;
+      for (var up = node.parentElement; up !== element; up = up.parentElement) {
+        if (up.tagName === "DETAILS") up.open = true;
+      }
+    }
+  }
   function match(step) {
     var n = go(hits, step);
     var noun = hits.length === 1 ? " match" : " matches";
-    if (n >= 0) count.textContent = (n + 1) + " of " + hits.length + noun;
+    if (n < 0) return;
+    unfold(current, box.value.toLowerCase());
+    count.textContent = (n + 1) + " of " + hits.length + noun;
   }
   box.addEventListener("input", function () {
     clearTimeout(timer);
@@ -2689,7 +2717,8 @@ document.documentElement.setAttribute("data-js", "on");
     if (target.classList && target.classList.contains("whole") && target.open) fill(target);
   }, true);
   function whole() {
-    var input = current && current.querySelector("details.whole");
+    var link = current && current.querySelector('a[href^="#input-"]');
+    var input = link && document.getElementById(link.getAttribute("href").slice(1));
     if (!input) return;
     input.open = true;
     input.scrollIntoView();

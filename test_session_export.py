@@ -721,7 +721,7 @@ class PageParts(html.parser.HTMLParser):
 
 
 PAGE_IDS = re.compile(
-    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+|nav|damage|conversation|records|failures|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
+    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+|nav|damage|conversation|records|failures|chart|timeline|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
@@ -764,7 +764,7 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
         assert "style" not in attrs and "action" not in attrs
         assert "src" not in attrs or re.fullmatch(PICTURE, f"{tag} {attrs['src']}"), (tag, attrs)
         assert re.fullmatch(
-            r"#(seq-\d+|cut-\d+|records|failures|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+)",
+            r"#(seq-\d+|cut-\d+|records|failures|conversation|nav|chart|timeline|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+)",
             attrs.get("href") or "#seq-1",
         ), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
@@ -936,35 +936,41 @@ def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
     try:
         browser.page("POST", "/url", {"url": page.as_uri()})
         assert browser.visible(".card") == 2 and browser.visible(".rec") == 3
+        assert browser.visible("#conversation .step") == 2
         browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
         assert (
             browser.visible(".card") == 1
             and browser.visible(".card.tool") == 1
             and browser.visible(".rec") == 0
+            and browser.visible("#conversation .step")
+            == browser.visible("#conversation .step.tool.fail")
+            == 1
         )
         browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
         browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
         assert browser.visible(".card") == 1 and browser.visible(".card.model") == 1
+        assert browser.visible("#conversation .step") == browser.visible("#conversation .step.model") == 1
         browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
         search = browser.element("#search")
         browser.page("POST", f"/element/{search}/value", {"text": "BETA"})
         assert browser.until(lambda: browser.visible(".card") == 1) and browser.visible(".card.tool") == 1
-        assert browser.run("return document.getElementById('matches').textContent") == "1 match"
-        assert browser.run("return CSS.highlights.get('search').size") == 1  # "beta" in the result
+        assert browser.visible("#conversation .step") == 1  # the conversation's step that has it
+        assert browser.run("return document.getElementById('matches').textContent") == "2 matches"
+        assert browser.run("return CSS.highlights.get('search').size") == 2  # "beta" in the result
         browser.page("POST", f"/element/{search}/value", {"text": "\ue007"})  # Enter: the next match
-        assert browser.run("return document.getElementById('matches').textContent") == "1 of 1 match"
-        assert browser.run("return document.activeElement.className") == "card tool fail"
+        assert browser.run("return document.getElementById('matches').textContent") == "1 of 2 matches"
+        assert browser.run("return document.activeElement.className") == "step tool fail"
         browser.page("POST", f"/element/{search}/value", {"text": "\ue003" * 4})  # backspace
         assert browser.until(lambda: browser.visible(".card") == 2)
         browser.page("POST", f"/element/{search}/value", {"text": "\ue00c"})  # Escape
-        browser.keys("j")  # the first call
-        assert browser.run("return document.activeElement.className") == "card model"
+        browser.keys("j")  # the first call, in the conversation
+        assert browser.run("return document.activeElement.className") == "step model"
         browser.keys("j")
-        assert browser.run("return document.activeElement.className") == "card tool fail"
+        assert browser.run("return document.activeElement.className") == "step tool fail"
         browser.keys("k")
-        assert browser.run("return document.activeElement.className") == "card model"
+        assert browser.run("return document.activeElement.className") == "step model"
         browser.keys("e")  # the next error
-        assert browser.run("return document.activeElement.className") == "card tool fail"
+        assert browser.run("return document.activeElement.className") == "step tool fail"
         browser.keys("/")
         assert browser.run("return document.activeElement.id") == "search"
         assert browser.visible("#keys") == 1 and "next / previous call" in browser.run(
@@ -1166,7 +1172,8 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
     assert "1 failed attempt<" in page
     assert re.search(
-        r'<details open><summary><h2>1 failed attempt</h2></summary>\n<ul><li><a href="#seq-\d+">'
+        r'<h2>1 failed attempt</h2>\n<ul><li><details open><summary><b class="error">errors of no type</b> '
+        r'\u00d71, 0 recovered by a retry</summary><ul><li>turn 1: <a href="#seq-\d+">'
         r'tool <code>t1</code> x attempt 1</a>: <span class="error">boom</span></li>',
         page,
     )
@@ -1570,6 +1577,7 @@ def test_html_page_first_screen_answers_what_was_asked_answered_failed_and_cost(
     assert "$1.75 in all (run 1 $1.50, run 2 $0.2500), 2 model calls reporting it" in text
     assert "input 46,566,408, output 2,000" in text  # with thousands separators
     assert page.index('<dl class="glance">') < page.index("records by type") < page.index('id="nav"')
+    assert '<p>go to: <a href="#conversation">the conversation</a> · <a href="#nav">' in page
     run_id = records(path)[1].run_id
     assert run_id is not None and len(run_id) == 32
     assert re.findall(run_id, page.split("</header>", 1)[0]) == [run_id]  # whole only when unfolded
@@ -1641,6 +1649,11 @@ def test_html_page_conversation_shows_tool_output_as_text_folded_after_its_first
         shown = "return document.querySelector('#conversation .pair').innerText"
         assert "7  Record 7" in browser.run(shown) and "19  Record 19" not in browser.run(shown)
         browser.page("POST", f"/element/{browser.element('#conversation .more summary')}/click", {})
+        assert "    19  Record 19" in browser.run(shown)
+        browser.page("POST", "/refresh", {})  # folded again; a search lands on the match and unfolds it
+        assert "19  Record 19" not in browser.run(shown)
+        browser.page("POST", f"/element/{browser.element('#search')}/value", {"text": "19  record 19\ue007"})
+        assert browser.run("return document.activeElement.className") == "step tool"
         assert "    19  Record 19" in browser.run(shown)
     finally:
         browser.close()
@@ -1869,9 +1882,9 @@ def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path
         assert "failure 50" in browser.run("return document.activeElement.textContent")
         browser.keys("eE")  # the next, and back
         assert "failure 50" in browser.run("return document.activeElement.textContent")
-        browser.keys("j")  # the call after it
-        assert browser.run("return document.activeElement.className") == "card model"
-        assert "m51" in browser.run("return document.activeElement.textContent")
+        browser.keys("j")  # the call after it, in the conversation
+        assert browser.run("return document.activeElement.className") == "step model"
+        assert "reply of m51" in browser.run("return document.activeElement.textContent")
         browser.keys("i")  # its whole input
         opened = (
             "return [...document.querySelectorAll('details.whole[open] .input li')].map(e => e.textContent)"
@@ -1879,18 +1892,18 @@ def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path
         assert browser.until(lambda: len(browser.run(opened)) == 1) and "start" in browser.run(opened)[0]
         browser.keys("k")
         assert "failure 50" in browser.run("return document.activeElement.textContent")
-        browser.keys("/found 12")  # the search: found 12, 120 to 129
+        browser.keys("/found 12")  # the search: found 12, 120 to 129, in the conversation and the cards
         assert browser.run("return document.activeElement.id") == "search"
         assert browser.until(
-            lambda: browser.run("return document.getElementById('matches').textContent") == "11 matches"
+            lambda: browser.run("return document.getElementById('matches').textContent") == "22 matches"
         )
         browser.keys("\ue007")  # Enter: a match
         matches = "return document.getElementById('matches').textContent"
-        first = int(browser.run(matches).split(" of 11 matches")[0])
+        first = int(browser.run(matches).split(" of 22 matches")[0])
         assert "found 12" in browser.run("return document.activeElement.textContent")
         browser.keys("nn")
-        assert browser.run(matches) == f"{(first + 1) % 11 + 1} of 11 matches"
+        assert browser.run(matches) == f"{(first + 1) % 22 + 1} of 22 matches"
         browser.keys("N")
-        assert browser.run(matches) == f"{first % 11 + 1} of 11 matches"
+        assert browser.run(matches) == f"{first % 22 + 1} of 22 matches"
     finally:
         browser.close()
