@@ -1787,8 +1787,9 @@ class _Header:
         calls: Dict[str, List[_Attempt]] = {}
         for attempt in self.facts.attempts.values():
             calls.setdefault(attempt.run_id, []).append(attempt)
-        write("<table><tr><th>run</th><th>asked</th><th>records</th><th>calls</th><th>failed</th>")
-        write("<th>cost</th><th>tokens in / out</th><th>start</th><th>duration</th><th>closed</th>")
+        write('<div class="wide"><table><tr><th>run</th><th>asked</th><th>records</th><th>calls</th>')
+        write("<th>failed</th><th>cost</th><th>tokens in / out</th><th>start</th><th>duration</th>")
+        write("<th>closed</th>")
         write("<th>end reason</th><th>error</th></tr>\n")
         for n, run in enumerate(self.summary.runs, 1):
             error = _hs(_error_text(run.error)) if run.error is not None else ""
@@ -1808,7 +1809,7 @@ class _Header:
                 f"<td>{'yes' if run.closed else 'no'}</td>"
                 f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
             )
-        write("</table>\n")
+        write("</table></div>\n")
 
     def failures(self) -> None:
         """The failed attempts by error type, most first, with how many a retry recovered;
@@ -2509,7 +2510,7 @@ html{scroll-padding-top:5em}
 body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
 body{color:#1b1b1b;background:#fff}
 h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
-code,pre{font:12px/1.35 ui-monospace,monospace}
+code,pre{font:12px/1.35 ui-monospace,monospace;overflow-wrap:anywhere}.wide{overflow-x:auto}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4;padding:.3em .5em}
 table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 .mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
@@ -2520,7 +2521,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-
 .card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
 .part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}
 .rec.heading{font-weight:600;margin-top:.6em}
-.rec.fail{color:#b00020}.seq{color:#777;text-decoration:none}.type{font-weight:600}.time{color:#777;font-size:12px}
+.rec.fail{color:#b00020}.seq{color:#666;text-decoration:none}.type{font-weight:600}.time{color:#666;font-size:12px}
 .how{font-size:11px;color:#555}.how code{font-size:11px}
 .msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
 .shot{display:block;max-width:100%;max-height:480px;border:1px solid #ccd}
@@ -2548,10 +2549,19 @@ body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.othe
 .glance{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em;margin:.8em 0}
 .glance dt{font-weight:600;color:#35557a}.glance dd{margin:0}
 .said{white-space:pre-wrap;overflow-wrap:anywhere}
-details.id{display:inline-block;vertical-align:top}details.id>summary{cursor:pointer}
+details.id{display:inline-block;vertical-align:top}details.id>summary{cursor:pointer;white-space:nowrap}
+details.id>summary code{overflow-wrap:normal}
 .skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
 kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
 :focus{outline:2px solid #35557a}
+@media (max-width:700px){#keys{display:none}.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
+:root{color-scheme:light dark}
+@media (prefers-color-scheme:dark){body,.filters,.skip:focus{color:#e6e6e6;background:#121212}
+a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6e6e6}
+.error,.fail>h3,.rec.fail{color:#ff8a80}.cut{color:#e0b060}.change{color:#81c995}.damage{background:#3a1010}
+.key,.role,.glance dt,.whole>summary,.more>summary{color:#9cc3ff}.seq,.time,.image{color:#b0b0b0}
+.how,.flow,.rec{color:#c8c8c8}.say.user{background:#1b2433}.step.fail{background:#2a1515}
+.mark{background:#5a4500;color:#ffe08a}td,th,.card,.filters{border-color:#444}}
 @page{margin:1cm}
 @media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
 h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}

@@ -1496,6 +1496,61 @@ def test_html_page_prints_packed_in_chromium(tmp_path: Path) -> None:
     assert 0 < pages <= 8  # every value unfolded, the cards in two columns (13 pages before they were)
 
 
+CONTRAST = """
+function rgb(c) { return c.match(/[\\d.]+/g).map(Number); }
+function lum(c) {
+  var a = c.slice(0, 3).map(function (v) {
+    v /= 255;
+    return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+  });
+  return 0.2126 * a[0] + 0.7152 * a[1] + 0.0722 * a[2];
+}
+var bad = [];
+document.querySelectorAll("body *").forEach(function (e) {
+  var own = [].some.call(e.childNodes, function (n) { return n.nodeType === 3 && n.data.trim(); });
+  if (!own || e.closest("svg") || !e.getClientRects().length) return;
+  var fg = rgb(getComputedStyle(e).color), bg = null;
+  for (var up = e; up && !bg; up = up.parentElement) {
+    var b = rgb(getComputedStyle(up).backgroundColor);
+    if (b.length < 4 || b[3] > 0) bg = b;
+  }
+  var l1 = lum(fg), l2 = lum(bg || [255, 255, 255]);
+  var ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+  if (ratio < 4.5) bad.push(e.tagName + "." + e.className + " " + ratio.toFixed(2));
+});
+return bad;
+"""
+
+
+def test_html_page_fits_600_pixels_and_reads_in_light_and_dark_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "demo.jsonl"
+    made = subprocess.run(
+        [sys.executable, str(HERE / "examples" / "agent_loop.py"), str(path)], capture_output=True
+    )
+    assert made.returncode == 0
+    page = tmp_path / "demo.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/window/rect", {"width": 600, "height": 900})
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        bar = "var f = document.querySelector('.filters'); return [f.offsetHeight, "
+        bar += "parseFloat(getComputedStyle(f).fontSize)]"
+        height, font = browser.run(bar)
+        assert height < 4 * font * 1.4  # the sticky bar: two lines of text and its padding
+        browser.run("document.querySelectorAll('details').forEach(d => d.open = true)")
+        width = "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        wide, window = browser.run(width)
+        assert wide <= window  # no sideways page scroll, every value unfolded
+        assert browser.run(CONTRAST) == []
+        scheme = {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+        browser.page("POST", "/goog/cdp/execute", {"cmd": "Emulation.setEmulatedMedia", "params": scheme})
+        assert browser.run("return getComputedStyle(document.body).backgroundColor") == "rgb(18, 18, 18)"
+        assert browser.run(CONTRAST) == []
+    finally:
+        browser.close()
+
+
 def test_html_page_opens_on_the_conversation(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
