@@ -1055,8 +1055,9 @@ class _Facts:
             self._run(record).answered = _Said(record.seq, text[:_PAGE_SAYS], len(text))
 
     def _usage(self, usage: Dict[str, Any], attempt: _Attempt, run: _RunFacts) -> None:
-        """The model, cost and tokens of a model call, from its usage."""
-        for key in ("input", "output"):
+        """The model and cost of a model call, from its usage, and its tokens if it succeeded
+        (as the summary counts them)."""
+        for key in ("input", "output") if not attempt.failed else ():
             count = usage.get(key)
             if type(count) is int and count >= 0:
                 run.tokens[key] = run.tokens.get(key, 0) + count
@@ -1630,7 +1631,8 @@ def _said(said: Optional[_Said]) -> str:
         return '<span class="cut">not recorded</span>'
     more = said.length - len(said.text)
     cut = f'<span class="cut">… {more:,} more characters in the record</span>' if more else ""
-    return f'<div class="said">{_h(said.text)}{cut} {_link(said.seq, f"#{said.seq}")}</div>'
+    where = f" {_link(said.seq, f'#{said.seq}')}" if said.seq else ""  # 0: sent by no request
+    return f'<div class="said">{_h(said.text)}{cut}{where}</div>'
 
 
 def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
@@ -1803,7 +1805,7 @@ class _Header:
             write(
                 f"<tr><td>{_link(run.first_seq, f'run {n}')} {_id(run.run_id)}</td><td>{asked}</td>"
                 f"<td>{run.records:,}</td><td>{len(attempts):,}</td>{marked}"
-                f"<td>{_money(_amount(sum(costs)) or 0.0) if costs else ''}</td>"
+                f"<td>{_money(sum(costs)) if costs else ''}</td>"
                 f"<td>{tokens if facts.tokens else ''}</td><td>{_hs(run.start_time)}</td>"
                 f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
                 f"<td>{'yes' if run.closed else 'no'}</td>"
@@ -1878,7 +1880,7 @@ class _Header:
         each = [
             f"run {n} {_money(runs[run.run_id])}"
             for n, run in enumerate(self.summary.runs, 1)
-            if run.run_id in runs and _amount(runs[run.run_id]) is not None
+            if run.run_id in runs
         ]
         per_run = f" ({', '.join(each)})" if len(self.summary.runs) > 1 and each else ""
         return f"{_money(facts.cost)} in all{per_run}, {_many(facts.costed, 'model call')} reporting it"

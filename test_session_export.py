@@ -725,7 +725,7 @@ PAGE_IDS = re.compile(
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns|glance|said|id|more"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns|glance|said|id|more|wide"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
