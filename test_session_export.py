@@ -1652,6 +1652,32 @@ def test_html_page_first_screen_answers_what_was_asked_answered_failed_and_cost(
     assert "answeredanswer line 0" in html.unescape(re.sub(r"<[^>]+>", "", glance))  # one run: no "of"
 
 
+def test_html_page_first_screen_shows_hostile_texts_as_text_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    p = PAYLOADS
+    usage = session.Usage(input=1, provider=p[1], model=p[0], cost={"total": 0.5})
+    with session.create(path) as s, s.begin_run() as run:
+        model = Execution(p[5], "model")
+        run.record(Event("model_request", execution=model, request=ModelRequest([say(p[0] + p[6])])))
+        run.record(Event("model_exec_end", execution=model, error={"type": p[2], "message": p[3]}))
+        retry = Execution(p[5], "model", attempt=2)
+        reply = Message("assistant", [session.text_block(p[1] + p[5])], "stop", usage)
+        run.record(Event("model_exec_end", execution=retry, message=reply))
+        run.record(Event("agent_end", summary=session.RunSummary(end_reason=p[4])))
+    page = html_page(path)
+    glance = page.split('<dl class="glance">', 1)[1].split("</dl>", 1)[0]
+    text = html.unescape(re.sub(r"<[^>]+>", "", glance))
+    for payload in (p[0], p[1], p[4], p[5]):
+        assert payload in text  # the question, the answer, the model, provider and end reason as text
+    assert "[U+202E]gnp.exe[U+200B]" in text and "\u202e" not in page
+    failures = html.unescape(re.sub(r"<[^>]+>", "", page.split('<section id="failures">', 1)[1]))
+    assert f"{p[2]} \u00d71, 1 recovered by a retry" in failures  # the error type as text
+    copy = tmp_path / "page.html"
+    copy.write_text(page, encoding="utf-8")
+    dom = browser_dom(copy, tmp_path / "profile")
+    assert 'data-js="on"' in dom and "data-pwned" not in dom
+
+
 def test_html_page_first_screen_in_chromium(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     glance_file(path, 2)
