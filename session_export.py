@@ -705,6 +705,8 @@ _PAGE_SAID = 5  # new user and system messages of a request shown in the convers
 _PAGE_RUN = 200  # attempts of a run whose waterfall starts unfolded, at most
 _PAGE_TURNS = 50  # turns of a run listed unfolded in the navigation, at most
 _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
+_PAGE_SAYS = 2000  # characters of a run's question and answer shown on the first screen
+_PAGE_ID = 12  # characters of a long id shown (the whole id a click away)
 
 # Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
 # isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
@@ -744,6 +746,7 @@ class _Attempt:
         "attempt",
         "cost",
         "end",
+        "error_type",
         "failed",
         "id",
         "kind",
@@ -771,6 +774,7 @@ class _Attempt:
         self.end: Optional[float] = None
         self.failed = False
         self.reason = ""  # why it failed: its error's type and message, shortened
+        self.error_type = ""  # its error's type, as the error names it
         self.parent = execution.parent_id
         self.model = ""  # provider and model, as the usage of a model call says
         self.cost: Optional[float] = None  # in USD, as its usage says
@@ -869,6 +873,11 @@ def _money(usd: float) -> str:
     return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
 
 
+def _many(number: int, noun: str) -> str:
+    """*number* *noun*s, with thousands separators: "23,283,204 tokens"."""
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
+
+
 def _amount(value: Any) -> Optional[float]:
     """*value*, an amount from a file, as a finite float; ``None`` for anything else (a
     string, or a number beyond a double, which a hostile file may hold)."""
@@ -896,6 +905,40 @@ def _message_value(message: Any) -> Optional[Dict[str, Any]]:
     return None
 
 
+def _role(message: Any) -> Any:
+    value = _message_value(message)
+    return value.get("role") if value is not None else None
+
+
+def _text_of(message: Any) -> str:
+    """The text blocks of a codec-encoded message, a blank line between two."""
+    value = _message_value(message)
+    blocks = value["content"] if value is not None else []
+    texts = [block.get("text") for block in blocks if type(block) is dict and block.get("type") == "text"]
+    return "\n\n".join(text for text in texts if type(text) is str and text)
+
+
+class _Said(NamedTuple):
+    """A text the first screen shows: the record that holds it, its first _PAGE_SAYS
+    characters, and how many it has in all."""
+
+    seq: int
+    text: str
+    length: int
+
+
+class _RunFacts:
+    """What the first screen says of one run: its first user message, its last answer (the
+    text of its last successful model reply that has some), and its token counts."""
+
+    __slots__ = ("answered", "asked", "tokens")
+
+    def __init__(self) -> None:
+        self.asked: Optional[_Said] = None
+        self.answered: Optional[_Said] = None
+        self.tokens: Dict[str, int] = {}  # input and output tokens of its model calls
+
+
 class _Facts:
     """The first pass: everything the page shows before the records, in O(calls) memory."""
 
@@ -913,6 +956,8 @@ class _Facts:
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
         self.compactions: List[int] = []  # number of model calls before each compaction
         self.turn = 0
+        self.runs: Dict[str, _RunFacts] = {}
+        self.run_numbers: Dict[str, int] = {}  # run -> 1 for the first run started, and so on
         self.cost = 0.0  # in USD, of the model calls that report it
         self.costed = 0
         self.session_id = ""  # of the records read
@@ -935,12 +980,14 @@ class _Facts:
         if record.type in _POOLED and self.index.version > 1:
             if record.type == "message":  # each message once, for the requests that refer to it
                 self._written[record.seq] = _digest(record.data["message"])
+                self._asked(record, record.data["message"], 0)  # its place: the request sending it
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
             self.turn = record.data["turn_index"]
             self.turn_seqs.setdefault((record.run_id or "", self.turn), record.seq)
         elif record.type == "run_start":
             self.turn = 0
+            self.run_numbers.setdefault(record.run_id or "", len(self.run_numbers) + 1)
         execution = record.data.get("execution")
         if record.run_id is None or execution is None or record.type in _RESERVED:
             self.items.append((record.seq, record.offset))
@@ -958,6 +1005,8 @@ class _Facts:
             attempt.reason = (
                 attempt.reason or (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
             )
+            kind = error.get("type") if type(error) is dict else None
+            attempt.error_type = attempt.error_type or (kind[:_PAGE_NAME] if type(kind) is str else "")
         if attempt.kind == "tool" and type(data.get("tool")) is str:
             attempt.name = data["tool"]
         if record.type == "model_request":
@@ -990,6 +1039,20 @@ class _Facts:
             attempt.end = moment if attempt.end is None else max(attempt.end, moment)
         return attempt
 
+    def _run(self, record: Record) -> _RunFacts:
+        run = self.runs.get(record.run_id or "")
+        if run is None:
+            run = self.runs[record.run_id or ""] = _RunFacts()
+        return run
+
+    def _asked(self, record: Record, message: Any, seq: int) -> None:
+        """*message*, new in *record*: the run's question if it is the run's first from the
+        user, shown in the record *seq* (0: the next request, which sends it)."""
+        run = self._run(record)
+        text = _text_of(message) if run.asked is None and _role(message) == "user" else ""
+        if text:
+            run.asked = _Said(seq, text[:_PAGE_SAYS], len(text))
+
     def _message(self, record: Record, message: Any, attempt: _Attempt) -> None:
         digest = _digest(message)
         earlier = self._recent.setdefault(digest, record.seq)
@@ -1001,10 +1064,18 @@ class _Facts:
         if record.type == "model_exec_end" and type(tokens) is int and tokens >= 0:
             self.tokens.append((record.seq, tokens))
         if record.type == "model_exec_end" and type(usage) is dict:
-            self._usage(usage, attempt)
+            self._usage(usage, attempt, self._run(record))
+        text = _text_of(message) if record.type == "model_exec_end" and not attempt.failed else ""
+        if text and _role(message) == "assistant":
+            self._run(record).answered = _Said(record.seq, text[:_PAGE_SAYS], len(text))
 
-    def _usage(self, usage: Dict[str, Any], attempt: _Attempt) -> None:
-        """The model and cost of a model call, from its usage."""
+    def _usage(self, usage: Dict[str, Any], attempt: _Attempt, run: _RunFacts) -> None:
+        """The model and cost of a model call, from its usage, and its tokens if it succeeded
+        (as the summary counts them)."""
+        for key in ("input", "output") if not attempt.failed else ():
+            count = usage.get(key)
+            if type(count) is int and count >= 0:
+                run.tokens[key] = run.tokens.get(key, 0) + count
         names = [usage.get("model"), usage.get("provider")]
         attempt.model = " ".join(name for name in names if type(name) is str and name)
         cost = usage.get("cost")
@@ -1027,6 +1098,7 @@ class _Facts:
             dropped = 0
         else:
             new, dropped = self._compared(digests)
+        self._new_asked(record, new)
         resumed = bool(self._previous_run) and self._previous_run != record.run_id
         request = record.data.get("request")
         settings = _digest(
@@ -1053,6 +1125,20 @@ class _Facts:
         self._settings = settings
         self._compacted = False
         self._recent = {}
+
+    def _new_asked(self, record: Record, new: List[Tuple[int, int]]) -> None:
+        """The run's question, from the new messages of a request written whole (a version-2
+        file's come from its message records)."""
+        run = self._run(record)
+        if run.asked is not None and not run.asked.seq:  # a version-2 file's, in its message record
+            run.asked = run.asked._replace(seq=record.seq)
+        request = record.data.get("request")
+        messages = request.get("messages") if type(request) is dict else None
+        if type(messages) is not list or run.asked is not None:
+            return
+        for index, _ in new:
+            if index < len(messages):
+                self._asked(record, messages[index], record.seq)
 
     def _input(self, seq: int, digests: List[bytes], new: List[Tuple[int, int]], kept: Optional[int]) -> None:
         """Where the page shows each message of the request *seq*: a message the previous
@@ -1225,15 +1311,32 @@ def _kind(attempt: _Attempt) -> str:
     return attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
 
 
-def _role(message: Any) -> Any:
-    value = _message_value(message)
-    return value.get("role") if value is not None else None
-
-
 def _short(text: str) -> str:
     """*text* for the conversation: its first _PAGE_TALK characters, and a mark if cut."""
     cut = '<span class="cut">…</span>' if len(text) > _PAGE_TALK else ""
     return _h(text[:_PAGE_TALK]) + cut
+
+
+def _output(value: Any) -> str:
+    """A tool's result for the conversation, as text: a string as it is, an object of strings
+    as its keys and texts, anything else as indented JSON; cut after _PAGE_SAYS characters
+    (the card has it whole) and folded after its first _PAGE_FOLD_LINES lines."""
+    if type(value) is dict and value and all(type(text) is str for text in value.values()):
+        value = "\n".join(f"{key}: {text}" for key, text in value.items())
+    if type(value) is str:
+        text, cut = value[:_PAGE_SAYS], len(value) > _PAGE_SAYS
+    else:
+        text, more = _json_head(value, _INDENTED, _PAGE_SAYS)
+        cut = more != 0
+    mark = '<span class="cut">… shortened: its card has it whole</span>' if cut else ""
+    head = "\n".join(text.split("\n", _PAGE_FOLD_LINES)[:_PAGE_FOLD_LINES])[:_PAGE_FOLD]
+    rest = text[len(head) :]
+    if not rest:
+        return _h(text) + mark
+    whole_lines = rest.startswith("\n")  # the head ends with a whole line
+    lines = _many(rest.count("\n") + (not whole_lines), "more line")
+    rest = rest[whole_lines:]
+    return f'{_h(head)}<details class="more"><summary>{lines}</summary>{_h(rest)}{mark}</details>'
 
 
 class _Conversation:
@@ -1244,16 +1347,18 @@ class _Conversation:
 
     _ROLES = ("user", "assistant", "tool", "system")
 
-    def __init__(self, facts: _Facts, ids: Set[bytes]) -> None:
+    def __init__(self, facts: _Facts, ids: Set[bytes], image: Callable[[Dict[str, Any]], str]) -> None:
         self.facts = facts
         self.ids = ids  # of the page's elements that links may lead to: adds its runs and turns
+        self.image = image  # an image block's image, shown as its card shows it
+        self.recovered = _recovered(facts.attempts)
 
     def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
         if not isinstance(item, _Attempt):
             return self.lone(records[0])
         link = _link(item.seqs[0], f"#{item.seqs[0]}")
         fail = " fail" if item.failed else ""
-        retry = f'<span class="change">retry {item.attempt}</span> ' if item.attempt > 1 else ""
+        retry = self.retry(item)
         if item.kind == "compact":
             return f'<div class="step flow">{link} context compacted</div>\n'
         if item.kind == "tool":
@@ -1266,12 +1371,25 @@ class _Conversation:
         head = f'<div class="step {_kind(item)}{fail}"><span class="seq">{link}{whole}</span> {retry}'
         return f"{head}{body}{reason}</div>\n"
 
+    def retry(self, attempt: _Attempt) -> str:
+        """A retry's mark, saying whether it succeeded; a failed attempt's, whether a retry did."""
+        if attempt.failed and (attempt.run_id, attempt.id, attempt.attempt) in self.recovered:
+            again = '<span class="change">recovered by a retry</span> '
+        else:
+            again = ""
+        if attempt.attempt < 2:
+            return again
+        if attempt.failed:
+            return f'<span class="error">retry {attempt.attempt}, failed too</span> {again}'
+        return f'<span class="change">retry {attempt.attempt}, succeeded</span> '
+
     def lone(self, record: Record) -> str:
         link = _link(record.seq, f"#{record.seq}")
         target = f"talk-{record.seq}"
         if record.type == "run_start":
             self.ids.add(target.encode())
-            return f'<h3 class="flow" id="{target}">{link} run <code>{_hs(record.run_id)}</code></h3>\n'
+            number = self.facts.run_numbers.get(record.run_id or "", 0)
+            return f'<h3 class="flow" id="{target}">{link} run {number} {_id(record.run_id)}</h3>\n'
         if record.type == "turn_start" and "turn_index" in record.data:
             self.ids.add(target.encode())
             turn = _hs(record.data["turn_index"])
@@ -1319,16 +1437,26 @@ class _Conversation:
                 thinking = _short(block["thinking"])
                 parts.append(f'<details class="thinking"><summary>thinking</summary>{thinking}</details>')
             elif kind == "toolCall" and type(block.get("tool_call")) is dict:
-                call = block["tool_call"]
-                args = _json_head(call.get("args"), _ONE_LINE, _PAGE_TALK)[0]
-                name = _hs(call.get("name"))
-                parts.append(
-                    f'<div class="call">calls <b>{name}</b> <code>{_h(args, inline=True)}</code></div>'
-                )
+                parts.append(self.call(block["tool_call"]))
+            elif kind == "image" and type(block.get("image")) is dict:
+                parts.append(self.image(block["image"]))
             elif kind == "image":
                 parts.append('<div class="image">[image]</div>')
         css = role if role in self._ROLES else "other"
         return f'<div class="say {css}"><span class="role">{_hs(role)}</span>{"".join(parts)}</div>'
+
+    @staticmethod
+    def call(call: Dict[str, Any]) -> str:
+        """A tool call a model asked for: its arguments on one line, or the text it sent for
+        them, flagged, when they did not parse."""
+        raw = call.get("args_raw_text")
+        if call.get("args_invalid") is True:
+            flag = ' <span class="error">(its arguments did not parse)</span>'
+            args = raw[:_PAGE_TALK] if type(raw) is str else ""
+        else:
+            flag, args = "", _json_head(call.get("args"), _ONE_LINE, _PAGE_TALK)[0]
+        name = _hs(call.get("name"))
+        return f'<div class="call">calls <b>{name}</b>{flag} <code>{_h(args, inline=True)}</code></div>'
 
     @staticmethod
     def tool(attempt: _Attempt, records: List[Record]) -> str:
@@ -1337,18 +1465,13 @@ class _Conversation:
         for record in records:
             args = record.data.get("args", args)
             result = record.data.get("result", result)
-        shown = [
-            ""
-            if value is None
-            else value
-            if type(value) is str
-            else _json_head(value, _ONE_LINE, _PAGE_TALK)[0]
-            for value in (args, result)
-        ]
+        shown = (
+            "" if args is None else args if type(args) is str else _json_head(args, _ONE_LINE, _PAGE_TALK)[0]
+        )
         name = _hs(attempt.name or attempt.id)
         return (
-            f'<div class="pair"><div>tool <b>{name}</b> <code>{_short(shown[0])}</code></div>'
-            f"<div>→ {_short(shown[1])}</div></div>"
+            f'<div class="pair"><div>tool <b>{name}</b> <code>{_short(shown)}</code></div>'
+            f"<div>→ {'' if result is None else _output(result)}</div></div>"
         )
 
 
@@ -1356,7 +1479,7 @@ def _attempt_link(attempt: _Attempt) -> str:
     name = f" {_hs(attempt.name)}" if attempt.name else ""
     return _link(
         attempt.seqs[0],
-        f"{_hs(attempt.kind)} <code>{_hs(attempt.id)}</code>{name} attempt {attempt.attempt}",
+        f"{_hs(attempt.kind)} {_short_id(attempt.id)}{name} attempt {attempt.attempt}",
     )
 
 
@@ -1371,7 +1494,7 @@ class _Timeline:
         """Input tokens per successful model call, compactions as dashed lines."""
         tokens = self.facts.tokens
         write = self.out.write
-        write("<section><h2>input tokens per model call</h2>\n")
+        write('<section id="chart"><h2>input tokens per model call</h2>\n')
         if not tokens:
             write("<p>no model call reported its input tokens</p></section>\n")
             return
@@ -1405,7 +1528,7 @@ class _Timeline:
         retries tied to the attempt they repeat; and the slowest calls."""
         write = self.out.write
         attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
-        write("<section><h2>calls over time</h2>\n<p>slowest calls:</p><ol>")
+        write('<section id="timeline"><h2>calls over time</h2>\n<p>slowest calls:</p><ol>')
         for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
             write(f"<li>{_span(attempt.seconds)} {_attempt_link(attempt)}</li>\n")
         write("</ol>\n")
@@ -1516,6 +1639,46 @@ class _Commands:
         )
 
 
+def _said(said: Optional[_Said]) -> str:
+    """A question or answer for the first screen, whole up to _PAGE_SAYS characters, with a
+    link to the record that holds it."""
+    if said is None:
+        return '<span class="cut">not recorded</span>'
+    more = said.length - len(said.text)
+    cut = f'<span class="cut">… {more:,} more characters in the record</span>' if more else ""
+    where = f" {_link(said.seq, f'#{said.seq}')}" if said.seq else ""  # 0: sent by no request
+    return f'<div class="said">{_h(said.text)}{cut}{where}</div>'
+
+
+def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
+    """The failed attempts after which a later attempt of their call succeeded."""
+    succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
+    for (run_id, call, number), attempt in attempts.items():
+        if not attempt.failed:
+            succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
+    return {
+        key
+        for key, attempt in attempts.items()
+        if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
+    }
+
+
+def _short_id(value: Any) -> str:
+    """An id as a link shows it: a long one cut to its first _PAGE_ID characters (the link
+    leads to where it is whole)."""
+    if type(value) is str and len(value) > _PAGE_ID + 1:
+        return f'<code>{_h(value[:_PAGE_ID], inline=True)}<span class="cut">…</span></code>'
+    return f"<code>{_hs(value)}</code>"
+
+
+def _id(value: Any) -> str:
+    """An id shortened as _short_id does, unfolding to the whole id when clicked."""
+    short = _short_id(value)
+    if short.endswith("</span></code>"):
+        return f'<details class="id"><summary>{short}</summary><code>{_hs(value)}</code></details>'
+    return short
+
+
 def _failed(count: int) -> str:
     return f', <span class="error">{count} ✗</span>' if count else ""
 
@@ -1543,24 +1706,71 @@ class _Header:
         summary = self.summary
         write = self.out.write
         write('<a class="skip" href="#records">skip to the records</a>\n', _PAGE_FILTERS)
-        write(f"<header><h1>session <code>{_hs(summary.session_id)}</code></h1>\n")
+        write(f"<header><h1>session {_short_id(summary.session_id)}</h1>\n")
         write(self.banner())
         cut_place = self.out.later()  # what the page leaves out, once the cards are chosen
         tail = (
-            f", an unfinished last line of {summary.tail_bytes} bytes ignored" if summary.tail_bytes else ""
+            f", an unfinished last line of {summary.tail_bytes:,} bytes ignored" if summary.tail_bytes else ""
         )
-        counts = f"{_count(summary.records, 'record')}, {_count(len(summary.runs), 'run')}"
-        write(f"<p>{_h(self.name)}: {counts}{tail}{self.costs()}</p>\n")
+        counts = f"{_many(summary.records, 'record')}, {_many(len(summary.runs), 'run')}"
+        write(f"<div>{_h(self.name)}: {counts}{tail}; session id {_id(summary.session_id)}</div>\n")
+        self.glance()
         self.runs()
-        write("<p>records by type: ")
-        write(", ".join(f"{_hs(kind)} {count}" for kind, count in sorted(summary.counts.items())))
-        usage = ", ".join(f"{_hs(key)} {count}" for key, count in summary.usage.items())
-        write(f"</p>\n<p>token use (successful model attempts): {usage or 'none reported'}</p>\n")
         self.failures()
         self.gaps()
-        write("</header>\n")
+        write("<p>records by type: ")
+        write(", ".join(f"{_hs(kind)} {count:,}" for kind, count in sorted(summary.counts.items())))
+        write("</p>\n</header>\n")
         self.navigation()
         return cut_place
+
+    def glance(self) -> None:
+        """What the session was asked and answered, how it ended, on which models, at what
+        cost, in how long and how many tokens: the first screen."""
+        runs = self.summary.runs
+        first = self.facts.runs.get(runs[0].run_id) if runs else None
+        last = self.facts.runs.get(runs[-1].run_id) if runs else None
+        of = f" of {len(runs)})" if len(runs) > 1 else ""
+        usage = ", ".join(f"{_hs(key)} {count:,}" for key, count in self.summary.usage.items())
+        duration = _h(_duration(runs[0].start_time, runs[-1].end_time)) if runs else "no run"
+        rows = (
+            (f"asked{' (run 1' + of if of else ''}", _said(first.asked if first else None)),
+            (f"answered{f' (run {len(runs)}' + of if of else ''}", _said(last.answered if last else None)),
+            ("outcome", self.outcome()),
+            ("model", self.models()),
+            ("cost", self.costs()),
+            ("time and tokens", f"{duration}; tokens (successful model calls): {usage or 'none reported'}"),
+        )
+        items = "".join(f"<dt>{name}</dt><dd>{text}</dd>" for name, text in rows)
+        self.out.write(f'<dl class="glance">{items}</dl>\n{_PAGE_PLACES}')
+
+    def outcome(self) -> str:
+        """How the runs ended, and how many calls failed."""
+        ends: Dict[str, int] = {}
+        for run in self.summary.runs:
+            end = run.end_reason or ("no end reason" if run.closed else "not closed")
+            ends[end] = ends.get(end, 0) + 1
+        parts = [f"{_hs(end)} \u00d7{count:,}" if count > 1 else _hs(end) for end, count in ends.items()]
+        errors = [run for run in self.summary.runs if run.error is not None]
+        if errors:
+            error = _hs(_error_text(errors[0].error))
+            parts.append(f'<span class="error">{_many(len(errors), "run")} ended in error: {error}</span>')
+        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
+        recovered = len(_recovered(self.facts.attempts)) if failed else 0
+        retried = f" ({recovered:,} recovered by a retry)" if recovered else ""
+        parts.append(f'<a href="#failures">{_many(len(failed), "failed call attempt")}</a>{retried}')
+        if self.summary.gaps:
+            parts.append(f'<span class="error">{_many(len(self.summary.gaps), "gap")} in the evidence</span>')
+        return "; ".join(parts)
+
+    def models(self) -> str:
+        """The models and providers the model calls' usage names, with their calls."""
+        calls: Dict[str, int] = {}
+        for attempt in self.facts.attempts.values():
+            if attempt.model:
+                calls[attempt.model] = calls.get(attempt.model, 0) + 1
+        named = [f"<b>{_hs(model)}</b> ({_many(count, 'call')})" for model, count in calls.items()]
+        return ", ".join(named) or "not reported (no model reply's usage names one)"
 
     def navigation(self) -> None:
         """Each run and its turns with their calls and failures, each linked to where the
@@ -1572,10 +1782,10 @@ class _Header:
             counts[1] += attempt.failed
         write = self.out.write
         write('<nav id="nav"><h2>runs and turns</h2>\n')
-        for run in self.summary.runs:
+        for n, run in enumerate(self.summary.runs, 1):
             group = turns.get(run.run_id, {})
             calls, failed = sum(c for c, _ in group.values()), sum(f for _, f in group.values())
-            name = _link(run.first_seq, f"<code>{_hs(run.run_id)}</code>", f"talk-{run.first_seq}")
+            name = _link(run.first_seq, f"{n} {_short_id(run.run_id)}", f"talk-{run.first_seq}")
             write(
                 f"<details{' open' if len(group) <= _PAGE_TURNS else ''}><summary>run {name}: "
                 f"{_count(len(group), 'turn')}, {_count(calls, 'call')}{_failed(failed)}</summary>"
@@ -1594,33 +1804,53 @@ class _Header:
         calls: Dict[str, List[_Attempt]] = {}
         for attempt in self.facts.attempts.values():
             calls.setdefault(attempt.run_id, []).append(attempt)
-        write("<table><tr><th>run</th><th>records</th><th>calls</th><th>failed</th><th>start</th>")
-        write("<th>end</th><th>duration</th><th>closed</th><th>end reason</th><th>error</th></tr>\n")
-        for run in self.summary.runs:
+        write('<div class="wide"><table><tr><th>run</th><th>asked</th><th>records</th><th>calls</th>')
+        write("<th>failed</th><th>cost</th><th>tokens in / out</th><th>start</th><th>duration</th>")
+        write("<th>closed</th>")
+        write("<th>end reason</th><th>error</th></tr>\n")
+        for n, run in enumerate(self.summary.runs, 1):
             error = _hs(_error_text(run.error)) if run.error is not None else ""
             attempts = calls.get(run.run_id, [])
             failed = sum(attempt.failed for attempt in attempts)
-            marked = f'<td class="error">{failed} ✗</td>' if failed else "<td>0</td>"
+            marked = f'<td class="error">{failed:,} ✗</td>' if failed else "<td>0</td>"
+            costs = [attempt.cost for attempt in attempts if attempt.cost is not None]
+            facts = self.facts.runs.get(run.run_id) or _RunFacts()
+            asked = _hs(facts.asked.text[: _PAGE_TALK // 3]) if facts.asked else ""
+            tokens = " / ".join(f"{facts.tokens.get(key, 0):,}" for key in ("input", "output"))
             write(
-                f"<tr><td>{_link(run.first_seq, f'<code>{_hs(run.run_id)}</code>')}</td>"
-                f"<td>{run.records}</td><td>{len(attempts)}</td>"
-                f"{marked}<td>{_hs(run.start_time)}</td><td>{_hs(run.end_time)}</td>"
+                f"<tr><td>{_link(run.first_seq, f'run {n}')} {_id(run.run_id)}</td><td>{asked}</td>"
+                f"<td>{run.records:,}</td><td>{len(attempts):,}</td>{marked}"
+                f"<td>{_money(sum(costs)) if costs else ''}</td>"
+                f"<td>{tokens if facts.tokens else ''}</td><td>{_hs(run.start_time)}</td>"
                 f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
                 f"<td>{'yes' if run.closed else 'no'}</td>"
                 f'<td>{_hs(run.end_reason)}</td><td class="error">{error}</td></tr>\n'
             )
-        write("</table>\n")
+        write("</table></div>\n")
 
     def failures(self) -> None:
-        """The failed attempts, one line each with the reason; folded when over ten."""
+        """The failed attempts by error type, most first, with how many a retry recovered;
+        each attempt with its turn and reason (a type of over ten folded)."""
         write = self.out.write
-        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
-        write(f"<details{' open' if len(failed) <= 10 else ''}><summary><h2>")
-        write(f"{_count(len(failed), 'failed attempt')}</h2></summary>\n<ul>")
-        for attempt in failed[:_PAGE_LIST]:
-            write(f'<li>{_attempt_link(attempt)}: <span class="error">{_hs(attempt.reason)}</span></li>\n')
-        self.more(len(failed), "tick “errors only” below to see them all")
-        write("</ul></details>\n")
+        groups: Dict[str, List[_Attempt]] = {}
+        for attempt in self.facts.attempts.values():
+            if attempt.failed:
+                groups.setdefault(attempt.error_type, []).append(attempt)
+        recovered = _recovered(self.facts.attempts) if groups else set()
+        total = sum(map(len, groups.values()))
+        write(f'<section id="failures"><h2>{_many(total, "failed attempt")}</h2>\n<ul>')
+        for kind, failed in sorted(groups.items(), key=lambda group: -len(group[1])):
+            again = sum((a.run_id, a.id, a.attempt) in recovered for a in failed)
+            name = _hs(kind) if kind else "errors of no type"
+            write(f"<li><details{' open' if len(failed) <= 10 else ''}><summary>")
+            write(f'<b class="error">{name}</b> \u00d7{len(failed):,}, ')
+            write(f"{again:,} recovered by a retry</summary><ul>")
+            for attempt in failed[:_PAGE_LIST]:
+                reason = f'<span class="error">{_hs(attempt.reason)}</span>'
+                write(f"<li>turn {attempt.turn}: {_attempt_link(attempt)}: {reason}</li>\n")
+            self.more(len(failed), "tick “errors only” below to see them all")
+            write("</ul></details></li>\n")
+        write("</ul></section>\n")
 
     def gaps(self) -> None:
         write = self.out.write
@@ -1664,11 +1894,21 @@ class _Header:
         )
 
     def costs(self) -> str:
-        """The cost of the model calls, as far as they report it."""
+        """The cost of the model calls, as far as they report it, in all and per run."""
         facts = self.facts
         if not facts.costed:
-            return ""
-        return f", cost {_money(facts.cost)} ({_count(facts.costed, 'model call')} reporting it)"
+            return "not reported (no model reply's usage has a cost)"
+        runs: Dict[str, float] = {}
+        for attempt in facts.attempts.values():
+            if attempt.cost is not None:
+                runs[attempt.run_id] = runs.get(attempt.run_id, 0.0) + attempt.cost
+        each = [
+            f"run {n} {_money(runs[run.run_id])}"
+            for n, run in enumerate(self.summary.runs, 1)
+            if run.run_id in runs
+        ]
+        per_run = f" ({', '.join(each)})" if len(self.summary.runs) > 1 and each else ""
+        return f"{_money(facts.cost)} in all{per_run}, {_many(facts.costed, 'model call')} reporting it"
 
     def more(self, count: int, where: str) -> None:
         if count > _PAGE_LIST:
@@ -1696,7 +1936,7 @@ class _Page:
         self.field = field
         self.anchors: Set[int] = set()  # the seqs of the records the page shows
         self.ids: Set[bytes] = set()  # the ids of the messages, inputs, settings and steps it shows
-        self.talk = _Conversation(facts, self.ids)
+        self.talk = _Conversation(facts, self.ids, lambda image: self.image(image, "its card"))
         self.room = out.budget  # bytes left for the card being made
 
     # -- commands and references
@@ -2057,12 +2297,14 @@ class _Page:
             f'<a href="#cut-{n}">#{_first_seq(self.facts.items[start])}</a>'
             for n, (start, end) in enumerate(gaps[:_PAGE_LIST], 1)
         )
-        more = f" and {len(gaps) - _PAGE_LIST} more" if len(gaps) > _PAGE_LIST else ""
+        more = f" and {len(gaps) - _PAGE_LIST:,} more" if len(gaps) > _PAGE_LIST else ""
+        budget = self.out.budget
+        size = f"{budget / (1 << 20):.3g} MiB" if budget >= 1 << 20 else f"{budget:,} bytes"
         return (
-            f'<p class="cut">To keep to its budget of {self.out.budget} bytes, this page leaves out '
-            f"{_count(left, 'record')} in {_count(len(gaps), 'place')} (from {places}{more}); it shows "
-            "the start, the end and every failed call it has room for. Each place says which records "
-            "it leaves out and the command that prints them.</p>\n"
+            f'<details class="cut"><summary>cut to {size}: {_many(left, "record")} left out '
+            f"in {_many(len(gaps), 'place')} — list</summary>from {places}{more}: the page keeps the "
+            "start, the end and every failed call it has room for; each place names the records "
+            "it leaves out and the command that prints them.</details>\n"
         )
 
     def read(self, source: BinaryIO, max_line_bytes: int, seq: int, offset: int) -> Record:
@@ -2258,6 +2500,22 @@ def _write_page(
     page.render(source, args.max_line_bytes)
 
 
+# The parts of the page below its header, a link away from its top.
+_PAGE_PLACES = (
+    "<p>go to: "
+    + " · ".join(
+        f'<a href="#{target}">{name}</a>'
+        for target, name in (
+            ("conversation", "the conversation"),
+            ("nav", "runs and turns"),
+            ("chart", "input tokens per call"),
+            ("timeline", "calls over time"),
+            ("records", "the records"),
+        )
+    )
+    + "</p>\n"
+)
+
 # The search and filters, first on the page (a few Tab presses from its top) and kept in view.
 _PAGE_FILTERS = (
     '<div class="filters"><form><input type="search" id="search" placeholder="search" hidden> '
@@ -2279,7 +2537,7 @@ html{scroll-padding-top:5em}
 body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
 body{color:#1b1b1b;background:#fff}
 h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
-code,pre{font:12px/1.35 ui-monospace,monospace}
+code,pre{font:12px/1.35 ui-monospace,monospace;overflow-wrap:anywhere}.wide{overflow-x:auto}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4;padding:.3em .5em}
 table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 .mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
@@ -2290,7 +2548,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-
 .card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
 .part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}
 .rec.heading{font-weight:600;margin-top:.6em}
-.rec.fail{color:#b00020}.seq{color:#777;text-decoration:none}.type{font-weight:600}.time{color:#777;font-size:12px}
+.rec.fail{color:#b00020}.seq{color:#666;text-decoration:none}.type{font-weight:600}.time{color:#666;font-size:12px}
 .how{font-size:11px;color:#555}.how code{font-size:11px}
 .msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
 .shot{display:block;max-width:100%;max-height:480px;border:1px solid #ccd}
@@ -2302,9 +2560,10 @@ rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray
 .filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
 .filters p{margin:.2em 0}
 .turns{display:flex;flex-wrap:wrap;gap:.1em 1em;list-style:none;padding:0;margin:.2em 0}
-body:has(#only-errors:checked) .card:not(.fail),body:has(#only-errors:checked) .rec:not(.fail){display:none}
-body:has(#show-model:not(:checked)) .card.model,body:has(#show-tool:not(:checked)) .card.tool{display:none}
-body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .card.compact{display:none}
+body:has(#only-errors:checked) :is(.card,.rec,.step):not(.fail){display:none}
+body:has(#show-model:not(:checked)) :is(.card,.step).model{display:none}
+body:has(#show-tool:not(:checked)) :is(.card,.step).tool{display:none}
+body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.other){display:none}
 .miss{display:none}
 .whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
 .input>ol{padding-left:2em;margin:.2em 0}.input>div{border-top:1px dotted #ccd}
@@ -2313,10 +2572,23 @@ body:has(#show-other:not(:checked)) .rec,body:has(#show-other:not(:checked)) .ca
 .say{margin:.15em 0;white-space:pre-wrap;overflow-wrap:anywhere}.say.user{background:#f2f6fc}
 .say .role{margin-right:.5em}summary>h2{display:inline}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:.8em}
-.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}::highlight(search){background:#ffd54a;color:#000}
+.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}.more>summary{color:#35557a;cursor:pointer}::highlight(search){background:#ffd54a;color:#000}
+.glance{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em;margin:.8em 0}
+.glance dt{font-weight:600;color:#35557a}.glance dd{margin:0}
+.said{white-space:pre-wrap;overflow-wrap:anywhere}
+details.id{display:inline-block;vertical-align:top}details.id>summary{cursor:pointer;white-space:nowrap}
+details.id>summary code{overflow-wrap:normal}
 .skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
 kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
 :focus{outline:2px solid #35557a}
+@media (max-width:700px){#keys{display:none}.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
+:root{color-scheme:light dark}
+@media (prefers-color-scheme:dark){body,.filters,.skip:focus{color:#e6e6e6;background:#121212}
+a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6e6e6}
+.error,.fail>h3,.rec.fail{color:#ff8a80}.cut{color:#e0b060}.change{color:#81c995}.damage{background:#3a1010}
+.key,.role,.glance dt,.whole>summary,.more>summary{color:#9cc3ff}.seq,.time,.image{color:#b0b0b0}
+.how,.flow,.rec{color:#c8c8c8}.say.user{background:#1b2433}.step.fail{background:#2a1515}
+.mark{background:#5a4500;color:#ffe08a}td,th,.card,.filters{border-color:#444}}
 @page{margin:1cm}
 @media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
 h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}
@@ -2332,9 +2604,9 @@ document.documentElement.setAttribute("data-js", "on");
 (function () {
   var box = document.getElementById("search");
   var count = document.getElementById("matches");
-  var items = document.querySelectorAll(".card, .rec");
-  var calls = document.querySelectorAll(".card");
-  var errors = document.querySelectorAll(".card.fail, .rec.fail");
+  var items = document.querySelectorAll("#conversation .step, .card, .rec");
+  var calls = document.querySelectorAll("#conversation .step:not(.flow)");
+  var errors = document.querySelectorAll("#conversation .step.fail");
   var texts = null, hits = [], timer = 0, current = null;
   box.hidden = count.hidden = document.getElementById("keys").hidden = false;
   function filter() {
@@ -2399,10 +2671,21 @@ document.documentElement.setAttribute("data-js", "on");
     current.focus();
     return n;
   }
+  function unfold(element, query) {
+    var walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.data.toLowerCase().indexOf(query) < 0) continue;
+      for (var up = node.parentElement; up !== element; up = up.parentElement) {
+        if (up.tagName === "DETAILS") up.open = true;
+      }
+    }
+  }
   function match(step) {
     var n = go(hits, step);
     var noun = hits.length === 1 ? " match" : " matches";
-    if (n >= 0) count.textContent = (n + 1) + " of " + hits.length + noun;
+    if (n < 0) return;
+    unfold(current, box.value.toLowerCase());
+    count.textContent = (n + 1) + " of " + hits.length + noun;
   }
   box.addEventListener("input", function () {
     clearTimeout(timer);
@@ -2481,7 +2764,8 @@ document.documentElement.setAttribute("data-js", "on");
     if (target.classList && target.classList.contains("whole") && target.open) fill(target);
   }, true);
   function whole() {
-    var input = current && current.querySelector("details.whole");
+    var link = current && current.querySelector('a[href^="#input-"]');
+    var input = link && document.getElementById(link.getAttribute("href").slice(1));
     if (!input) return;
     input.open = true;
     input.scrollIntoView();

@@ -735,15 +735,15 @@ class PageParts(html.parser.HTMLParser):
 
 
 PAGE_IDS = re.compile(
-    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+|nav|damage|conversation|records|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
+    r"seq-\d+|cut-\d+|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+|nav|damage|conversation|records|failures|chart|timeline|matches|keys|only-errors|show-model|show-tool|show-other|search|session-data"
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns|glance|said|id|more|wide"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
-    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd|nav"
+    "|text|path|details|summary|pre|div|span|article|form|label|input|b|br|script|img|kbd|nav|dl|dt|dd"
 )
 
 
@@ -778,7 +778,7 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
         assert "style" not in attrs and "action" not in attrs
         assert "src" not in attrs or re.fullmatch(PICTURE, f"{tag} {attrs['src']}"), (tag, attrs)
         assert re.fullmatch(
-            r"#(seq-\d+|cut-\d+|records|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+)",
+            r"#(seq-\d+|cut-\d+|records|failures|conversation|nav|chart|timeline|input-\d+|set-\d+|msg-\d+(-\d+)?|talk-\d+)",
             attrs.get("href") or "#seq-1",
         ), attrs
         assert PAGE_IDS.fullmatch(attrs.get("id") or "search"), attrs
@@ -950,35 +950,41 @@ def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
     try:
         browser.page("POST", "/url", {"url": page.as_uri()})
         assert browser.visible(".card") == 2 and browser.visible(".rec") == 3
+        assert browser.visible("#conversation .step") == 2
         browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
         assert (
             browser.visible(".card") == 1
             and browser.visible(".card.tool") == 1
             and browser.visible(".rec") == 0
+            and browser.visible("#conversation .step")
+            == browser.visible("#conversation .step.tool.fail")
+            == 1
         )
         browser.page("POST", f"/element/{browser.element('#only-errors')}/click", {})
         browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
         assert browser.visible(".card") == 1 and browser.visible(".card.model") == 1
+        assert browser.visible("#conversation .step") == browser.visible("#conversation .step.model") == 1
         browser.page("POST", f"/element/{browser.element('#show-tool')}/click", {})
         search = browser.element("#search")
         browser.page("POST", f"/element/{search}/value", {"text": "BETA"})
         assert browser.until(lambda: browser.visible(".card") == 1) and browser.visible(".card.tool") == 1
-        assert browser.run("return document.getElementById('matches').textContent") == "1 match"
-        assert browser.run("return CSS.highlights.get('search').size") == 1  # "beta" in the result
+        assert browser.visible("#conversation .step") == 1  # the conversation's step that has it
+        assert browser.run("return document.getElementById('matches').textContent") == "2 matches"
+        assert browser.run("return CSS.highlights.get('search').size") == 2  # "beta" in the result
         browser.page("POST", f"/element/{search}/value", {"text": "\ue007"})  # Enter: the next match
-        assert browser.run("return document.getElementById('matches').textContent") == "1 of 1 match"
-        assert browser.run("return document.activeElement.className") == "card tool fail"
+        assert browser.run("return document.getElementById('matches').textContent") == "1 of 2 matches"
+        assert browser.run("return document.activeElement.className") == "step tool fail"
         browser.page("POST", f"/element/{search}/value", {"text": "\ue003" * 4})  # backspace
         assert browser.until(lambda: browser.visible(".card") == 2)
         browser.page("POST", f"/element/{search}/value", {"text": "\ue00c"})  # Escape
-        browser.keys("j")  # the first call
-        assert browser.run("return document.activeElement.className") == "card model"
+        browser.keys("j")  # the first call, in the conversation
+        assert browser.run("return document.activeElement.className") == "step model"
         browser.keys("j")
-        assert browser.run("return document.activeElement.className") == "card tool fail"
+        assert browser.run("return document.activeElement.className") == "step tool fail"
         browser.keys("k")
-        assert browser.run("return document.activeElement.className") == "card model"
+        assert browser.run("return document.activeElement.className") == "step model"
         browser.keys("e")  # the next error
-        assert browser.run("return document.activeElement.className") == "card tool fail"
+        assert browser.run("return document.activeElement.className") == "step tool fail"
         browser.keys("/")
         assert browser.run("return document.activeElement.id") == "search"
         assert browser.visible("#keys") == 1 and "next / previous call" in browser.run(
@@ -1084,7 +1090,7 @@ def test_html_page_shows_new_input_once_and_links_earlier_records(tmp_path: Path
     page = html_page(path)
     seqs = [(r.type, r.seq) for r in records(path)]
     request, end, _, tool_start, answer = [seq for kind, seq in seqs if kind not in ("message", "tools")][2:7]
-    talk, cards = page.split('<section id="records">')
+    talk, cards = page.split('<section id="conversation">')[1].split('<section id="records">')
     assert talk.count("question") == 1 and cards.count("question") == 1  # in the conversation and a card
     assert f'the same message as <a href="#seq-{end}">#{end}</a>' in page  # message_end = the response
     new = 'new: <span class="role">{}</span> message as recorded in <a href="#seq-{}">#{}</a>'
@@ -1132,7 +1138,8 @@ def test_html_page_cut_keeps_start_end_and_failures_and_names_what_it_left_out(t
     assert [int(place[0]) for place in places] == list(range(1, len(places) + 1)) and len(places) >= 2
     left = sum(int(place[1]) for place in places)
     assert left + len(shown) == len(seqs)
-    assert f"this page leaves out {left} records in {len(places)} places" in page
+    summary = f"cut to 40,000 bytes: {left:,} records left out in {len(places)} places — list"
+    assert f'<details class="cut"><summary>{summary}</summary>from <a href="#cut-1">' in page  # one line
     for _, count, first, last in places:
         command = html.unescape(re.search(rf"<code>([^<]*sed -n {first},{last}p)</code>", page).group(1))  # type: ignore[union-attr]
         printed = subprocess.run(
@@ -1204,7 +1211,8 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
     assert "1 failed attempt<" in page
     assert re.search(
-        r'<details open><summary><h2>1 failed attempt</h2></summary>\n<ul><li><a href="#seq-\d+">'
+        r'<h2>1 failed attempt</h2>\n<ul><li><details open><summary><b class="error">errors of no type</b> '
+        r'\u00d71, 0 recovered by a retry</summary><ul><li>turn 1: <a href="#seq-\d+">'
         r'tool <code>t1</code> x attempt 1</a>: <span class="error">boom</span></li>',
         page,
     )
@@ -1219,8 +1227,43 @@ def test_html_page_folds_a_long_list_of_failures(tmp_path: Path) -> None:
             error = {"type": "RateLimit", "message": f"slow down {n}"}
             run.record(Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="x", error=error))
     page = html_page(path)
-    assert "<details><summary><h2>11 failed attempts</h2></summary>" in page
+    assert (
+        '<h2>11 failed attempts</h2>\n<ul><li><details><summary><b class="error">RateLimit</b> \u00d711'
+        in page
+    )
     assert '<span class="error">RateLimit: slow down 10</span>' in page
+
+
+def test_html_page_triages_failures_by_type_and_marks_whether_a_retry_succeeded(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    error = {"type": "RateLimitError", "message": "429"}
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(41):
+            run.record(Event("turn_start", turn_index=n + 1))
+            failing = Execution(f"m{n}", "model")
+            run.record(Event("model_exec_end", execution=failing, error=error))
+            if n < 40:
+                model_call(run, f"m{n}", [say(f"u{n}")], attempt=2)
+            else:
+                run.record(
+                    Event("model_exec_end", execution=Execution(f"m{n}", "model", attempt=2), error=error)
+                )
+        run.record(Event("tool_exec_end", execution=Execution("t", "tool"), tool="x", error="exit 2"))
+    page = html_page(path)
+    failures = page.split('<section id="failures">', 1)[1].split("</section>", 1)[0]
+    assert failures.startswith("<h2>43 failed attempts</h2>")
+    assert (
+        '<li><details><summary><b class="error">RateLimitError</b> \u00d742, 40 recovered by a retry'
+        in failures
+    )
+    assert (
+        '<li><details open><summary><b class="error">errors of no type</b> \u00d71, 0 recovered' in failures
+    )
+    assert re.search(r"<li>turn 41: <a [^>]*>model <code>m40</code> attempt 2</a>: ", failures)
+    assert '<a href="#failures">43 failed call attempts</a> (40 recovered by a retry)' in page  # outcome
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    assert talk.count("retry 2, succeeded") == 40 and talk.count("retry 2, failed too") == 1
+    assert talk.count("recovered by a retry") == 40
 
 
 def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
@@ -1381,7 +1424,7 @@ def test_html_page_shows_a_cost_beyond_a_double_as_written(tmp_path: Path) -> No
     assert run_cli("validate", str(path)).returncode == 0
     page = html_page(path)
     assert f"cost total {huge[:100]}" in page and "cost input $100,000," in page  # long: shortened
-    assert "cost $0.7500 (1 model call reporting it)</p>" in page
+    assert "<dt>cost</dt><dd>$0.7500 in all, 1 model call reporting it</dd>" in page
 
 
 def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_path: Path) -> None:
@@ -1398,12 +1441,14 @@ def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_pa
         run.record(Event("tool_exec_end", execution=Execution("k1", "tool", parent_id="nobody"), tool="grep"))
     page = html_page(path)
     assert "gpt-x acme</b>, cost $0.5000" in page  # on the call's card
-    assert (
-        "<p>" + html.escape(str(path)) + ": 160 records, 1 run, cost $0.5000 (1 model call reporting it)</p>"
-        in page
-    )
+    assert "<dt>cost</dt><dd>$0.5000 in all, 1 model call reporting it</dd>" in page
     assert "usage</span> input 3, provider acme, model gpt-x, cost input $0.2500, cost total $0.5000" in page
     assert 'calls <b>grep</b> <span class="error">(its arguments did not parse' in page
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    assert (
+        'calls <b>grep</b> <span class="error">(its arguments did not parse)</span> <code>{oops</code>'
+        in talk
+    )
     assert 'asked for by model call <code>nobody</code>, <span class="error">not in this run</span>' in page
     chart = page.split('<svg class="chart"', 1)[1].split("</svg>", 1)[0]
     assert chart.count('<line class="compaction"') == 31
@@ -1450,7 +1495,9 @@ def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path:
     with session.create(path) as s, s.begin_run() as run:
         run.record(Event("message_end", execution=MODEL, message=Message("user", blocks)))
     page = html_page(path)
-    assert page.count("<img ") == 1
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    assert page.count("<img ") == 2 and talk.count("<img ") == 1  # in the conversation and the card
+    assert talk.count("[image: ") == 3
     assert '<img class="shot" alt="image/png image, ' in page
     assert "[image: image/jpeg, " in page and "[image: image/svg+xml, " in page
     assert "[image: image/png, at https://example.com/x.png]" in page
@@ -1458,7 +1505,7 @@ def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path:
     with session.create(large) as s, s.begin_run() as run:
         shot = session.image_block(data=png(200, 200, seed=1), mime_type="image/png")  # 53 kB of base64
         run.record(Event("message_end", execution=MODEL, message=Message("user", [shot])))
-    assert html_page(large).count("<img ") == 1
+    assert html_page(large).count("<img ") == 2
     small = html_page(large, "--max-bytes", "30000")  # no room: named, with the command that prints it
     assert "<img " not in small and "too large for this page, see <code>python -m session show" in small
     copy = tmp_path / "page.html"
@@ -1467,7 +1514,7 @@ def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path:
     try:
         browser.page("POST", "/url", {"url": copy.as_uri()})
         script = "return [...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
-        assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == [[True, 3, 2]]
+        assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == [[True, 3, 2]] * 2
         script = "return performance.getEntriesByType('resource').map(e => e.name)"
         assert browser.page("POST", "/execute/sync", {"script": script, "args": []}) == []
     finally:
@@ -1496,6 +1543,61 @@ def test_html_page_prints_packed_in_chromium(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf.read_bytes()))
     assert 0 < pages <= 8  # every value unfolded, the cards in two columns (13 pages before they were)
+
+
+CONTRAST = """
+function rgb(c) { return c.match(/[\\d.]+/g).map(Number); }
+function lum(c) {
+  var a = c.slice(0, 3).map(function (v) {
+    v /= 255;
+    return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+  });
+  return 0.2126 * a[0] + 0.7152 * a[1] + 0.0722 * a[2];
+}
+var bad = [];
+document.querySelectorAll("body *").forEach(function (e) {
+  var own = [].some.call(e.childNodes, function (n) { return n.nodeType === 3 && n.data.trim(); });
+  if (!own || e.closest("svg") || !e.getClientRects().length) return;
+  var fg = rgb(getComputedStyle(e).color), bg = null;
+  for (var up = e; up && !bg; up = up.parentElement) {
+    var b = rgb(getComputedStyle(up).backgroundColor);
+    if (b.length < 4 || b[3] > 0) bg = b;
+  }
+  var l1 = lum(fg), l2 = lum(bg || [255, 255, 255]);
+  var ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+  if (ratio < 4.5) bad.push(e.tagName + "." + e.className + " " + ratio.toFixed(2));
+});
+return bad;
+"""
+
+
+def test_html_page_fits_600_pixels_and_reads_in_light_and_dark_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "demo.jsonl"
+    made = subprocess.run(
+        [sys.executable, str(HERE / "examples" / "agent_loop.py"), str(path)], capture_output=True
+    )
+    assert made.returncode == 0
+    page = tmp_path / "demo.html"
+    page.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/window/rect", {"width": 600, "height": 900})
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        bar = "var f = document.querySelector('.filters'); return [f.offsetHeight, "
+        bar += "parseFloat(getComputedStyle(f).fontSize)]"
+        height, font = browser.run(bar)
+        assert height < 4 * font * 1.4  # the sticky bar: two lines of text and its padding
+        browser.run("document.querySelectorAll('details').forEach(d => d.open = true)")
+        width = "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        wide, window = browser.run(width)
+        assert wide <= window  # no sideways page scroll, every value unfolded
+        assert browser.run(CONTRAST) == []
+        scheme = {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+        browser.page("POST", "/goog/cdp/execute", {"cmd": "Emulation.setEmulatedMedia", "params": scheme})
+        assert browser.run("return getComputedStyle(document.body).backgroundColor") == "rgb(18, 18, 18)"
+        assert browser.run(CONTRAST) == []
+    finally:
+        browser.close()
 
 
 def test_html_page_opens_on_the_conversation(tmp_path: Path) -> None:
@@ -1535,6 +1637,156 @@ def test_html_page_opens_on_the_conversation(tmp_path: Path) -> None:
     assert '<div class="pair"><div>tool <b>ls</b> <code>{&quot;d&quot;: &quot;/&quot;}</code></div>' in talk
     for seq in re.findall(r'<span class="seq"><a href="#seq-(\d+)">', talk):  # each step links to its card
         assert f'id="seq-{seq}"' in page
+
+
+ANSWER = "".join(f"answer line {n}\n" for n in range(200))  # 3,090 characters
+
+
+def glance_file(path: Path, version: int) -> None:
+    """Two runs: the first asks, fails a model call with a rate limit, retries it, calls a
+    tool that fails, and answers at length; the second asks again and answers briefly."""
+    usage = session.Usage(input=23283204, output=1000, provider="acme", model="gpt-x", cost={"total": 1.5})
+    with session.create(path, version=version) as s:
+        for question, answer, cost in (("What is 6 * 7?", ANSWER, 1.5), ("And 7 * 8?", "56", 0.25)):
+            with s.begin_run() as run:
+                run.record(Event("agent_start"))
+                failing = Execution("m1", "model")
+                run.record(Event("model_request", execution=failing, request=ModelRequest([say(question)])))
+                error = {"type": "RateLimitError", "message": "429"}
+                run.record(Event("model_exec_end", execution=failing, error=error))
+                retry = Execution("m1", "model", attempt=2)
+                run.record(Event("model_request", execution=retry, request=ModelRequest([say(question)])))
+                reply = Message(
+                    "assistant", [session.text_block(answer)], "stop", dict(usage, cost={"total": cost})
+                )
+                run.record(Event("model_exec_end", execution=retry, message=reply))
+                tool = Execution("k1", "tool", parent_id="m1")
+                run.record(Event("tool_exec_end", execution=tool, tool="calc", error="no such tool"))
+                run.record(Event("agent_end", summary=session.RunSummary(end_reason="stop")))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_html_page_first_screen_answers_what_was_asked_answered_failed_and_cost(
+    tmp_path: Path, version: int
+) -> None:
+    path = tmp_path / "s.jsonl"
+    glance_file(path, version)
+    page = html_page(path)
+    glance = page.split('<dl class="glance">', 1)[1].split("</dl>", 1)[0]
+    text = html.unescape(re.sub(r"<[^>]+>", "", glance))
+    assert "asked (run 1 of 2)What is 6 * 7?" in text
+    assert "answered (run 2 of 2)56 #" in text
+    assert "stop \u00d72; 4 failed call attempts (2 recovered by a retry)" in text
+    assert "gpt-x acme (2 calls)" in text
+    assert "$1.75 in all (run 1 $1.50, run 2 $0.2500), 2 model calls reporting it" in text
+    assert "input 46,566,408, output 2,000" in text  # with thousands separators
+    assert page.index('<dl class="glance">') < page.index("records by type") < page.index('id="nav"')
+    assert '<p>go to: <a href="#conversation">the conversation</a> · <a href="#nav">' in page
+    run_id = records(path)[1].run_id
+    assert run_id is not None and len(run_id) == 32
+    assert re.findall(run_id, page.split("</header>", 1)[0]) == [run_id]  # whole only when unfolded
+    assert (
+        f'<summary><code>{run_id[:12]}<span class="cut">…</span></code></summary><code>{run_id}</code>'
+        in page
+    )
+    assert "23,283,204 / 1,000" in page  # tokens of each run in the table
+    long = tmp_path / "long.jsonl"
+    with session.create(long, version=version) as s, s.begin_run() as run:
+        model_call(run, "m1", [say("tell me all")])
+        reply = Message("assistant", [session.text_block(ANSWER)], "stop")
+        run.record(Event("model_exec_end", execution=Execution("m2", "model"), message=reply))
+    glance = html_page(long).split('<dl class="glance">', 1)[1].split("</dl>", 1)[0]
+    assert ANSWER[:2000] in glance and ANSWER[:2001] not in glance  # whole up to 2,000 characters
+    assert f"… {len(ANSWER) - 2000:,} more characters in the record" in glance
+    assert "answeredanswer line 0" in html.unescape(re.sub(r"<[^>]+>", "", glance))  # one run: no "of"
+
+
+def test_html_page_first_screen_shows_hostile_texts_as_text_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    p = PAYLOADS
+    usage = session.Usage(input=1, provider=p[1], model=p[0], cost={"total": 0.5})
+    with session.create(path) as s, s.begin_run() as run:
+        model = Execution(p[5], "model")
+        run.record(Event("model_request", execution=model, request=ModelRequest([say(p[0] + p[6])])))
+        run.record(Event("model_exec_end", execution=model, error={"type": p[2], "message": p[3]}))
+        retry = Execution(p[5], "model", attempt=2)
+        reply = Message("assistant", [session.text_block(p[1] + p[5])], "stop", usage)
+        run.record(Event("model_exec_end", execution=retry, message=reply))
+        run.record(Event("agent_end", summary=session.RunSummary(end_reason=p[4])))
+    page = html_page(path)
+    glance = page.split('<dl class="glance">', 1)[1].split("</dl>", 1)[0]
+    text = html.unescape(re.sub(r"<[^>]+>", "", glance))
+    for payload in (p[0], p[1], p[4], p[5]):
+        assert payload in text  # the question, the answer, the model, provider and end reason as text
+    assert "[U+202E]gnp.exe[U+200B]" in text and "\u202e" not in page
+    failures = html.unescape(re.sub(r"<[^>]+>", "", page.split('<section id="failures">', 1)[1]))
+    assert f"{p[2]} \u00d71, 1 recovered by a retry" in failures  # the error type as text
+    copy = tmp_path / "page.html"
+    copy.write_text(page, encoding="utf-8")
+    dom = browser_dom(copy, tmp_path / "profile")
+    assert 'data-js="on"' in dom and "data-pwned" not in dom
+
+
+def test_html_page_first_screen_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    glance_file(path, 2)
+    copy = tmp_path / "page.html"
+    copy.write_text(html_page(path), encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/window/rect", {"width": 1280, "height": 900})
+        browser.page("POST", "/url", {"url": copy.as_uri()})
+        bottom = "return document.querySelector('.glance').getBoundingClientRect().bottom"
+        assert browser.run(bottom) < browser.run("return innerHeight")  # all of it on the first screen
+        whole = "return [...document.querySelectorAll('details.id')].filter(d => d.open).length"
+        assert browser.run(whole) == 0
+        browser.page("POST", f"/element/{browser.element('table details.id summary')}/click", {})
+        assert browser.run(whole) == 1
+        assert browser.run("return document.querySelector('table details.id[open]').innerText").endswith(
+            records(path)[1].run_id
+        )
+    finally:
+        browser.close()
+
+
+def test_html_page_conversation_shows_tool_output_as_text_folded_after_its_first_lines(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    listing = "".join(f"    {n}  Record {n}\n" for n in range(20))
+    with session.create(path) as s, s.begin_run() as run:
+        for n, result in enumerate((listing, {"output": listing}, {"rows": [1, {"a": "b"}]}, "x" * 3000)):
+            run.record(
+                Event("tool_exec_end", execution=Execution(f"t{n}", "tool"), tool="cat", result=result)
+            )
+    page = html_page(path)
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    steps = talk.split('<div class="pair">')[1:]
+    assert len(steps) == 4
+    folded = "".join(f"    {n}  Record {n}\n" for n in range(7)) + "    7  Record 7"
+    assert f'→ {folded}<details class="more"><summary>13 more lines</summary>    8  Record 8\n' in steps[0]
+    assert "→ output:     0  Record 0\n    1  Record 1\n" in steps[1]  # its line breaks, not \\n
+    assert (
+        "→ {\n &quot;rows&quot;: [\n  1,\n  {\n   &quot;a&quot;: &quot;b&quot;\n  }\n ]\n}</div>" in steps[2]
+    )
+    assert steps[3].split("</div></div>")[0].count("x") == 2000  # of 3,000
+    assert "… shortened: its card has it whole</span></details>" in steps[3]
+    copy = tmp_path / "page.html"
+    copy.write_text(page, encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": copy.as_uri()})
+        shown = "return document.querySelector('#conversation .pair').innerText"
+        assert "7  Record 7" in browser.run(shown) and "19  Record 19" not in browser.run(shown)
+        browser.page("POST", f"/element/{browser.element('#conversation .more summary')}/click", {})
+        assert "    19  Record 19" in browser.run(shown)
+        browser.page("POST", "/refresh", {})  # folded again; a search lands on the match and unfolds it
+        assert "19  Record 19" not in browser.run(shown)
+        browser.page("POST", f"/element/{browser.element('#search')}/value", {"text": "19  record 19\ue007"})
+        assert browser.run("return document.activeElement.className") == "step tool"
+        assert "    19  Record 19" in browser.run(shown)
+    finally:
+        browser.close()
 
 
 def conversation_file(path: Path, version: int, turns: int = 3) -> List[List[List[str]]]:
@@ -1732,8 +1984,8 @@ def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path
     page = tmp_path / "page.html"
     page.write_text(html_page(path), encoding="utf-8")
     nav = page.read_text(encoding="utf-8").split('<nav id="nav">', 1)[1].split("</nav>", 1)[0]
-    assert re.search(r'<details><summary>run <a href="#talk-\d+"><code>\w+</code></a>: 300 turns, 600 calls, '
-                     r'<span class="error">6 ✗</span></summary>', nav)  # fmt: skip
+    head = r'<details><summary>run <a href="#talk-\d+">1 <code>\w{12}<span class="cut">…</span></code></a>: '
+    assert re.search(head + r'300 turns, 600 calls, <span class="error">6 ✗</span></summary>', nav)
     assert nav.count("<li>") == 300 and nav.count("✗") == 7  # folded: over 50 turns
     assert re.search(
         r'<li><a href="#talk-\d+">turn 50: 2 calls, <span class="error">1 ✗</span></a></li>', nav
@@ -1760,9 +2012,9 @@ def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path
         assert "failure 50" in browser.run("return document.activeElement.textContent")
         browser.keys("eE")  # the next, and back
         assert "failure 50" in browser.run("return document.activeElement.textContent")
-        browser.keys("j")  # the call after it
-        assert browser.run("return document.activeElement.className") == "card model"
-        assert "m51" in browser.run("return document.activeElement.textContent")
+        browser.keys("j")  # the call after it, in the conversation
+        assert browser.run("return document.activeElement.className") == "step model"
+        assert "reply of m51" in browser.run("return document.activeElement.textContent")
         browser.keys("i")  # its whole input
         opened = (
             "return [...document.querySelectorAll('details.whole[open] .input li')].map(e => e.textContent)"
@@ -1770,18 +2022,18 @@ def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path
         assert browser.until(lambda: len(browser.run(opened)) == 1) and "start" in browser.run(opened)[0]
         browser.keys("k")
         assert "failure 50" in browser.run("return document.activeElement.textContent")
-        browser.keys("/found 12")  # the search: found 12, 120 to 129
+        browser.keys("/found 12")  # the search: found 12, 120 to 129, in the conversation and the cards
         assert browser.run("return document.activeElement.id") == "search"
         assert browser.until(
-            lambda: browser.run("return document.getElementById('matches').textContent") == "11 matches"
+            lambda: browser.run("return document.getElementById('matches').textContent") == "22 matches"
         )
         browser.keys("\ue007")  # Enter: a match
         matches = "return document.getElementById('matches').textContent"
-        first = int(browser.run(matches).split(" of 11 matches")[0])
+        first = int(browser.run(matches).split(" of 22 matches")[0])
         assert "found 12" in browser.run("return document.activeElement.textContent")
         browser.keys("nn")
-        assert browser.run(matches) == f"{(first + 1) % 11 + 1} of 11 matches"
+        assert browser.run(matches) == f"{(first + 1) % 22 + 1} of 22 matches"
         browser.keys("N")
-        assert browser.run(matches) == f"{first % 11 + 1} of 11 matches"
+        assert browser.run(matches) == f"{first % 22 + 1} of 22 matches"
     finally:
         browser.close()
