@@ -2833,6 +2833,7 @@ class _Index:
         self._sums = array("q", [0])  # ... and the bytes of the lines before each, and of all
         self._tools: Dict[int, Tuple[int, int]] = {}  # seq -> (offset, size)
         self._seekable = _seekable(f)
+        self._fd = _descriptor(f)
         self._keep = resolving if keep is None else keep
         self._kept: OrderedDict[int, bytes] = OrderedDict()  # seq -> line
         self._kept_bytes = 0
@@ -2953,14 +2954,23 @@ class _Index:
     def _line_at(self, offset: int, size: int) -> bytes:
         """The line at *offset* read again: from a plain file's descriptor, which leaves the
         file's position alone, or else seeking there and back."""
+        if self._fd is not None:
+            return _read_at(self._fd, offset, size)
         f = self._f
-        if hasattr(os, "pread") and type(f) in (io.BufferedReader, io.FileIO):  # not gzip's, say
-            return _read_at(f.fileno(), offset, size)
         here = f.tell()
         f.seek(offset)
         raw = f.read(size)
         f.seek(here)
         return raw  # type: ignore[no-any-return]
+
+
+def _descriptor(f: Any) -> Optional[int]:
+    """The descriptor of *f* if it is a plain file (not gzip's, nor a buffer over a stream
+    that has none), to read a line again with ``pread``; else ``None``."""
+    raw = f.raw if type(f) is io.BufferedReader else f
+    if not hasattr(os, "pread") or type(raw) is not io.FileIO:
+        return None
+    return raw.fileno()
 
 
 def _seekable(f: Any) -> bool:

@@ -7401,6 +7401,38 @@ def test_find_in_a_compressed_file_resolves_its_request(tmp_path: Path, opener: 
     assert request.data == requests(one)[1].data
 
 
+class _Stream(io.RawIOBase):
+    """A host's own raw stream over *blob*: it seeks, and has no descriptor."""
+
+    def __init__(self, blob: bytes) -> None:
+        self._blob, self._at = blob, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self._blob[self._at : self._at + len(buffer)]
+        buffer[: len(chunk)] = chunk
+        self._at += len(chunk)
+        return len(chunk)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._at = offset + (0, self._at, len(self._blob))[whence]
+        return self._at
+
+
+@pytest.mark.parametrize("stream", [io.BytesIO, _Stream])
+def test_find_in_a_stream_without_a_descriptor_resolves_its_request(tmp_path: Path, stream: Any) -> None:
+    one, two = record_both(tmp_path, contexts_of([("grow", 0), ("grow", 1), ("call", 0), ("grow", 2)]))
+    ref = CallRef(records(two)[0].session_id, records(two)[1].run_id or "", "m1", 1)
+    with io.BufferedReader(stream(two.read_bytes())) as f:
+        [request] = [r for r in session.find(f, ref) if r.type == "model_request"]
+    assert request.data == requests(one)[1].data
+
+
 def test_a_message_as_deep_as_the_reader_takes_opens_and_shows(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     objs = a_v2_file(path)
