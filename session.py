@@ -3219,7 +3219,10 @@ def _publish(name: str, header: bytes) -> int:
         with contextlib.suppress(OSError):  # what is raised says what went wrong
             os.unlink(temporary)
         raise
-    return _link(fd, temporary, name)
+    try:
+        return _link(fd, temporary, name)
+    except FileExistsError as exc:  # it names the temporary file first: the path is what is there
+        raise FileExistsError(exc.errno, exc.strerror, name) from None
 
 
 def open(  # noqa: A001 - the contract's name; the builtin stays reachable as builtins.open

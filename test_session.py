@@ -2956,8 +2956,9 @@ def test_create_refuses_every_file_that_exists(tmp_path: Path, content: bytes) -
     path = tmp_path / "s.jsonl"
     path.write_bytes(content)
     path.chmod(0o600)  # as a create would have made it
-    with pytest.raises(FileExistsError):
+    with pytest.raises(FileExistsError) as info:
         session.create(path)
+    assert str(info.value) == f"[Errno {errno.EEXIST}] {os.strerror(errno.EEXIST)}: {str(path)!r}"
     assert path.read_bytes() == content
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]  # no temporary name left
 
