@@ -3923,9 +3923,7 @@ def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LIN
         if error.line == 1 or cut is None:
             raise error
         if isinstance(error, _LineTooLong):  # maybe a valid line: cutting it is not for a default to decide
-            raise FormatError(
-                f"{error.reason}; not cut: repair with a larger max_line_bytes", *error.args[1:]
-            )
+            raise _NotCut(error.reason, *error.args[1:])
         size = os.fstat(fd).st_size
         backup = _backup(fd, name)
         try:
@@ -3941,6 +3939,22 @@ def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LIN
         return RepairResult(error.line - 1 if error.line else 0, size - cut, backup, error)
     finally:
         _release(fd)
+
+
+class _NotCut(FormatError):
+    """``repair`` cuts no line only for being longer than the limit: *too_long* says which
+    line, and the reason names the limit as *option* (the keyword, or the command's flag)."""
+
+    def __init__(
+        self,
+        too_long: str,
+        path: Optional[str],
+        line: Optional[int],
+        offset: Optional[int],
+        option: str = "max_line_bytes",
+    ) -> None:
+        super().__init__(f"{too_long}; not cut: repair with a larger {option}", path, line, offset)
+        self.too_long = too_long
 
 
 def _backup(fd: int, name: str) -> str:
@@ -4286,6 +4300,8 @@ def _repair_command(args: Any) -> int:
         valid = result.error is None  # and maybe ending in an unfinished line, which repair leaves
         tail = read(name, lambda record: None, max_line_bytes=args.max_line_bytes).tail_bytes if valid else 0
     except (SessionError, OSError) as exc:
+        if isinstance(exc, _NotCut):
+            exc = _NotCut(exc.too_long, exc.path, exc.line, exc.offset, "--max-line-bytes")
         _print_failure(name, exc, False)
         if isinstance(exc, FormatError) and exc.line == 1:
             _print_error(f"{name}: not repaired: without a good first line there is no session to keep")

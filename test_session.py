@@ -6205,7 +6205,7 @@ def test_repair_says_what_it_did_in_each_case(tmp_path: Path) -> None:
     path.write_bytes(blob_of([HEAD, START, line_obj(3), line_obj(4, data={"x": "y" * 5000}), line_obj(5)]))
     long = run_cli("repair", "--max-line-bytes", "1000", str(path))
     assert long.returncode == 1 and long.stderr == (
-        f"{path}:4: line longer than max_line_bytes (1000); not cut: repair with a larger max_line_bytes"
+        f"{path}:4: line longer than max_line_bytes (1000); not cut: repair with a larger --max-line-bytes"
         f" (offset {offsets(path.read_bytes())[3]})\n"
     )
     path.write_bytes(blob_of([HEAD, START]) + b'{"torn')
