@@ -4006,9 +4006,13 @@ class RunInfo:
 class Gap:
     """Missing evidence: *kind* is ``run_not_closed``, ``no_agent_end``,
     ``model_call_unfinished``, ``tool_call_unfinished`` or ``unrecorded`` (a
-    ``recording_gap`` record: its recorder says it missed something); *seq* is the record that
-    opened it; *ref* the call to look up (``None`` for the first two, and for a
-    ``recording_gap`` outside a call)."""
+    ``recording_gap`` record: its recorder says it missed something); or a history that
+    cannot have happened, as a recorder's bug writes it: ``call_ended_twice``,
+    ``call_end_without_start`` (a ``model_exec_end`` or ``tool_exec_end`` of no call open
+    before it) or ``unknown_parent`` (a call whose ``parent_id`` names no call before it in
+    its run).  *seq* is the record that opened it (for the last three, the record that
+    contradicts the history); *ref* the call to look up (``None`` for the first two, and for
+    a ``recording_gap`` outside a call)."""
 
     kind: str
     run_id: str
@@ -4077,7 +4081,8 @@ _SUMMARY_DATA: _DataKeys = {
 
 def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summary:
     """Runs, record counts, checkpoints, token usage and evidence gaps of *source*, in one
-    streaming pass (memory grows with the runs and the calls still open, not the file).
+    streaming pass (memory grows with the runs, the calls still open, the gaps and the calls
+    of the run being read, not the file).
     Works on every file ``read`` accepts: data of a shape the format does not write is
     counted in ``Summary.uninterpreted``, not an error."""
     tally = _Summarizer()
@@ -4109,6 +4114,8 @@ class _RunState:
 
 
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
+# Gaps of a history that cannot have happened: what a recorder's bug writes
+_IMPOSSIBLE = ("call_ended_twice", "call_end_without_start", "unknown_parent")
 
 
 class _Summarizer:
@@ -4118,6 +4125,11 @@ class _Summarizer:
         self.run: Optional[_RunState] = None  # the latest run_start's: the reader lets no other through
         self.usage: Dict[str, int] = {}
         self.uninterpreted = 0
+        self.replies = 0  # model_exec_end records of a call that succeeded
+        # the latest run's calls, (the gap kind an unfinished one is, (execution id, attempt)),
+        # and their execution ids: kept for that run only (ids are run-local)
+        self.started: Set[Tuple[str, Tuple[str, int]]] = set()
+        self.ids: Set[str] = set()
 
     def __call__(self, record: Record) -> None:
         kind = record.type
@@ -4127,6 +4139,7 @@ class _Summarizer:
             return
         if kind == "run_start":
             self.run = self.runs[record.run_id] = _RunState(record)
+            self.started, self.ids = set(), set()
         run = self.run
         assert run is not None
         run.last = record
@@ -4143,12 +4156,13 @@ class _Summarizer:
         if opens is not None:  # the calls first: most records are theirs
             call = _execution_key(record)
             if call is not None:
-                run.open_gaps.setdefault((opens, call), record.seq)
+                self._open(run, opens, call, record)
         elif kind in _CLOSES:
             call = _execution_key(record)
             if call is not None:
-                run.open_gaps.pop((_CLOSES[kind], call), None)
+                self._close(run, _CLOSES[kind], call, record.seq)
             if kind == "model_exec_end" and "error" not in record.data:
+                self.replies += 1
                 self._add_usage(record.data.get("message"))
         elif kind == "run_close":
             run.closed = True
@@ -4162,6 +4176,21 @@ class _Summarizer:
             run.open_gaps.pop(("no_agent_end", 0), None)
             run.end_reason = data.summary.end_reason if data.summary else ""
             run.error = data.error
+
+    def _open(self, run: _RunState, opens: str, call: Tuple[str, int], record: Record) -> None:
+        """Note the call *call* opened by *record*, and whether its parent is a call before it."""
+        run.open_gaps.setdefault((opens, call), record.seq)
+        parent = record.data["execution"].get("parent_id", "")
+        if parent and parent not in self.ids:
+            run.open_gaps.setdefault(("unknown_parent", call), record.seq)
+        self.started.add((opens, call))
+        self.ids.add(call[0])
+
+    def _close(self, run: _RunState, opened: str, call: Tuple[str, int], seq: int) -> None:
+        """Note the end, at *seq*, of *call*: of an open call, or a gap of an impossible history."""
+        if run.open_gaps.pop((opened, call), None) is None:
+            kind = "call_ended_twice" if (opened, call) in self.started else "call_end_without_start"
+            run.open_gaps.setdefault((kind, call), seq)
 
     def _add_usage(self, message: Any) -> None:
         value = message.get("value") if type(message) is dict else None
@@ -4205,18 +4234,21 @@ _EX_IOERR = 74  # BSD sysexits.h: an error while doing I/O on some file (here, t
 _READS_STDIN = ("validate", "summary", "show")  # checkpoint reads its line twice; repair cuts a file
 
 
-def _valid_fields(name: str, result: ReadResult, tally: _Tally) -> Dict[str, Any]:
-    """``validate --json``'s object for a valid file."""
+def _valid_fields(name: str, result: ReadResult, tally: _Summarizer) -> Dict[str, Any]:
+    """``validate --json``'s object for a valid file, from what *tally* saw of it: *impossible*
+    lists the seqs of the records of a history that cannot have happened (valid all the same)."""
+    summary = tally.summary(result)
     return {
         "file": name,
         "ok": True,
         "session_id": result.session_id,
         "records": result.records,
-        "runs": tally.runs,
-        "incomplete_runs": tally.runs - tally.closed_runs,
-        "checkpoints": tally.checkpoints,
+        "runs": len(summary.runs),
+        "incomplete_runs": sum(not run.closed for run in summary.runs),
+        "checkpoints": summary.checkpoints,
         "complete_bytes": result.complete_bytes,
         "tail_bytes": result.tail_bytes,
+        "impossible": [gap.seq for gap in summary.gaps if gap.kind in _IMPOSSIBLE],
     }
 
 
@@ -4267,21 +4299,33 @@ def _captured(work: Callable[[Any, str], int], args: Any, name: str) -> Tuple[in
 
 
 def _validate_file(args: Any, name: str) -> int:
-    tally = _Tally()
+    tally = _Summarizer()
     try:
-        result = _read_file(name, args.max_line_bytes, tally, keys=_NO_DATA)
+        result = _read_file(name, args.max_line_bytes, tally, keys=_SUMMARY_DATA)
     except (FormatError, OSError) as exc:
         _print_failure(name, exc, args.json)
         return 1
+    fields = _valid_fields(name, result, tally)
     if args.json:
-        _print_json(_valid_fields(name, result, tally))
+        _print_json(fields)
     else:
         _print_text(
-            f"{name}: ok, {_count(result.records, 'record')}, {_count(tally.runs, 'run')} "
-            f"({tally.runs - tally.closed_runs} incomplete), {_count(tally.checkpoints, 'checkpoint')}"
-            f"{_tail_text(result.tail_bytes)}"
+            f"{name}: ok, {_count(result.records, 'record')}, {_count(fields['runs'], 'run')} "
+            f"({fields['incomplete_runs']} incomplete), {_count(fields['checkpoints'], 'checkpoint')}"
+            f"{_impossible_text(fields['impossible'])}{_tail_text(result.tail_bytes)}"
         )
     return 0
+
+
+_LISTED = 10  # seqs a line names at most
+
+
+def _impossible_text(seqs: List[int]) -> str:
+    """What ``validate`` says of the records of an impossible history (``summary`` says more)."""
+    if not seqs:
+        return ""
+    shown = ", ".join(map(str, seqs[:_LISTED])) + (", ..." if len(seqs) > _LISTED else "")
+    return f", {_count(len(seqs), 'record')} of an impossible history (seq {shown}; see summary)"
 
 
 def _count(number: int, noun: str) -> str:
@@ -4335,7 +4379,7 @@ def _summarize_file(args: Any, name: str) -> int:
             fields["gaps"] = [dict(vars(gap), ref=gap.ref and gap.ref.to_json()) for gap in summary.gaps]
             _print_json({"file": name, "ok": True, **fields})
         else:
-            for line in _summary_lines(args.prog, name, summary):
+            for line in _summary_lines(args.prog, name, summary, tally.replies):
                 _print_text(line)
     except (ValueError, RecursionError) as exc:
         _print_failure(name, ValueError(f"cannot print the summary: {exc}"), as_json)
@@ -4343,7 +4387,7 @@ def _summarize_file(args: Any, name: str) -> int:
     return 0
 
 
-def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
+def _summary_lines(prog: str, name: str, summary: Summary, replies: int) -> List[str]:
     out = [
         f"{name}: session {summary.session_id}, {_count(summary.records, 'record')}, "
         f"{_count(len(summary.runs), 'run')}, {_count(summary.checkpoints, 'checkpoint')}"
@@ -4360,7 +4404,7 @@ def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
         if run.error is not None:
             out.append(f"  error: {_error_text(run.error)}")
     out.append("records by type: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())))
-    out.append("usage: " + (", ".join(f"{k} {v}" for k, v in summary.usage.items()) or _no_usage(summary)))
+    out.append("usage: " + (", ".join(f"{k} {v}" for k, v in summary.usage.items()) or _no_usage(replies)))
     if summary.uninterpreted:
         out.append(f"uninterpreted: {summary.uninterpreted} records whose data has an unexpected shape")
     out.append("gaps: none" if not summary.gaps else f"gaps: {len(summary.gaps)}")
@@ -4375,13 +4419,13 @@ def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
     return out
 
 
-def _no_usage(summary: Summary) -> str:
-    """Why a summary has no usage: a host that records a provider's own message dicts gets none."""
-    calls = summary.counts.get("model_exec_end", 0)
-    if not calls:
+def _no_usage(replies: int) -> str:
+    """Why a summary has no usage, from the *replies* (successful ``model_exec_end`` records):
+    a host that records a provider's own message dicts gets none."""
+    if not replies:
         return "none reported"
     return (
-        f"none reported by {_count(calls, 'model_exec_end record')}: no message of theirs is a"
+        f"none reported by {_count(replies, 'successful model_exec_end record')}: no message of theirs is a"
         f" Message whose usage has {', '.join(sorted(_USAGE_COUNTS))}; record each reply as"
         " session.Message(..., usage={'input': N, 'output': N})"
     )

@@ -5008,16 +5008,83 @@ def test_summarize_finds_runs_counts_usage_and_gaps(tmp_path: Path) -> None:
     assert b == session.RunInfo(ids["b"], 16, 21, rs[15].time, rs[20].time, 6, False, "", None)
     assert c == session.RunInfo(ids["c"], 22, 26, rs[21].time, rs[25].time, 5, True, "done", None)
 
-    def ref(execution: str) -> CallRef:
-        return CallRef(ids["session"], ids["b"], execution, 1)
+    def ref(execution: str, run: str = "b") -> CallRef:
+        return CallRef(ids["session"], ids[run], execution, 1)
 
     assert summary.gaps == [
+        session.Gap("call_end_without_start", ids["a"], 13, ref("m3", "a")),  # its usage counts all the same
         session.Gap("run_not_closed", ids["b"], 16, None),
         session.Gap("no_agent_end", ids["b"], 17, None),
         session.Gap("model_call_unfinished", ids["b"], 18, ref("m2")),
         session.Gap("tool_call_unfinished", ids["b"], 20, ref("t2")),
         session.Gap("model_call_unfinished", ids["b"], 21, ref("m3")),
     ]
+
+
+def impossible_file(path: Path) -> Dict[str, Any]:
+    """A run whose records tell what cannot have happened, as a recorder's bug writes them:
+    a model call ended twice (seq 5), a tool call ended unstarted (seq 6), a tool call whose
+    parent is no call (seq 7)."""
+    model, orphan = Execution("m1", "model"), Execution("t1", "tool", parent_id="m1")
+    child = Execution("t2", "tool", parent_id="m9")
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_exec_start", execution=model))
+        run.record(Event("model_exec_end", execution=model, message=usage_message("hi")))
+        run.record(Event("model_exec_end", execution=model, message=usage_message("hi")))
+        run.record(Event("tool_exec_end", execution=orphan, tool="ls", result=[]))
+        run.record(Event("tool_exec_start", execution=child, tool="ls"))
+        run.record(Event("tool_exec_end", execution=child, tool="ls", result=[]))
+        return {"session": s.session_id, "run": run.run_id}
+
+
+def test_an_impossible_history_is_a_gap_of_its_own_kind_everywhere(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    ids = impossible_file(path)
+
+    def ref(execution: str) -> CallRef:
+        return CallRef(ids["session"], ids["run"], execution, 1)
+
+    gaps = [
+        session.Gap("call_ended_twice", ids["run"], 5, ref("m1")),
+        session.Gap("call_end_without_start", ids["run"], 6, ref("t1")),
+        session.Gap("unknown_parent", ids["run"], 7, ref("t2")),
+    ]
+    assert session.summarize(path).gaps == gaps
+    text = run_cli("summary", str(path)).stdout
+    assert "gaps: 3\n  seq 5: call_ended_twice, m1 attempt 1\n" in text
+    assert "  seq 6: call_end_without_start, t1 attempt 1\n" in text and "  seq 7: unknown_parent, t2" in text
+    report = json.loads(run_cli("summary", "--json", str(path)).stdout)
+    assert [(gap["kind"], gap["seq"], CallRef.from_json(gap["ref"])) for gap in report["gaps"]] == [
+        (gap.kind, gap.seq, gap.ref) for gap in gaps
+    ]
+    checked = run_cli("validate", str(path))
+    assert (checked.returncode, checked.stdout) == (
+        0,
+        f"{path}: ok, 9 records, 1 run (0 incomplete), 0 checkpoints, 3 records of an impossible history"
+        " (seq 5, 6, 7; see summary)\n",
+    )
+    assert json.loads(run_cli("validate", "--json", str(path)).stdout)["impossible"] == [5, 6, 7]
+    with session.open(path) as s, s.begin_run() as run:  # writers take them all the same
+        assert run.record(Event("tool_exec_end", execution=Execution("t3", "tool"), tool="ls"))
+
+
+def test_a_history_that_can_happen_has_no_impossible_gap(tmp_path: Path) -> None:
+    """A retry, a call started by its request alone, a parent before its child, a call id
+    used again in a later run: none of them contradicts the history."""
+    path = tmp_path / "s.jsonl"
+    first, second = Execution("m1", "model"), Execution("m1", "model", attempt=2)
+    tool = Execution("t1", "tool", parent_id="m1")
+    with session.create(path) as s:
+        for _ in range(2):
+            with s.begin_run() as run:
+                run.record(Event("model_request", execution=first, request=ModelRequest([])))
+                run.record(Event("model_exec_end", execution=first, error="429"))
+                run.record(Event("model_exec_start", execution=second))
+                run.record(Event("model_exec_end", execution=second, message=usage_message("hi")))
+                run.record(Event("tool_exec_start", execution=tool, tool="ls"))
+                run.record(Event("tool_exec_end", execution=tool, tool="ls", result=[]))
+    assert session.summarize(path).gaps == []
+    assert run_cli("validate", str(path)).stdout.endswith(" 2 runs (0 incomplete), 0 checkpoints\n")
 
 
 def test_summarize_counts_what_a_recorder_says_it_missed_as_a_gap(tmp_path: Path) -> None:
@@ -5096,7 +5163,7 @@ def test_summary_command(tmp_path: Path) -> None:
         "  error: ValueError: boom\n" in text
         and f"run {ids['b']}: seq 16-21, 6 records, not closed\n" in text
     )
-    assert "usage: input 13, output 6, total_tokens 15\n" in text and "gaps: 5\n" in text
+    assert "usage: input 13, output 6, total_tokens 15\n" in text and "gaps: 6\n" in text
     assert (
         f"  seq 18: model_call_unfinished, m2 attempt 1\n"
         f"    ref {json.dumps(CallRef(ids['session'], ids['b'], 'm2', 1).to_json())}\n" in text
@@ -5128,8 +5195,8 @@ def test_summary_json(tmp_path: Path) -> None:
         )
     ]
     assert report["runs"] == [dataclasses.asdict(run) for run in summary.runs]
-    assert report["gaps"][0] == {"kind": "run_not_closed", "run_id": ids["b"], "seq": 16, "ref": None}
-    assert CallRef.from_json(report["gaps"][2]["ref"]) == summary.gaps[2].ref
+    assert report["gaps"][1] == {"kind": "run_not_closed", "run_id": ids["b"], "seq": 16, "ref": None}
+    assert CallRef.from_json(report["gaps"][3]["ref"]) == summary.gaps[3].ref
     (tmp_path / "bad").mkdir()
     bad, _, _ = damaged(tmp_path / "bad")
     failed = run_cli("summary", "--json", str(bad))
@@ -5711,13 +5778,22 @@ def test_summary_says_why_provider_messages_give_no_usage(tmp_path: Path) -> Non
         run.record(Event("model_exec_end", execution=call, message=openai_style))
     text = run_cli("summary", str(path)).stdout
     assert (
-        "usage: none reported by 1 model_exec_end record: no message of theirs is a Message whose usage"
-        in text
+        "usage: none reported by 1 successful model_exec_end record: no message of theirs is a Message"
+        " whose usage" in text
     )
     assert "record each reply as session.Message(..., usage={'input': N, 'output': N})" in text
     with session.create(tmp_path / "t.jsonl") as s, s.begin_run() as run:
         run.record(Event("turn_start"))
     assert "usage: none reported\n" in run_cli("summary", str(tmp_path / "t.jsonl")).stdout
+
+
+def test_summary_gives_no_usage_advice_when_no_model_call_succeeded(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    call = Execution("m1", "model")
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_exec_start", execution=call))
+        run.record(Event("model_exec_end", execution=call, error="rate limited"))
+    assert "usage: none reported\n" in run_cli("summary", str(path)).stdout
 
 
 def test_validate_reports_a_valid_file(tmp_path: Path) -> None:
@@ -5778,6 +5854,7 @@ def test_validate_json_output(tmp_path: Path) -> None:
         "checkpoints": 1,
         "complete_bytes": result.complete_bytes,
         "tail_bytes": 0,
+        "impossible": [],
     }
     with pytest.raises(FormatError) as info:
         session.read(bad, lambda r: None)
