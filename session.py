@@ -91,6 +91,7 @@ __all__ = [
     "Session",
     "Run",
     "Event",
+    "register_event_type",
     "Execution",
     "ModelRequest",
     "CallConfig",
@@ -1996,6 +1997,9 @@ _PROJECTIONS: Dict[str, Optional[_Projection]] = {  # None: not written (transie
     "agent_end": _projection("summary", "error"),
     "error": _projection("error"),
 }
+# The types a misspelling is told from; a host's own are registered (register_event_type)
+_EVENT_TYPES = frozenset(_PROJECTIONS) | {"recording_gap"} | _POOLED
+_HOST_TYPES: Set[str] = set()
 # Version 2 writes a model_request's messages and tools apart (other types' requests whole)
 _REQUEST_V2 = (*_projection("execution"), ("request", _put_request_config))
 
@@ -3742,6 +3746,30 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def register_event_type(name: str) -> None:
+    """Declare *name* an event type of the host's own: ``Run.record`` writes an event of a
+    type it does not know either way (with every field, see the format), but warns of one
+    that is not registered (a ``RuntimeWarning``: a misspelt type is a record nobody finds)."""
+    if type(name) is not str or not name:
+        raise TypeError(f"an event type is a non-empty str, not {name!r}")
+    if name in _RESERVED or name in _POOLED:
+        raise ValueError(f"{name!r} is a reserved record type")
+    _HOST_TYPES.add(name)
+
+
+def _warn_unknown_type(kind: str) -> None:
+    import difflib  # here: only a type nobody registered needs it
+
+    close = difflib.get_close_matches(kind, sorted(_EVENT_TYPES), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    warnings.warn(
+        f"{kind!r} is no known event type{hint}; it is recorded all the same."
+        f" session.register_event_type({kind!r}) declares a type of your own",
+        RuntimeWarning,
+        stacklevel=3,  # the host's call of record
+    )
+
+
 class Run:
     """One loop invocation inside a session; get one from ``Session.begin_run``.
 
@@ -3778,6 +3806,8 @@ class Run:
         session = self._session
         if kind in _RESERVED or (kind in _POOLED and session._written is not None):
             raise ValueError(f"{kind!r} is a reserved record type")
+        if kind not in _EVENT_TYPES and kind not in _HOST_TYPES:
+            _warn_unknown_type(kind)
         # Encoding under the lock too: threads then wait on the lock, not for the GIL while
         # holding it around a write (measured: 8 threads keep 0.7x, not 0.3x, of one thread's pace).
         with session._lock:

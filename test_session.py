@@ -71,6 +71,8 @@ UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 12, 2, 9, 27, 36, 123456, tzinfo=UTC)
 MODEL = Execution("m1", "model")
 TOOL = Execution("t1", "tool", parent_id="m1", turn_index=1)
+session.register_event_type("my_custom_event")  # the tests' own types, as a host registers its own
+session.register_event_type("my_own_event")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -208,6 +210,7 @@ SPEC_NAMES = [
     *("ToolReferenceBlock", "ContentBlock", "Usage", "Cost", "STOP_REASONS"),
     *("text_block", "thinking_block", "tool_call_block", "image_block", "tool_reference_block"),
     *("tool_result",),  # section 4: the message vocabulary
+    *("register_event_type",),  # section 3: a host's own event types
 ]
 
 
@@ -2601,6 +2604,41 @@ def test_reserved_types_are_refused_and_not_sticky(tmp_path: Path, kind: str) ->
             run.record(Event(kind))
         assert run.record(Event("turn_start"))
     assert [r.type for r in records(path)][2:] == ["turn_start", "run_close"]
+
+
+def test_a_misspelt_event_type_warns_naming_the_closest_known_type(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        with pytest.warns(
+            RuntimeWarning,
+            match=r"'model_exec_ned' is no known event type \(did you mean 'model_exec_end'\?\)",
+        ) as caught:
+            assert run.record(Event("model_exec_ned", execution=MODEL))
+        assert [w.filename for w in caught] == [__file__]  # the line that recorded it
+        with pytest.warns(
+            RuntimeWarning, match=r"'approval_asked' is no known event type; .*register_event_type"
+        ):
+            run.record(Event("approval_asked"))
+        session.register_event_type("approval_asked")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            run.record(Event("approval_asked"))
+            run.record(Event("recording_gap", details={"unrecorded": "x"}))  # known, though no table row
+    assert [r.type for r in records(path)][2:-1] == [
+        "model_exec_ned",
+        "approval_asked",
+        "approval_asked",
+        "recording_gap",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [("", TypeError), (None, TypeError), ("run_close", ValueError), ("message", ValueError)],
+)
+def test_register_event_type_refuses_what_is_no_event_type(name: Any, error: type) -> None:
+    with pytest.raises(error):
+        session.register_event_type(name)
 
 
 @pytest.mark.parametrize("kind", ["", None, 5, b"turn_start"])
