@@ -2303,7 +2303,7 @@ def _records(
         if run_id != open_run or kind in _RUN_CHANGES:
             open_run = _open_run(kind, run_id, open_run, seen, name, seq + 1, offset)
         if index is not None and kind in _INDEXED:
-            data = index.take(kind, seq + 1, offset, raw, data, name)
+            data = index.take(kind, seq + 1, offset, raw, obj, name)
         seq += 1
         yield new(Record, (session_id, seq, kind, time, run_id, data, offset))
         offset += len(raw)
@@ -2819,9 +2819,29 @@ _KEPT = 64 << 20  # bytes of message and tool list lines a resolving reader keep
 _RANGES = "data.messages must be a list of [first, last] seq ranges"
 
 
+# What a message or tool list record's line holds beside its value, its type (twice) and the
+# text of its envelope's strings
+_POOLED_FRAME = '{"session_id":"","seq":,"type":"","time":"","run_id":"","data":{"":}}\n'
+
+
+def _referred(size: int, frame: int) -> int:
+    """What the value of a message or tool list record adds to a request that refers to it,
+    from its line's *size* and the bytes of the line around the value (exactly, for a line
+    this module writes; at least, for any other): its bytes, and one for a comma in the list
+    version 1 writes.  A request and what it refers to so count no more than version 1's
+    line of it, whose references become the values and their brackets and keys."""
+    return size - frame + 1
+
+
+def _own_referred(kind: str, line: bytes) -> int:
+    """``_referred`` of the *kind* record *line* this module made: its value follows its first
+    ``"data":{"`` (the envelope's strings before it hold no bare quote)."""
+    return _referred(len(line), line.index(b'"data":{"') + len('"data":{"":}}\n') + len(kind))
+
+
 class _Index:
-    """Where the message and tool list records of a version-2 file lie (24 bytes each), to
-    check every reference of a request as it comes, and, when *resolving*, to give each
+    """Where the message and tool list records of a version-2 file lie (32 bytes a message
+    record), to check every reference of a request as it comes, and, when *resolving*, to give each
     request its messages and tools back, as version 1 writes them: from lines kept as they
     streamed by (the latest ``_KEPT`` bytes of them, or all where the file cannot seek), else
     read again from the file."""
@@ -2831,11 +2851,13 @@ class _Index:
         self.limit = _MAX_LINE_BYTES + 1  # bytes a request may take with what it refers to
         self.resolving = resolving
         self.last_size = 0  # of the latest message or tool list line
+        self.last_referred = 0  # what it adds to a request that refers to it (see _referred)
         self._f = f
         self._seqs = array("q")  # of the message records, ...
         self._places = array("q")  # ... where their lines start, ...
-        self._sums = array("q", [0])  # ... and the bytes of the lines before each, and of all
-        self._tools: Dict[int, Tuple[int, int]] = {}  # seq -> (offset, size)
+        self._sizes = array("q")  # ... how long they are, ...
+        self._sums = array("q", [0])  # ... and what those before each add to a request, and all
+        self._tools: Dict[int, Tuple[int, int, int]] = {}  # seq -> (offset, size, what it adds)
         self._seekable = _seekable(f)
         self._fd = _descriptor(f)
         self._keep = resolving if keep is None else keep
@@ -2843,9 +2865,11 @@ class _Index:
         self._kept_bytes = 0
 
     def take(
-        self, kind: str, seq: int, offset: int, raw: bytes, data: Dict[str, Any], name: Optional[str]
+        self, kind: str, seq: int, offset: int, raw: bytes, obj: Dict[str, Any], name: Optional[str]
     ) -> Dict[str, Any]:
-        """*data* of the record *seq*, checked (``FormatError``), and resolved if asked to."""
+        """The data of the record *seq*, *obj* on the line *raw*, checked (``FormatError``),
+        and resolved if asked to."""
+        data: Dict[str, Any] = obj["data"]
         if kind == "model_request":
             problem = self._check(seq, len(raw), data) if data.keys() & _POOLED_KEYS else ""
             if problem:
@@ -2855,13 +2879,18 @@ class _Index:
             raise FormatError(f"a {kind} record needs data.{kind}", name, seq, offset)
         if kind == "tools" and type(data[kind]) is not list:
             raise FormatError("data.tools of a tools record must be an array", name, seq, offset)
+        strings = (
+            len(obj["session_id"]) + len(obj["time"]) + len(obj["run_id"])
+        )  # a byte a character, at least
+        referred = _referred(len(raw), len(_POOLED_FRAME) + len(str(seq)) + 2 * len(kind) + strings)
         if kind == "message":
             self._seqs.append(seq)
             self._places.append(offset)
-            self._sums.append(self._sums[-1] + len(raw))
+            self._sizes.append(len(raw))
+            self._sums.append(self._sums[-1] + referred)
         else:
-            self._tools[seq] = (offset, len(raw))
-        self.last_size = len(raw)
+            self._tools[seq] = (offset, len(raw), referred)
+        self.last_size, self.last_referred = len(raw), referred
         if self._keep:
             self._hold(seq, raw)
         return data
@@ -2873,6 +2902,7 @@ class _Index:
         ranges = data.get("messages")
         if type(ranges) is not list:
             return _RANGES
+        size -= len(',"messages":[]') + max(len(ranges) - 1, 0)  # the references, as written here
         for item in ranges:
             if type(item) is not list or len(item) != 2 or not all(type(end) is int for end in item):
                 return _RANGES
@@ -2883,15 +2913,16 @@ class _Index:
             for end, at in zip(item, ends):
                 if at == len(self._seqs) or self._seqs[at] != end:
                     return f"data.messages: record {end} is no message record"
-            size += self._sums[ends[1] + 1] - self._sums[ends[0]]
+            size += self._sums[ends[1] + 1] - self._sums[ends[0]] - len(f"[{first},{last}]")
         if "tools" in data:
             tools = data["tools"]
             if type(tools) is not int or tools not in self._tools:
                 return "data.tools must be the seq of a tool list record before this one"
-            size += self._tools[tools][1]
-        if size > self.limit:  # what the writer refuses, as version 1 refuses so long a line
+            size += self._tools[tools][2] - len(f',"tools":{tools}')
+        if size > self.limit:  # what the writer refuses: more than version 1 writes in a line
             return (
-                f"the request takes {size - 1} bytes with the lines it refers to: longer than max_line_bytes"
+                f"the request takes {size - 1} bytes with the messages and tools it refers to:"
+                " longer than max_line_bytes"
             )
         return ""
 
@@ -2914,8 +2945,7 @@ class _Index:
         return out.tolist()
 
     def _message(self, at: int, name: Optional[str]) -> Any:
-        size = self._sums[at + 1] - self._sums[at]
-        return self._content("message", self._seqs[at], self._places[at], size, name)
+        return self._content("message", self._seqs[at], self._places[at], self._sizes[at], name)
 
     def resolved(
         self, data: Dict[str, Any], name: Optional[str], only: Optional[Set[int]] = None
@@ -2936,7 +2966,7 @@ class _Index:
                 before += end - start
         tools = data.get("tools")
         out = {key: value for key, value in data.items() if key not in _POOLED_KEYS}
-        tool_list = [] if tools is None else self._content("tools", tools, *self._tools[tools], name)
+        tool_list = [] if tools is None else self._content("tools", tools, *self._tools[tools][:2], name)
         request = {"messages": messages, "tools": tool_list}
         request.update((key, value) for key, value in data["request"].items() if key not in _POOLED_KEYS)
         out["request"] = request
@@ -3028,8 +3058,9 @@ _NO_PLACE: _Place = (0, -2, 0)  # no record: seq 0, and no message record comes 
 
 class _Context(NamedTuple):
     """The latest request's messages, if each is a ``Message``, and its references: the closed
-    ranges' text, the open range's ends, the bytes referred to.  A request that sends the same
-    objects and more goes on from here, without looking up or encoding them again."""
+    ranges' text, the open range's ends, what the messages add to it (``_referred``).  A
+    request that sends the same objects and more goes on from here, without looking up or
+    encoding them again."""
 
     messages: List[Any]
     ranges: Tuple[str, ...] = ()
@@ -3078,8 +3109,8 @@ class _Written:
         return self._hash(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
     def add(self, kind: str, key: Optional[bytes], seq: int, size: int) -> None:
-        """Note the record *seq* of *kind*, *size* bytes, whose content has digest *key*
-        (``None``: not to be referred to); idempotent."""
+        """Note the record *seq* of *kind*, adding *size* to a request (``_referred``), whose
+        content has digest *key* (``None``: not to be referred to); idempotent."""
         if kind == "tools":
             if key is not None:
                 self.tools[key] = (seq, size)
@@ -3134,7 +3165,8 @@ class _Written:
         self, text: str, context: _Context, places: List[Any], tools: Any, messages: List[Any]
     ) -> Tuple[str, int]:
         """The data *text* of a request with its ``messages`` and ``tools`` references, from
-        what ``plan`` and ``tool_list`` found, and the bytes of the lines they refer to.  Called
+        what ``plan`` and ``tool_list`` found, and what the records they name add to its size
+        (``_referred``), less the references' own text.  Called
         as its line is written, the new records being in the file; the request becomes the
         latest even if its line is then refused as too long (what it names is in the file)."""
         try:
@@ -3150,7 +3182,7 @@ class _Written:
         context = context.extended(messages, places)
         self.context = context if all(type(m) is Message for m in new) else _NO_CONTEXT
         tail = f",{context.references()}" + ("" if tools is None else f',"tools":{tools[0]}')
-        referred = context.size + (0 if tools is None else tools[1])
+        referred = context.size + (0 if tools is None else tools[1]) - len(tail)
         return (f"{text[:-1]}{tail}}}" if text != "{}" else f"{{{tail[1:]}}}"), referred
 
 
@@ -3302,7 +3334,7 @@ def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> No
             value = record.data[kind]
             with contextlib.suppress(_NestedTooDeeply):  # no digest: never referred to
                 key = written.digest(_anywhere(_dumps, value, functools.partial(_nesting, value)))
-        written.add(kind, key, record.seq, index.last_size)
+        written.add(kind, key, record.seq, index.last_referred)
 
 
 def _too_long(size: int, referred: int) -> str:
@@ -3310,7 +3342,8 @@ def _too_long(size: int, referred: int) -> str:
         return f"a line of {size - 1} bytes is longer than max_line_bytes"
     whole = size + referred - 1
     return (
-        f"a request of {size - 1} bytes, {whole} with the lines it refers to, is longer than max_line_bytes"
+        f"a request of {size - 1} bytes, {whole} with the messages and tools it refers to in place,"
+        " is longer than max_line_bytes"
     )
 
 
@@ -3552,7 +3585,9 @@ class Session:
             self._seq, self._size, self._run = pending.seq, end, pending.run
             self._checkpoint = pending.checkpoint
             if pending.key is not None:
-                self._written.add(pending.kind, pending.key, pending.seq, len(pending.line))  # type: ignore[union-attr]
+                self._written.add(  # type: ignore[union-attr]
+                    pending.kind, pending.key, pending.seq, _own_referred(pending.kind, pending.line)
+                )
         self._pending = None
 
     def _append(
@@ -3609,7 +3644,7 @@ class Session:
             raise self._fail(exc, "cannot write") from exc
         self._seq, self._size, self._run = seq, end, after
         if key is not None:
-            self._written.add(kind, key, seq, len(line))  # type: ignore[union-attr]
+            self._written.add(kind, key, seq, _own_referred(kind, line))  # type: ignore[union-attr]
         if sync:
             self._sync()
         # A checkpoint is the latest once synced (a failed sync clears _pending); if an

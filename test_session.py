@@ -6971,6 +6971,29 @@ def test_version_2_reads_back_what_version_1_writes(steps: List[Tuple[str, int]]
         assert piped == [r.data for r in requests(one)]
 
 
+@hypothesis.settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@hypothesis.given(CONTEXT_STEPS)
+def test_a_limit_version_1_writes_under_version_2_writes_under_too(steps: List[Tuple[str, int]]) -> None:
+    """The size rule of a request and what it refers to is version 1's line: what version 1
+    writes under a max_line_bytes, version 2 writes and reads under it too."""
+    contexts = contexts_of(steps)
+    with tempfile.TemporaryDirectory() as folder:
+        one, _ = record_both(Path(folder), contexts)
+        limit = max(map(len, one.read_bytes().splitlines()))  # its longest line: at the limit
+    with tempfile.TemporaryDirectory() as folder:
+        one, two = record_both(Path(folder), contexts, max_line_bytes=limit)
+        assert [r.data for r in requests(two, max_line_bytes=limit)] == [r.data for r in requests(one)]
+        with session.open(two, max_line_bytes=limit) as s, s.begin_run() as run:  # it learns the sizes
+            n, (messages, tools) = len(contexts) - 1, contexts[-1]
+            request = ModelRequest(messages, tools, CallConfig(max_tokens=n))
+            execution = Execution(f"m{n}", "model", turn_index=n)
+            run.record(Event("model_request", execution=execution, request=request, timestamp=T0))
+    with tempfile.TemporaryDirectory() as folder, pytest.raises(RecordingError):
+        record_both(
+            Path(folder), contexts, max_line_bytes=limit - 1
+        )  # version 1 refuses it: the limit is tight
+
+
 class Unseekable(io.RawIOBase):
     """A binary file read as a pipe is: no seek, no tell, no descriptor."""
 
@@ -7436,7 +7459,9 @@ def test_a_request_no_bigger_whole_than_a_line_may_be(tmp_path: Path) -> None:
     objs[5]["data"]["messages"] = [[3, 4]] * 40  # 40 times two message lines of ~250 bytes
     path.write_bytes(blob_of(objs))
     assert len(records(path)) == 7  # within the default limit
-    with pytest.raises(FormatError, match="with the lines it refers to: longer than max_line_bytes") as info:
+    with pytest.raises(
+        FormatError, match="with the messages and tools it refers to: longer than max_line_bytes"
+    ) as info:
         session.read(path, lambda r: None, max_line_bytes=10_000)
     assert info.value.line == 6
     assert run_cli("validate", str(path), "--max-line-bytes", "10000").returncode == 1
@@ -7444,7 +7469,10 @@ def test_a_request_no_bigger_whole_than_a_line_may_be(tmp_path: Path) -> None:
     s = session.create(written, max_line_bytes=2_000)
     run = s.begin_run()
     run.record(Event("model_request", execution=MODEL, request=ModelRequest(POOL[:4])))  # 4 short lines
-    with pytest.raises(RecordingError, match="with the lines it refers to, is longer than max_line_bytes"):
+    with pytest.raises(
+        RecordingError,
+        match="with the messages and tools it refers to in place, is longer than max_line_bytes",
+    ):
         run.record(Event("model_request", execution=MODEL, request=ModelRequest(POOL[:4] * 5)))
     with pytest.raises(RecordingError):
         s.close()
