@@ -2815,6 +2815,7 @@ def _envelope_problem(obj: Dict[str, Any], session_id: Optional[str], seq: int) 
 
 
 _POOLED_KEYS = frozenset({"messages", "tools"})  # where a version-2 request's references are
+_AsText = Callable[[bytes], Any]
 _KEPT = 64 << 20  # bytes of message and tool list lines a resolving reader keeps at most
 _RANGES = "data.messages must be a list of [first, last] seq ranges"
 
@@ -2944,17 +2945,22 @@ class _Index:
             out.extend(self._seqs[start:end])
         return out.tolist()
 
-    def _message(self, at: int, name: Optional[str]) -> Any:
-        return self._content("message", self._seqs[at], self._places[at], self._sizes[at], name)
+    def _message(self, at: int, name: Optional[str], as_text: Optional[_AsText] = None) -> Any:
+        return self._content("message", self._seqs[at], self._places[at], self._sizes[at], name, as_text)
 
     def resolved(
-        self, data: Dict[str, Any], name: Optional[str], only: Optional[Set[int]] = None
+        self,
+        data: Dict[str, Any],
+        name: Optional[str],
+        only: Optional[Set[int]] = None,
+        as_text: Optional[_AsText] = None,
     ) -> Dict[str, Any]:
         """A copy of the checked request *data* with its messages and tools in ``request``;
-        with *only*, the messages at those positions alone, the others ``None``."""
+        with *only*, the messages at those positions alone, the others ``None``; with
+        *as_text*, what it gives for each one's text in its line, not the value."""
         spans = self._spans(data["messages"])
         if only is None:
-            messages = [self._message(at, name) for start, end in spans for at in range(start, end)]
+            messages = [self._message(at, name, as_text) for start, end in spans for at in range(start, end)]
         else:
             messages = [None] * sum(end - start for start, end in spans)
             wanted, before = iter(sorted(only)), 0  # before: the messages of the spans before
@@ -2966,14 +2972,25 @@ class _Index:
                 before += end - start
         tools = data.get("tools")
         out = {key: value for key, value in data.items() if key not in _POOLED_KEYS}
-        tool_list = [] if tools is None else self._content("tools", tools, *self._tools[tools][:2], name)
+        tool_list = (
+            [] if tools is None else self._content("tools", tools, *self._tools[tools][:2], name, as_text)
+        )
         request = {"messages": messages, "tools": tool_list}
         request.update((key, value) for key, value in data["request"].items() if key not in _POOLED_KEYS)
         out["request"] = request
         return out
 
-    def _content(self, kind: str, seq: int, offset: int, size: int, name: Optional[str]) -> Any:
-        """The message or tool list in the record *seq*, as new objects."""
+    def _content(
+        self,
+        kind: str,
+        seq: int,
+        offset: int,
+        size: int,
+        name: Optional[str],
+        as_text: Optional[_AsText] = None,
+    ) -> Any:
+        """The message or tool list in the record *seq*, as new objects; with *as_text*, what
+        that gives for its text in the line, where ``_value_text`` finds it."""
         raw = self._kept.get(seq)
         if raw is None:
             raw = self._line_at(offset, size)
@@ -2983,7 +3000,12 @@ class _Index:
         data = obj.get("data")
         if obj.get("seq") != seq or obj.get("type") != kind or type(data) is not dict or kind not in data:
             raise FormatError(f"record {seq} changed while it was read", name, seq, offset)
-        return data[kind]
+        value = data[kind]
+        if as_text is not None:
+            text = _value_text(raw, kind, value)
+            if text is not None:
+                return as_text(text)
+        return value
 
     def _line_at(self, offset: int, size: int) -> bytes:
         """The line at *offset* read again: from a plain file's descriptor, which leaves the
@@ -3005,6 +3027,19 @@ def _descriptor(f: Any) -> Optional[int]:
     if not hasattr(os, "pread") or type(raw) is not io.FileIO:
         return None
     return raw.fileno()
+
+
+def _value_text(raw: bytes, kind: str, value: Any) -> Optional[bytes]:
+    """The JSON text of *value*, the message or tool list of the *kind* record *raw*, as the
+    line holds it (a ``RawJSON``'s digits as given), where it lies as this module writes it:
+    after the first ``"data":{"KIND":``, to the line's closing ``}}``; else ``None``."""
+    start = raw.find(b'"data":{"%s":' % kind.encode())
+    if start >= 0 and raw.endswith(b"}}\n"):
+        text = raw[start + len(kind) + len('"data":{"":') : -3]
+        with contextlib.suppress(ValueError, RecursionError):  # not JSON: some other layout
+            if json.loads(text) == value:
+                return text
+    return None
 
 
 def _seekable(f: Any) -> bool:
@@ -4548,8 +4583,8 @@ def _show_command(args: Any) -> int:
         if not args.as_written and index.version > 1:
             resolved = _resolved(record, index, args.file)
             if resolved is not record:
+                line = b"" if args.pretty else _exact_line(record, index, args.file)
                 record = resolved
-                line = b"" if args.pretty else _record_line(resolved, args.file)
         if args.pretty:
             line = _for_terminal(_transcript(record), newlines=True).encode(errors="backslashreplace")
         try:
@@ -4664,6 +4699,21 @@ class _Tap:
     def readline(self, size: int = -1, /) -> bytes:
         self.last = self._f.readline(size)
         return self.last
+
+
+def _exact_line(record: Record, index: _Index, name: str) -> bytes:
+    """The version-2 request *record* as version 1 writes it, each message and tool list as
+    its own record holds it: a mark in its place, then its text for the mark."""
+    texts: List[bytes] = []
+    token = _new_id()
+
+    def mark(text: bytes) -> str:
+        texts.append(text)
+        return f"\0{token}{len(texts) - 1}"
+
+    data = index.resolved(record.data, name, as_text=mark)
+    line = _record_line(record._replace(data=data), name)
+    return re.sub(rb'"\\u0000%s(\d+)"' % token.encode(), lambda m: texts[int(m[1])], line)
 
 
 def _record_line(record: Record, name: str) -> bytes:

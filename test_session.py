@@ -6007,7 +6007,9 @@ def hostile_file(path: Path) -> Path:
     )
     text = session.text_block(f"hi{HOSTILE}")
     run.record(Event("message_end", execution=MODEL, message=Message(f"user{HOSTILE}", [text])))
-    run.record(Event(f"kind{HOSTILE}", tool=f"ls{HOSTILE}", error=RuntimeError(HOSTILE)))
+    with pytest.warns(RuntimeWarning, match="is no known event type") as caught:
+        run.record(Event(f"kind{HOSTILE}", tool=f"ls{HOSTILE}", error=RuntimeError(HOSTILE)))
+    assert SHOWN in str(caught[0].message) and HOSTILE not in str(caught[0].message)
     run.save_checkpoint({HOSTILE: HOSTILE})
     crash(s)
     return path
@@ -7575,6 +7577,24 @@ def test_find_in_a_stream_without_a_descriptor_resolves_its_request(tmp_path: Pa
     with io.BufferedReader(stream(two.read_bytes())) as f:
         [request] = [r for r in session.find(f, ref) if r.type == "model_request"]
     assert request.data == requests(one)[1].data
+
+
+def test_show_prints_a_version_2_request_as_version_1_writes_it_raw_json_digits_and_all(
+    tmp_path: Path,
+) -> None:
+    tools = [RawJSON('{"name": "f", "weight": 0.10000000000000000001, "big": 1E30, "e": "\\u00e9"}')]
+    messages = [POOL[1], {"role": "user", "text": "é \u2028 \x00"}]
+    lines = []
+    for version in (1, 2):
+        path = tmp_path / f"v{version}.jsonl"
+        with session.create(path, version=version) as s, s.begin_run() as run:
+            request = ModelRequest(messages, tools, CallConfig(max_tokens=5))
+            run.record(Event("model_request", execution=MODEL, request=request, timestamp=T0))
+        command = [sys.executable, str(MODULE), "show", str(path), "--type", "model_request"]
+        shown = subprocess.run(command, capture_output=True, timeout=120, check=True).stdout
+        lines.append(shown[shown.index(b',"data":') :])
+    assert b'"weight":0.10000000000000000001,"big":1E30,"e":"\\u00e9"' in lines[0]
+    assert lines[1] == lines[0]
 
 
 def test_a_message_as_deep_as_the_reader_takes_opens_and_shows(tmp_path: Path) -> None:
