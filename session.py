@@ -2842,8 +2842,8 @@ def _own_referred(kind: str, line: bytes) -> int:
 
 class _Index:
     """Where the message and tool list records of a version-2 file lie (32 bytes a message
-    record), to check every reference of a request as it comes, and, when *resolving*, to give each
-    request its messages and tools back, as version 1 writes them: from lines kept as they
+    record), to check every reference of a request as it comes, and, when *resolving*, to give
+    each request its messages and tools back, as version 1 writes them: from lines kept as they
     streamed by (the latest ``_KEPT`` bytes of them, or all where the file cannot seek), else
     read again from the file."""
 
@@ -2880,9 +2880,8 @@ class _Index:
             raise FormatError(f"a {kind} record needs data.{kind}", name, seq, offset)
         if kind == "tools" and type(data[kind]) is not list:
             raise FormatError("data.tools of a tools record must be an array", name, seq, offset)
-        strings = (
-            len(obj["session_id"]) + len(obj["time"]) + len(obj["run_id"])
-        )  # a byte a character, at least
+        # the least its envelope can take: its strings a byte a character
+        strings = len(obj["session_id"]) + len(obj["time"]) + len(obj["run_id"])
         referred = _referred(len(raw), len(_POOLED_FRAME) + len(str(seq)) + 2 * len(kind) + strings)
         if kind == "message":
             self._seqs.append(seq)
