@@ -4155,9 +4155,12 @@ def find(
 
 
 def _resolved(record: Record, index: _Index, name: Optional[str]) -> Record:
-    if record.type != "model_request" or "messages" not in record.data:
-        return record
-    return record._replace(data=index.resolved(record.data, name))
+    return record._replace(data=index.resolved(record.data, name)) if _refers(record) else record
+
+
+def _refers(record: Record) -> bool:
+    """Whether *record* is a request that refers to its messages (one read in a version-2 file)."""
+    return record.type == "model_request" and "messages" in record.data
 
 
 _OPENS = {
@@ -4579,11 +4582,11 @@ def _show_command(args: Any) -> int:
             if ref.execution_id != args.execution or args.attempt not in (None, ref.attempt):
                 return
         line = lines.last
-        if not args.as_written and index.version > 1:
-            resolved = _resolved(record, index, args.file)
-            if resolved is not record:
-                line = b"" if args.pretty else _exact_line(record, index, args.file)
-                record = resolved
+        if not args.as_written and index.version > 1 and _refers(record):
+            if args.pretty:
+                record = _resolved(record, index, args.file)
+            else:
+                line = _exact_line(record, index, args.file)
         if args.pretty:
             line = _for_terminal(_transcript(record), newlines=True).encode(errors="backslashreplace")
         try:
