@@ -1081,6 +1081,7 @@ def test_html_page_cut_keeps_start_end_and_failures_and_names_what_it_left_out(t
         for n in range(300):
             error = f"failure {n}" if n in (150, 299) else None
             tool = Execution(f"t{n}", "tool")
+            run.record(Event("tool_exec_start", execution=tool, tool="x"))
             run.record(Event("tool_exec_end", execution=tool, tool="x", result="y" * 500, error=error))
     whole = html_page(path)
     page = html_page(path, "--max-bytes", "40000")
