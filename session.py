@@ -3049,26 +3049,17 @@ def _seekable(f: Any) -> bool:
 
 
 class _Tally:
-    """Counts runs and checkpoints as records stream by (for ``validate``), and keeps where
-    the latest checkpoint lies (for ``open``)."""
+    """Keeps where the latest checkpoint lies as records stream by (for ``open`` and the
+    ``checkpoint`` command)."""
 
     def __init__(self) -> None:
-        self.runs = 0
-        self.closed_runs = 0
-        self.checkpoints = 0
         self._latest: Optional[Record] = None
         self._latest_end: Optional[int] = None
 
     def __call__(self, record: Record) -> None:
         if self._latest_end is None and self._latest is not None:
             self._latest_end = record.offset
-        kind = record.type
-        if kind == "run_start":
-            self.runs += 1
-        elif kind == "run_close":
-            self.closed_runs += 1
-        elif kind == "checkpoint":
-            self.checkpoints += 1
+        if record.type == "checkpoint":
             self._latest = record._replace(data={})  # where it is, not what it holds
             self._latest_end = None
 
@@ -3086,7 +3077,7 @@ _SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()  # what a forked child m
 
 
 _Redact = Callable[[Dict[str, Any]], Dict[str, Any]]
-_Place = Tuple[int, int, int]  # a message record's seq, the message records before it, its line's size
+_Place = Tuple[int, int, int]  # a message record's seq, the message records before it, _referred
 _NO_PLACE: _Place = (0, -2, 0)  # no record: seq 0, and no message record comes right after it
 
 
@@ -3358,7 +3349,7 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
 
 
 def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> None:
-    """Count *record* in *tally*; note a message or tool list record in *written*, with the
+    """Note *record* in *tally*, and a message or tool list record in *written*, with the
     digest of its content unless its line was too long to be read whole."""
     tally(record)
     kind = record.type
