@@ -91,6 +91,7 @@ __all__ = [
     "Session",
     "Run",
     "Event",
+    "register_event_type",
     "Execution",
     "ModelRequest",
     "CallConfig",
@@ -1996,6 +1997,9 @@ _PROJECTIONS: Dict[str, Optional[_Projection]] = {  # None: not written (transie
     "agent_end": _projection("summary", "error"),
     "error": _projection("error"),
 }
+# The types a misspelling is told from; a host's own are registered (register_event_type)
+_EVENT_TYPES = frozenset(_PROJECTIONS) | {"recording_gap"} | _POOLED
+_HOST_TYPES: Set[str] = set()
 # Version 2 writes a model_request's messages and tools apart (other types' requests whole)
 _REQUEST_V2 = (*_projection("execution"), ("request", _put_request_config))
 
@@ -2299,7 +2303,7 @@ def _records(
         if run_id != open_run or kind in _RUN_CHANGES:
             open_run = _open_run(kind, run_id, open_run, seen, name, seq + 1, offset)
         if index is not None and kind in _INDEXED:
-            data = index.take(kind, seq + 1, offset, raw, data, name)
+            data = index.take(kind, seq + 1, offset, raw, obj, name)
         seq += 1
         yield new(Record, (session_id, seq, kind, time, run_id, data, offset))
         offset += len(raw)
@@ -2811,14 +2815,35 @@ def _envelope_problem(obj: Dict[str, Any], session_id: Optional[str], seq: int) 
 
 
 _POOLED_KEYS = frozenset({"messages", "tools"})  # where a version-2 request's references are
+_AsText = Callable[[bytes], Any]
 _KEPT = 64 << 20  # bytes of message and tool list lines a resolving reader keeps at most
 _RANGES = "data.messages must be a list of [first, last] seq ranges"
 
 
+# What a message or tool list record's line holds beside its value, its type (twice) and the
+# text of its envelope's strings
+_POOLED_FRAME = '{"session_id":"","seq":,"type":"","time":"","run_id":"","data":{"":}}\n'
+
+
+def _referred(size: int, frame: int) -> int:
+    """What the value of a message or tool list record adds to a request that refers to it,
+    from its line's *size* and the bytes of the line around the value (exactly, for a line
+    this module writes; at least, for any other): its bytes, and one for a comma in the list
+    version 1 writes.  A request and what it refers to so count no more than version 1's
+    line of it, whose references become the values and their brackets and keys."""
+    return size - frame + 1
+
+
+def _own_referred(kind: str, line: bytes) -> int:
+    """``_referred`` of the *kind* record *line* this module made: its value follows its first
+    ``"data":{"`` (the envelope's strings before it hold no bare quote)."""
+    return _referred(len(line), line.index(b'"data":{"') + len('"data":{"":}}\n') + len(kind))
+
+
 class _Index:
-    """Where the message and tool list records of a version-2 file lie (24 bytes each), to
-    check every reference of a request as it comes, and, when *resolving*, to give each
-    request its messages and tools back, as version 1 writes them: from lines kept as they
+    """Where the message and tool list records of a version-2 file lie (32 bytes a message
+    record), to check every reference of a request as it comes, and, when *resolving*, to give
+    each request its messages and tools back, as version 1 writes them: from lines kept as they
     streamed by (the latest ``_KEPT`` bytes of them, or all where the file cannot seek), else
     read again from the file."""
 
@@ -2827,20 +2852,25 @@ class _Index:
         self.limit = _MAX_LINE_BYTES + 1  # bytes a request may take with what it refers to
         self.resolving = resolving
         self.last_size = 0  # of the latest message or tool list line
+        self.last_referred = 0  # what it adds to a request that refers to it (see _referred)
         self._f = f
         self._seqs = array("q")  # of the message records, ...
         self._places = array("q")  # ... where their lines start, ...
-        self._sums = array("q", [0])  # ... and the bytes of the lines before each, and of all
-        self._tools: Dict[int, Tuple[int, int]] = {}  # seq -> (offset, size)
+        self._sizes = array("q")  # ... how long they are, ...
+        self._sums = array("q", [0])  # ... and what those before each add to a request, and all
+        self._tools: Dict[int, Tuple[int, int, int]] = {}  # seq -> (offset, size, what it adds)
         self._seekable = _seekable(f)
+        self._fd = _descriptor(f)
         self._keep = resolving if keep is None else keep
         self._kept: OrderedDict[int, bytes] = OrderedDict()  # seq -> line
         self._kept_bytes = 0
 
     def take(
-        self, kind: str, seq: int, offset: int, raw: bytes, data: Dict[str, Any], name: Optional[str]
+        self, kind: str, seq: int, offset: int, raw: bytes, obj: Dict[str, Any], name: Optional[str]
     ) -> Dict[str, Any]:
-        """*data* of the record *seq*, checked (``FormatError``), and resolved if asked to."""
+        """The data of the record *seq*, *obj* on the line *raw*, checked (``FormatError``),
+        and resolved if asked to."""
+        data: Dict[str, Any] = obj["data"]
         if kind == "model_request":
             problem = self._check(seq, len(raw), data) if data.keys() & _POOLED_KEYS else ""
             if problem:
@@ -2850,13 +2880,17 @@ class _Index:
             raise FormatError(f"a {kind} record needs data.{kind}", name, seq, offset)
         if kind == "tools" and type(data[kind]) is not list:
             raise FormatError("data.tools of a tools record must be an array", name, seq, offset)
+        # the least its envelope can take: its strings a byte a character
+        strings = len(obj["session_id"]) + len(obj["time"]) + len(obj["run_id"])
+        referred = _referred(len(raw), len(_POOLED_FRAME) + len(str(seq)) + 2 * len(kind) + strings)
         if kind == "message":
             self._seqs.append(seq)
             self._places.append(offset)
-            self._sums.append(self._sums[-1] + len(raw))
+            self._sizes.append(len(raw))
+            self._sums.append(self._sums[-1] + referred)
         else:
-            self._tools[seq] = (offset, len(raw))
-        self.last_size = len(raw)
+            self._tools[seq] = (offset, len(raw), referred)
+        self.last_size, self.last_referred = len(raw), referred
         if self._keep:
             self._hold(seq, raw)
         return data
@@ -2868,6 +2902,7 @@ class _Index:
         ranges = data.get("messages")
         if type(ranges) is not list:
             return _RANGES
+        size -= len(',"messages":[]') + max(len(ranges) - 1, 0)  # the references, as written here
         for item in ranges:
             if type(item) is not list or len(item) != 2 or not all(type(end) is int for end in item):
                 return _RANGES
@@ -2878,15 +2913,16 @@ class _Index:
             for end, at in zip(item, ends):
                 if at == len(self._seqs) or self._seqs[at] != end:
                     return f"data.messages: record {end} is no message record"
-            size += self._sums[ends[1] + 1] - self._sums[ends[0]]
+            size += self._sums[ends[1] + 1] - self._sums[ends[0]] - len(f"[{first},{last}]")
         if "tools" in data:
             tools = data["tools"]
             if type(tools) is not int or tools not in self._tools:
                 return "data.tools must be the seq of a tool list record before this one"
-            size += self._tools[tools][1]
-        if size > self.limit:  # what the writer refuses, as version 1 refuses so long a line
+            size += self._tools[tools][2] - len(f',"tools":{tools}')
+        if size > self.limit:  # what the writer refuses: more than version 1 writes in a line
             return (
-                f"the request takes {size - 1} bytes with the lines it refers to: longer than max_line_bytes"
+                f"the request takes {size - 1} bytes with the messages and tools it refers to:"
+                " longer than max_line_bytes"
             )
         return ""
 
@@ -2908,18 +2944,22 @@ class _Index:
             out.extend(self._seqs[start:end])
         return out.tolist()
 
-    def _message(self, at: int, name: Optional[str]) -> Any:
-        size = self._sums[at + 1] - self._sums[at]
-        return self._content("message", self._seqs[at], self._places[at], size, name)
+    def _message(self, at: int, name: Optional[str], as_text: Optional[_AsText] = None) -> Any:
+        return self._content("message", self._seqs[at], self._places[at], self._sizes[at], name, as_text)
 
     def resolved(
-        self, data: Dict[str, Any], name: Optional[str], only: Optional[Set[int]] = None
+        self,
+        data: Dict[str, Any],
+        name: Optional[str],
+        only: Optional[Set[int]] = None,
+        as_text: Optional[_AsText] = None,
     ) -> Dict[str, Any]:
         """A copy of the checked request *data* with its messages and tools in ``request``;
-        with *only*, the messages at those positions alone, the others ``None``."""
+        with *only*, the messages at those positions alone, the others ``None``; with
+        *as_text*, what it gives for each one's text in its line, not the value."""
         spans = self._spans(data["messages"])
         if only is None:
-            messages = [self._message(at, name) for start, end in spans for at in range(start, end)]
+            messages = [self._message(at, name, as_text) for start, end in spans for at in range(start, end)]
         else:
             messages = [None] * sum(end - start for start, end in spans)
             wanted, before = iter(sorted(only)), 0  # before: the messages of the spans before
@@ -2931,14 +2971,25 @@ class _Index:
                 before += end - start
         tools = data.get("tools")
         out = {key: value for key, value in data.items() if key not in _POOLED_KEYS}
-        tool_list = [] if tools is None else self._content("tools", tools, *self._tools[tools], name)
+        tool_list = (
+            [] if tools is None else self._content("tools", tools, *self._tools[tools][:2], name, as_text)
+        )
         request = {"messages": messages, "tools": tool_list}
         request.update((key, value) for key, value in data["request"].items() if key not in _POOLED_KEYS)
         out["request"] = request
         return out
 
-    def _content(self, kind: str, seq: int, offset: int, size: int, name: Optional[str]) -> Any:
-        """The message or tool list in the record *seq*, as new objects."""
+    def _content(
+        self,
+        kind: str,
+        seq: int,
+        offset: int,
+        size: int,
+        name: Optional[str],
+        as_text: Optional[_AsText] = None,
+    ) -> Any:
+        """The message or tool list in the record *seq*, as new objects; with *as_text*, what
+        that gives for its text in the line, where ``_value_text`` finds it."""
         raw = self._kept.get(seq)
         if raw is None:
             raw = self._line_at(offset, size)
@@ -2948,19 +2999,46 @@ class _Index:
         data = obj.get("data")
         if obj.get("seq") != seq or obj.get("type") != kind or type(data) is not dict or kind not in data:
             raise FormatError(f"record {seq} changed while it was read", name, seq, offset)
-        return data[kind]
+        value = data[kind]
+        if as_text is not None:
+            text = _value_text(raw, kind, value)
+            if text is not None:
+                return as_text(text)
+        return value
 
     def _line_at(self, offset: int, size: int) -> bytes:
         """The line at *offset* read again: from a plain file's descriptor, which leaves the
         file's position alone, or else seeking there and back."""
+        if self._fd is not None:
+            return _read_at(self._fd, offset, size)
         f = self._f
-        if hasattr(os, "pread") and type(f) in (io.BufferedReader, io.FileIO):  # not gzip's, say
-            return _read_at(f.fileno(), offset, size)
         here = f.tell()
         f.seek(offset)
         raw = f.read(size)
         f.seek(here)
         return raw  # type: ignore[no-any-return]
+
+
+def _descriptor(f: Any) -> Optional[int]:
+    """The descriptor of *f* if it is a plain file (not gzip's, nor a buffer over a stream
+    that has none), to read a line again with ``pread``; else ``None``."""
+    raw = f.raw if type(f) is io.BufferedReader else f
+    if not hasattr(os, "pread") or type(raw) is not io.FileIO:
+        return None
+    return raw.fileno()
+
+
+def _value_text(raw: bytes, kind: str, value: Any) -> Optional[bytes]:
+    """The JSON text of *value*, the message or tool list of the *kind* record *raw*, as the
+    line holds it (a ``RawJSON``'s digits as given), where it lies as this module writes it:
+    after the first ``"data":{"KIND":``, to the line's closing ``}}``; else ``None``."""
+    start = raw.find(b'"data":{"%s":' % kind.encode())
+    if start >= 0 and raw.endswith(b"}}\n"):
+        text = raw[start + len(kind) + len('"data":{"":') : -3]
+        with contextlib.suppress(ValueError, RecursionError):  # not JSON: some other layout
+            if json.loads(text) == value:
+                return text
+    return None
 
 
 def _seekable(f: Any) -> bool:
@@ -2971,26 +3049,17 @@ def _seekable(f: Any) -> bool:
 
 
 class _Tally:
-    """Counts runs and checkpoints as records stream by (for ``validate``), and keeps where
-    the latest checkpoint lies (for ``open``)."""
+    """Keeps where the latest checkpoint lies as records stream by (for ``open`` and the
+    ``checkpoint`` command)."""
 
     def __init__(self) -> None:
-        self.runs = 0
-        self.closed_runs = 0
-        self.checkpoints = 0
         self._latest: Optional[Record] = None
         self._latest_end: Optional[int] = None
 
     def __call__(self, record: Record) -> None:
         if self._latest_end is None and self._latest is not None:
             self._latest_end = record.offset
-        kind = record.type
-        if kind == "run_start":
-            self.runs += 1
-        elif kind == "run_close":
-            self.closed_runs += 1
-        elif kind == "checkpoint":
-            self.checkpoints += 1
+        if record.type == "checkpoint":
             self._latest = record._replace(data={})  # where it is, not what it holds
             self._latest_end = None
 
@@ -3008,14 +3077,15 @@ _SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()  # what a forked child m
 
 
 _Redact = Callable[[Dict[str, Any]], Dict[str, Any]]
-_Place = Tuple[int, int, int]  # a message record's seq, the message records before it, its line's size
+_Place = Tuple[int, int, int]  # a message record's seq, the message records before it, _referred
 _NO_PLACE: _Place = (0, -2, 0)  # no record: seq 0, and no message record comes right after it
 
 
 class _Context(NamedTuple):
     """The latest request's messages, if each is a ``Message``, and its references: the closed
-    ranges' text, the open range's ends, the bytes referred to.  A request that sends the same
-    objects and more goes on from here, without looking up or encoding them again."""
+    ranges' text, the open range's ends, what the messages add to it (``_referred``).  A
+    request that sends the same objects and more goes on from here, without looking up or
+    encoding them again."""
 
     messages: List[Any]
     ranges: Tuple[str, ...] = ()
@@ -3064,8 +3134,8 @@ class _Written:
         return self._hash(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
     def add(self, kind: str, key: Optional[bytes], seq: int, size: int) -> None:
-        """Note the record *seq* of *kind*, *size* bytes, whose content has digest *key*
-        (``None``: not to be referred to); idempotent."""
+        """Note the record *seq* of *kind*, adding *size* to a request (``_referred``), whose
+        content has digest *key* (``None``: not to be referred to); idempotent."""
         if kind == "tools":
             if key is not None:
                 self.tools[key] = (seq, size)
@@ -3120,7 +3190,8 @@ class _Written:
         self, text: str, context: _Context, places: List[Any], tools: Any, messages: List[Any]
     ) -> Tuple[str, int]:
         """The data *text* of a request with its ``messages`` and ``tools`` references, from
-        what ``plan`` and ``tool_list`` found, and the bytes of the lines they refer to.  Called
+        what ``plan`` and ``tool_list`` found, and what the records they name add to its size
+        (``_referred``), less the references' own text.  Called
         as its line is written, the new records being in the file; the request becomes the
         latest even if its line is then refused as too long (what it names is in the file)."""
         try:
@@ -3136,7 +3207,7 @@ class _Written:
         context = context.extended(messages, places)
         self.context = context if all(type(m) is Message for m in new) else _NO_CONTEXT
         tail = f",{context.references()}" + ("" if tools is None else f',"tools":{tools[0]}')
-        referred = context.size + (0 if tools is None else tools[1])
+        referred = context.size + (0 if tools is None else tools[1]) - len(tail)
         return (f"{text[:-1]}{tail}}}" if text != "{}" else f"{{{tail[1:]}}}"), referred
 
 
@@ -3209,7 +3280,10 @@ def _publish(name: str, header: bytes) -> int:
         with contextlib.suppress(OSError):  # what is raised says what went wrong
             os.unlink(temporary)
         raise
-    return _link(fd, temporary, name)
+    try:
+        return _link(fd, temporary, name)
+    except FileExistsError as exc:  # it names the temporary file first: the path is what is there
+        raise FileExistsError(exc.errno, exc.strerror, name) from None
 
 
 def open(  # noqa: A001 - the contract's name; the builtin stays reachable as builtins.open
@@ -3275,7 +3349,7 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
 
 
 def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> None:
-    """Count *record* in *tally*; note a message or tool list record in *written*, with the
+    """Note *record* in *tally*, and a message or tool list record in *written*, with the
     digest of its content unless its line was too long to be read whole."""
     tally(record)
     kind = record.type
@@ -3285,7 +3359,7 @@ def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> No
             value = record.data[kind]
             with contextlib.suppress(_NestedTooDeeply):  # no digest: never referred to
                 key = written.digest(_anywhere(_dumps, value, functools.partial(_nesting, value)))
-        written.add(kind, key, record.seq, index.last_size)
+        written.add(kind, key, record.seq, index.last_referred)
 
 
 def _too_long(size: int, referred: int) -> str:
@@ -3293,7 +3367,8 @@ def _too_long(size: int, referred: int) -> str:
         return f"a line of {size - 1} bytes is longer than max_line_bytes"
     whole = size + referred - 1
     return (
-        f"a request of {size - 1} bytes, {whole} with the lines it refers to, is longer than max_line_bytes"
+        f"a request of {size - 1} bytes, {whole} with the messages and tools it refers to in place,"
+        " is longer than max_line_bytes"
     )
 
 
@@ -3535,7 +3610,9 @@ class Session:
             self._seq, self._size, self._run = pending.seq, end, pending.run
             self._checkpoint = pending.checkpoint
             if pending.key is not None:
-                self._written.add(pending.kind, pending.key, pending.seq, len(pending.line))  # type: ignore[union-attr]
+                self._written.add(  # type: ignore[union-attr]
+                    pending.kind, pending.key, pending.seq, _own_referred(pending.kind, pending.line)
+                )
         self._pending = None
 
     def _append(
@@ -3592,7 +3669,7 @@ class Session:
             raise self._fail(exc, "cannot write") from exc
         self._seq, self._size, self._run = seq, end, after
         if key is not None:
-            self._written.add(kind, key, seq, len(line))  # type: ignore[union-attr]
+            self._written.add(kind, key, seq, _own_referred(kind, line))  # type: ignore[union-attr]
         if sync:
             self._sync()
         # A checkpoint is the latest once synced (a failed sync clears _pending); if an
@@ -3729,6 +3806,30 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def register_event_type(name: str) -> None:
+    """Declare *name* an event type of the host's own: ``Run.record`` writes an event of a
+    type it does not know either way (with every field, see the format), but warns of one
+    that is not registered (a ``RuntimeWarning``: a misspelt type is a record nobody finds)."""
+    if type(name) is not str or not name:
+        raise TypeError(f"an event type is a non-empty str, not {name!r}")
+    if name in _RESERVED or name in _POOLED:
+        raise ValueError(f"{name!r} is a reserved record type")
+    _HOST_TYPES.add(name)
+
+
+def _warn_unknown_type(kind: str) -> None:
+    import difflib  # here: only a type nobody registered needs it
+
+    close = difflib.get_close_matches(kind, sorted(_EVENT_TYPES), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    warnings.warn(
+        f"{kind!r} is no known event type{hint}; it is recorded all the same."
+        f" session.register_event_type({kind!r}) declares a type of your own",
+        RuntimeWarning,
+        stacklevel=3,  # the host's call of record
+    )
+
+
 class Run:
     """One loop invocation inside a session; get one from ``Session.begin_run``.
 
@@ -3765,6 +3866,8 @@ class Run:
         session = self._session
         if kind in _RESERVED or (kind in _POOLED and session._written is not None):
             raise ValueError(f"{kind!r} is a reserved record type")
+        if kind not in _EVENT_TYPES and kind not in _HOST_TYPES:
+            _warn_unknown_type(kind)
         # Encoding under the lock too: threads then wait on the lock, not for the GIL while
         # holding it around a write (measured: 8 threads keep 0.7x, not 0.3x, of one thread's pace).
         with session._lock:
@@ -3910,9 +4013,7 @@ def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LIN
         if error.line == 1 or cut is None:
             raise error
         if isinstance(error, _LineTooLong):  # maybe a valid line: cutting it is not for a default to decide
-            raise FormatError(
-                f"{error.reason}; not cut: repair with a larger max_line_bytes", *error.args[1:]
-            )
+            raise _NotCut(error.reason, *error.args[1:])
         size = os.fstat(fd).st_size
         backup = _backup(fd, name)
         try:
@@ -3928,6 +4029,22 @@ def repair(path: Union[str, os.PathLike[str]], *, max_line_bytes: int = _MAX_LIN
         return RepairResult(error.line - 1 if error.line else 0, size - cut, backup, error)
     finally:
         _release(fd)
+
+
+class _NotCut(FormatError):
+    """``repair`` cuts no line only for being longer than the limit: *too_long* says which
+    line, and the reason names the limit as *option* (the keyword, or the command's flag)."""
+
+    def __init__(
+        self,
+        too_long: str,
+        path: Optional[str],
+        line: Optional[int],
+        offset: Optional[int],
+        option: str = "max_line_bytes",
+    ) -> None:
+        super().__init__(f"{too_long}; not cut: repair with a larger {option}", path, line, offset)
+        self.too_long = too_long
 
 
 def _backup(fd: int, name: str) -> str:
@@ -3979,9 +4096,13 @@ class RunInfo:
 class Gap:
     """Missing evidence: *kind* is ``run_not_closed``, ``no_agent_end``,
     ``model_call_unfinished``, ``tool_call_unfinished`` or ``unrecorded`` (a
-    ``recording_gap`` record: its recorder says it missed something); *seq* is the record that
-    opened it; *ref* the call to look up (``None`` for the first two, and for a
-    ``recording_gap`` outside a call)."""
+    ``recording_gap`` record: its recorder says it missed something); or a history that
+    cannot have happened, as a recorder's bug writes it: ``call_ended_twice``,
+    ``call_end_without_start`` (a ``model_exec_end`` or ``tool_exec_end`` of no call open
+    before it) or ``unknown_parent`` (a call whose ``parent_id`` names no call before it in
+    its run).  *seq* is the record that opened it (for the last three, the record that
+    contradicts the history); *ref* the call to look up (``None`` for the first two, and for
+    a ``recording_gap`` outside a call)."""
 
     kind: str
     run_id: str
@@ -4025,9 +4146,12 @@ def find(
 
 
 def _resolved(record: Record, index: _Index, name: Optional[str]) -> Record:
-    if record.type != "model_request" or "messages" not in record.data:
-        return record
-    return record._replace(data=index.resolved(record.data, name))
+    return record._replace(data=index.resolved(record.data, name)) if _refers(record) else record
+
+
+def _refers(record: Record) -> bool:
+    """Whether *record* is a request that refers to its messages (one read in a version-2 file)."""
+    return record.type == "model_request" and "messages" in record.data
 
 
 _OPENS = {
@@ -4050,7 +4174,8 @@ _SUMMARY_DATA: _DataKeys = {
 
 def summarize(source: _Source, *, max_line_bytes: int = _MAX_LINE_BYTES) -> Summary:
     """Runs, record counts, checkpoints, token usage and evidence gaps of *source*, in one
-    streaming pass (memory grows with the runs and the calls still open, not the file).
+    streaming pass (memory grows with the runs, the calls still open, the gaps and the calls
+    of the run being read, not the file).
     Works on every file ``read`` accepts: data of a shape the format does not write is
     counted in ``Summary.uninterpreted``, not an error."""
     tally = _Summarizer()
@@ -4082,6 +4207,8 @@ class _RunState:
 
 
 _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_call_unfinished"}
+# Gaps of a history that cannot have happened: what a recorder's bug writes
+_IMPOSSIBLE = ("call_ended_twice", "call_end_without_start", "unknown_parent")
 
 
 class _Summarizer:
@@ -4091,6 +4218,11 @@ class _Summarizer:
         self.run: Optional[_RunState] = None  # the latest run_start's: the reader lets no other through
         self.usage: Dict[str, int] = {}
         self.uninterpreted = 0
+        self.replies = 0  # model_exec_end records of a call that succeeded
+        # the latest run's calls, (the gap kind an unfinished one is, (execution id, attempt)),
+        # and their execution ids: kept for that run only (ids are run-local)
+        self.started: Set[Tuple[str, Tuple[str, int]]] = set()
+        self.ids: Set[str] = set()
 
     def __call__(self, record: Record) -> None:
         kind = record.type
@@ -4100,6 +4232,7 @@ class _Summarizer:
             return
         if kind == "run_start":
             self.run = self.runs[record.run_id] = _RunState(record)
+            self.started, self.ids = set(), set()
         run = self.run
         assert run is not None
         run.last = record
@@ -4116,12 +4249,13 @@ class _Summarizer:
         if opens is not None:  # the calls first: most records are theirs
             call = _execution_key(record)
             if call is not None:
-                run.open_gaps.setdefault((opens, call), record.seq)
+                self._open(run, opens, call, record)
         elif kind in _CLOSES:
             call = _execution_key(record)
             if call is not None:
-                run.open_gaps.pop((_CLOSES[kind], call), None)
+                self._close(run, _CLOSES[kind], call, record.seq)
             if kind == "model_exec_end" and "error" not in record.data:
+                self.replies += 1
                 self._add_usage(record.data.get("message"))
         elif kind == "run_close":
             run.closed = True
@@ -4135,6 +4269,21 @@ class _Summarizer:
             run.open_gaps.pop(("no_agent_end", 0), None)
             run.end_reason = data.summary.end_reason if data.summary else ""
             run.error = data.error
+
+    def _open(self, run: _RunState, opens: str, call: Tuple[str, int], record: Record) -> None:
+        """Note the call *call* opened by *record*, and whether its parent is a call before it."""
+        run.open_gaps.setdefault((opens, call), record.seq)
+        parent = record.data["execution"].get("parent_id", "")
+        if parent and parent not in self.ids:
+            run.open_gaps.setdefault(("unknown_parent", call), record.seq)
+        self.started.add((opens, call))
+        self.ids.add(call[0])
+
+    def _close(self, run: _RunState, opened: str, call: Tuple[str, int], seq: int) -> None:
+        """Note the end, at *seq*, of *call*: of an open call, or a gap of an impossible history."""
+        if run.open_gaps.pop((opened, call), None) is None:
+            kind = "call_ended_twice" if (opened, call) in self.started else "call_end_without_start"
+            run.open_gaps.setdefault((kind, call), seq)
 
     def _add_usage(self, message: Any) -> None:
         value = message.get("value") if type(message) is dict else None
@@ -4178,18 +4327,21 @@ _EX_IOERR = 74  # BSD sysexits.h: an error while doing I/O on some file (here, t
 _READS_STDIN = ("validate", "summary", "show")  # checkpoint reads its line twice; repair cuts a file
 
 
-def _valid_fields(name: str, result: ReadResult, tally: _Tally) -> Dict[str, Any]:
-    """``validate --json``'s object for a valid file."""
+def _valid_fields(name: str, result: ReadResult, tally: _Summarizer) -> Dict[str, Any]:
+    """``validate --json``'s object for a valid file, from what *tally* saw of it: *impossible*
+    lists the seqs of the records of a history that cannot have happened (valid all the same)."""
+    summary = tally.summary(result)
     return {
         "file": name,
         "ok": True,
         "session_id": result.session_id,
         "records": result.records,
-        "runs": tally.runs,
-        "incomplete_runs": tally.runs - tally.closed_runs,
-        "checkpoints": tally.checkpoints,
+        "runs": len(summary.runs),
+        "incomplete_runs": sum(not run.closed for run in summary.runs),
+        "checkpoints": summary.checkpoints,
         "complete_bytes": result.complete_bytes,
         "tail_bytes": result.tail_bytes,
+        "impossible": [gap.seq for gap in summary.gaps if gap.kind in _IMPOSSIBLE],
     }
 
 
@@ -4240,21 +4392,33 @@ def _captured(work: Callable[[Any, str], int], args: Any, name: str) -> Tuple[in
 
 
 def _validate_file(args: Any, name: str) -> int:
-    tally = _Tally()
+    tally = _Summarizer()
     try:
-        result = _read_file(name, args.max_line_bytes, tally, keys=_NO_DATA)
+        result = _read_file(name, args.max_line_bytes, tally, keys=_SUMMARY_DATA)
     except (FormatError, OSError) as exc:
         _print_failure(name, exc, args.json)
         return 1
+    fields = _valid_fields(name, result, tally)
     if args.json:
-        _print_json(_valid_fields(name, result, tally))
+        _print_json(fields)
     else:
         _print_text(
-            f"{name}: ok, {_count(result.records, 'record')}, {_count(tally.runs, 'run')} "
-            f"({tally.runs - tally.closed_runs} incomplete), {_count(tally.checkpoints, 'checkpoint')}"
-            f"{_tail_text(result.tail_bytes)}"
+            f"{name}: ok, {_count(result.records, 'record')}, {_count(fields['runs'], 'run')} "
+            f"({fields['incomplete_runs']} incomplete), {_count(fields['checkpoints'], 'checkpoint')}"
+            f"{_impossible_text(fields['impossible'])}{_tail_text(result.tail_bytes)}"
         )
     return 0
+
+
+_LISTED = 10  # seqs a line names at most
+
+
+def _impossible_text(seqs: List[int]) -> str:
+    """What ``validate`` says of the records of an impossible history (``summary`` says more)."""
+    if not seqs:
+        return ""
+    shown = ", ".join(map(str, seqs[:_LISTED])) + (", ..." if len(seqs) > _LISTED else "")
+    return f", {_count(len(seqs), 'record')} of an impossible history (seq {shown}; see summary)"
 
 
 def _count(number: int, noun: str) -> str:
@@ -4273,6 +4437,8 @@ def _repair_command(args: Any) -> int:
         valid = result.error is None  # and maybe ending in an unfinished line, which repair leaves
         tail = read(name, lambda record: None, max_line_bytes=args.max_line_bytes).tail_bytes if valid else 0
     except (SessionError, OSError) as exc:
+        if isinstance(exc, _NotCut):
+            exc = _NotCut(exc.too_long, exc.path, exc.line, exc.offset, "--max-line-bytes")
         _print_failure(name, exc, False)
         if isinstance(exc, FormatError) and exc.line == 1:
             _print_error(f"{name}: not repaired: without a good first line there is no session to keep")
@@ -4306,7 +4472,7 @@ def _summarize_file(args: Any, name: str) -> int:
             fields["gaps"] = [dict(vars(gap), ref=gap.ref and gap.ref.to_json()) for gap in summary.gaps]
             _print_json({"file": name, "ok": True, **fields})
         else:
-            for line in _summary_lines(args.prog, name, summary):
+            for line in _summary_lines(args.prog, name, summary, tally.replies):
                 _print_text(line)
     except (ValueError, RecursionError) as exc:
         _print_failure(name, ValueError(f"cannot print the summary: {exc}"), as_json)
@@ -4314,7 +4480,7 @@ def _summarize_file(args: Any, name: str) -> int:
     return 0
 
 
-def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
+def _summary_lines(prog: str, name: str, summary: Summary, replies: int) -> List[str]:
     out = [
         f"{name}: session {summary.session_id}, {_count(summary.records, 'record')}, "
         f"{_count(len(summary.runs), 'run')}, {_count(summary.checkpoints, 'checkpoint')}"
@@ -4331,7 +4497,7 @@ def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
         if run.error is not None:
             out.append(f"  error: {_error_text(run.error)}")
     out.append("records by type: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())))
-    out.append("usage: " + (", ".join(f"{k} {v}" for k, v in summary.usage.items()) or _no_usage(summary)))
+    out.append("usage: " + (", ".join(f"{k} {v}" for k, v in summary.usage.items()) or _no_usage(replies)))
     if summary.uninterpreted:
         out.append(f"uninterpreted: {summary.uninterpreted} records whose data has an unexpected shape")
     out.append("gaps: none" if not summary.gaps else f"gaps: {len(summary.gaps)}")
@@ -4346,13 +4512,13 @@ def _summary_lines(prog: str, name: str, summary: Summary) -> List[str]:
     return out
 
 
-def _no_usage(summary: Summary) -> str:
-    """Why a summary has no usage: a host that records a provider's own message dicts gets none."""
-    calls = summary.counts.get("model_exec_end", 0)
-    if not calls:
+def _no_usage(replies: int) -> str:
+    """Why a summary has no usage, from the *replies* (successful ``model_exec_end`` records):
+    a host that records a provider's own message dicts gets none."""
+    if not replies:
         return "none reported"
     return (
-        f"none reported by {_count(calls, 'model_exec_end record')}: no message of theirs is a"
+        f"none reported by {_count(replies, 'successful model_exec_end record')}: no message of theirs is a"
         f" Message whose usage has {', '.join(sorted(_USAGE_COUNTS))}; record each reply as"
         " session.Message(..., usage={'input': N, 'output': N})"
     )
@@ -4407,11 +4573,11 @@ def _show_command(args: Any) -> int:
             if ref.execution_id != args.execution or args.attempt not in (None, ref.attempt):
                 return
         line = lines.last
-        if not args.as_written and index.version > 1:
-            resolved = _resolved(record, index, args.file)
-            if resolved is not record:
-                record = resolved
-                line = b"" if args.pretty else _record_line(resolved, args.file)
+        if not args.as_written and index.version > 1 and _refers(record):
+            if args.pretty:
+                record = _resolved(record, index, args.file)
+            else:
+                line = _exact_line(record, index, args.file)
         if args.pretty:
             line = _for_terminal(_transcript(record), newlines=True).encode(errors="backslashreplace")
         try:
@@ -4526,6 +4692,21 @@ class _Tap:
     def readline(self, size: int = -1, /) -> bytes:
         self.last = self._f.readline(size)
         return self.last
+
+
+def _exact_line(record: Record, index: _Index, name: str) -> bytes:
+    """The version-2 request *record* as version 1 writes it, each message and tool list as
+    its own record holds it: a mark in its place, then its text for the mark."""
+    texts: List[bytes] = []
+    token = _new_id()
+
+    def mark(text: bytes) -> str:
+        texts.append(text)
+        return f"\0{token}{len(texts) - 1}"
+
+    data = index.resolved(record.data, name, as_text=mark)
+    line = _record_line(record._replace(data=data), name)
+    return re.sub(rb'"\\u0000%s(\d+)"' % token.encode(), lambda m: texts[int(m[1])], line)
 
 
 def _record_line(record: Record, name: str) -> bytes:

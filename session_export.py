@@ -87,7 +87,6 @@ from session import (
     _parse_rfc3339,
     _read,
     _Summarizer,
-    _Tally,
 )
 
 # isort: split
@@ -383,7 +382,7 @@ def _export_file(
 def _copied(name: str, lines: _CopiedLines, max_line_bytes: int) -> Dict[str, Any]:
     """Read *name* through *lines*, which copy each record that passes; ``validate --json``'s
     fields for it."""
-    tally = _Tally()
+    tally = _Summarizer()
     try:
         with builtins.open(name, "rb", _READ_BUFFER) as f:
             result = lines.read(f, name, max_line_bytes, tally)
@@ -2947,7 +2946,7 @@ def _file_spans(
 ) -> Tuple[List[_OtlpSpan], Dict[str, Any]]:
     """The spans of the file *name* (none when it is invalid), and its manifest entry."""
     traces = _Traces(content, salt)
-    tally = _Tally()
+    tally = _Summarizer()
 
     def visit(record: Record) -> None:
         tally(record)

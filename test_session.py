@@ -71,6 +71,8 @@ UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 12, 2, 9, 27, 36, 123456, tzinfo=UTC)
 MODEL = Execution("m1", "model")
 TOOL = Execution("t1", "tool", parent_id="m1", turn_index=1)
+session.register_event_type("my_custom_event")  # the tests' own types, as a host registers its own
+session.register_event_type("my_own_event")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -208,6 +210,7 @@ SPEC_NAMES = [
     *("ToolReferenceBlock", "ContentBlock", "Usage", "Cost", "STOP_REASONS"),
     *("text_block", "thinking_block", "tool_call_block", "image_block", "tool_reference_block"),
     *("tool_result",),  # section 4: the message vocabulary
+    *("register_event_type",),  # section 3: a host's own event types
 ]
 
 
@@ -2603,6 +2606,41 @@ def test_reserved_types_are_refused_and_not_sticky(tmp_path: Path, kind: str) ->
     assert [r.type for r in records(path)][2:] == ["turn_start", "run_close"]
 
 
+def test_a_misspelt_event_type_warns_naming_the_closest_known_type(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        with pytest.warns(
+            RuntimeWarning,
+            match=r"'model_exec_ned' is no known event type \(did you mean 'model_exec_end'\?\)",
+        ) as caught:
+            assert run.record(Event("model_exec_ned", execution=MODEL))
+        assert [w.filename for w in caught] == [__file__]  # the line that recorded it
+        with pytest.warns(
+            RuntimeWarning, match=r"'approval_asked' is no known event type; .*register_event_type"
+        ):
+            run.record(Event("approval_asked"))
+        session.register_event_type("approval_asked")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            run.record(Event("approval_asked"))
+            run.record(Event("recording_gap", details={"unrecorded": "x"}))  # known, though no table row
+    assert [r.type for r in records(path)][2:-1] == [
+        "model_exec_ned",
+        "approval_asked",
+        "approval_asked",
+        "recording_gap",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [("", TypeError), (None, TypeError), ("run_close", ValueError), ("message", ValueError)],
+)
+def test_register_event_type_refuses_what_is_no_event_type(name: Any, error: type) -> None:
+    with pytest.raises(error):
+        session.register_event_type(name)
+
+
 @pytest.mark.parametrize("kind", ["", None, 5, b"turn_start"])
 def test_a_type_that_is_not_a_non_empty_string_is_a_type_error(tmp_path: Path, kind: Any) -> None:
     with session.create(tmp_path / "s.jsonl") as s, s.begin_run() as run:
@@ -2956,8 +2994,9 @@ def test_create_refuses_every_file_that_exists(tmp_path: Path, content: bytes) -
     path = tmp_path / "s.jsonl"
     path.write_bytes(content)
     path.chmod(0o600)  # as a create would have made it
-    with pytest.raises(FileExistsError):
+    with pytest.raises(FileExistsError) as info:
         session.create(path)
+    assert str(info.value) == f"[Errno {errno.EEXIST}] {os.strerror(errno.EEXIST)}: {str(path)!r}"
     assert path.read_bytes() == content
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]  # no temporary name left
 
@@ -4722,7 +4761,8 @@ def test_a_long_line_gets_the_verdict_json_gives_without_being_built(tmp_path: P
     if valid:  # read built the data; the others did not
         assert whole[2].data["result"][:3] == [{}, 1.5, 0]
         assert scanned[2].data == {} and scanned[2]._replace(data=whole[2].data) == whole[2]
-        assert session.summarize(path).gaps == []  # the call's execution was read
+        [gap] = session.summarize(path).gaps  # the call's execution was read: its end has no start
+        assert (gap.kind, gap.seq, gap.ref and gap.ref.execution_id) == ("call_end_without_start", 3, "t1")
 
 
 PEAK_OF_VALIDATE = """
@@ -5007,16 +5047,83 @@ def test_summarize_finds_runs_counts_usage_and_gaps(tmp_path: Path) -> None:
     assert b == session.RunInfo(ids["b"], 16, 21, rs[15].time, rs[20].time, 6, False, "", None)
     assert c == session.RunInfo(ids["c"], 22, 26, rs[21].time, rs[25].time, 5, True, "done", None)
 
-    def ref(execution: str) -> CallRef:
-        return CallRef(ids["session"], ids["b"], execution, 1)
+    def ref(execution: str, run: str = "b") -> CallRef:
+        return CallRef(ids["session"], ids[run], execution, 1)
 
     assert summary.gaps == [
+        session.Gap("call_end_without_start", ids["a"], 13, ref("m3", "a")),  # its usage counts all the same
         session.Gap("run_not_closed", ids["b"], 16, None),
         session.Gap("no_agent_end", ids["b"], 17, None),
         session.Gap("model_call_unfinished", ids["b"], 18, ref("m2")),
         session.Gap("tool_call_unfinished", ids["b"], 20, ref("t2")),
         session.Gap("model_call_unfinished", ids["b"], 21, ref("m3")),
     ]
+
+
+def impossible_file(path: Path) -> Dict[str, Any]:
+    """A run whose records tell what cannot have happened, as a recorder's bug writes them:
+    a model call ended twice (seq 5), a tool call ended unstarted (seq 6), a tool call whose
+    parent is no call (seq 7)."""
+    model, orphan = Execution("m1", "model"), Execution("t1", "tool", parent_id="m1")
+    child = Execution("t2", "tool", parent_id="m9")
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_exec_start", execution=model))
+        run.record(Event("model_exec_end", execution=model, message=usage_message("hi")))
+        run.record(Event("model_exec_end", execution=model, message=usage_message("hi")))
+        run.record(Event("tool_exec_end", execution=orphan, tool="ls", result=[]))
+        run.record(Event("tool_exec_start", execution=child, tool="ls"))
+        run.record(Event("tool_exec_end", execution=child, tool="ls", result=[]))
+        return {"session": s.session_id, "run": run.run_id}
+
+
+def test_an_impossible_history_is_a_gap_of_its_own_kind_everywhere(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    ids = impossible_file(path)
+
+    def ref(execution: str) -> CallRef:
+        return CallRef(ids["session"], ids["run"], execution, 1)
+
+    gaps = [
+        session.Gap("call_ended_twice", ids["run"], 5, ref("m1")),
+        session.Gap("call_end_without_start", ids["run"], 6, ref("t1")),
+        session.Gap("unknown_parent", ids["run"], 7, ref("t2")),
+    ]
+    assert session.summarize(path).gaps == gaps
+    text = run_cli("summary", str(path)).stdout
+    assert "gaps: 3\n  seq 5: call_ended_twice, m1 attempt 1\n" in text
+    assert "  seq 6: call_end_without_start, t1 attempt 1\n" in text and "  seq 7: unknown_parent, t2" in text
+    report = json.loads(run_cli("summary", "--json", str(path)).stdout)
+    assert [(gap["kind"], gap["seq"], CallRef.from_json(gap["ref"])) for gap in report["gaps"]] == [
+        (gap.kind, gap.seq, gap.ref) for gap in gaps
+    ]
+    checked = run_cli("validate", str(path))
+    assert (checked.returncode, checked.stdout) == (
+        0,
+        f"{path}: ok, 9 records, 1 run (0 incomplete), 0 checkpoints, 3 records of an impossible history"
+        " (seq 5, 6, 7; see summary)\n",
+    )
+    assert json.loads(run_cli("validate", "--json", str(path)).stdout)["impossible"] == [5, 6, 7]
+    with session.open(path) as s, s.begin_run() as run:  # writers take them all the same
+        assert run.record(Event("tool_exec_end", execution=Execution("t3", "tool"), tool="ls"))
+
+
+def test_a_history_that_can_happen_has_no_impossible_gap(tmp_path: Path) -> None:
+    """A retry, a call started by its request alone, a parent before its child, a call id
+    used again in a later run: none of them contradicts the history."""
+    path = tmp_path / "s.jsonl"
+    first, second = Execution("m1", "model"), Execution("m1", "model", attempt=2)
+    tool = Execution("t1", "tool", parent_id="m1")
+    with session.create(path) as s:
+        for _ in range(2):
+            with s.begin_run() as run:
+                run.record(Event("model_request", execution=first, request=ModelRequest([])))
+                run.record(Event("model_exec_end", execution=first, error="429"))
+                run.record(Event("model_exec_start", execution=second))
+                run.record(Event("model_exec_end", execution=second, message=usage_message("hi")))
+                run.record(Event("tool_exec_start", execution=tool, tool="ls"))
+                run.record(Event("tool_exec_end", execution=tool, tool="ls", result=[]))
+    assert session.summarize(path).gaps == []
+    assert run_cli("validate", str(path)).stdout.endswith(" 2 runs (0 incomplete), 0 checkpoints\n")
 
 
 def test_summarize_counts_what_a_recorder_says_it_missed_as_a_gap(tmp_path: Path) -> None:
@@ -5095,7 +5202,7 @@ def test_summary_command(tmp_path: Path) -> None:
         "  error: ValueError: boom\n" in text
         and f"run {ids['b']}: seq 16-21, 6 records, not closed\n" in text
     )
-    assert "usage: input 13, output 6, total_tokens 15\n" in text and "gaps: 5\n" in text
+    assert "usage: input 13, output 6, total_tokens 15\n" in text and "gaps: 6\n" in text
     assert (
         f"  seq 18: model_call_unfinished, m2 attempt 1\n"
         f"    ref {json.dumps(CallRef(ids['session'], ids['b'], 'm2', 1).to_json())}\n" in text
@@ -5127,8 +5234,8 @@ def test_summary_json(tmp_path: Path) -> None:
         )
     ]
     assert report["runs"] == [dataclasses.asdict(run) for run in summary.runs]
-    assert report["gaps"][0] == {"kind": "run_not_closed", "run_id": ids["b"], "seq": 16, "ref": None}
-    assert CallRef.from_json(report["gaps"][2]["ref"]) == summary.gaps[2].ref
+    assert report["gaps"][1] == {"kind": "run_not_closed", "run_id": ids["b"], "seq": 16, "ref": None}
+    assert CallRef.from_json(report["gaps"][3]["ref"]) == summary.gaps[3].ref
     (tmp_path / "bad").mkdir()
     bad, _, _ = damaged(tmp_path / "bad")
     failed = run_cli("summary", "--json", str(bad))
@@ -5710,13 +5817,22 @@ def test_summary_says_why_provider_messages_give_no_usage(tmp_path: Path) -> Non
         run.record(Event("model_exec_end", execution=call, message=openai_style))
     text = run_cli("summary", str(path)).stdout
     assert (
-        "usage: none reported by 1 model_exec_end record: no message of theirs is a Message whose usage"
-        in text
+        "usage: none reported by 1 successful model_exec_end record: no message of theirs is a Message"
+        " whose usage" in text
     )
     assert "record each reply as session.Message(..., usage={'input': N, 'output': N})" in text
     with session.create(tmp_path / "t.jsonl") as s, s.begin_run() as run:
         run.record(Event("turn_start"))
     assert "usage: none reported\n" in run_cli("summary", str(tmp_path / "t.jsonl")).stdout
+
+
+def test_summary_gives_no_usage_advice_when_no_model_call_succeeded(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    call = Execution("m1", "model")
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_exec_start", execution=call))
+        run.record(Event("model_exec_end", execution=call, error="rate limited"))
+    assert "usage: none reported\n" in run_cli("summary", str(path)).stdout
 
 
 def test_validate_reports_a_valid_file(tmp_path: Path) -> None:
@@ -5777,6 +5893,7 @@ def test_validate_json_output(tmp_path: Path) -> None:
         "checkpoints": 1,
         "complete_bytes": result.complete_bytes,
         "tail_bytes": 0,
+        "impossible": [],
     }
     with pytest.raises(FormatError) as info:
         session.read(bad, lambda r: None)
@@ -5891,7 +6008,9 @@ def hostile_file(path: Path) -> Path:
     )
     text = session.text_block(f"hi{HOSTILE}")
     run.record(Event("message_end", execution=MODEL, message=Message(f"user{HOSTILE}", [text])))
-    run.record(Event(f"kind{HOSTILE}", tool=f"ls{HOSTILE}", error=RuntimeError(HOSTILE)))
+    with pytest.warns(RuntimeWarning, match="is no known event type") as caught:
+        run.record(Event(f"kind{HOSTILE}", tool=f"ls{HOSTILE}", error=RuntimeError(HOSTILE)))
+    assert SHOWN in str(caught[0].message) and HOSTILE not in str(caught[0].message)
     run.save_checkpoint({HOSTILE: HOSTILE})
     crash(s)
     return path
@@ -6204,7 +6323,7 @@ def test_repair_says_what_it_did_in_each_case(tmp_path: Path) -> None:
     path.write_bytes(blob_of([HEAD, START, line_obj(3), line_obj(4, data={"x": "y" * 5000}), line_obj(5)]))
     long = run_cli("repair", "--max-line-bytes", "1000", str(path))
     assert long.returncode == 1 and long.stderr == (
-        f"{path}:4: line longer than max_line_bytes (1000); not cut: repair with a larger max_line_bytes"
+        f"{path}:4: line longer than max_line_bytes (1000); not cut: repair with a larger --max-line-bytes"
         f" (offset {offsets(path.read_bytes())[3]})\n"
     )
     path.write_bytes(blob_of([HEAD, START]) + b'{"torn')
@@ -6855,6 +6974,29 @@ def test_version_2_reads_back_what_version_1_writes(steps: List[Tuple[str, int]]
         assert piped == [r.data for r in requests(one)]
 
 
+@hypothesis.settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@hypothesis.given(CONTEXT_STEPS)
+def test_a_limit_version_1_writes_under_version_2_writes_under_too(steps: List[Tuple[str, int]]) -> None:
+    """The size rule of a request and what it refers to is version 1's line: what version 1
+    writes under a max_line_bytes, version 2 writes and reads under it too."""
+    contexts = contexts_of(steps)
+    with tempfile.TemporaryDirectory() as folder:
+        one, _ = record_both(Path(folder), contexts)
+        limit = max(map(len, one.read_bytes().splitlines()))  # its longest line: at the limit
+    with tempfile.TemporaryDirectory() as folder:
+        one, two = record_both(Path(folder), contexts, max_line_bytes=limit)
+        assert [r.data for r in requests(two, max_line_bytes=limit)] == [r.data for r in requests(one)]
+        with session.open(two, max_line_bytes=limit) as s, s.begin_run() as run:  # it learns the sizes
+            n, (messages, tools) = len(contexts) - 1, contexts[-1]
+            request = ModelRequest(messages, tools, CallConfig(max_tokens=n))
+            execution = Execution(f"m{n}", "model", turn_index=n)
+            run.record(Event("model_request", execution=execution, request=request, timestamp=T0))
+    with tempfile.TemporaryDirectory() as folder, pytest.raises(RecordingError):
+        record_both(
+            Path(folder), contexts, max_line_bytes=limit - 1
+        )  # version 1 refuses it: the limit is tight
+
+
 class Unseekable(io.RawIOBase):
     """A binary file read as a pipe is: no seek, no tell, no descriptor."""
 
@@ -7320,7 +7462,9 @@ def test_a_request_no_bigger_whole_than_a_line_may_be(tmp_path: Path) -> None:
     objs[5]["data"]["messages"] = [[3, 4]] * 40  # 40 times two message lines of ~250 bytes
     path.write_bytes(blob_of(objs))
     assert len(records(path)) == 7  # within the default limit
-    with pytest.raises(FormatError, match="with the lines it refers to: longer than max_line_bytes") as info:
+    with pytest.raises(
+        FormatError, match="with the messages and tools it refers to: longer than max_line_bytes"
+    ) as info:
         session.read(path, lambda r: None, max_line_bytes=10_000)
     assert info.value.line == 6
     assert run_cli("validate", str(path), "--max-line-bytes", "10000").returncode == 1
@@ -7328,7 +7472,10 @@ def test_a_request_no_bigger_whole_than_a_line_may_be(tmp_path: Path) -> None:
     s = session.create(written, max_line_bytes=2_000)
     run = s.begin_run()
     run.record(Event("model_request", execution=MODEL, request=ModelRequest(POOL[:4])))  # 4 short lines
-    with pytest.raises(RecordingError, match="with the lines it refers to, is longer than max_line_bytes"):
+    with pytest.raises(
+        RecordingError,
+        match="with the messages and tools it refers to in place, is longer than max_line_bytes",
+    ):
         run.record(Event("model_request", execution=MODEL, request=ModelRequest(POOL[:4] * 5)))
     with pytest.raises(RecordingError):
         s.close()
@@ -7399,6 +7546,56 @@ def test_find_in_a_compressed_file_resolves_its_request(tmp_path: Path, opener: 
     with module.open(packed, "rb") as f:
         [request] = [r for r in session.find(f, ref) if r.type == "model_request"]
     assert request.data == requests(one)[1].data
+
+
+class _Stream(io.RawIOBase):
+    """A host's own raw stream over *blob*: it seeks, and has no descriptor."""
+
+    def __init__(self, blob: bytes) -> None:
+        self._blob, self._at = blob, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self._blob[self._at : self._at + len(buffer)]
+        buffer[: len(chunk)] = chunk
+        self._at += len(chunk)
+        return len(chunk)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._at = offset + (0, self._at, len(self._blob))[whence]
+        return self._at
+
+
+@pytest.mark.parametrize("stream", [io.BytesIO, _Stream])
+def test_find_in_a_stream_without_a_descriptor_resolves_its_request(tmp_path: Path, stream: Any) -> None:
+    one, two = record_both(tmp_path, contexts_of([("grow", 0), ("grow", 1), ("call", 0), ("grow", 2)]))
+    ref = CallRef(records(two)[0].session_id, records(two)[1].run_id or "", "m1", 1)
+    with io.BufferedReader(stream(two.read_bytes())) as f:
+        [request] = [r for r in session.find(f, ref) if r.type == "model_request"]
+    assert request.data == requests(one)[1].data
+
+
+def test_show_prints_a_version_2_request_as_version_1_writes_it_raw_json_digits_and_all(
+    tmp_path: Path,
+) -> None:
+    tools = [RawJSON('{"name": "f", "weight": 0.10000000000000000001, "big": 1E30, "e": "\\u00e9"}')]
+    messages = [POOL[1], {"role": "user", "text": "é \u2028 \x00"}]
+    lines = []
+    for version in (1, 2):
+        path = tmp_path / f"v{version}.jsonl"
+        with session.create(path, version=version) as s, s.begin_run() as run:
+            request = ModelRequest(messages, tools, CallConfig(max_tokens=5))
+            run.record(Event("model_request", execution=MODEL, request=request, timestamp=T0))
+        command = [sys.executable, str(MODULE), "show", str(path), "--type", "model_request"]
+        shown = subprocess.run(command, capture_output=True, timeout=120, check=True).stdout
+        lines.append(shown[shown.index(b',"data":') :])
+    assert b'"weight":0.10000000000000000001,"big":1E30,"e":"\\u00e9"' in lines[0]
+    assert lines[1] == lines[0]
 
 
 def test_a_message_as_deep_as_the_reader_takes_opens_and_shows(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from test_session import (
     dump,
     envelope_lines,
     gappy_file,
+    impossible_file,
     need,
     offsets,
     records,
@@ -1125,6 +1126,7 @@ def test_html_page_cut_keeps_start_end_and_failures_and_names_what_it_left_out(t
         for n in range(300):
             error = f"failure {n}" if n in (150, 299) else None
             tool = Execution(f"t{n}", "tool")
+            run.record(Event("tool_exec_start", execution=tool, tool="x"))
             run.record(Event("tool_exec_end", execution=tool, tool="x", result="y" * 500, error=error))
     whole = html_page(path)
     page = html_page(path, "--max-bytes", "40000")
@@ -1181,6 +1183,15 @@ def test_html_page_lists_gaps_with_refs_and_commands_that_work(tmp_path: Path) -
         assert shown.stdout.splitlines() == path.read_bytes().splitlines()[3:4]
     assert "run_not_closed" in page and "no_agent_end" in page and "model_call_unfinished" in page
     s.close()
+
+
+def test_html_page_lists_the_gaps_of_an_impossible_history(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    impossible_file(path)
+    page = html_page(path)
+    assert "<h2>3 gaps</h2>" in page
+    for seq, kind in ((5, "call_ended_twice"), (6, "call_end_without_start"), (7, "unknown_parent")):
+        assert f'<li><a href="#seq-{seq}">#{seq}</a> {kind} ' in page
 
 
 def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> None:
