@@ -2051,23 +2051,23 @@ if sys.platform == "win32":
         os.lseek(fd, offset, os.SEEK_SET)  # callers hold the session lock
         return os.read(fd, size)
 
-    def _link(fd: int, temporary: str, name: str) -> int:
-        """The file *fd* holds at *temporary* moved to *name*, locked: Windows renames no
+    def _file(name: str, new: bool) -> io.FileIO:
+        """The file at *name* open to append (*new*: created, mode 0600, never replacing one)."""
+        flags = os.O_RDWR | os.O_APPEND | _O_BINARY | (os.O_CREAT | os.O_EXCL if new else 0)
+        return io.FileIO(name, "r+", opener=lambda path, _: os.open(path, flags, 0o600))
+
+    def _link(file: io.FileIO, temporary: str, name: str) -> io.FileIO:
+        """The file *file* holds at *temporary* moved to *name*, locked: Windows renames no
         open file, and its rename never replaces one (``FileExistsError``)."""
-        os.close(fd)
+        file.close()
+        os.rename(temporary, name)
+        file = _file(name, False)
         try:
-            os.rename(temporary, name)
+            _lock(file.fileno(), name)  # LockedError: an open of the new file came first, and has it
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+            file.close()
             raise
-        fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY)
-        try:
-            _lock(fd, name)  # LockedError: an open of the new file came first, and has it
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return file
 
 else:
     import fcntl
@@ -2098,24 +2098,33 @@ else:
     def _pread(fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
 
-    def _link(fd: int, temporary: str, name: str) -> int:
-        """*fd*, locked, of the file at *temporary*, now at *name* instead: a link never
-        replaces a file (``FileExistsError``), and the lock is held before the name exists."""
+    # FileIO calls it in C, and owns the descriptor before a signal's handler can run
+    _CREATE = functools.partial(os.open, mode=0o600)
+
+    def _file(name: str, new: bool) -> io.FileIO:
+        """The file at *name* open to append (*new*: created, mode 0600, never replacing one),
+        owned by its ``FileIO`` from the moment it is open: an interrupt anywhere later drops
+        or closes that, and so the descriptor and its lock."""
+        file = io.FileIO(name, "x+" if new else "r+", opener=_CREATE if new else None)
         try:
-            try:
-                os.link(temporary, name)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-            try:
-                _sync_directory(name)
-            except Exception as exc:
-                os.unlink(name)  # linked just now and locked: nobody else has it
-                raise RecordingError(f"{name}: cannot sync its directory: {exc}") from exc
+            fd = file.fileno()
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         except BaseException:
-            os.close(fd)
+            file.close()
             raise
-        return fd
+        return file
+
+    def _link(file: io.FileIO, temporary: str, name: str) -> io.FileIO:
+        """*file*, locked, at *temporary*, now at *name* instead: a link never replaces a file
+        (``FileExistsError``), and the lock is held before the name exists."""
+        os.link(temporary, name)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        try:
+            _sync_directory(name)
+        except Exception as exc:
+            raise RecordingError(f"{name}: cannot sync its directory: {exc}") from exc
+        return file
 
 
 if sys.platform == "darwin":
@@ -3178,38 +3187,50 @@ def create(
 def _new_session(
     name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int, version: int
 ) -> Session:
+    """A session of a new file at *name*: its header written and synced under a temporary name
+    beside it, locked, then given *name*, never replacing a file there.  Whatever cuts this
+    short (an error, Ctrl-C at any step) leaves neither name, nor the descriptor, behind."""
     session_id = _new_id()
     data = f'{{"version":{version}}}'
     header = f'{_line_head(session_id)}1,"type":"session_start","time":"{_utc_text(None)}","data":{data}}}\n'
-    fd = _publish(name, header.encode())
     written = _Written() if version > 1 else None
-    return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None, written)
-
-
-def _publish(name: str, header: bytes) -> int:
-    """The locked descriptor of a new file at *name* that holds *header*, synced: written
-    under a temporary name beside it, then given *name*, never replacing a file there."""
     folder, base = os.path.split(name)
     base = os.fsdecode(os.fsencode(base)[:200])  # room for the rest within a name's 255 bytes
     temporary = os.path.join(folder, f".{base}.{_new_id()[:16]}.tmp")
+    file: Optional[io.FileIO] = None
+    mine: Optional[os.stat_result] = None
     try:
-        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
-    except OSError as exc:  # no such folder, or no right to write there: as for the path itself
-        exc.filename = name
-        raise
-    try:
-        _lock(fd, temporary)
+        file = _file(temporary, True)
+        mine = os.fstat(file.fileno())
+        _lock(file.fileno(), temporary)
         try:
-            _write_all(fd, header)
-            _sync(fd)
+            _write_all(file.fileno(), header.encode())
+            _sync(file.fileno())
         except Exception as exc:
             raise RecordingError(f"{name}: cannot write the session header: {exc}") from exc
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):  # what is raised says what went wrong
-            os.unlink(temporary)
+        file = _link(file, temporary, name)
+        return Session(name, file, session_id, codec, redact, max_line_bytes, 1, len(header), None, written)
+    except BaseException as exc:
+        if isinstance(exc, FileExistsError) or (file is None and isinstance(exc, OSError)):
+            exc.filename, exc.filename2 = name, None  # the path's trouble, not the temporary name's
+        if file is not None or not isinstance(exc, OSError):  # else nothing was created
+            _abandon(file, mine, temporary, name)
         raise
-    return _link(fd, temporary, name)
+
+
+def _abandon(file: Optional[io.FileIO], mine: Optional[os.stat_result], temporary: str, name: str) -> None:
+    """Undo a create cut short: remove its *temporary* name (random: nobody else's), and *name*
+    while it is still the file *mine* describes; close *file* (after, where the lock keeps
+    others out meanwhile; Windows removes no open file)."""
+    if sys.platform == "win32" and file is not None:
+        file.close()
+    with contextlib.suppress(OSError):
+        os.unlink(temporary)
+    with contextlib.suppress(OSError):
+        if mine is not None and os.path.samestat(os.stat(name, follow_symlinks=False), mine):
+            os.unlink(name)
+    if file is not None:
+        file.close()
 
 
 def open(  # noqa: A001 - the contract's name; the builtin stays reachable as builtins.open
@@ -3239,11 +3260,11 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
 
 
 def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int) -> Session:
-    fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY)
+    file = _file(name, False)
     try:
-        _lock(fd, name)
+        _lock(file.fileno(), name)
         tally = _Tally()
-        with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
+        with builtins.open(file.fileno(), "rb", _READ_BUFFER, closefd=False) as f:
             f.seek(0)
             index = _Index(f)
             written = _Written()
@@ -3252,26 +3273,25 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
             )
         if result.tail_bytes:
             try:
-                os.ftruncate(fd, result.complete_bytes)
-                _sync(fd)
+                os.ftruncate(file.fileno(), result.complete_bytes)
+                _sync(file.fileno())
             except OSError as exc:
                 raise RecordingError(f"{name}: cannot cut the unfinished last line: {exc}") from exc
+        return Session(
+            name,
+            file,
+            result.session_id,
+            codec,
+            redact,
+            max_line_bytes,
+            result.records,
+            result.complete_bytes,
+            tally.latest_checkpoint(result),
+            written if index.version > 1 else None,
+        )
     except BaseException:
-        _release(fd)
+        _release_file(file)
         raise
-    checkpoint = tally.latest_checkpoint(result)
-    return Session(
-        name,
-        fd,
-        result.session_id,
-        codec,
-        redact,
-        max_line_bytes,
-        result.records,
-        result.complete_bytes,
-        checkpoint,
-        written if index.version > 1 else None,
-    )
 
 
 def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> None:
@@ -3322,7 +3342,7 @@ class Session:
     def __init__(
         self,
         path: str,
-        fd: int,
+        file: io.FileIO,
         session_id: str,
         codec: Codec,
         redact: Optional[_Redact],
@@ -3332,10 +3352,10 @@ class Session:
         checkpoint: Optional[_CheckpointAt],
         written: Optional[_Written],
     ) -> None:
+        self._file = file  # first: from here __del__ releases it (the caller too, on an error)
+        self._fd = file.fileno()
         self.path = path
         self.session_id = session_id
-        self._fd = fd
-        self._file = io.FileIO(fd, "r+")  # owns fd: its close() closes it exactly once
         self._codec = codec
         self._redact = redact
         self._max_line_bytes = max_line_bytes

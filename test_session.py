@@ -3080,6 +3080,107 @@ def test_processes_racing_to_create_one_path_get_one_owner_and_clear_errors(tmp_
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
+INTERRUPTED_AT_EACH_STEP = """
+import dis, json, os, signal, sys
+sys.path.insert(0, sys.argv[2])
+import session
+folder, how = sys.argv[1], sys.argv[3]
+tries = {}
+existing = os.path.join(folder, "existing.jsonl")
+session.create(existing).close()
+
+
+def descriptors():  # of files: a folder's, open for its fsync, may stay where only a tracer stops
+    return sorted(fd for fd in os.listdir("/dev/fd") if os.path.isfile(f"/dev/fd/{fd}"))
+
+
+def entering_a_try(frame):  # where no Python checks for signals, nor does the try cover it
+    code = frame.f_code
+    if code not in tries:
+        tries[code] = {i.offset for i in dis.get_instructions(code) if i.opname in ("NOP", "SETUP_FINALLY")}
+    return frame.f_lasti in tries[code]
+
+
+def sigint_at_step(n):
+    steps = [0, ""]  # steps, and the function of the n-th
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename != session.__file__:
+            return None
+        if event == "call" or (event == "line" and not entering_a_try(frame)):
+            steps[0] += 1
+            if steps[0] == n:
+                steps[1] = frame.f_code.co_name
+                sys.settrace(None)
+                os.kill(os.getpid(), signal.SIGINT)  # Python's own handler: KeyboardInterrupt
+        return trace
+
+    sys.settrace(trace)
+    return steps
+
+
+for n in range(1, 100000):
+    path = existing if how == "open" else os.path.join(folder, f"s{n}.jsonl")
+    before, s, interrupted = descriptors(), None, False
+    try:
+        try:
+            steps = sigint_at_step(n)
+            if how == "create":
+                s = session.create(path)
+            else:
+                s = session.open(path, create=how == "open create")
+        finally:
+            sys.settrace(None)
+        for _ in range(3):  # a signal still pending is handled by now, in every Python
+            pass
+    except KeyboardInterrupt:
+        interrupted = True
+    if s is not None:
+        s.close()
+    try:
+        session.open(path).close()  # never LockedError: nothing holds the file
+        opens = "yes"
+    except FileNotFoundError:
+        opens = "no file"
+    except session.SessionError as exc:
+        opens = repr(exc)
+    names = sorted(name for name in os.listdir(folder) if name != "existing.jsonl")
+    leaked = sorted(set(descriptors()) - set(before))
+    print(json.dumps({"n": n, "at": steps[1], "interrupted": interrupted, "returned": s is not None,
+                      "names": names, "leaked": leaked, "opens": opens}))
+    for name in names:
+        os.unlink(os.path.join(folder, name))
+    if steps[0] < n:  # the call ended before its n-th step: every step was tried
+        break
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="counts descriptors in /dev/fd")
+@pytest.mark.parametrize("how", ["create", "open", "open create"])
+def test_ctrl_c_at_any_step_of_create_or_open_leaves_no_descriptor_lock_or_half_made_file(
+    tmp_path: Path, how: str
+) -> None:
+    """A real SIGINT, Python's own handler, at each step of session.py in turn: the call
+    returns a session, or raises KeyboardInterrupt having kept no descriptor, so the file
+    opens at once; a create cut short leaves nothing at the path, nor its temporary name.
+    (Once the session is made, the public function's last step drops it: it is a whole
+    file, released as the session's finalizer releases it.)"""
+    script = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_AT_EACH_STEP, str(tmp_path), str(HERE), how],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert script.returncode == 0, script.stderr
+    outcomes = [json.loads(line) for line in script.stdout.splitlines()]
+    assert len(outcomes) > 20 and sum(o["interrupted"] for o in outcomes) >= len(outcomes) - 1
+    for o in outcomes:
+        made = how != "open" and (o["returned"] or (o["at"] in ("create", "open") and o["names"]))
+        assert o["leaked"] == [] and o["opens"] == ("yes" if how == "open" or made else "no file"), o
+        assert o["names"] == ([f"s{o['n']}.jsonl"] if made else []), o
+    assert outcomes[-1]["returned"] and not outcomes[-1]["interrupted"]
+
+
 def test_open_with_create_makes_a_new_file_or_appends(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.open(path, create=True) as s:
