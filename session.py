@@ -2044,6 +2044,19 @@ if sys.platform == "win32":
         os.lseek(fd, _LOCK_OFFSET, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
+    def _held(name: str) -> bool:
+        """Whether a writer has the file at *name* locked (taken for an instant if not)."""
+        fd = os.open(name, os.O_RDONLY | _O_BINARY)
+        try:
+            _lock(fd, name)
+        except LockedError:
+            return True
+        else:
+            _unlock(fd)
+        finally:
+            os.close(fd)
+        return False
+
     def _sync_directory(name: str) -> None:
         """Nothing to do: NTFS journals directory entries, and a directory cannot be opened."""
 
@@ -2083,6 +2096,19 @@ else:
     def _unlock(fd: int) -> None:
         """Nothing to do: closing releases the lock, and an explicit unlock would also
         release it for a forked child's copy, or a parent's."""
+
+    def _held(name: str) -> bool:
+        """Whether a writer has the file at *name* locked: a shared lock of a new file
+        description is refused (or else taken for an instant; shared, as NFS grants only
+        that to a file open for reading)."""
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
 
     def _sync_directory(name: str) -> None:
         """Make a new directory entry durable (a file's fsync does not cover it)."""
@@ -4482,9 +4508,8 @@ class _OutputError(Exception):
 
 class _Following:
     """A session file read as it grows (``show --follow``): a line is handed out once whole;
-    the end comes once the writer has let the file go (on Linux, where its lock shows in
-    /proc/locks; elsewhere only Ctrl-C ends it), a torn last line then handed out as the
-    unfinished tail it is.  A file truncated or replaced meanwhile is a ``FormatError``."""
+    the end comes once the writer has let the file go, a torn last line then handed out as
+    the unfinished tail it is.  A file truncated or replaced meanwhile is a ``FormatError``."""
 
     _WAIT = 0.2  # seconds between looks at a file that has not grown
 
@@ -4520,17 +4545,10 @@ class _Following:
             )
 
     def _written(self) -> bool:
-        """Whether a writer holds the file, as far as this system shows (else True)."""
-        if sys.platform == "win32":  # no /proc/locks, nor os.major
-            return True
-        else:  # mypy checks each platform's branch alone
-            try:
-                with builtins.open("/proc/locks", encoding="ascii", errors="replace") as locks:
-                    held = [line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]]
-            except (OSError, IndexError):
-                return True
-            device = self._id.st_dev
-            return f"{os.major(device):02x}:{os.minor(device):02x}:{self._id.st_ino}" in held
+        """Whether a writer holds the file: its lock, tried for on a file description of
+        our own, is taken (device numbers, as /proc/locks gives them, differ from stat's on
+        btrfs and overlayfs)."""
+        return _held(self._name)
 
 
 class _Tap:

@@ -7539,11 +7539,9 @@ with session.create(sys.argv[1]) as s, s.begin_run() as run:
 """
 
 
-@pytest.mark.skipif(
-    not os.path.exists("/proc/locks"), reason="the writer's lock shows in /proc/locks on Linux"
-)
-def test_show_follow_prints_records_as_another_process_writes_them(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
+def assert_follows_while_written(path: Path, meanwhile: Callable[[], None] = lambda: None) -> None:
+    """``show --follow`` of *path* prints each record once as another process writes them, and
+    ends when the writer closes the session; *meanwhile* runs while the writer holds it."""
     writer = subprocess.Popen([sys.executable, "-c", FOLLOWED_WRITER, str(path), str(HERE)])
     while len(path.read_bytes().splitlines()) < 3 if path.exists() else True:
         time.sleep(0.05)
@@ -7555,6 +7553,7 @@ def test_show_follow_prints_records_as_another_process_writes_them(tmp_path: Pat
     assert follow.stdout is not None and follow.stderr is not None
     first = [follow.stdout.readline() for _ in range(3)]  # printed while the writer still writes
     assert writer.poll() is None and first == path.read_bytes().splitlines(keepends=True)[:3]
+    meanwhile()
     Path(f"{path}.go").touch()
     rest = follow.stdout.read()
     assert (writer.wait(timeout=60), follow.wait(timeout=60), follow.stderr.read()) == (0, 0, b"")
@@ -7563,9 +7562,48 @@ def test_show_follow_prints_records_as_another_process_writes_them(tmp_path: Pat
     follow.stderr.close()
 
 
-@pytest.mark.skipif(
-    not os.path.exists("/proc/locks"), reason="the writer's lock shows in /proc/locks on Linux"
-)
+def test_show_follow_prints_records_as_another_process_writes_them(tmp_path: Path) -> None:
+    assert_follows_while_written(tmp_path / "s.jsonl")
+
+
+@contextlib.contextmanager
+def a_btrfs_subvolume(folder: Path) -> Iterator[Path]:
+    """A subvolume of a new btrfs, mounted from an image file in *folder* through a loop device."""
+    if shutil.which("mkfs.btrfs") is None or shutil.which("btrfs") is None:
+        pytest.skip("needs mkfs.btrfs and btrfs (btrfs-progs)")
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a file system needs root")
+    image, mount = folder / "btrfs.img", folder / "mnt"
+    image.write_bytes(b"")
+    os.truncate(image, 128 << 20)
+    mount.mkdir()
+    subprocess.run(["mkfs.btrfs", "-q", str(image)], check=True, capture_output=True)
+    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(mount)], capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a btrfs image through a loop device here: {mounted.stderr.strip()}")
+    try:
+        subprocess.run(["btrfs", "subvolume", "create", str(mount / "sub")], check=True, capture_output=True)
+        yield mount / "sub"
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_show_follow_on_btrfs_waits_for_the_writer(tmp_path: Path) -> None:
+    """On btrfs, stat() gives the subvolume's device and /proc/locks the file system's: the
+    writer's lock was never found there, and --follow ended at once."""
+    with a_btrfs_subvolume(tmp_path) as folder:
+        path = folder / "s.jsonl"
+
+        def the_lock_shows_another_device() -> None:
+            st = path.stat()
+            with open("/proc/locks", encoding="ascii") as locks:
+                held = {line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]}
+            assert any(h.endswith(f":{st.st_ino}") for h in held)
+            assert f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}" not in held
+
+        assert_follows_while_written(path, the_lock_shows_another_device)
+
+
 def test_show_follow_ends_on_ctrl_c_and_at_a_truncated_file(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     s = session.create(path)
