@@ -44,6 +44,7 @@ import dataclasses
 import errno
 import functools
 import io
+import itertools
 import json
 import json.scanner
 import math
@@ -713,6 +714,10 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+_MESSAGE_COMPARISONS = itertools.count()  # calls of Message.__eq__ in every thread (atomic)
+_MESSAGE_FIELDS = operator.attrgetter("role", "content", "stop_reason", "usage", "metadata", "timestamp")
+
+
 @dataclass()
 class Message:
     """A conversation message (``agentgo.message.v1``).
@@ -730,6 +735,13 @@ class Message:
     usage: Optional[Usage] = None
     metadata: Optional[Dict[str, Any]] = None
     timestamp: Optional[datetime] = field(default_factory=_now)
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, as a dataclass compares; each call counted (see ``_starts_with``)."""
+        next(_MESSAGE_COMPARISONS)
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return _MESSAGE_FIELDS(self) == _MESSAGE_FIELDS(other)
 
 
 @dataclass()
@@ -879,6 +891,13 @@ def _long_integer(text: str) -> int:
         if match.group()[:1] != b'"':
             return len(match.group().lstrip(b"-"))
     return 0
+
+
+def _check_digits(text: str) -> None:
+    """``ValueError`` if JSON *text* holds an integer too long for a reader."""
+    digits = _long_integer(text)
+    if digits:
+        raise ValueError(f"an integer of {digits} digits: readers refuse more than {_INT_DIGITS}")
 
 
 def _escaped_utf8(text: str) -> bytes:
@@ -3052,14 +3071,19 @@ class _Context(NamedTuple):
     ranges' text, the open range's ends, the bytes referred to.  A request that sends the same
     objects and more goes on from here, without looking up or encoding them again."""
 
-    messages: List[Any]
+    messages: List[Any]  # the writer's own, only ever appended to: the first *length* are these
+    length: int = 0
     ranges: Tuple[str, ...] = ()
     first: _Place = _NO_PLACE
     last: _Place = _NO_PLACE  # a seq of 0: no range open
     size: int = 0
 
-    def extended(self, messages: List[Any], places: List[_Place]) -> _Context:
-        """The context of *messages*, which start with this one's, the rest at *places*."""
+    def head(self) -> List[Any]:
+        """The messages of this context (another that went on from it may have added more)."""
+        return self.messages if len(self.messages) == self.length else self.messages[: self.length]
+
+    def extended(self, new: List[Any], places: List[_Place]) -> _Context:
+        """The context of this one's messages and then *new*, at *places*."""
         ranges, first, last = list(self.ranges), self.first, self.last
         for place in places:
             if place[1] != last[1] + 1:  # not the message record after the last one
@@ -3068,7 +3092,13 @@ class _Context(NamedTuple):
                 first = place
             last = place
         size = self.size + sum(place[2] for place in places)
-        return _Context(messages, tuple(ranges), first, last, size)
+        # appended to in place, not copied: a copy would touch every message of a long context
+        if self.length and len(self.messages) == self.length:
+            messages = self.messages
+        else:  # _NO_CONTEXT's, or a context another went on from already
+            messages = self.messages[: self.length]
+        messages += new
+        return _Context(messages, len(messages), tuple(ranges), first, last, size)
 
     def references(self) -> str:
         """The seq ranges of the message records that hold these messages, in order."""
@@ -3077,6 +3107,21 @@ class _Context(NamedTuple):
 
 
 _NO_CONTEXT = _Context([])
+
+
+def _starts_with(items: List[Any], head: List[Any]) -> bool:
+    """Whether *items* starts with the very objects of *head* (``Message`` objects): ``<=`` walks
+    both lists in C, comparing by identity, without touching a message; only where two differ
+    does it call ``Message.__eq__``, which counts its calls: then identity decides, in Python."""
+    before = next(_MESSAGE_COMPARISONS)
+    try:
+        if not head <= items:
+            return False
+    except Exception:  # noqa: BLE001 - a host's value that cannot be compared: not the same
+        return False
+    if next(_MESSAGE_COMPARISONS) == before + 1:
+        return True
+    return len(items) >= len(head) and all(map(operator.is_, head, items))
 
 
 class _Written:
@@ -3112,17 +3157,22 @@ class _Written:
         if key is not None:
             self.messages[key] = (seq, count - 1, size)
 
-    def plan(self, messages: List[Any], codec: Codec) -> Tuple[_Context, List[Any], Dict[bytes, Any]]:
+    def plan(
+        self, messages: Sequence[Any], codec: Codec
+    ) -> Tuple[_Context, List[Any], List[Any], Dict[bytes, Tuple[Any, str]]]:
         """The context of the latest request if *messages* starts with its very objects (else
-        none); after it, each message's place if it is written already, else its digest; and
-        the JSON of the new ones by digest, in order."""
+        none), and the messages after it; each one's place if it is written already, else its
+        digest; and the JSON (value and text) of the new ones by digest, in order."""
+        if type(messages) is not list:
+            messages = list(messages)
         context = self.context
-        if len(messages) < len(context.messages) or not all(map(operator.is_, context.messages, messages)):
-            context = _NO_CONTEXT
+        new = messages[context.length :]  # first: a host's thread that changes the list meanwhile
+        if not _starts_with(messages, context.head()):  # changes what is compared, not what is sent
+            context, new = _NO_CONTEXT, messages[:]
         latest, known = self.latest, self.messages
         places: List[Any] = []
-        fresh: Dict[bytes, Any] = {}
-        for message in messages[len(context.messages) :]:
+        fresh: Dict[bytes, Tuple[Any, str]] = {}
+        for message in new:
             hit = latest.get(id(message))
             if hit is not None and hit[0] is message:
                 places.append(hit[1])
@@ -3131,28 +3181,30 @@ class _Written:
                 value = codec.encode(message)
             except CodecError as exc:
                 raise CodecError(f"request: {exc}") from exc
-            key = self.digest(_dumps(value))
+            text = _dumps(value)
+            key = self.digest(text)
             place = known.get(key, key)  # its digest while it is not written
             if place is key:
-                fresh.setdefault(key, value)
+                fresh.setdefault(key, (value, text))
             places.append(place)
-        return context, places, fresh
+        return context, new, places, fresh
 
-    def tool_list(self, tools: Sequence[Any]) -> Tuple[Any, Any]:
-        """Where the record of *tools* is if it is written already, else its digest and JSON;
-        ``(None, None)`` for no tools."""
+    def tool_list(self, tools: Sequence[Any]) -> Tuple[Any, Optional[Tuple[Any, str]]]:
+        """Where the record of *tools* is if it is written already, else its digest and its
+        JSON (value and text); ``(None, None)`` for no tools."""
         value = list(tools)
         if not value:
             return None, None
         try:
-            key = self.digest(_dumps(value))
+            text = _dumps(value)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"data.request.tools: {exc}") from exc
+        key = self.digest(text)
         place = self.tools.get(key)
-        return (key, value) if place is None else (place, None)
+        return (key, (value, text)) if place is None else (place, None)
 
     def request_text(
-        self, text: str, context: _Context, places: List[Any], tools: Any, messages: List[Any]
+        self, text: str, context: _Context, new: List[Any], places: List[Any], tools: Any
     ) -> Tuple[str, int]:
         """The data *text* of a request with its ``messages`` and ``tools`` references, from
         what ``plan`` and ``tool_list`` found, and the bytes of the lines they refer to.  Called
@@ -3164,11 +3216,10 @@ class _Written:
             places = [self.messages[place] if type(place) is bytes else place for place in places]
         except KeyError:
             raise ValueError("a message or tool list of this request is not in the file") from None
-        new = messages[len(context.messages) :]
-        if not context.messages:  # not going on from the latest request: its messages are not latest
+        if not context.length:  # not going on from the latest request: its messages are not latest
             self.latest = {}
         self.latest.update((id(m), (m, place)) for m, place in zip(new, places) if type(m) is Message)
-        context = context.extended(messages, places)
+        context = context.extended(new, places)
         self.context = context if all(type(m) is Message for m in new) else _NO_CONTEXT
         tail = f",{context.references()}" + ("" if tools is None else f',"tools":{tools[0]}')
         referred = context.size + (0 if tools is None else tools[1])
@@ -3692,9 +3743,7 @@ class Session:
         except (TypeError, ValueError) as exc:
             bad = next((key for key, value in data.items() if not _encodable(value)), None)
             raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
-        digits = _long_integer(text)
-        if digits:
-            raise ValueError(f"an integer of {digits} digits: readers refuse more than {_INT_DIGITS}")
+        _check_digits(text)
         return text
 
     def _request_writes(
@@ -3707,17 +3756,13 @@ class Session:
         assert written is not None
         writes: List[Callable[[], None]] = []
         if request is not None:
-            messages = list(request.messages)  # once: another thread may change the host's list
-            context, places, fresh = written.plan(messages, self._codec)
+            context, new, places, fresh = written.plan(request.messages, self._codec)
             tools, new_tools = written.tool_list(request.tools)
-            pooled = [("message", key, value) for key, value in fresh.items()]
+            pooled = [("message", key, json) for key, json in fresh.items()]
             if new_tools is not None:
                 pooled.append(("tools", tools, new_tools))
-            for kind, key, value in pooled:
-                pooled_data = self._redacted({kind: value})
-                if kind not in pooled_data:
-                    raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
-                text = self._encoded(pooled_data)
+            for kind, key, (value, text) in pooled:
+                text = self._pooled_text(kind, value, text)
                 writes.append(functools.partial(self._append, run, kind, time, text, key=key))
         data = self._redacted(data)
         if data.keys() & _POOLED_KEYS:
@@ -3726,11 +3771,22 @@ class Session:
             )
         text = self._encoded(data)
         if request is not None and type(data.get("request")) is dict:  # else the redactor took it
-            later = functools.partial(written.request_text, text, context, places, tools, messages)
+            later = functools.partial(written.request_text, text, context, new, places, tools)
             writes.append(functools.partial(self._append, run, "model_request", time, later))
         else:
             writes.append(functools.partial(self._append, run, "model_request", time, text))
         return writes
+
+    def _pooled_text(self, kind: str, value: Any, text: str) -> str:
+        """The data text of a message or tool list record of *value*, whose JSON is *text*:
+        that text itself, unless a redactor has its say."""
+        if self._redact is None:
+            _check_digits(text)
+            return f'{{"{kind}":{text}}}'
+        data = self._redacted({kind: value})
+        if kind not in data:
+            raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
+        return self._encoded(data)
 
     def _forked(self) -> None:
         """In a forked child: never write through the parent's descriptor, nor keep it (the

@@ -7014,12 +7014,12 @@ def test_a_request_that_goes_on_from_the_previous_one_refers_to_what_it_did(tmp_
     written = session._Written()  # which requests take the carried-on path
     carried = []
     for messages, _ in contexts:
-        context, places, _ = written.plan(list(messages), JSONCodec())
-        carried.append(len(context.messages))
+        context, new, places, _ = written.plan(list(messages), JSONCodec())
+        carried.append(context.length)
         tools = written.tool_list([])[0]
         for n, place in enumerate(places):
             written.add("message", place if type(place) is bytes else None, 100 + n, 1)
-        written.request_text("{}", context, places, tools, list(messages))
+        written.request_text("{}", context, new, places, tools)
     assert carried == [0, 2, 0, 3, 0, 0, 0, 2]  # the prefix of the request before, where it is one
     seq = [r.seq for r in records(two) if r.type == "message"]  # a, b, c, d, the plain one, e
     raw = [r.data["messages"] for r in requests(two, resolve=False)]
@@ -7034,6 +7034,49 @@ def test_a_request_that_goes_on_from_the_previous_one_refers_to_what_it_did(tmp_
         [e_, a_],
         [e_, [a_[0], c_[0]]],
     ]
+
+
+class Touchy:
+    """A host's message type whose comparison raises (as a numpy array's does)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("the truth value of a comparison is ambiguous")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_request_goes_on_only_from_the_messages_it_was_sent(tmp_path: Path) -> None:
+    """The writer compares a request with the latest by identity, and keeps its own list of
+    what that one sent: a host that changes its one list in place after a call, replaces a
+    message by an equal one that encodes otherwise (1.0 for 1), passes a tuple, or holds
+    values whose comparison raises, gets every request read back as it sent it."""
+    codec = JSONCodec(TypeSpec("test.touchy", Touchy, lambda t: t.text, Touchy))
+    one = Message("assistant", [session.tool_call_block("c", "t", {"n": 1})], timestamp=T0)
+    as_float = Message("assistant", [session.tool_call_block("c", "t", {"n": 1.0})], timestamp=T0)
+    assert one == as_float
+    a, b = POOL[:2]
+    shared = [a, one]
+    sent: List[List[Any]] = []
+    path = tmp_path / "s.jsonl"
+    with session.create(path, codec) as s, s.begin_run() as run:
+
+        def send(messages: Any) -> None:
+            run.record(Event("model_request", execution=MODEL, request=ModelRequest(messages), timestamp=T0))
+            sent.append(json.loads(session._dumps([codec.encode(m) for m in messages])))
+
+        send(shared)
+        shared[1] = as_float  # in place, after the call
+        send(shared)
+        shared.append(b)
+        send(tuple(shared))
+        send([a, Touchy("x"), b])
+        send([a, Touchy("y"), b])
+        send([a, as_float, b, Touchy("z")])
+    got = [r.data["request"]["messages"] for r in requests(path)]
+    assert got == sent and '"n":1.0' in path.read_text()
 
 
 class CountingCodec(session.JSONCodec):
