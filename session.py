@@ -893,13 +893,6 @@ def _long_integer(text: str) -> int:
     return 0
 
 
-def _check_digits(text: str) -> None:
-    """``ValueError`` if JSON *text* holds an integer too long for a reader."""
-    digits = _long_integer(text)
-    if digits:
-        raise ValueError(f"an integer of {digits} digits: readers refuse more than {_INT_DIGITS}")
-
-
 def _escaped_utf8(text: str) -> bytes:
     """JSON *text* as UTF-8, its lone surrogates written as ``\\udXXX`` escapes."""
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
@@ -3743,7 +3736,9 @@ class Session:
         except (TypeError, ValueError) as exc:
             bad = next((key for key, value in data.items() if not _encodable(value)), None)
             raise ValueError(f"data.{bad}: {exc}" if bad else str(exc)) from exc
-        _check_digits(text)
+        digits = _long_integer(text)
+        if digits:
+            raise ValueError(f"an integer of {digits} digits: readers refuse more than {_INT_DIGITS}")
         return text
 
     def _request_writes(
@@ -3779,10 +3774,9 @@ class Session:
 
     def _pooled_text(self, kind: str, value: Any, text: str) -> str:
         """The data text of a message or tool list record of *value*, whose JSON is *text*:
-        that text itself, unless a redactor has its say."""
-        if self._redact is None:
-            _check_digits(text)
-            return f'{{"{kind}":{text}}}'
+        that text itself, unless a redactor has its say (or ``_encoded`` an error to raise)."""
+        if self._redact is None and not _long_integer(text):
+            return f'{{"{kind}":{text}}}'  # what _encoded makes of it
         data = self._redacted({kind: value})
         if kind not in data:
             raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
