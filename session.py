@@ -2039,6 +2039,19 @@ def _event_data(event: Event, codec: Codec, version: int = _FORMAT_VERSION) -> O
 
 _O_BINARY: int = getattr(os, "O_BINARY", 0)  # Windows would otherwise write "\r\n"
 
+
+class _File(io.FileIO):
+    """A session file's descriptor.  Dropped open before a session has it (an interrupt
+    between two steps of ``create`` or ``open``), it is closed, and its lock with it; once a
+    session has it, the session's finalizer warns and releases it (``Session.__del__``)."""
+
+    owned = False
+
+    def __del__(self) -> None:
+        if not self.owned:
+            self.close()
+
+
 if sys.platform == "win32":
     import msvcrt
 
@@ -2076,12 +2089,12 @@ if sys.platform == "win32":
         os.lseek(fd, offset, os.SEEK_SET)  # callers hold the session lock
         return os.read(fd, size)
 
-    def _file(name: str, new: bool) -> io.FileIO:
+    def _file(name: str, new: bool) -> _File:
         """The file at *name* open to append (*new*: created, mode 0600, never replacing one)."""
         flags = os.O_RDWR | os.O_APPEND | _O_BINARY | (os.O_CREAT | os.O_EXCL if new else 0)
-        return io.FileIO(name, "r+", opener=lambda path, _: os.open(path, flags, 0o600))
+        return _File(name, "r+", opener=lambda path, _: os.open(path, flags, 0o600))
 
-    def _link(file: io.FileIO, temporary: str, name: str) -> io.FileIO:
+    def _link(file: _File, temporary: str, name: str) -> _File:
         """The file *file* holds at *temporary* moved to *name*, locked: Windows renames no
         open file, and its rename never replaces one (``FileExistsError``)."""
         file.close()
@@ -2139,11 +2152,11 @@ else:
     # FileIO calls it in C, and owns the descriptor before a signal's handler can run
     _CREATE = functools.partial(os.open, mode=0o600)
 
-    def _file(name: str, new: bool) -> io.FileIO:
+    def _file(name: str, new: bool) -> _File:
         """The file at *name* open to append (*new*: created, mode 0600, never replacing one),
-        owned by its ``FileIO`` from the moment it is open: an interrupt anywhere later drops
+        owned by its ``_File`` from the moment it is open: an interrupt anywhere later drops
         or closes that, and so the descriptor and its lock."""
-        file = io.FileIO(name, "x+" if new else "r+", opener=_CREATE if new else None)
+        file = _File(name, "x+" if new else "r+", opener=_CREATE if new else None)
         try:
             fd = file.fileno()
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
@@ -2152,7 +2165,7 @@ else:
             raise
         return file
 
-    def _link(file: io.FileIO, temporary: str, name: str) -> io.FileIO:
+    def _link(file: _File, temporary: str, name: str) -> _File:
         """*file*, locked, at *temporary*, now at *name* instead: a link never replaces a file
         (``FileExistsError``), and the lock is held before the name exists."""
         os.link(temporary, name)
@@ -3159,8 +3172,10 @@ class _Written:
         if type(messages) is not list:
             messages = list(messages)
         context = self.context
-        new = messages[context.length :]  # first: a host's thread that changes the list meanwhile
-        if not _starts_with(messages, context.head()):  # changes what is compared, not what is sent
+        # the tail before the check: a list another thread changes meanwhile then fails the
+        # check (and is taken whole), or only grew after the tail was taken
+        new = messages[context.length :]
+        if not _starts_with(messages, context.head()):
             context, new = _NO_CONTEXT, messages[:]
         latest, known = self.latest, self.messages
         places: List[Any] = []
@@ -3267,7 +3282,7 @@ def _new_session(
     folder, base = os.path.split(name)
     base = os.fsdecode(os.fsencode(base)[:200])  # room for the rest within a name's 255 bytes
     temporary = os.path.join(folder, f".{base}.{_new_id()[:16]}.tmp")
-    file: Optional[io.FileIO] = None
+    file: Optional[_File] = None
     mine: Optional[os.stat_result] = None
     try:
         file = _file(temporary, True)
@@ -3288,7 +3303,7 @@ def _new_session(
         raise
 
 
-def _abandon(file: Optional[io.FileIO], mine: Optional[os.stat_result], temporary: str, name: str) -> None:
+def _abandon(file: Optional[_File], mine: Optional[os.stat_result], temporary: str, name: str) -> None:
     """Undo a create cut short: remove its *temporary* name (random: nobody else's), and *name*
     while it is still the file *mine* describes; close *file* (after, where the lock keeps
     others out meanwhile; Windows removes no open file)."""
@@ -3412,7 +3427,7 @@ class Session:
     def __init__(
         self,
         path: str,
-        file: io.FileIO,
+        file: _File,
         session_id: str,
         codec: Codec,
         redact: Optional[_Redact],
@@ -3423,6 +3438,7 @@ class Session:
         written: Optional[_Written],
     ) -> None:
         self._file = file  # first: from here __del__ releases it (the caller too, on an error)
+        file.owned = True
         self._fd = file.fileno()
         self.path = path
         self.session_id = session_id
