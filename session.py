@@ -44,6 +44,7 @@ import dataclasses
 import errno
 import functools
 import io
+import itertools
 import json
 import json.scanner
 import math
@@ -714,6 +715,10 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+_MESSAGE_COMPARISONS = itertools.count()  # calls of Message.__eq__ in every thread (atomic)
+_MESSAGE_FIELDS = operator.attrgetter("role", "content", "stop_reason", "usage", "metadata", "timestamp")
+
+
 @dataclass()
 class Message:
     """A conversation message (``agentgo.message.v1``).
@@ -731,6 +736,13 @@ class Message:
     usage: Optional[Usage] = None
     metadata: Optional[Dict[str, Any]] = None
     timestamp: Optional[datetime] = field(default_factory=_now)
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, as a dataclass compares; each call counted (see ``_starts_with``)."""
+        next(_MESSAGE_COMPARISONS)
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return _MESSAGE_FIELDS(self) == _MESSAGE_FIELDS(other)
 
 
 @dataclass()
@@ -2031,6 +2043,19 @@ def _event_data(event: Event, codec: Codec, version: int = _FORMAT_VERSION) -> O
 
 _O_BINARY: int = getattr(os, "O_BINARY", 0)  # Windows would otherwise write "\r\n"
 
+
+class _File(io.FileIO):
+    """A session file's descriptor.  Dropped open before a session has it (an interrupt
+    between two steps of ``create`` or ``open``), it is closed, and its lock with it; once a
+    session has it, the session's finalizer warns and releases it (``Session.__del__``)."""
+
+    owned = False
+
+    def __del__(self) -> None:
+        if not self.owned:
+            self.close()
+
+
 if sys.platform == "win32":
     import msvcrt
 
@@ -2048,6 +2073,19 @@ if sys.platform == "win32":
         os.lseek(fd, _LOCK_OFFSET, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
+    def _held(name: str) -> bool:
+        """Whether a writer has the file at *name* locked (taken for an instant if not)."""
+        fd = os.open(name, os.O_RDONLY | _O_BINARY)
+        try:
+            _lock(fd, name)
+        except LockedError:
+            return True
+        else:
+            _unlock(fd)
+        finally:
+            os.close(fd)
+        return False
+
     def _sync_directory(name: str) -> None:
         """Nothing to do: NTFS journals directory entries, and a directory cannot be opened."""
 
@@ -2055,23 +2093,23 @@ if sys.platform == "win32":
         os.lseek(fd, offset, os.SEEK_SET)  # callers hold the session lock
         return os.read(fd, size)
 
-    def _link(fd: int, temporary: str, name: str) -> int:
-        """The file *fd* holds at *temporary* moved to *name*, locked: Windows renames no
+    def _file(name: str, new: bool) -> _File:
+        """The file at *name* open to append (*new*: created, mode 0600, never replacing one)."""
+        flags = os.O_RDWR | os.O_APPEND | _O_BINARY | (os.O_CREAT | os.O_EXCL if new else 0)
+        return _File(name, "r+", opener=lambda path, _: os.open(path, flags, 0o600))
+
+    def _link(file: _File, temporary: str, name: str) -> _File:
+        """The file *file* holds at *temporary* moved to *name*, locked: Windows renames no
         open file, and its rename never replaces one (``FileExistsError``)."""
-        os.close(fd)
+        file.close()
+        os.rename(temporary, name)
+        file = _file(name, False)
         try:
-            os.rename(temporary, name)
+            _lock(file.fileno(), name)  # LockedError: an open of the new file came first, and has it
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+            file.close()
             raise
-        fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY)
-        try:
-            _lock(fd, name)  # LockedError: an open of the new file came first, and has it
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return file
 
 else:
     import fcntl
@@ -2088,6 +2126,19 @@ else:
         """Nothing to do: closing releases the lock, and an explicit unlock would also
         release it for a forked child's copy, or a parent's."""
 
+    def _held(name: str) -> bool:
+        """Whether a writer has the file at *name* locked: a shared lock of a new file
+        description is refused (or else taken for an instant; shared, as NFS grants only
+        that to a file open for reading)."""
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
     def _sync_directory(name: str) -> None:
         """Make a new directory entry durable (a file's fsync does not cover it)."""
         fd = os.open(os.path.dirname(os.path.abspath(name)), os.O_RDONLY)
@@ -2102,24 +2153,33 @@ else:
     def _pread(fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)
 
-    def _link(fd: int, temporary: str, name: str) -> int:
-        """*fd*, locked, of the file at *temporary*, now at *name* instead: a link never
-        replaces a file (``FileExistsError``), and the lock is held before the name exists."""
+    # FileIO calls it in C, and owns the descriptor before a signal's handler can run
+    _CREATE = functools.partial(os.open, mode=0o600)
+
+    def _file(name: str, new: bool) -> _File:
+        """The file at *name* open to append (*new*: created, mode 0600, never replacing one),
+        owned by its ``_File`` from the moment it is open: an interrupt anywhere later drops
+        or closes that, and so the descriptor and its lock."""
+        file = _File(name, "x+" if new else "r+", opener=_CREATE if new else None)
         try:
-            try:
-                os.link(temporary, name)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-            try:
-                _sync_directory(name)
-            except Exception as exc:
-                os.unlink(name)  # linked just now and locked: nobody else has it
-                raise RecordingError(f"{name}: cannot sync its directory: {exc}") from exc
+            fd = file.fileno()
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         except BaseException:
-            os.close(fd)
+            file.close()
             raise
-        return fd
+        return file
+
+    def _link(file: _File, temporary: str, name: str) -> _File:
+        """*file*, locked, at *temporary*, now at *name* instead: a link never replaces a file
+        (``FileExistsError``), and the lock is held before the name exists."""
+        os.link(temporary, name)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        try:
+            _sync_directory(name)
+        except Exception as exc:
+            raise RecordingError(f"{name}: cannot sync its directory: {exc}") from exc
+        return file
 
 
 if sys.platform == "darwin":
@@ -3087,14 +3147,19 @@ class _Context(NamedTuple):
     request that sends the same objects and more goes on from here, without looking up or
     encoding them again."""
 
-    messages: List[Any]
+    messages: List[Any]  # the writer's own, only ever appended to: the first *length* are these
+    length: int = 0
     ranges: Tuple[str, ...] = ()
     first: _Place = _NO_PLACE
     last: _Place = _NO_PLACE  # a seq of 0: no range open
     size: int = 0
 
-    def extended(self, messages: List[Any], places: List[_Place]) -> _Context:
-        """The context of *messages*, which start with this one's, the rest at *places*."""
+    def head(self) -> List[Any]:
+        """The messages of this context (another that went on from it may have added more)."""
+        return self.messages if len(self.messages) == self.length else self.messages[: self.length]
+
+    def extended(self, new: List[Any], places: List[_Place]) -> _Context:
+        """The context of this one's messages and then *new*, at *places*."""
         ranges, first, last = list(self.ranges), self.first, self.last
         for place in places:
             if place[1] != last[1] + 1:  # not the message record after the last one
@@ -3103,7 +3168,13 @@ class _Context(NamedTuple):
                 first = place
             last = place
         size = self.size + sum(place[2] for place in places)
-        return _Context(messages, tuple(ranges), first, last, size)
+        # appended to in place, not copied: a copy would touch every message of a long context
+        if self.length and len(self.messages) == self.length:
+            messages = self.messages
+        else:  # _NO_CONTEXT's, or a context another went on from already
+            messages = self.messages[: self.length]
+        messages += new
+        return _Context(messages, len(messages), tuple(ranges), first, last, size)
 
     def references(self) -> str:
         """The seq ranges of the message records that hold these messages, in order."""
@@ -3112,6 +3183,21 @@ class _Context(NamedTuple):
 
 
 _NO_CONTEXT = _Context([])
+
+
+def _starts_with(items: List[Any], head: List[Any]) -> bool:
+    """Whether *items* starts with the very objects of *head* (``Message`` objects): ``<=`` walks
+    both lists in C, comparing by identity, without touching a message; only where two differ
+    does it call ``Message.__eq__``, which counts its calls: then identity decides, in Python."""
+    before = next(_MESSAGE_COMPARISONS)
+    try:
+        if not head <= items:
+            return False
+    except Exception:  # noqa: BLE001 - a host's value that cannot be compared: not the same
+        return False
+    if next(_MESSAGE_COMPARISONS) == before + 1:
+        return True
+    return len(items) >= len(head) and all(map(operator.is_, head, items))
 
 
 class _Written:
@@ -3147,17 +3233,24 @@ class _Written:
         if key is not None:
             self.messages[key] = (seq, count - 1, size)
 
-    def plan(self, messages: List[Any], codec: Codec) -> Tuple[_Context, List[Any], Dict[bytes, Any]]:
+    def plan(
+        self, messages: Sequence[Any], codec: Codec
+    ) -> Tuple[_Context, List[Any], List[Any], Dict[bytes, Tuple[Any, str]]]:
         """The context of the latest request if *messages* starts with its very objects (else
-        none); after it, each message's place if it is written already, else its digest; and
-        the JSON of the new ones by digest, in order."""
+        none), and the messages after it; each one's place if it is written already, else its
+        digest; and the JSON (value and text) of the new ones by digest, in order."""
+        if type(messages) is not list:
+            messages = list(messages)
         context = self.context
-        if len(messages) < len(context.messages) or not all(map(operator.is_, context.messages, messages)):
-            context = _NO_CONTEXT
+        # the tail before the check: a list another thread changes meanwhile then fails the
+        # check (and is taken whole), or only grew after the tail was taken
+        new = messages[context.length :]
+        if not _starts_with(messages, context.head()):
+            context, new = _NO_CONTEXT, messages[:]
         latest, known = self.latest, self.messages
         places: List[Any] = []
-        fresh: Dict[bytes, Any] = {}
-        for message in messages[len(context.messages) :]:
+        fresh: Dict[bytes, Tuple[Any, str]] = {}
+        for message in new:
             hit = latest.get(id(message))
             if hit is not None and hit[0] is message:
                 places.append(hit[1])
@@ -3166,28 +3259,30 @@ class _Written:
                 value = codec.encode(message)
             except CodecError as exc:
                 raise CodecError(f"request: {exc}") from exc
-            key = self.digest(_dumps(value))
+            text = _dumps(value)
+            key = self.digest(text)
             place = known.get(key, key)  # its digest while it is not written
             if place is key:
-                fresh.setdefault(key, value)
+                fresh.setdefault(key, (value, text))
             places.append(place)
-        return context, places, fresh
+        return context, new, places, fresh
 
-    def tool_list(self, tools: Sequence[Any]) -> Tuple[Any, Any]:
-        """Where the record of *tools* is if it is written already, else its digest and JSON;
-        ``(None, None)`` for no tools."""
+    def tool_list(self, tools: Sequence[Any]) -> Tuple[Any, Optional[Tuple[Any, str]]]:
+        """Where the record of *tools* is if it is written already, else its digest and its
+        JSON (value and text); ``(None, None)`` for no tools."""
         value = list(tools)
         if not value:
             return None, None
         try:
-            key = self.digest(_dumps(value))
+            text = _dumps(value)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"data.request.tools: {exc}") from exc
+        key = self.digest(text)
         place = self.tools.get(key)
-        return (key, value) if place is None else (place, None)
+        return (key, (value, text)) if place is None else (place, None)
 
     def request_text(
-        self, text: str, context: _Context, places: List[Any], tools: Any, messages: List[Any]
+        self, text: str, context: _Context, new: List[Any], places: List[Any], tools: Any
     ) -> Tuple[str, int]:
         """The data *text* of a request with its ``messages`` and ``tools`` references, from
         what ``plan`` and ``tool_list`` found, and what the records they name add to its size
@@ -3200,11 +3295,10 @@ class _Written:
             places = [self.messages[place] if type(place) is bytes else place for place in places]
         except KeyError:
             raise ValueError("a message or tool list of this request is not in the file") from None
-        new = messages[len(context.messages) :]
-        if not context.messages:  # not going on from the latest request: its messages are not latest
+        if not context.length:  # not going on from the latest request: its messages are not latest
             self.latest = {}
         self.latest.update((id(m), (m, place)) for m, place in zip(new, places) if type(m) is Message)
-        context = context.extended(messages, places)
+        context = context.extended(new, places)
         self.context = context if all(type(m) is Message for m in new) else _NO_CONTEXT
         tail = f",{context.references()}" + ("" if tools is None else f',"tools":{tools[0]}')
         referred = context.size + (0 if tools is None else tools[1]) - len(tail)
@@ -3249,41 +3343,50 @@ def create(
 def _new_session(
     name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int, version: int
 ) -> Session:
+    """A session of a new file at *name*: its header written and synced under a temporary name
+    beside it, locked, then given *name*, never replacing a file there.  Whatever cuts this
+    short (an error, Ctrl-C at any step) leaves neither name, nor the descriptor, behind."""
     session_id = _new_id()
     data = f'{{"version":{version}}}'
     header = f'{_line_head(session_id)}1,"type":"session_start","time":"{_utc_text(None)}","data":{data}}}\n'
-    fd = _publish(name, header.encode())
     written = _Written() if version > 1 else None
-    return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None, written)
-
-
-def _publish(name: str, header: bytes) -> int:
-    """The locked descriptor of a new file at *name* that holds *header*, synced: written
-    under a temporary name beside it, then given *name*, never replacing a file there."""
     folder, base = os.path.split(name)
     base = os.fsdecode(os.fsencode(base)[:200])  # room for the rest within a name's 255 bytes
     temporary = os.path.join(folder, f".{base}.{_new_id()[:16]}.tmp")
+    file: Optional[_File] = None
+    mine: Optional[os.stat_result] = None
     try:
-        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_BINARY, 0o600)
-    except OSError as exc:  # no such folder, or no right to write there: as for the path itself
-        exc.filename = name
-        raise
-    try:
-        _lock(fd, temporary)
+        file = _file(temporary, True)
+        mine = os.fstat(file.fileno())
+        _lock(file.fileno(), temporary)
         try:
-            _write_all(fd, header)
-            _sync(fd)
+            _write_all(file.fileno(), header.encode())
+            _sync(file.fileno())
         except Exception as exc:
             raise RecordingError(f"{name}: cannot write the session header: {exc}") from exc
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):  # what is raised says what went wrong
-            os.unlink(temporary)
+        file = _link(file, temporary, name)
+        return Session(name, file, session_id, codec, redact, max_line_bytes, 1, len(header), None, written)
+    except BaseException as exc:
+        if isinstance(exc, FileExistsError) or (file is None and isinstance(exc, OSError)):
+            exc.filename, exc.filename2 = name, None  # the path's trouble, not the temporary name's
+        if file is not None or not isinstance(exc, OSError):  # else nothing was created
+            _abandon(file, mine, temporary, name)
         raise
-    try:
-        return _link(fd, temporary, name)
-    except FileExistsError as exc:  # it names the temporary file first: the path is what is there
-        raise FileExistsError(exc.errno, exc.strerror, name) from None
+
+
+def _abandon(file: Optional[_File], mine: Optional[os.stat_result], temporary: str, name: str) -> None:
+    """Undo a create cut short: remove its *temporary* name (random: nobody else's), and *name*
+    while it is still the file *mine* describes; close *file* (after, where the lock keeps
+    others out meanwhile; Windows removes no open file)."""
+    if sys.platform == "win32" and file is not None:
+        file.close()
+    with contextlib.suppress(OSError):
+        os.unlink(temporary)
+    with contextlib.suppress(OSError):
+        if mine is not None and os.path.samestat(os.stat(name, follow_symlinks=False), mine):
+            os.unlink(name)
+    if file is not None:
+        file.close()
 
 
 def open(  # noqa: A001 - the contract's name; the builtin stays reachable as builtins.open
@@ -3313,11 +3416,11 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
 
 
 def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int) -> Session:
-    fd = os.open(name, os.O_RDWR | os.O_APPEND | _O_BINARY)
+    file = _file(name, False)
     try:
-        _lock(fd, name)
+        _lock(file.fileno(), name)
         tally = _Tally()
-        with builtins.open(fd, "rb", _READ_BUFFER, closefd=False) as f:
+        with builtins.open(file.fileno(), "rb", _READ_BUFFER, closefd=False) as f:
             f.seek(0)
             index = _Index(f)
             written = _Written()
@@ -3326,26 +3429,25 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
             )
         if result.tail_bytes:
             try:
-                os.ftruncate(fd, result.complete_bytes)
-                _sync(fd)
+                os.ftruncate(file.fileno(), result.complete_bytes)
+                _sync(file.fileno())
             except OSError as exc:
                 raise RecordingError(f"{name}: cannot cut the unfinished last line: {exc}") from exc
+        return Session(
+            name,
+            file,
+            result.session_id,
+            codec,
+            redact,
+            max_line_bytes,
+            result.records,
+            result.complete_bytes,
+            tally.latest_checkpoint(result),
+            written if index.version > 1 else None,
+        )
     except BaseException:
-        _release(fd)
+        _release_file(file)
         raise
-    checkpoint = tally.latest_checkpoint(result)
-    return Session(
-        name,
-        fd,
-        result.session_id,
-        codec,
-        redact,
-        max_line_bytes,
-        result.records,
-        result.complete_bytes,
-        checkpoint,
-        written if index.version > 1 else None,
-    )
 
 
 def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> None:
@@ -3397,7 +3499,7 @@ class Session:
     def __init__(
         self,
         path: str,
-        fd: int,
+        file: _File,
         session_id: str,
         codec: Codec,
         redact: Optional[_Redact],
@@ -3407,10 +3509,11 @@ class Session:
         checkpoint: Optional[_CheckpointAt],
         written: Optional[_Written],
     ) -> None:
+        self._file = file  # first: from here __del__ releases it (the caller too, on an error)
+        file.owned = True
+        self._fd = file.fileno()
         self.path = path
         self.session_id = session_id
-        self._fd = fd
-        self._file = io.FileIO(fd, "r+")  # owns fd: its close() closes it exactly once
         self._codec = codec
         self._redact = redact
         self._max_line_bytes = max_line_bytes
@@ -3738,17 +3841,13 @@ class Session:
         assert written is not None
         writes: List[Callable[[], None]] = []
         if request is not None:
-            messages = list(request.messages)  # once: another thread may change the host's list
-            context, places, fresh = written.plan(messages, self._codec)
+            context, new, places, fresh = written.plan(request.messages, self._codec)
             tools, new_tools = written.tool_list(request.tools)
-            pooled = [("message", key, value) for key, value in fresh.items()]
+            pooled = [("message", key, json) for key, json in fresh.items()]
             if new_tools is not None:
                 pooled.append(("tools", tools, new_tools))
-            for kind, key, value in pooled:
-                pooled_data = self._redacted({kind: value})
-                if kind not in pooled_data:
-                    raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
-                text = self._encoded(pooled_data)
+            for kind, key, (value, text) in pooled:
+                text = self._pooled_text(kind, value, text)
                 writes.append(functools.partial(self._append, run, kind, time, text, key=key))
         data = self._redacted(data)
         if data.keys() & _POOLED_KEYS:
@@ -3757,11 +3856,21 @@ class Session:
             )
         text = self._encoded(data)
         if request is not None and type(data.get("request")) is dict:  # else the redactor took it
-            later = functools.partial(written.request_text, text, context, places, tools, messages)
+            later = functools.partial(written.request_text, text, context, new, places, tools)
             writes.append(functools.partial(self._append, run, "model_request", time, later))
         else:
             writes.append(functools.partial(self._append, run, "model_request", time, text))
         return writes
+
+    def _pooled_text(self, kind: str, value: Any, text: str) -> str:
+        """The data text of a message or tool list record of *value*, whose JSON is *text*:
+        that text itself, unless a redactor has its say (or ``_encoded`` an error to raise)."""
+        if self._redact is None and not _long_integer(text):
+            return f'{{"{kind}":{text}}}'  # what _encoded makes of it
+        data = self._redacted({kind: value})
+        if kind not in data:
+            raise ValueError(f"redact took data.{kind} of a {kind} record, which requests refer to")
+        return self._encoded(data)
 
     def _forked(self) -> None:
         """In a forked child: never write through the parent's descriptor, nor keep it (the
@@ -4628,9 +4737,8 @@ class _OutputError(Exception):
 
 class _Following:
     """A session file read as it grows (``show --follow``): a line is handed out once whole;
-    the end comes once the writer has let the file go (on Linux, where its lock shows in
-    /proc/locks; elsewhere only Ctrl-C ends it), a torn last line then handed out as the
-    unfinished tail it is.  A file truncated or replaced meanwhile is a ``FormatError``."""
+    the end comes once the writer has let the file go, a torn last line then handed out as
+    the unfinished tail it is.  A file truncated or replaced meanwhile is a ``FormatError``."""
 
     _WAIT = 0.2  # seconds between looks at a file that has not grown
 
@@ -4666,17 +4774,10 @@ class _Following:
             )
 
     def _written(self) -> bool:
-        """Whether a writer holds the file, as far as this system shows (else True)."""
-        if sys.platform == "win32":  # no /proc/locks, nor os.major
-            return True
-        else:  # mypy checks each platform's branch alone
-            try:
-                with builtins.open("/proc/locks", encoding="ascii", errors="replace") as locks:
-                    held = [line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]]
-            except (OSError, IndexError):
-                return True
-            device = self._id.st_dev
-            return f"{os.major(device):02x}:{os.minor(device):02x}:{self._id.st_ino}" in held
+        """Whether a writer holds the file: its lock, tried for on a file description of
+        our own, is taken (device numbers, as /proc/locks gives them, differ from stat's on
+        btrfs and overlayfs)."""
+        return _held(self._name)
 
 
 class _Tap:

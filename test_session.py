@@ -3119,6 +3119,107 @@ def test_processes_racing_to_create_one_path_get_one_owner_and_clear_errors(tmp_
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
+INTERRUPTED_AT_EACH_STEP = """
+import dis, json, os, signal, sys
+sys.path.insert(0, sys.argv[2])
+import session
+folder, how = sys.argv[1], sys.argv[3]
+tries = {}
+existing = os.path.join(folder, "existing.jsonl")
+session.create(existing).close()
+
+
+def descriptors():  # of files: a folder's, open for its fsync, may stay where only a tracer stops
+    return sorted(fd for fd in os.listdir("/dev/fd") if os.path.isfile(f"/dev/fd/{fd}"))
+
+
+def entering_a_try(frame):  # where no Python checks for signals, nor does the try cover it
+    code = frame.f_code
+    if code not in tries:
+        tries[code] = {i.offset for i in dis.get_instructions(code) if i.opname in ("NOP", "SETUP_FINALLY")}
+    return frame.f_lasti in tries[code]
+
+
+def sigint_at_step(n):
+    steps = [0, ""]  # steps, and the function of the n-th
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename != session.__file__:
+            return None
+        if event == "call" or (event == "line" and not entering_a_try(frame)):
+            steps[0] += 1
+            if steps[0] == n:
+                steps[1] = frame.f_code.co_name
+                sys.settrace(None)
+                os.kill(os.getpid(), signal.SIGINT)  # Python's own handler: KeyboardInterrupt
+        return trace
+
+    sys.settrace(trace)
+    return steps
+
+
+for n in range(1, 100000):
+    path = existing if how == "open" else os.path.join(folder, f"s{n}.jsonl")
+    before, s, interrupted = descriptors(), None, False
+    try:
+        try:
+            steps = sigint_at_step(n)
+            if how == "create":
+                s = session.create(path)
+            else:
+                s = session.open(path, create=how == "open create")
+        finally:
+            sys.settrace(None)
+        for _ in range(3):  # a signal still pending is handled by now, in every Python
+            pass
+    except KeyboardInterrupt:
+        interrupted = True
+    if s is not None:
+        s.close()
+    try:
+        session.open(path).close()  # never LockedError: nothing holds the file
+        opens = "yes"
+    except FileNotFoundError:
+        opens = "no file"
+    except session.SessionError as exc:
+        opens = repr(exc)
+    names = sorted(name for name in os.listdir(folder) if name != "existing.jsonl")
+    leaked = sorted(set(descriptors()) - set(before))
+    print(json.dumps({"n": n, "at": steps[1], "interrupted": interrupted, "returned": s is not None,
+                      "names": names, "leaked": leaked, "opens": opens}))
+    for name in names:
+        os.unlink(os.path.join(folder, name))
+    if steps[0] < n:  # the call ended before its n-th step: every step was tried
+        break
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="counts descriptors in /dev/fd")
+@pytest.mark.parametrize("how", ["create", "open", "open create"])
+def test_ctrl_c_at_any_step_of_create_or_open_leaves_no_descriptor_lock_or_half_made_file(
+    tmp_path: Path, how: str
+) -> None:
+    """A real SIGINT, Python's own handler, at each step of session.py in turn: the call
+    returns a session, or raises KeyboardInterrupt having kept no descriptor, so the file
+    opens at once; a create cut short leaves nothing at the path, nor its temporary name.
+    (Once the session is made, the public function's last step drops it: it is a whole
+    file, released as the session's finalizer releases it.)"""
+    script = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_AT_EACH_STEP, str(tmp_path), str(HERE), how],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert script.returncode == 0, script.stderr
+    outcomes = [json.loads(line) for line in script.stdout.splitlines()]
+    assert len(outcomes) > 20 and sum(o["interrupted"] for o in outcomes) >= len(outcomes) - 1
+    for o in outcomes:
+        made = how != "open" and (o["returned"] or (o["at"] in ("create", "open") and o["names"]))
+        assert o["leaked"] == [] and o["opens"] == ("yes" if how == "open" or made else "no file"), o
+        assert o["names"] == ([f"s{o['n']}.jsonl"] if made else []), o
+    assert outcomes[-1]["returned"] and not outcomes[-1]["interrupted"]
+
+
 def test_open_with_create_makes_a_new_file_or_appends(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.open(path, create=True) as s:
@@ -7055,12 +7156,12 @@ def test_a_request_that_goes_on_from_the_previous_one_refers_to_what_it_did(tmp_
     written = session._Written()  # which requests take the carried-on path
     carried = []
     for messages, _ in contexts:
-        context, places, _ = written.plan(list(messages), JSONCodec())
-        carried.append(len(context.messages))
+        context, new, places, _ = written.plan(list(messages), JSONCodec())
+        carried.append(context.length)
         tools = written.tool_list([])[0]
         for n, place in enumerate(places):
             written.add("message", place if type(place) is bytes else None, 100 + n, 1)
-        written.request_text("{}", context, places, tools, list(messages))
+        written.request_text("{}", context, new, places, tools)
     assert carried == [0, 2, 0, 3, 0, 0, 0, 2]  # the prefix of the request before, where it is one
     seq = [r.seq for r in records(two) if r.type == "message"]  # a, b, c, d, the plain one, e
     raw = [r.data["messages"] for r in requests(two, resolve=False)]
@@ -7075,6 +7176,49 @@ def test_a_request_that_goes_on_from_the_previous_one_refers_to_what_it_did(tmp_
         [e_, a_],
         [e_, [a_[0], c_[0]]],
     ]
+
+
+class Touchy:
+    """A host's message type whose comparison raises (as a numpy array's does)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("the truth value of a comparison is ambiguous")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_request_goes_on_only_from_the_messages_it_was_sent(tmp_path: Path) -> None:
+    """The writer compares a request with the latest by identity, and keeps its own list of
+    what that one sent: a host that changes its one list in place after a call, replaces a
+    message by an equal one that encodes otherwise (1.0 for 1), passes a tuple, or holds
+    values whose comparison raises, gets every request read back as it sent it."""
+    codec = JSONCodec(TypeSpec("test.touchy", Touchy, lambda t: t.text, Touchy))
+    one = Message("assistant", [session.tool_call_block("c", "t", {"n": 1})], timestamp=T0)
+    as_float = Message("assistant", [session.tool_call_block("c", "t", {"n": 1.0})], timestamp=T0)
+    assert one == as_float
+    a, b = POOL[:2]
+    shared = [a, one]
+    sent: List[List[Any]] = []
+    path = tmp_path / "s.jsonl"
+    with session.create(path, codec) as s, s.begin_run() as run:
+
+        def send(messages: Any) -> None:
+            run.record(Event("model_request", execution=MODEL, request=ModelRequest(messages), timestamp=T0))
+            sent.append(json.loads(session._dumps([codec.encode(m) for m in messages])))
+
+        send(shared)
+        shared[1] = as_float  # in place, after the call
+        send(shared)
+        shared.append(b)
+        send(tuple(shared))
+        send([a, Touchy("x"), b])
+        send([a, Touchy("y"), b])
+        send([a, as_float, b, Touchy("z")])
+    got = [r.data["request"]["messages"] for r in requests(path)]
+    assert got == sent and '"n":1.0' in path.read_text()
 
 
 class CountingCodec(session.JSONCodec):
@@ -7635,11 +7779,9 @@ with session.create(sys.argv[1]) as s, s.begin_run() as run:
 """
 
 
-@pytest.mark.skipif(
-    not os.path.exists("/proc/locks"), reason="the writer's lock shows in /proc/locks on Linux"
-)
-def test_show_follow_prints_records_as_another_process_writes_them(tmp_path: Path) -> None:
-    path = tmp_path / "s.jsonl"
+def assert_follows_while_written(path: Path, meanwhile: Callable[[], None] = lambda: None) -> None:
+    """``show --follow`` of *path* prints each record once as another process writes them, and
+    ends when the writer closes the session; *meanwhile* runs while the writer holds it."""
     writer = subprocess.Popen([sys.executable, "-c", FOLLOWED_WRITER, str(path), str(HERE)])
     while len(path.read_bytes().splitlines()) < 3 if path.exists() else True:
         time.sleep(0.05)
@@ -7651,6 +7793,7 @@ def test_show_follow_prints_records_as_another_process_writes_them(tmp_path: Pat
     assert follow.stdout is not None and follow.stderr is not None
     first = [follow.stdout.readline() for _ in range(3)]  # printed while the writer still writes
     assert writer.poll() is None and first == path.read_bytes().splitlines(keepends=True)[:3]
+    meanwhile()
     Path(f"{path}.go").touch()
     rest = follow.stdout.read()
     assert (writer.wait(timeout=60), follow.wait(timeout=60), follow.stderr.read()) == (0, 0, b"")
@@ -7659,9 +7802,48 @@ def test_show_follow_prints_records_as_another_process_writes_them(tmp_path: Pat
     follow.stderr.close()
 
 
-@pytest.mark.skipif(
-    not os.path.exists("/proc/locks"), reason="the writer's lock shows in /proc/locks on Linux"
-)
+def test_show_follow_prints_records_as_another_process_writes_them(tmp_path: Path) -> None:
+    assert_follows_while_written(tmp_path / "s.jsonl")
+
+
+@contextlib.contextmanager
+def a_btrfs_subvolume(folder: Path) -> Iterator[Path]:
+    """A subvolume of a new btrfs, mounted from an image file in *folder* through a loop device."""
+    if shutil.which("mkfs.btrfs") is None or shutil.which("btrfs") is None:
+        pytest.skip("needs mkfs.btrfs and btrfs (btrfs-progs)")
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a file system needs root")
+    image, mount = folder / "btrfs.img", folder / "mnt"
+    image.write_bytes(b"")
+    os.truncate(image, 128 << 20)
+    mount.mkdir()
+    subprocess.run(["mkfs.btrfs", "-q", str(image)], check=True, capture_output=True)
+    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(mount)], capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a btrfs image through a loop device here: {mounted.stderr.strip()}")
+    try:
+        subprocess.run(["btrfs", "subvolume", "create", str(mount / "sub")], check=True, capture_output=True)
+        yield mount / "sub"
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_show_follow_on_btrfs_waits_for_the_writer(tmp_path: Path) -> None:
+    """On btrfs, stat() gives the subvolume's device and /proc/locks the file system's: the
+    writer's lock was never found there, and --follow ended at once."""
+    with a_btrfs_subvolume(tmp_path) as folder:
+        path = folder / "s.jsonl"
+
+        def the_lock_shows_another_device() -> None:
+            st = path.stat()
+            with open("/proc/locks", encoding="ascii") as locks:
+                held = {line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]}
+            assert any(h.endswith(f":{st.st_ino}") for h in held)
+            assert f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}" not in held
+
+        assert_follows_while_written(path, the_lock_shows_another_device)
+
+
 def test_show_follow_ends_on_ctrl_c_and_at_a_truncated_file(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     s = session.create(path)

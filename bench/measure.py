@@ -1,13 +1,18 @@
 """What every benchmark here measures with: interleaved ratios, goals, wall time.
 
-Standard library only; ``bench/run.py`` and ``bench/growth.py`` import it from beside them.
+And the events the record benchmarks write, and the floor they are held to.  Standard library
+only; the benchmarks here import it from beside them.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Dict, Sequence
+
+import session  # the benchmarks put the project's folder on sys.path first
 
 
 def median_ratio(runs: int, subject: Callable[[], float], baseline: Callable[[], float]) -> float:
@@ -34,3 +39,50 @@ def timed(work: Callable[[], Any]) -> float:
     start = time.perf_counter()
     work()
     return time.perf_counter() - start
+
+
+T0 = dt.datetime(2026, 12, 2, 9, 27, 36, 123456, tzinfo=dt.timezone.utc)
+TEXT = "The quick brown fox jumps over the lazy dog; sphinx of black quartz, judge my vow. "
+
+
+TOOL = session.Execution("call-7", "tool", parent_id="model-3", turn_index=3)
+
+
+def small_event() -> session.Event:
+    """A tool call's start (~200 B), built as a host builds it for each call."""
+    return session.Event(
+        "tool_exec_start", timestamp=T0, execution=TOOL, tool_id="call-7", tool="read_file",
+        tool_label="Read file", args={"path": "src/app.py", "start": 1, "end": 400},
+    )  # fmt: skip
+
+
+def events() -> Dict[str, session.Event]:
+    """A small (~200 B), medium (~2 KB) and large (~32 KB) event, as an agent records them."""
+    tool = TOOL
+    model = session.Execution("model-3", "model", turn_index=3)
+    message = session.Message(
+        "assistant",
+        [
+            session.text_block((TEXT * 22)[:1800]),
+            session.tool_call_block("call-7", "read_file", {"path": "src/app.py"}),
+        ],
+        "toolUse",
+        {"input": 1834, "output": 96, "total_tokens": 1930},
+        timestamp=T0,
+    )
+    output = "".join(f"{n:5d}  {TEXT}\n" for n in range(370))[:32000]
+    return {
+        "small": small_event(),
+        "medium": session.Event("message_end", timestamp=T0, execution=model, message=message),
+        "large": session.Event(
+            "tool_exec_end", timestamp=T0, execution=tool, tool_id="call-7", tool="read_file",
+            tool_label="Read file", result={"content": [{"type": "text", "text": output}]},
+            disposition="continue",
+        ),
+    }  # fmt: skip
+
+
+def tuned_encoder() -> Callable[[Any, int], Sequence[str]]:
+    """The C encoder ``json.dumps`` builds on every call, built once: what ``record`` uses."""
+    quote = json.encoder.encode_basestring
+    return json.encoder.c_make_encoder(None, None, quote, None, ":", ",", False, False, False)  # type: ignore[attr-defined,no-any-return]

@@ -11,7 +11,6 @@ interleaved repetitions, because these machines are noisy.  Needs `pip install j
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import importlib
 import json
 import os
@@ -28,55 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import jsonlines  # noqa: E402 - the peer to compare with
-from measure import goal, median_ratio, timed  # noqa: E402
+from measure import T0, events, goal, median_ratio, timed, tuned_encoder  # noqa: E402
 
 import session  # noqa: E402
-
-T0 = dt.datetime(2026, 12, 2, 9, 27, 36, 123456, tzinfo=dt.timezone.utc)
-TEXT = "The quick brown fox jumps over the lazy dog; sphinx of black quartz, judge my vow. "
-
-
-def events() -> Dict[str, session.Event]:
-    """A small (~200 B), medium (~2 KB) and large (~32 KB) event, as an agent records them."""
-    tool = session.Execution("call-7", "tool", parent_id="model-3", turn_index=3)
-    model = session.Execution("model-3", "model", turn_index=3)
-    message = session.Message(
-        "assistant",
-        [
-            session.text_block((TEXT * 22)[:1800]),
-            session.tool_call_block("call-7", "read_file", {"path": "src/app.py"}),
-        ],
-        "toolUse",
-        {"input": 1834, "output": 96, "total_tokens": 1930},
-        timestamp=T0,
-    )
-    output = "".join(f"{n:5d}  {TEXT}\n" for n in range(370))[:32000]
-    return {
-        "small": session.Event(
-            "tool_exec_start", timestamp=T0, execution=tool, tool_id="call-7", tool="read_file",
-            tool_label="Read file", args={"path": "src/app.py", "start": 1, "end": 400},
-        ),
-        "medium": session.Event("message_end", timestamp=T0, execution=model, message=message),
-        "large": session.Event(
-            "tool_exec_end", timestamp=T0, execution=tool, tool_id="call-7", tool="read_file",
-            tool_label="Read file", result={"content": [{"type": "text", "text": output}]},
-            disposition="continue",
-        ),
-    }  # fmt: skip
-
-
-def _tuned_encoder() -> Callable[[Any, int], Sequence[str]]:
-    """The C encoder ``json.dumps`` builds on every call, built once: what ``record`` uses."""
-    quote = json.encoder.encode_basestring
-    return json.encoder.c_make_encoder(None, None, quote, None, ":", ",", False, False, False)  # type: ignore[attr-defined,no-any-return]
-
 
 RECORD_GOALS = {"small": 1.25, "medium": 1.4, "large": 1.0}  # against the tuned floor
 
 
 def bench_record(folder: Path, n: int, runs: int) -> List[str]:
     rows = []
-    encoder = _tuned_encoder()
+    encoder = tuned_encoder()
     for size, event in events().items():
         path = folder / f"record-{size}.jsonl"
         s = session.create(path)
