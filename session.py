@@ -2976,6 +2976,7 @@ class _Tally:
 
     def __init__(self) -> None:
         self.runs = 0
+        self.run_ids: Set[str] = set()  # for a writer that chooses its run ids (begin_run)
         self.closed_runs = 0
         self.checkpoints = 0
         self._latest: Optional[Record] = None
@@ -2987,6 +2988,7 @@ class _Tally:
         kind = record.type
         if kind == "run_start":
             self.runs += 1
+            self.run_ids.add(record.run_id or "")
         elif kind == "run_close":
             self.closed_runs += 1
         elif kind == "checkpoint":
@@ -3151,6 +3153,8 @@ def create(
     version: int = _FORMAT_VERSION,
     redact: Optional[_Redact] = None,
     max_line_bytes: int = _MAX_LINE_BYTES,
+    session_id: Optional[str] = None,
+    time: Optional[datetime] = None,
 ) -> Session:
     """Create a new session file at *path* and return its writer.
 
@@ -3167,20 +3171,43 @@ def create(
     session is done as a signal handler's is (see ``Session.close``).  *version* 2 (the
     default) writes each message and tool list once and refers to it; 1 writes each request
     whole, for readers of version 1 only.
+
+    *session_id* (32 lowercase hex digits) and *time* (an aware ``datetime``, the
+    ``session_start`` record's time) are for a writer that rebuilds a session it did not
+    see happen, such as an import, and must give the same bytes each time; by default the
+    id is random and the time is now.  ``ValueError`` for an id of another form or a naive
+    time, ``TypeError`` for a time that is not a ``datetime``.
     """
     _check_line_limit(max_line_bytes)
     if type(version) is not int or version not in _VERSIONS:
         raise ValueError(f"version must be 1 or 2, not {version!r}")
+    session_id = _new_id() if session_id is None else _checked_id("session_id", session_id)
+    stamp = _utc_text(time)
     codec = _default_codec() if codec is None else codec
-    return _new_session(_name(path), codec, redact, max_line_bytes, version)
+    return _new_session(_name(path), codec, redact, max_line_bytes, version, session_id, stamp)
+
+
+_HEX_ID = re.compile("[0-9a-f]{32}")
+
+
+def _checked_id(name: str, value: str) -> str:
+    """*value*, a session or run id a writer chose, once it has the form the format gives ids."""
+    if type(value) is not str or _HEX_ID.fullmatch(value) is None:
+        raise ValueError(f"{name} must be 32 lowercase hex digits, not {value!r}")
+    return value
 
 
 def _new_session(
-    name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int, version: int
+    name: str,
+    codec: Codec,
+    redact: Optional[_Redact],
+    max_line_bytes: int,
+    version: int,
+    session_id: str,
+    stamp: str,
 ) -> Session:
-    session_id = _new_id()
     data = f'{{"version":{version}}}'
-    header = f'{_line_head(session_id)}1,"type":"session_start","time":"{_utc_text(None)}","data":{data}}}\n'
+    header = f'{_line_head(session_id)}1,"type":"session_start","time":"{stamp}","data":{data}}}\n'
     fd = _publish(name, header.encode())
     written = _Written() if version > 1 else None
     return Session(name, fd, session_id, codec, redact, max_line_bytes, 1, len(header), None, written)
@@ -3234,7 +3261,9 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     name = _name(path)
     if create:
         with contextlib.suppress(FileExistsError):
-            return _new_session(name, codec, redact, max_line_bytes, _FORMAT_VERSION)
+            return _new_session(
+                name, codec, redact, max_line_bytes, _FORMAT_VERSION, _new_id(), _utc_text(None)
+            )
     return _existing_session(name, codec, redact, max_line_bytes)
 
 
@@ -3260,7 +3289,7 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
         _release(fd)
         raise
     checkpoint = tally.latest_checkpoint(result)
-    return Session(
+    session = Session(
         name,
         fd,
         result.session_id,
@@ -3272,6 +3301,8 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
         checkpoint,
         written if index.version > 1 else None,
     )
+    session._run_ids = tally.run_ids
+    return session
 
 
 def _note(tally: _Tally, written: _Written, index: _Index, record: Record) -> None:
@@ -3349,6 +3380,7 @@ class Session:
         self._checkpoint = checkpoint
         self._written = written  # None: a file of version 1
         self._run: Optional[Run] = None  # the run open in the file
+        self._run_ids: Set[str] = set()  # every run's id in the file, for begin_run(run_id=...)
         self._ending: Optional[Run] = None  # a run whose run_close is decided, maybe not written yet
         self._closing = False  # close() has begun: no new records
         self._failure: Optional[Exception] = None
@@ -3375,15 +3407,27 @@ class Session:
             warnings.warn(f"unclosed session {self.path!r}", ResourceWarning, stacklevel=2, source=self)
             _release_file(file)
 
-    def begin_run(self) -> Run:
+    def begin_run(self, *, run_id: Optional[str] = None, time: Optional[datetime] = None) -> Run:
         """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open, and
-        ``RuntimeError`` from a signal handler that interrupted a write of this session."""
+        ``RuntimeError`` from a signal handler that interrupted a write of this session.
+
+        *run_id* (32 lowercase hex digits, not used by a run of this file before) and *time*
+        (an aware ``datetime``, the ``run_start`` record's time) are for a writer that must
+        give the same bytes each time, as ``create``'s *session_id* and *time* are; by
+        default the id is random and the time is now.  ``ValueError`` for an id of another
+        form or already used, or a naive time; nothing is written then.
+        """
+        run_id = _new_id() if run_id is None else _checked_id("run_id", run_id)
+        stamp = _utc_text(time)
         with self._lock:
             self._check_no_run()
             if self._interrupting():  # the new run would start only after the write under way
                 raise RuntimeError(f"{self.path}: begin_run cannot interrupt a write to its session")
-            run = Run(self, _new_id())
-            self._write(self._check_no_run, lambda: self._append(run, "run_start", _utc_text(None), "{}"))
+            if run_id in self._run_ids:
+                raise ValueError(f"{self.path}: run_id {run_id} is already used in this file")
+            run = Run(self, run_id)
+            self._run_ids.add(run_id)
+            self._write(self._check_no_run, lambda: self._append(run, "run_start", stamp, "{}"))
         return run
 
     def sync(self) -> None:
@@ -3807,21 +3851,26 @@ class Run:
                 lambda: session._append(self, "checkpoint", time, text, sync=True),
             )
 
-    def close(self) -> None:
-        """Write ``run_close`` and sync.  Idempotent; ``RecordingError`` if recording failed."""
+    def close(self, *, time: Optional[datetime] = None) -> None:
+        """Write ``run_close`` and sync.  Idempotent; ``RecordingError`` if recording failed.
+
+        *time* (an aware ``datetime``) is the ``run_close`` record's time, for a writer that
+        must give the same bytes each time; by default, now.
+        """
+        stamp = _utc_text(time)
         session = self._session
         with session._lock:
             session._check_failure()
             if session._run is self:
-                session._write(self._decide_close, self._close_now)
+                session._write(self._decide_close, lambda: self._close_now(stamp))
 
     def _decide_close(self) -> None:
         self._session._ending = self
 
-    def _close_now(self) -> None:
+    def _close_now(self, stamp: str) -> None:
         session = self._session
         if session._run is self and not session._file.closed:  # not closed by an interrupting call
-            session._append(self, "run_close", _utc_text(None), "{}", sync=True)
+            session._append(self, "run_close", stamp, "{}", sync=True)
 
 
 # ---------------------------------------------------------------------------- reader
