@@ -194,7 +194,9 @@ def _read_lines(path: str, label: str, max_line_bytes: int, time_key: str) -> _L
                 if not raw.endswith(b"\n"):
                     lines.tail_bytes = len(raw)
                     break
-                reason = f"{exc.msg} (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else str(exc)
+                reason = (
+                    f"{exc.msg} (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else str(exc)
+                )
                 lines.problems.append(Problem(label, number, f"not JSON: {reason}"[:200]))
                 continue
             if type(obj) is not dict:
@@ -806,6 +808,14 @@ def _first_text(*values: Any) -> str:
     return next((value for value in values if type(value) is str and value), "")
 
 
+class _Plan(NamedTuple):
+    """A source read, what its import records first, and the rest of its recording."""
+
+    lines: _Lines
+    provenance: Dict[str, Any]
+    body: Callable[[_Writer, _Tally], None]
+
+
 def _claude_code(source: str, limit: int) -> _Plan:
     """The plan of a Claude Code transcript's import: the session at its end, sub-agents
     nested under the tool calls that ran them."""
@@ -842,14 +852,6 @@ def _distinct(values: Iterator[Any]) -> List[str]:
         if type(value) is str and value and value not in out:
             out.append(value)
     return out
-
-
-class _Plan(NamedTuple):
-    """A source read, what its import records first, and the rest of its recording."""
-
-    lines: _Lines
-    provenance: Dict[str, Any]
-    body: Callable[[_Writer, _Tally], None]
 
 
 # ---------------------------------------------------------------------------- claude-trace
