@@ -497,7 +497,12 @@ def _steps(chain: List[_Entry]) -> List[List[_Entry]]:
     steps: List[List[_Entry]] = []
     responses: Dict[str, List[_Entry]] = {}
     for entry in chain:
-        if entry.obj.get("type") == "assistant" and entry.obj.get("isApiErrorMessage") is not True:
+        obj = entry.obj
+        if (
+            obj.get("type") == "assistant"
+            and obj.get("isApiErrorMessage") is not True
+            and not _cc_problem(obj)
+        ):
             key = _message_id(entry)
             if key in responses:
                 responses[key].append(entry)

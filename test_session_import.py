@@ -4,6 +4,7 @@ holds and where its shape comes from)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -393,3 +394,54 @@ def test_import_without_its_companion_says_what_is_missing(tmp_path: Path) -> No
         timeout=60,
     )
     assert done.returncode == 2 and "import: needs session_import.py beside session.py" in done.stderr
+
+
+def write_lines(path: Path, lines: List[Dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def line(uuid: str, parent: Any, kind: str, content: Any, **more: Any) -> Dict[str, Any]:
+    message: Dict[str, Any] = {"role": kind, "content": content}
+    if kind == "assistant":
+        message.update(
+            id=more.pop("id", "msg_" + uuid), model="m", usage={"input_tokens": 1, "output_tokens": 1}
+        )
+    return {
+        "parentUuid": parent,
+        "sessionId": "s",
+        "type": kind,
+        "message": message,
+        "uuid": uuid,
+        "timestamp": "2026-03-01T10:00:00Z",
+        **more,
+    }
+
+
+def test_hostile_transcripts_are_imported_as_far_as_they_make_sense(tmp_path: Path) -> None:
+    big = "x" * (20 << 20)  # a 20 MB tool result
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", "a9", "user", "hi"),  # a cycle: a9 names u1's parent... and u1 is a9's
+            line(
+                "a1",
+                "u1",
+                "assistant",
+                [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}],
+                id="m1",
+            ),
+            line("a2", "a1", "assistant", 5, id="m1"),  # same response, content neither text nor blocks
+            line("u2", "a2", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": big}]),
+            line("a9", "u2", "assistant", [{"type": "text", "text": "ok"}]),
+            line("u3", "a9", "user", "a last prompt no request sent"),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (3, "a message whose content is neither text nor a list of blocks")
+    ]
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert data(of(records, "tool_exec_end", "t1")[0]).result == big
+    assert texts(data(of(records, "message_end")[-1]).message) == ["a last prompt no request sent"]
+    assert [call(r).id for r in of(records, "model_exec_end")] == ["model-1", "model-2"]
