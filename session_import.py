@@ -61,7 +61,7 @@ from session import (
     _sync_directory,
 )
 
-__all__ = ["FORMATS", "ImportReport", "UnknownFormatError", "import_session"]
+__all__ = ["FORMATS", "ImportReport", "Problem", "UnknownFormatError", "import_session"]
 
 __version__ = "0.1.0"
 

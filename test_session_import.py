@@ -72,6 +72,15 @@ def run(*words: str, cwd: Path = HERE) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_all_lists_exactly_the_public_names() -> None:
+    defined_here = {
+        name
+        for name, value in vars(session_import).items()
+        if getattr(value, "__module__", None) == "session_import" and not name.startswith("_")
+    }
+    assert sorted(session_import.__all__) == sorted(defined_here | {"FORMATS"})
+
+
 # ---------------------------------------------------------------------------- Claude Code
 
 
@@ -287,7 +296,7 @@ def test_an_import_gives_the_same_bytes_each_time(tmp_path: Path, source: Path) 
 
 
 @pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE])
-def test_validate_summary_show_html_and_export_read_an_import(tmp_path: Path, source: Path) -> None:
+def test_validate_summary_show_html_export_and_otlp_read_an_import(tmp_path: Path, source: Path) -> None:
     out = tmp_path / "out.jsonl"
     done = run("import", str(source), "-o", str(out))
     assert done.returncode == 0, done.stderr
@@ -298,6 +307,7 @@ def test_validate_summary_show_html_and_export_read_an_import(tmp_path: Path, so
         ["show", "--pretty", str(out)],
         ["html", "-o", str(tmp_path / "page.html"), str(out)],
         ["export", str(out), "-o", str(tmp_path / "all.jsonl")],
+        ["otlp", str(out), "--content", "--output", str(tmp_path / "spans.bin")],
     ):
         done = run(*words)
         assert done.returncode == 0, (words, done.stderr)
