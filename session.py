@@ -3113,13 +3113,16 @@ class _Tally:
     ``checkpoint`` command)."""
 
     def __init__(self) -> None:
+        self.run_ids: Set[str] = set()  # for a writer that chooses its run ids (begin_run)
         self._latest: Optional[Record] = None
         self._latest_end: Optional[int] = None
 
     def __call__(self, record: Record) -> None:
         if self._latest_end is None and self._latest is not None:
             self._latest_end = record.offset
-        if record.type == "checkpoint":
+        if record.type == "run_start":
+            self.run_ids.add(record.run_id or "")
+        elif record.type == "checkpoint":
             self._latest = record._replace(data={})  # where it is, not what it holds
             self._latest_end = None
 
@@ -3316,6 +3319,8 @@ def create(
     version: int = _FORMAT_VERSION,
     redact: Optional[_Redact] = None,
     max_line_bytes: int = _MAX_LINE_BYTES,
+    session_id: Optional[str] = None,
+    time: Optional[datetime] = None,
 ) -> Session:
     """Create a new session file at *path* and return its writer.
 
@@ -3332,23 +3337,46 @@ def create(
     session is done as a signal handler's is (see ``Session.close``).  *version* 2 (the
     default) writes each message and tool list once and refers to it; 1 writes each request
     whole, for readers of version 1 only.
+
+    *session_id* (32 lowercase hex digits) and *time* (an aware ``datetime``, the
+    ``session_start`` record's time) are for a writer that rebuilds a session it did not
+    see happen, such as an import, and must give the same bytes each time; by default the
+    id is random and the time is now.  ``ValueError`` for an id of another form or a naive
+    time, ``TypeError`` for a time that is not a ``datetime``.
     """
     _check_line_limit(max_line_bytes)
     if type(version) is not int or version not in _VERSIONS:
         raise ValueError(f"version must be 1 or 2, not {version!r}")
+    session_id = _new_id() if session_id is None else _checked_id("session_id", session_id)
+    stamp = _utc_text(time)
     codec = _default_codec() if codec is None else codec
-    return _new_session(_name(path), codec, redact, max_line_bytes, version)
+    return _new_session(_name(path), codec, redact, max_line_bytes, version, session_id, stamp)
+
+
+_HEX_ID = re.compile("[0-9a-f]{32}")
+
+
+def _checked_id(name: str, value: str) -> str:
+    """*value*, a session or run id a writer chose, once it has the form the format gives ids."""
+    if type(value) is not str or _HEX_ID.fullmatch(value) is None:
+        raise ValueError(f"{name} must be 32 lowercase hex digits, not {value!r}")
+    return value
 
 
 def _new_session(
-    name: str, codec: Codec, redact: Optional[_Redact], max_line_bytes: int, version: int
+    name: str,
+    codec: Codec,
+    redact: Optional[_Redact],
+    max_line_bytes: int,
+    version: int,
+    session_id: str,
+    stamp: str,
 ) -> Session:
     """A session of a new file at *name*: its header written and synced under a temporary name
     beside it, locked, then given *name*, never replacing a file there.  Whatever cuts this
     short (an error, Ctrl-C at any step) leaves neither name, nor the descriptor, behind."""
-    session_id = _new_id()
     data = f'{{"version":{version}}}'
-    header = f'{_line_head(session_id)}1,"type":"session_start","time":"{_utc_text(None)}","data":{data}}}\n'
+    header = f'{_line_head(session_id)}1,"type":"session_start","time":"{stamp}","data":{data}}}\n'
     written = _Written() if version > 1 else None
     folder, base = os.path.split(name)
     base = os.fsdecode(os.fsencode(base)[:200])  # room for the rest within a name's 255 bytes
@@ -3367,10 +3395,11 @@ def _new_session(
         file = _link(file, temporary, name)
         return Session(name, file, session_id, codec, redact, max_line_bytes, 1, len(header), None, written)
     except BaseException as exc:
-        if isinstance(exc, FileExistsError) or (file is None and isinstance(exc, OSError)):
-            exc.filename, exc.filename2 = name, None  # the path's trouble, not the temporary name's
         if file is not None or not isinstance(exc, OSError):  # else nothing was created
             _abandon(file, mine, temporary, name)
+        if isinstance(exc, FileExistsError) or (file is None and isinstance(exc, OSError)):
+            # the path's trouble, not the temporary name's (OSError prints a filename2 set to None)
+            raise type(exc)(exc.errno, exc.strerror, name) from None
         raise
 
 
@@ -3411,7 +3440,9 @@ def open(  # noqa: A001 - the contract's name; the builtin stays reachable as bu
     name = _name(path)
     if create:
         with contextlib.suppress(FileExistsError):
-            return _new_session(name, codec, redact, max_line_bytes, _FORMAT_VERSION)
+            return _new_session(
+                name, codec, redact, max_line_bytes, _FORMAT_VERSION, _new_id(), _utc_text(None)
+            )
     return _existing_session(name, codec, redact, max_line_bytes)
 
 
@@ -3433,7 +3464,7 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
                 _sync(file.fileno())
             except OSError as exc:
                 raise RecordingError(f"{name}: cannot cut the unfinished last line: {exc}") from exc
-        return Session(
+        session = Session(
             name,
             file,
             result.session_id,
@@ -3445,6 +3476,8 @@ def _existing_session(name: str, codec: Codec, redact: Optional[_Redact], max_li
             tally.latest_checkpoint(result),
             written if index.version > 1 else None,
         )
+        session._run_ids = tally.run_ids
+        return session
     except BaseException:
         _release_file(file)
         raise
@@ -3527,6 +3560,7 @@ class Session:
         self._checkpoint = checkpoint
         self._written = written  # None: a file of version 1
         self._run: Optional[Run] = None  # the run open in the file
+        self._run_ids: Set[str] = set()  # every run's id in the file, for begin_run(run_id=...)
         self._ending: Optional[Run] = None  # a run whose run_close is decided, maybe not written yet
         self._closing = False  # close() has begun: no new records
         self._failure: Optional[Exception] = None
@@ -3553,15 +3587,27 @@ class Session:
             warnings.warn(f"unclosed session {self.path!r}", ResourceWarning, stacklevel=2, source=self)
             _release_file(file)
 
-    def begin_run(self) -> Run:
+    def begin_run(self, *, run_id: Optional[str] = None, time: Optional[datetime] = None) -> Run:
         """Start a run with a fresh ``run_id``; ``RunOpenError`` while another is open, and
-        ``RuntimeError`` from a signal handler that interrupted a write of this session."""
+        ``RuntimeError`` from a signal handler that interrupted a write of this session.
+
+        *run_id* (32 lowercase hex digits, not used by a run of this file before) and *time*
+        (an aware ``datetime``, the ``run_start`` record's time) are for a writer that must
+        give the same bytes each time, as ``create``'s *session_id* and *time* are; by
+        default the id is random and the time is now.  ``ValueError`` for an id of another
+        form or already used, or a naive time; nothing is written then.
+        """
+        run_id = _new_id() if run_id is None else _checked_id("run_id", run_id)
+        stamp = _utc_text(time)
         with self._lock:
             self._check_no_run()
             if self._interrupting():  # the new run would start only after the write under way
                 raise RuntimeError(f"{self.path}: begin_run cannot interrupt a write to its session")
-            run = Run(self, _new_id())
-            self._write(self._check_no_run, lambda: self._append(run, "run_start", _utc_text(None), "{}"))
+            if run_id in self._run_ids:
+                raise ValueError(f"{self.path}: run_id {run_id} is already used in this file")
+            run = Run(self, run_id)
+            self._run_ids.add(run_id)
+            self._write(self._check_no_run, lambda: self._append(run, "run_start", stamp, "{}"))
         return run
 
     def sync(self) -> None:
@@ -4019,21 +4065,26 @@ class Run:
                 lambda: session._append(self, "checkpoint", time, text, sync=True),
             )
 
-    def close(self) -> None:
-        """Write ``run_close`` and sync.  Idempotent; ``RecordingError`` if recording failed."""
+    def close(self, *, time: Optional[datetime] = None) -> None:
+        """Write ``run_close`` and sync.  Idempotent; ``RecordingError`` if recording failed.
+
+        *time* (an aware ``datetime``) is the ``run_close`` record's time, for a writer that
+        must give the same bytes each time; by default, now.
+        """
+        stamp = _utc_text(time)
         session = self._session
         with session._lock:
             session._check_failure()
             if session._run is self:
-                session._write(self._decide_close, self._close_now)
+                session._write(self._decide_close, lambda: self._close_now(stamp))
 
     def _decide_close(self) -> None:
         self._session._ending = self
 
-    def _close_now(self) -> None:
+    def _close_now(self, stamp: str) -> None:
         session = self._session
         if session._run is self and not session._file.closed:  # not closed by an interrupting call
-            session._append(self, "run_close", _utc_text(None), "{}", sync=True)
+            session._append(self, "run_close", stamp, "{}", sync=True)
 
 
 # ---------------------------------------------------------------------------- reader
@@ -5162,48 +5213,67 @@ _EXPORT_COMMANDS = {  # session_export.py's, by name, for the list of commands w
     "html": "one self-contained HTML page to look at a session",
     "otlp": "send sessions' runs and calls to an OpenTelemetry backend as spans (OTLP/HTTP)",
 }
+_IMPORT_COMMANDS = {  # session_import.py's
+    "import": "bring in sessions another tool recorded (Claude Code, claude-trace) as session files",
+}
+_COMPANIONS = {"session_export": _EXPORT_COMMANDS, "session_import": _IMPORT_COMMANDS}
 
 
-def _exports_module() -> Any:
-    """``session_export``, the module that has the exports: importable, or in the file beside
-    this one (``python -I session.py`` puts no folder on the path); ``None`` without it."""
-    try:
-        import session_export
-    except ModuleNotFoundError as exc:
-        if exc.name != "session_export":
-            raise
-    else:
-        return session_export
+def _companion(name: str) -> Any:
+    """The companion module *name* (``session_export``, ``session_import``): importable, or
+    in the file beside this one (``python -I session.py`` puts no folder on the path);
+    ``None`` without it."""
     import importlib.util
 
-    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_export.py")
-    spec = importlib.util.spec_from_file_location("session_export", beside)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, beside)
     if spec is None or spec.loader is None or not os.path.isfile(beside):
         return None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["session_export"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def _needs_exports(args: Any) -> int:
+def _needs_companion(name: str, args: Any) -> int:
     _print_error(
-        f"{args.prog} {args.command}: needs session_export.py beside session.py"
+        f"{args.prog} {args.command}: needs {name}.py beside session.py"
         " (the wheel installs both; a vendored copy needs both files)"
     )
     return 2
 
 
-def _missing_exports() -> List[_Command]:
-    """Stand-ins for the exports module's commands, which say what is missing."""
+def _is_missing(handler: Any) -> bool:
+    """Whether *handler* stands in for a missing companion's command."""
+    return getattr(handler, "func", None) is _needs_companion
+
+
+def _missing_commands(name: str) -> List[_Command]:
+    """Stand-ins for the companion *name*'s commands, which say what is missing."""
 
     def anything(sub: Any) -> None:
-        sub.add_argument("arguments", nargs="*", help="see session_export.py")
+        sub.add_argument("arguments", nargs="*", help=f"see {name}.py")
 
     return [
-        _Command(name, about, "2 session_export.py missing", True, anything, _needs_exports)
-        for name, about in _EXPORT_COMMANDS.items()
+        _Command(
+            command, about, f"2 {name}.py missing", True, anything, functools.partial(_needs_companion, name)
+        )
+        for command, about in _COMPANIONS[name].items()
     ]
+
+
+def _companion_commands(wanted: str) -> List[_Command]:
+    """Every companion's commands; a companion is imported only for the *wanted* command."""
+    commands: List[_Command] = []
+    for name, names in _COMPANIONS.items():
+        module = _companion(name) if wanted in names else None
+        commands += module.COMMANDS if module is not None else _missing_commands(name)
+    return commands
 
 
 _COMMANDS = [
@@ -5251,7 +5321,7 @@ _COMMANDS = [
 
 
 def _parser(prog: str, wanted: str) -> Any:
-    """The parser of every command; the exports module is imported only for the *wanted*
+    """The parser of every command; a companion module is imported only for the *wanted*
     command, if it is one of its own."""
     import argparse
 
@@ -5263,13 +5333,12 @@ def _parser(prog: str, wanted: str) -> Any:
     parser.add_argument("--version", action="version", version=f"session.py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    exports = _exports_module() if wanted in _EXPORT_COMMANDS else None
-    for command in _COMMANDS + (exports.COMMANDS if exports else _missing_exports()):
+    for command in _COMMANDS + _companion_commands(wanted):
         epilog = (
             f"exit status: {command.status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
         )
         sub = commands.add_parser(command.name, help=command.about, description=command.about, epilog=epilog)
-        if command.run is not _needs_exports:
+        if not _is_missing(command.run):
             _file_arguments(sub, command)
         command.options(sub)
         sub.set_defaults(handler=command.run, usage_error=sub.error)
@@ -5287,7 +5356,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = _parser(prog, next((word for word in words if not word.startswith("-")), ""))
     args, unknown = parser.parse_known_args(words)
-    if unknown and args.handler is not _needs_exports:  # a missing command's options are unknown
+    if unknown and not _is_missing(args.handler):  # a missing command's options are unknown
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate prints as \udXXX, in JSON too
         if isinstance(stream, io.TextIOWrapper):

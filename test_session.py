@@ -245,7 +245,7 @@ def is_stdlib(name: str) -> bool:
     )
 
 
-@pytest.mark.parametrize("module", ["session.py", "session_export.py"])
+@pytest.mark.parametrize("module", ["session.py", "session_export.py", "session_import.py"])
 def test_module_imports_only_the_standard_library(module: str) -> None:
     tree = ast.parse((HERE / module).read_text(encoding="utf-8"))
     found = set()
@@ -255,7 +255,9 @@ def test_module_imports_only_the_standard_library(module: str) -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module.split(".")[0])
     assert {
-        name for name in found - {"__future__", "session", "session_export"} if not is_stdlib(name)
+        name
+        for name in found - {"__future__", "session", "session_export", "session_import"}
+        if not is_stdlib(name)
     } == set()
     assert not is_stdlib("pytest")  # the check can fail
 
@@ -286,7 +288,7 @@ def module_sections(module: str) -> Tuple[List[str], List[Tuple[int, str]]]:
     return lines, starts
 
 
-@pytest.mark.parametrize("module", ["session.py", "session_export.py"])
+@pytest.mark.parametrize("module", ["session.py", "session_export.py", "session_import.py"])
 def test_module_reads_top_to_bottom_in_functions_of_60_lines_at_most(module: str) -> None:
     """No section uses a name that a later section defines, and no function is longer than
     60 lines (the team's limit)."""
@@ -1906,6 +1908,76 @@ def test_create_refuses_a_version_it_does_not_write(tmp_path: Path, version: Any
     with pytest.raises(ValueError, match="version must be 1 or 2"):
         session.create(tmp_path / "s.jsonl", version=version)
     assert list(tmp_path.iterdir()) == []
+
+
+def _chosen_session(path: Path) -> None:
+    at = dt.datetime(2026, 3, 1, 10, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    with session.create(path, session_id="a" * 32, time=at) as s:
+        run = s.begin_run(run_id="b" * 32, time=at + dt.timedelta(seconds=1))
+        run.record(Event("agent_start", timestamp=at + dt.timedelta(seconds=2)))
+        run.close(time=at + dt.timedelta(seconds=3))
+
+
+def test_a_writer_chooses_the_ids_and_times_and_gets_the_same_bytes(tmp_path: Path) -> None:
+    _chosen_session(tmp_path / "a.jsonl")
+    _chosen_session(tmp_path / "b.jsonl")
+    text = (tmp_path / "a.jsonl").read_bytes()
+    assert text == (tmp_path / "b.jsonl").read_bytes()
+    a, b = "a" * 32, "b" * 32
+    assert text.decode().splitlines() == [
+        f'{{"session_id":"{a}","seq":1,"type":"session_start","time":"2026-03-01T08:00:00.000000Z","data":{{"version":2}}}}',
+        f'{{"session_id":"{a}","seq":2,"type":"run_start","time":"2026-03-01T08:00:01.000000Z","run_id":"{b}","data":{{}}}}',
+        f'{{"session_id":"{a}","seq":3,"type":"agent_start","time":"2026-03-01T08:00:02.000000Z","run_id":"{b}","data":{{}}}}',
+        f'{{"session_id":"{a}","seq":4,"type":"run_close","time":"2026-03-01T08:00:03.000000Z","run_id":"{b}","data":{{}}}}',
+    ]
+
+
+@pytest.mark.parametrize("bad", ["A" * 32, "a" * 31, "g" * 32, "a" * 32 + "\n", b"a" * 32, 1])
+def test_create_and_begin_run_refuse_an_id_of_another_form(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(ValueError, match="session_id must be 32 lowercase hex digits"):
+        session.create(tmp_path / "s.jsonl", session_id=bad)
+    assert list(tmp_path.iterdir()) == []
+    with session.create(tmp_path / "s.jsonl") as s:
+        with pytest.raises(ValueError, match="run_id must be 32 lowercase hex digits"):
+            s.begin_run(run_id=bad)
+        s.begin_run().close()  # nothing was written, nothing is sticky
+    session.read(tmp_path / "s.jsonl", lambda record: None)  # a valid file
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"), [(dt.datetime(2026, 1, 1), ValueError), ("2026-01-01T00:00:00Z", TypeError)]
+)
+def test_create_begin_run_and_close_refuse_a_time_that_is_not_aware(
+    tmp_path: Path, bad: Any, error: type
+) -> None:
+    path = tmp_path / "s.jsonl"
+    with pytest.raises(error):
+        session.create(path, time=bad)
+    assert list(tmp_path.iterdir()) == []
+    with session.create(path) as s:
+        with pytest.raises(error):
+            s.begin_run(time=bad)
+        run = s.begin_run()
+        with pytest.raises(error):
+            run.close(time=bad)
+        run.close()
+    assert [r.type for r in session.iter_records(path)] == ["session_start", "run_start", "run_close"]
+
+
+def test_begin_run_refuses_a_run_id_the_file_already_has(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s:
+        s.begin_run(run_id="c" * 32).close()
+        with pytest.raises(ValueError, match="already used"):
+            s.begin_run(run_id="c" * 32)
+        first = s.begin_run()
+        first.close()
+    with session.open(path) as s:  # the ids of the runs written before open count too
+        for used in ("c" * 32, first.run_id):
+            with pytest.raises(ValueError, match="already used"):
+                s.begin_run(run_id=used)
+        s.begin_run(run_id="d" * 32).close()
+    session.read(path, lambda record: None)  # a valid file
 
 
 def test_create_refuses_an_existing_file_and_makes_it_private(tmp_path: Path) -> None:

@@ -1,0 +1,1275 @@
+# SPDX-License-Identifier: MIT
+# MIT License
+#
+# Copyright (c) 2026 The session.py authors
+#
+# Permission is hereby granted, free of charge, to any person obtaining a copy
+# of this software and associated documentation files (the "Software"), to deal
+# in the Software without restriction, including without limitation the rights
+# to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+# copies of the Software, and to permit persons to whom the Software is
+# furnished to do so, subject to the following conditions:
+#
+# The above copyright notice and this permission notice shall be included in all
+# copies or substantial portions of the Software.
+#
+# THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+# IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+# FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+# AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+# LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+# OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+# SOFTWARE.
+"""Sessions other tools recorded, brought in as session files: Claude Code transcripts and
+claude-trace logs.
+
+    import session_import
+
+    report = session_import.import_session("~/.claude/projects/p/5f0c….jsonl", "copy.jsonl")
+    print(report.lines, report.not_understood)
+
+``python -m session import`` runs what is here when this file lies beside ``session.py``.
+docs/import.md has each format's mapping and what it cannot know.  Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import urllib.parse
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
+
+import session
+from session import CallConfig, Event, Execution, Message, ModelRequest, RunSummary
+
+# isort: split
+# The command line and the writer's ways, as session_export takes them:
+from session import (
+    _IMPORT_COMMANDS,
+    _MAX_LINE_BYTES,
+    _Command,
+    _new_id,
+    _parse_rfc3339,
+    _print_error,
+    _print_text,
+    _sync_directory,
+)
+
+__all__ = ["FORMATS", "ImportReport", "Problem", "UnknownFormatError", "import_session"]
+
+__version__ = "0.1.0"
+
+FORMATS = ("claude-code", "claude-trace")
+"""The formats ``import_session`` reads (Codex CLI and Gemini CLI are not implemented yet)."""
+
+# the records an import adds of its own: its provenance, and what it could not map
+for _kind in ("import", "import_note"):
+    session.register_event_type(_kind)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the time of a source that gives none
+_UNKNOWN = ["system prompt", "tool definitions", "parameters"]  # what a transcript never holds
+_AGENT_TOOLS = ("Task", "Agent")  # Claude Code's tools that run a sub-agent
+
+
+# ---------------------------------------------------------------------------- errors and results
+
+
+class UnknownFormatError(session.SessionError, ValueError):
+    """A source that is none of the formats this module reads (or holds no session)."""
+
+
+class Problem(NamedTuple):
+    """A source line that was not understood: its *file* (``""`` for the source itself, else
+    the sub-agent file's name), 1-based *line* number and the *reason*."""
+
+    file: str
+    line: int
+    reason: str
+
+    def text(self) -> str:
+        return f"{self.file} line {self.line}" if self.file else f"line {self.line}"
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What ``import_session`` did: the *source* and its *format*, the *output* written, the
+    source *lines* read (sub-agent files included), the *not_understood* lines (each a
+    ``Problem``), the lines deliberately *unmapped* per type, and *tail_bytes*, the length of
+    an unfinished last line that was left out."""
+
+    source: str
+    format: str
+    output: str
+    lines: int
+    not_understood: Tuple[Problem, ...]
+    unmapped: Dict[str, int]
+    tail_bytes: int
+
+    def text(self) -> str:
+        """The report line: ``imported 1,204 lines, 3 not understood: line 77, …``."""
+        out = (
+            f"{self.source}: imported {self.lines:,} {'line' if self.lines == 1 else 'lines'} ({self.format})"
+        )
+        if self.not_understood:
+            named = ", ".join(problem.text() for problem in self.not_understood[:10])
+            more = " …" if len(self.not_understood) > 10 else ""
+            out += f", {len(self.not_understood)} not understood: {named}{more}"
+        if self.tail_bytes:
+            out += f", ignored {self.tail_bytes}-byte unfinished last line"
+        return f"{out} -> {self.output}"
+
+
+# ---------------------------------------------------------------------------- reading sources
+
+
+class _Entry(NamedTuple):
+    """One understood source line: its file's label, number, object and time."""
+
+    file: str
+    number: int
+    obj: Dict[str, Any]
+    time: datetime
+
+
+@dataclass
+class _Lines:
+    """A source file read whole: its understood lines, and what was not."""
+
+    path: str
+    label: str
+    size: int = 0
+    entries: List[_Entry] = field(default_factory=list)
+    problems: List[Problem] = field(default_factory=list)
+    tail_bytes: int = 0
+    blank: int = 0
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:20]} is beyond a double")
+    return number
+
+
+def _parsed(raw: bytes) -> Any:
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _timestamp(obj: Dict[str, Any], key: str) -> Optional[datetime]:
+    text = obj.get(key)
+    if type(text) is not str:
+        return None
+    try:
+        return _parse_rfc3339(text)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _read_lines(path: str, label: str, max_line_bytes: int, time_key: str) -> _Lines:
+    """*path* read line by line: each line an object, its time from *time_key* (else the
+    previous line's).  A last line with no newline that does not parse is the torn tail."""
+    lines = _Lines(path, label)
+    previous: Optional[datetime] = None
+    with open(path, "rb") as file:
+        for number, raw in enumerate(_raw_lines(file, max_line_bytes), 1):
+            lines.size += len(raw)
+            if raw is _TOO_LONG:
+                lines.problems.append(Problem(label, number, "longer than --max-line-bytes"))
+                continue
+            if not raw.strip():
+                lines.blank += 1
+                continue
+            try:
+                obj = _parsed(raw)
+            except ValueError as exc:
+                if not raw.endswith(b"\n"):
+                    lines.tail_bytes = len(raw)
+                    break
+                reason = (
+                    f"{exc.msg} (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else str(exc)
+                )
+                lines.problems.append(Problem(label, number, f"not JSON: {reason}"[:200]))
+                continue
+            if type(obj) is not dict:
+                lines.problems.append(Problem(label, number, "not a JSON object"))
+                continue
+            previous = _timestamp(obj, time_key) or previous
+            lines.entries.append(_Entry(label, number, obj, previous or _EPOCH))
+    first = next((entry.time for entry in lines.entries if entry.time is not _EPOCH), None)
+    if first is not None:  # lines before the first timestamp take it
+        lines.entries = [e._replace(time=first) if e.time is _EPOCH else e for e in lines.entries]
+    return lines
+
+
+_TOO_LONG = b"\n"  # stands for a line over the limit (identity-compared, never a real line)
+
+
+def _raw_lines(file: Any, limit: int) -> Iterator[bytes]:
+    while True:
+        raw = file.readline(limit + 1)
+        if not raw:
+            return
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):  # the rest of the long line
+                raw = file.readline(1 << 20)
+            yield _TOO_LONG
+        else:
+            yield raw
+
+
+def _detect(path: str) -> Optional[str]:
+    """The format of *path*, from its first lines that parse: ``None`` when none fits."""
+    with open(path, "rb") as file:
+        for raw in _raw_lines(file, _MAX_LINE_BYTES):
+            try:
+                obj = _parsed(raw)
+            except ValueError:
+                continue
+            if type(obj) is not dict:
+                return None
+            if "request" in obj and "logged_at" in obj:
+                return "claude-trace"
+            if "sessionId" in obj or ("uuid" in obj and "parentUuid" in obj):
+                return "claude-code"
+            if obj.get("type") not in ("summary", "file-history-snapshot", "queue-operation", "ai-title"):
+                return None
+    return None
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def _hex_id(*parts: str) -> str:
+    """A session or run id derived from the source's own ids: the same source, the same id."""
+    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _session_id(source_id: str) -> str:
+    try:
+        return uuid.UUID(source_id).hex  # a Claude Code session's id, as this format spells ids
+    except ValueError:
+        return _hex_id("session", source_id)
+
+
+class _Writer:
+    """The run an import writes, with its turn and tool counts."""
+
+    def __init__(self, run: session.Run) -> None:
+        self.run = run
+        self.turn = 0
+        self.turn_open = False
+        self.tool_calls = 0
+        self.tool_errors = 0
+
+    def record(self, kind: str, time: datetime, **fields: Any) -> None:
+        self.run.record(Event(kind, timestamp=time, **fields))
+
+    def next_turn(self, time: datetime) -> None:
+        self.end_turn(time)
+        self.turn += 1
+        self.turn_open = True
+        self.record("turn_start", time, turn_index=self.turn)
+
+    def end_turn(self, time: datetime) -> None:
+        if self.turn_open:
+            self.record("turn_end", time, turn_index=self.turn)
+            self.turn_open = False
+
+    def finish(self, time: datetime) -> None:
+        self.end_turn(time)
+        summary = RunSummary(self.turn, self.tool_calls, self.tool_errors, "")
+        self.record("agent_end", time, summary=summary)
+
+
+def _write(
+    temporary: str,
+    source_id: str,
+    start: datetime,
+    end: datetime,
+    provenance: Dict[str, Any],
+    body: Callable[[_Writer], None],
+) -> None:
+    """A whole session at *temporary*: one run, its provenance, what *body* records."""
+    with session.create(temporary, session_id=_session_id(source_id), time=start) as s:
+        run = s.begin_run(run_id=_hex_id("run", source_id, "1"), time=start)
+        writer = _Writer(run)
+        writer.record("agent_start", start)
+        writer.record("import", start, details=provenance)
+        body(writer)
+        writer.finish(end)
+        run.close(time=end)
+
+
+def _publish(temporary: str, output: str, replace: bool) -> None:
+    """*temporary*, complete and synced, given the name *output*: replacing a file there
+    only when *replace* (a grown source's archive), else ``FileExistsError``."""
+    if replace:
+        os.replace(temporary, output)
+    elif os.name == "nt":
+        os.rename(temporary, output)  # Windows' rename never replaces a file
+    else:
+        os.link(temporary, output)
+        os.unlink(temporary)
+    _sync_directory(output)
+
+
+# ---------------------------------------------------------------------------- Anthropic content
+
+
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "toolUse",
+    "refusal": "safety",
+}
+_TOKENS = (  # agentgo's usage key <- the Anthropic API's
+    ("input", "input_tokens"),
+    ("output", "output_tokens"),
+    ("cache_read", "cache_read_input_tokens"),
+    ("cache_write", "cache_creation_input_tokens"),
+)
+
+
+def _usage(raw: Any, model: str) -> Optional[Dict[str, Any]]:
+    """The Anthropic usage *raw* as agentgo's usage, its counts as reported; ``total_tokens``
+    is their sum (the input counts exclude the cached ones, as the API reports them)."""
+    if type(raw) is not dict:
+        return None
+    usage: Dict[str, Any] = {}
+    for key, source in _TOKENS:
+        value = raw.get(source)
+        if type(value) is int and 0 <= value < 1 << 62:
+            usage[key] = value
+    if not usage:
+        return None
+    usage["total_tokens"] = sum(usage.values())
+    usage["provider"] = "anthropic"
+    if model:
+        usage["model"] = model
+    return usage
+
+
+def _block(raw: Any) -> Optional[Dict[str, Any]]:
+    """The Anthropic content block *raw* as an agentgo block; ``None`` when it has none."""
+    if type(raw) is not dict:
+        return None
+    kind = raw.get("type")
+    try:
+        if kind == "text" and type(raw.get("text")) is str:
+            return dict(session.text_block(raw["text"]))
+        if kind == "thinking" and type(raw.get("thinking")) is str:
+            return dict(session.thinking_block(raw["thinking"]))
+        if kind == "tool_use":
+            return dict(session.tool_call_block(raw.get("id"), raw.get("name"), raw.get("input")))  # type: ignore[arg-type]
+        if kind == "image" and type(raw.get("source")) is dict:
+            source = raw["source"]
+            if source.get("type") == "url":
+                return dict(session.image_block(url=source.get("url")))
+            return dict(session.image_block(data=source.get("data"), mime_type=source.get("media_type")))
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return None
+
+
+def _blocks(content: Any) -> Tuple[List[Any], List[Any]]:
+    """The agentgo blocks of an Anthropic *content* (a string or a list of blocks), and the
+    blocks agentgo has no form for (documents, redacted thinking, server tools…), as they were."""
+    if type(content) is str:
+        return [session.text_block(content)], []
+    blocks: List[Any] = []
+    kept: List[Any] = []
+    for raw in content if type(content) is list else []:
+        block = _block(raw)
+        if block is not None:
+            blocks.append(block)
+        else:
+            kept.append(raw)
+    return blocks, kept
+
+
+def _metadata(kept: List[Any], **more: Any) -> Optional[Dict[str, Any]]:
+    metadata = {key: value for key, value in more.items() if value}
+    if kept:
+        metadata["unmapped_blocks"] = kept
+    return metadata or None
+
+
+def _assistant(raw: Dict[str, Any], content: List[Any], time: datetime) -> Message:
+    """The assistant message of the Anthropic response *raw*, holding *content*."""
+    model = raw.get("model") if type(raw.get("model")) is str else ""
+    blocks, kept = _blocks(content)
+    stop = raw.get("stop_reason")
+    stop_reason = _STOP_REASONS.get(stop, "") if type(stop) is str else ""
+    other_stop = stop if type(stop) is str and not stop_reason else ""
+    metadata = _metadata(kept, id=raw.get("id") if type(raw.get("id")) is str else "", stop_reason=other_stop)
+    return Message("assistant", blocks, stop_reason, _usage(raw.get("usage"), model or ""), metadata, time)  # type: ignore[arg-type]
+
+
+def _tool_message(raw: Dict[str, Any], time: datetime) -> Message:
+    """The tool-role message of the Anthropic ``tool_result`` block *raw*."""
+    blocks, kept = _blocks(raw.get("content", ""))
+    message = session.tool_result(
+        raw["tool_use_id"], blocks, is_error=raw.get("is_error") is True, timestamp=time
+    )
+    if kept:
+        message.metadata = {**(message.metadata or {}), "unmapped_blocks": kept}
+    return message
+
+
+def _is_tool_result(raw: Any) -> bool:
+    return (
+        type(raw) is dict
+        and raw.get("type") == "tool_result"
+        and type(raw.get("tool_use_id")) is str
+        and bool(raw["tool_use_id"])
+    )
+
+
+# ---------------------------------------------------------------------------- Claude Code
+
+
+_CC_MAPPED = ("user", "assistant")  # the line types that are the conversation
+
+
+def _cc_kind(obj: Dict[str, Any]) -> str:
+    """A Claude Code line's type, with a system line's subtype: how lines are counted."""
+    kind = obj.get("type")
+    text = kind if type(kind) is str else "(no type)"
+    subtype = obj.get("subtype")
+    return f"{text}:{subtype}" if text == "system" and type(subtype) is str else text
+
+
+def _cc_problem(obj: Dict[str, Any]) -> str:
+    """Why a conversation line cannot be read, or ``""``."""
+    message = obj.get("message")
+    if type(message) is not dict:
+        return f"a {obj.get('type')} line without a message object"
+    content = message.get("content")
+    if type(content) is not str and type(content) is not list:
+        return "a message whose content is neither text nor a list of blocks"
+    return ""
+
+
+def _chain(entries: List[_Entry], sidechain: bool) -> List[_Entry]:
+    """The conversation as it stood at the end: from the last conversation line (of the
+    *sidechain*, in a sub-agent's file) back through ``parentUuid`` (across a compaction, its
+    ``logicalParentUuid``) to the first."""
+    by_uuid: Dict[str, _Entry] = {}
+    leaf: Optional[_Entry] = None
+    for entry in entries:
+        key = entry.obj.get("uuid")
+        if type(key) is str:
+            by_uuid[key] = entry
+            if entry.obj.get("type") in _CC_MAPPED and (entry.obj.get("isSidechain") is True) == sidechain:
+                leaf = entry
+    chain: List[_Entry] = []
+    seen = set()
+    while leaf is not None and leaf.number not in seen:
+        seen.add(leaf.number)
+        chain.append(leaf)
+        parent = leaf.obj.get("parentUuid")
+        if parent is None and leaf.obj.get("subtype") == "compact_boundary":
+            parent = leaf.obj.get("logicalParentUuid")
+        leaf = by_uuid.get(parent) if type(parent) is str else None
+    chain.reverse()
+    return chain
+
+
+def _message_id(entry: _Entry) -> str:
+    message = entry.obj.get("message")
+    key = message.get("id") if type(message) is dict else None
+    return key if type(key) is str and key else f"line {entry.number}"
+
+
+def _steps(chain: List[_Entry]) -> List[List[_Entry]]:
+    """*chain* with the lines of one API response (one per content block, sharing
+    ``message.id``) grouped at the first one's place; every other line a step alone."""
+    steps: List[List[_Entry]] = []
+    responses: Dict[str, List[_Entry]] = {}
+    for entry in chain:
+        obj = entry.obj
+        if (
+            obj.get("type") == "assistant"
+            and obj.get("isApiErrorMessage") is not True
+            and not _cc_problem(obj)
+        ):
+            key = _message_id(entry)
+            if key in responses:
+                responses[key].append(entry)
+                continue
+            responses[key] = [entry]
+            steps.append(responses[key])
+        else:
+            steps.append([entry])
+    return steps
+
+
+@dataclass
+class _SubAgents:
+    """A session's sub-agent files (``<session>/subagents/agent-<id>.jsonl``), by the id of the
+    tool call that ran each (its ``.meta.json``'s ``toolUseId``) and by agent id."""
+
+    folder: str
+    by_tool: Dict[str, str] = field(default_factory=dict)
+    used: List[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, source: str) -> _SubAgents:
+        folder = os.path.join(os.path.splitext(source)[0], "subagents")
+        found = cls(folder)
+        with contextlib.suppress(OSError):
+            for name in sorted(os.listdir(folder)):
+                if name.startswith("agent-") and name.endswith(".meta.json"):
+                    found._meta(name)
+        return found
+
+    def _meta(self, name: str) -> None:
+        try:
+            with open(os.path.join(self.folder, name), "rb") as file:
+                meta = _parsed(file.read())
+        except (OSError, ValueError):
+            return
+        tool = meta.get("toolUseId") if type(meta) is dict else None
+        if type(tool) is str:
+            self.by_tool[tool] = name[: -len(".meta.json")] + ".jsonl"
+
+    def file(self, tool_id: str, agent_id: Any) -> Optional[str]:
+        name = self.by_tool.get(tool_id)
+        if name is None and type(agent_id) is str and re.fullmatch(r"[A-Za-z0-9_-]+", agent_id):
+            name = f"agent-{agent_id}.jsonl"
+        if name is None or name in self.used or not os.path.isfile(os.path.join(self.folder, name)):
+            return None
+        self.used.append(name)
+        return name
+
+    def files(self) -> List[str]:
+        with contextlib.suppress(OSError):
+            return sorted(
+                n for n in os.listdir(self.folder) if n.startswith("agent-") and n.endswith(".jsonl")
+            )
+        return []
+
+
+class _Tally:
+    """What an import read: lines, the unmapped ones per type, the ones not understood."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.unmapped: Dict[str, int] = {}
+        self.problems: List[Problem] = []
+        self.files: Dict[str, int] = {}
+
+    def add(self, lines: _Lines) -> None:
+        self.lines += len(lines.entries) + len(lines.problems) + lines.blank
+        self.problems += lines.problems
+        self.files[lines.label or os.path.basename(lines.path)] = lines.size
+        if lines.blank:
+            self.skip("(blank)", lines.blank)
+
+    def skip(self, kind: str, count: int = 1) -> None:
+        self.unmapped[kind] = self.unmapped.get(kind, 0) + count
+
+
+class _Conversation:
+    """One Claude Code conversation (the session's, or a sub-agent's nested under the tool call
+    that ran it) written as model calls, tool calls and messages."""
+
+    def __init__(
+        self, writer: _Writer, tally: _Tally, agents: _SubAgents, parent: Optional[Execution], limit: int
+    ) -> None:
+        self.writer = writer
+        self.tally = tally
+        self.agents = agents
+        self.parent = parent
+        self.prefix = f"{parent.id}/" if parent is not None else ""
+        self.history: List[Message] = []
+        self.calls = 0
+        self.compactions = 0
+        self.failures: List[_Entry] = []  # API errors before the call they were retries of
+        self.tools: Dict[str, Tuple[Execution, str]] = {}
+        self.boundary: Optional[_Entry] = None  # the compact_boundary its summary follows
+        self.limit = limit  # the longest line of a sub-agent file
+
+    def execution(self, kind: str, name: str, attempt: int = 1) -> Execution:
+        parent_id = self.parent.id if self.parent is not None else ""
+        turn = self.writer.turn if self.parent is None else self.parent.turn_index
+        return Execution(self.prefix + name, kind, parent_id, turn, attempt)
+
+    def write(self, lines: _Lines) -> None:
+        chain = _chain(lines.entries, self.parent is not None)
+        on_chain = {entry.number for entry in chain}
+        retries: Dict[str, List[_Entry]] = {}
+        for entry in lines.entries:
+            if entry.number not in on_chain:
+                self._off_chain(entry, retries)
+        for step in _steps(chain):
+            self.step(step)
+            for entry in step:
+                self.failures += retries.pop(entry.obj.get("uuid"), [])  # type: ignore[arg-type]
+        if self.failures:  # retries no response followed: the last one ended the call
+            self.failed_call(self.failures.pop())
+
+    def _off_chain(self, entry: _Entry, retries: Dict[str, List[_Entry]]) -> None:
+        obj = entry.obj
+        kind = _cc_kind(obj)
+        if kind == "system:api_error" and type(obj.get("parentUuid")) is str:
+            retries.setdefault(obj["parentUuid"], []).append(entry)
+        elif obj.get("isSidechain") is True and kind in _CC_MAPPED:
+            self.tally.skip("sidechain line not in a sub-agent file")
+        elif kind in _CC_MAPPED and type(obj.get("uuid")) is str:
+            self.tally.skip("conversation line off the final branch")
+        else:
+            self.tally.skip(kind)
+
+    def step(self, step: List[_Entry]) -> None:
+        obj = step[0].obj
+        kind = _cc_kind(obj)
+        problem = _cc_problem(obj) if kind in _CC_MAPPED else ""
+        if problem:
+            self.tally.problems.append(Problem(step[0].file, step[0].number, problem))
+        elif kind == "assistant" and obj.get("isApiErrorMessage") is True:
+            self.failed_call(step[0])
+        elif kind == "assistant":
+            self.model_call(step)
+        elif kind == "user":
+            self.user(step[0])
+        elif kind == "system:api_error":
+            self.failures.append(step[0])
+        elif kind == "system:compact_boundary":
+            self.compaction(step[0])
+        else:
+            self.tally.skip(kind)
+
+    def request(self, model: str) -> ModelRequest:
+        extra = {"model": model, "rebuilt": "from the Claude Code transcript", "unknown": _UNKNOWN}
+        return ModelRequest(list(self.history), (), CallConfig(extra=extra))
+
+    def attempts(self, name: str, model: str) -> int:
+        """The failed attempts (API errors Claude Code retried) of the call *name*; their number."""
+        for attempt, entry in enumerate(self.failures, 1):
+            execution = self.execution("model", name, attempt)
+            self.writer.record("model_exec_start", entry.time, execution=execution)
+            self.writer.record("model_request", entry.time, execution=execution, request=self.request(model))
+            self.writer.record("model_exec_end", entry.time, execution=execution, error=_api_error(entry.obj))
+        count = len(self.failures)
+        self.failures = []
+        return count
+
+    def model_call(self, lines: List[_Entry]) -> None:
+        """One API response, written one line per content block: one call, the last line's
+        usage and stop reason (they grow as the response streams)."""
+        first, last = lines[0], lines[-1]
+        raw = last.obj["message"]
+        model = raw.get("model") if type(raw.get("model")) is str else ""
+        content: List[Any] = []
+        for entry in lines:
+            blocks = entry.obj["message"].get("content")
+            content += (
+                [session.text_block(blocks)]
+                if type(blocks) is str
+                else blocks
+                if type(blocks) is list
+                else []
+            )
+        message = _assistant(raw, content, last.time)
+        self.calls += 1
+        name = f"model-{self.calls}"
+        execution = self.execution("model", name, self.attempts(name, model or "") + 1)
+        self.writer.record("model_exec_start", first.time, execution=execution)
+        self.writer.record(
+            "model_request", first.time, execution=execution, request=self.request(model or "")
+        )
+        self.writer.record("model_exec_end", last.time, execution=execution, message=message)
+        if self.parent is None:
+            self.writer.record("message_end", last.time, execution=execution, message=message)
+        self.history.append(message)
+        for block in message.content or []:
+            if block["type"] == "toolCall":
+                self.tool_start(block["tool_call"], last.time)
+
+    def failed_call(self, entry: _Entry) -> None:
+        """The API error *entry* that ended a call (Claude Code's synthetic error message, or
+        the last of retries no response followed): the call's last, failed attempt."""
+        self.calls += 1
+        name = f"model-{self.calls}"
+        execution = self.execution("model", name, self.attempts(name, "") + 1)
+        self.writer.record("model_exec_start", entry.time, execution=execution)
+        self.writer.record("model_request", entry.time, execution=execution, request=self.request(""))
+        self.writer.record("model_exec_end", entry.time, execution=execution, error=_api_error(entry.obj))
+
+    def tool_start(self, call: session.ToolCall, time: datetime) -> None:
+        tool_id, name = call["id"], call["name"]
+        execution = self.execution("tool", tool_id or f"tool-{len(self.tools) + 1}")
+        self.tools[tool_id] = (execution, name)
+        self.writer.tool_calls += 1
+        self.writer.record(
+            "tool_exec_start", time, execution=execution, tool_id=tool_id, tool=name, args=call["args"]
+        )
+
+    def user(self, entry: _Entry) -> None:
+        obj = entry.obj
+        content = obj["message"]["content"]
+        if obj.get("isCompactSummary") is True:
+            self.compacted(entry)
+            return
+        results = [raw for raw in content if _is_tool_result(raw)] if type(content) is list else []
+        for raw in results:
+            self.tool_end(raw, entry)
+        rest = [raw for raw in content if not _is_tool_result(raw)] if type(content) is list else content
+        if rest or not results:
+            blocks, kept = _blocks(rest)
+            meta = obj.get("isMeta") is True
+            if self.parent is None and not meta:
+                self.writer.next_turn(entry.time)
+            message = Message("user", blocks, metadata=_metadata(kept, meta=meta), timestamp=entry.time)
+            if self.parent is None:
+                self.writer.record("message_end", entry.time, message=message)
+            self.history.append(message)
+
+    def tool_end(self, raw: Dict[str, Any], entry: _Entry) -> None:
+        tool_id = raw["tool_use_id"]
+        execution, name = self.tools.pop(tool_id, (self.execution("tool", tool_id), ""))
+        result = entry.obj.get("toolUseResult")
+        if name in _AGENT_TOOLS:
+            agent = self.agents.file(tool_id, result.get("agentId") if type(result) is dict else None)
+            if agent is not None:
+                self.sub_agent(agent, execution)
+        is_error = raw.get("is_error") is True
+        self.writer.tool_errors += is_error
+        details = {"tool_use_result": result} if result is not None else None
+        self.writer.record(
+            "tool_exec_end",
+            entry.time,
+            execution=execution,
+            tool_id=tool_id,
+            tool=name,
+            result=raw.get("content", ""),
+            details=details,
+            is_error=is_error,
+        )
+        message = _tool_message(raw, entry.time)
+        if self.parent is None:
+            self.writer.record("message_end", entry.time, execution=execution, message=message)
+        self.history.append(message)
+
+    def sub_agent(self, name: str, execution: Execution) -> None:
+        """The sub-agent file *name*: its calls nested under the tool call *execution*."""
+        lines = _read_lines(
+            os.path.join(self.agents.folder, name), f"subagents/{name}", self.limit, "timestamp"
+        )
+        self.tally.add(lines)
+        _Conversation(self.writer, self.tally, self.agents, execution, self.limit).write(lines)
+
+    def compaction(self, entry: _Entry) -> None:
+        self.compactions += 1
+        self.boundary = entry
+
+    def compacted(self, entry: _Entry) -> None:
+        """The summary that replaces the conversation after a ``compact_boundary``: a
+        compaction, and the context of the calls after it."""
+        blocks = _blocks(entry.obj["message"]["content"])[0]
+        summary = Message("user", blocks, metadata={"compact_summary": True}, timestamp=entry.time)
+        meta = self.boundary.obj.get("compactMetadata") if self.boundary is not None else None
+        compaction = {"summary": summary, "metadata": meta if type(meta) is dict else {}}
+        execution = self.execution("compact", f"compact-{max(self.compactions, 1)}")
+        self.writer.record("context_compacted", entry.time, execution=execution, compaction=compaction)
+        self.history = [summary]
+        self.boundary = None
+
+
+def _api_error(obj: Dict[str, Any]) -> Dict[str, Any]:
+    """The error of an API error line: its text and, where given, its status."""
+    error = obj.get("error")
+    status = obj.get("apiErrorStatus")
+    kind = error if type(error) is str else "api_error"
+    text = ""
+    if type(error) is dict:
+        status = error.get("status", status)
+        inner = error.get("error")
+        text = _first_text(error.get("message"), inner.get("message") if type(inner) is dict else None)
+        if type(inner) is dict and type(inner.get("type")) is str:
+            kind = inner["type"]
+    message = obj.get("message")
+    blocks = message.get("content") if type(message) is dict else None
+    if type(blocks) is list:
+        blocks = _first_text(*(block.get("text") for block in blocks if type(block) is dict))
+    text = _first_text(text, blocks, obj.get("content"))
+    if type(status) is int:
+        text = f"status {status}: {text}" if text else f"status {status}"
+    return {"message": text or "API error", "type": kind}
+
+
+def _first_text(*values: Any) -> str:
+    return next((value for value in values if type(value) is str and value), "")
+
+
+class _Plan(NamedTuple):
+    """A source read, what its import records first, and the rest of its recording."""
+
+    lines: _Lines
+    provenance: Dict[str, Any]
+    body: Callable[[_Writer, _Tally], None]
+
+
+def _claude_code(source: str, limit: int) -> _Plan:
+    """The plan of a Claude Code transcript's import: the session at its end, sub-agents
+    nested under the tool calls that ran them."""
+    lines = _read_lines(source, "", limit, "timestamp")
+    agents = _SubAgents.of(source)
+    files = {os.path.basename(source): lines.size}
+    for name in agents.files():
+        with contextlib.suppress(OSError):
+            files[f"subagents/{name}"] = os.path.getsize(os.path.join(agents.folder, name))
+    objs = [entry.obj for entry in lines.entries]
+    provenance = {
+        "format": "claude-code",
+        "source": source,
+        "source_session_id": os.path.splitext(os.path.basename(source))[0],
+        "tool_versions": _distinct(obj.get("version") for obj in objs),
+        "cwd": _first_text(*(obj.get("cwd") for obj in objs)),
+        "git_branch": _first_text(*(obj.get("gitBranch") for obj in objs)),
+        "files": files,
+    }
+
+    def body(writer: _Writer, tally: _Tally) -> None:
+        tally.add(lines)
+        _Conversation(writer, tally, agents, None, limit).write(lines)
+        for name in agents.files():
+            if name not in agents.used:
+                tally.skip("sub-agent file no tool call ran")
+
+    return _Plan(lines, provenance, body)
+
+
+def _distinct(values: Iterator[Any]) -> List[str]:
+    out: List[str] = []
+    for value in values:
+        if type(value) is str and value and value not in out:
+            out.append(value)
+    return out
+
+
+# ---------------------------------------------------------------------------- claude-trace
+
+
+def _seconds(value: Any, fallback: datetime) -> datetime:
+    """A claude-trace time (seconds since the epoch, or RFC 3339), else *fallback*."""
+    if type(value) in (int, float):
+        with contextlib.suppress(OverflowError, OSError, ValueError):
+            return datetime.fromtimestamp(value, timezone.utc)
+    if type(value) is str:
+        with contextlib.suppress(ValueError, OverflowError):
+            return _parse_rfc3339(value)
+    return fallback
+
+
+def _apply_delta(block: Dict[str, Any], delta: Dict[str, Any], partial: List[str]) -> None:
+    kind = delta.get("type")
+    if kind == "text_delta" and type(delta.get("text")) is str:
+        block["text"] = block.get("text", "") + delta["text"]
+    elif kind == "thinking_delta" and type(delta.get("thinking")) is str:
+        block["thinking"] = block.get("thinking", "") + delta["thinking"]
+    elif kind == "input_json_delta" and type(delta.get("partial_json")) is str:
+        partial.append(delta["partial_json"])
+
+
+def _sse_events(response: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+    """The events of a streamed response: claude-trace's parsed ``events``, else those of the
+    raw ``text/event-stream`` body."""
+    events = response.get("events")
+    if type(events) is list:
+        yield from (
+            event["data"] for event in events if type(event) is dict and type(event.get("data")) is dict
+        )
+        return
+    raw = response.get("body_raw")
+    for line in raw.splitlines() if type(raw) is str else []:
+        if line.startswith("data:"):
+            with contextlib.suppress(ValueError):
+                event = _parsed(line[5:].strip().encode("utf-8", "surrogatepass"))
+                if type(event) is dict:
+                    yield event
+
+
+def _streamed(response: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The message a streamed response carried, put together from its events."""
+    message: Optional[Dict[str, Any]] = None
+    blocks: Dict[Any, Dict[str, Any]] = {}
+    partial: Dict[Any, List[str]] = {}
+    for event in _sse_events(response):
+        kind = event.get("type")
+        if kind == "message_start" and type(event.get("message")) is dict:
+            message = dict(event["message"])
+        elif kind == "content_block_start" and type(event.get("content_block")) is dict:
+            blocks[event.get("index")] = dict(event["content_block"])
+            partial[event.get("index")] = []
+        elif (
+            kind == "content_block_delta"
+            and event.get("index") in blocks
+            and type(event.get("delta")) is dict
+        ):
+            _apply_delta(blocks[event["index"]], event["delta"], partial[event["index"]])
+        elif kind == "message_delta" and message is not None:
+            given = event.get("delta")
+            delta: Dict[str, Any] = given if type(given) is dict else {}
+            message.update(
+                {key: value for key, value in delta.items() if key in ("stop_reason", "stop_sequence")}
+            )
+            if type(event.get("usage")) is dict:
+                message["usage"] = {**(message.get("usage") or {}), **event["usage"]}
+    if message is None:
+        return None
+    for index, block in blocks.items():
+        if partial[index]:
+            with contextlib.suppress(ValueError):
+                block["input"] = _parsed("".join(partial[index]).encode("utf-8", "surrogatepass"))
+    message["content"] = [blocks[index] for index in sorted(blocks, key=str)]
+    return message
+
+
+def _response_message(response: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    body = response.get("body")
+    if type(body) is dict and body.get("type") == "message":
+        return body
+    return _streamed(response)
+
+
+def _trace_request(body: Dict[str, Any]) -> ModelRequest:
+    """The logged request *body* as it was sent: its ``system`` as the first message (role
+    ``system``), its messages and tools verbatim, every other parameter in the config."""
+    messages: List[Any] = [{"role": "system", "content": body["system"]}] if "system" in body else []
+    messages += body["messages"]
+    given = body.get("tools")
+    tools: List[Any] = given if type(given) is list else []
+    limit = body.get("max_tokens")
+    rest = ("messages", "system", "tools", "max_tokens", "tool_choice")
+    extra = {key: value for key, value in body.items() if key not in rest}
+    config = CallConfig(
+        max_tokens=limit if type(limit) is int and 0 < limit < 1 << 62 else 0,
+        tool_choice=body.get("tool_choice"),
+        extra=extra or None,
+    )
+    return ModelRequest(messages, tools, config)
+
+
+def _trace_kind(obj: Dict[str, Any]) -> str:
+    """Why a claude-trace pair is no model call (``""`` when it is one)."""
+    request = obj.get("request")
+    if type(request) is not dict or type(request.get("body")) is not dict:
+        return "pair without a request body"
+    url = request.get("url")
+    path = urllib.parse.urlsplit(str(url) if type(url) is str else "").path
+    if not path.endswith("/v1/messages") or type(request["body"].get("messages")) is not list:
+        return f"request to {path or '(no url)'}"
+    return ""
+
+
+class _Trace:
+    """A claude-trace log written as model calls, and the tool calls between them."""
+
+    def __init__(self, writer: _Writer, tally: _Tally) -> None:
+        self.writer = writer
+        self.tally = tally
+        self.calls = 0
+        self.tools: Dict[str, Tuple[Execution, str]] = {}
+
+    def pair(self, entry: _Entry) -> None:
+        kind = _trace_kind(entry.obj)
+        if kind:
+            self.tally.skip(kind)
+            return
+        request = entry.obj["request"]
+        body = request["body"]
+        asked = _seconds(request.get("timestamp"), entry.time)
+        self.tool_results(body["messages"], asked)
+        self.calls += 1
+        execution = Execution(f"model-{self.calls}", "model")
+        self.writer.record("model_exec_start", asked, execution=execution)
+        self.writer.record("model_request", asked, execution=execution, request=_trace_request(body))
+        response = entry.obj.get("response")
+        if type(response) is dict:  # no response: the call stays unfinished
+            self.response(response, execution, _seconds(response.get("timestamp"), entry.time))
+
+    def response(self, response: Dict[str, Any], execution: Execution, time: datetime) -> None:
+        status = response.get("status_code")
+        message = _response_message(response) if status == 200 or status is None else None
+        if message is None:
+            self.writer.record("model_exec_end", time, execution=execution, error=_http_error(response))
+            return
+        content = message.get("content")
+        answer = _assistant(message, content if type(content) is list else [], time)
+        self.writer.record("model_exec_end", time, execution=execution, message=answer)
+        for block in answer.content or []:
+            if block["type"] == "toolCall":
+                call = block["tool_call"]
+                tool = Execution(call["id"] or f"tool-{len(self.tools) + 1}", "tool")
+                self.tools[call["id"]] = (tool, call["name"])
+                self.writer.tool_calls += 1
+                self.writer.record(
+                    "tool_exec_start",
+                    time,
+                    execution=tool,
+                    tool_id=call["id"],
+                    tool=call["name"],
+                    args=call["args"],
+                )
+
+    def tool_results(self, messages: List[Any], time: datetime) -> None:
+        """The results in the request's last message of tool calls earlier responses made."""
+        last = messages[-1] if messages else None
+        content = last.get("content") if type(last) is dict and last.get("role") == "user" else None
+        for raw in content if type(content) is list else []:
+            if _is_tool_result(raw) and raw["tool_use_id"] in self.tools:
+                execution, name = self.tools.pop(raw["tool_use_id"])
+                is_error = raw.get("is_error") is True
+                self.writer.tool_errors += is_error
+                self.writer.record(
+                    "tool_exec_end",
+                    time,
+                    execution=execution,
+                    tool_id=raw["tool_use_id"],
+                    tool=name,
+                    result=raw.get("content", ""),
+                    is_error=is_error,
+                )
+
+
+def _http_error(response: Dict[str, Any]) -> Dict[str, Any]:
+    status = response.get("status_code")
+    body = response.get("body")
+    error = body.get("error") if type(body) is dict else None
+    text = _first_text(error.get("message") if type(error) is dict else None)
+    kind = _first_text(error.get("type") if type(error) is dict else None) or "api_error"
+    if type(status) is int:
+        text = f"status {status}: {text}" if text else f"status {status}"
+    return {"message": text or "no message in the response", "type": kind}
+
+
+def _claude_trace(source: str, limit: int) -> _Plan:
+    """The plan of a claude-trace log's import: each request/response pair one model call."""
+    lines = _read_lines(source, "", limit, "logged_at")
+    provenance = {
+        "format": "claude-trace",
+        "source": source,
+        "source_session_id": os.path.splitext(os.path.basename(source))[0],
+        "files": {os.path.basename(source): lines.size},
+    }
+
+    def body(writer: _Writer, tally: _Tally) -> None:
+        tally.add(lines)
+        trace = _Trace(writer, tally)
+        for entry in lines.entries:
+            trace.pair(entry)
+
+    return _Plan(lines, provenance, body)
+
+
+# ---------------------------------------------------------------------------- importing
+
+
+_IMPORTERS: Dict[str, Callable[[str, int], _Plan]] = {
+    "claude-code": _claude_code,
+    "claude-trace": _claude_trace,
+}
+
+
+def import_session(
+    source: Union[str, os.PathLike[str]],
+    output: Union[str, os.PathLike[str]],
+    *,
+    format: Optional[str] = None,  # noqa: A002 - the command line's word
+    replace: bool = False,
+    max_line_bytes: int = _MAX_LINE_BYTES,
+) -> ImportReport:
+    """Import the session file *source* into a new session file *output*.
+
+    *format* is one of ``FORMATS``; by default it is detected from the content
+    (``UnknownFormatError`` when it is none of them).  The output appears whole or not at all:
+    it is written under a temporary name beside *output*, then given that name, never
+    replacing a file there (``FileExistsError``) unless *replace*.  The same source gives the
+    same bytes: ids are derived from the source's, times are its timestamps.  Lines longer
+    than *max_line_bytes* are not understood.
+    """
+    source, output = os.fspath(source), os.fspath(output)
+    kind = format or _detect(source)
+    if kind not in _IMPORTERS:
+        empty = " (empty)" if os.path.getsize(source) == 0 else ""
+        raise UnknownFormatError(f"{source}: not a Claude Code transcript or a claude-trace log{empty}")
+    plan = _IMPORTERS[kind](source, max_line_bytes)
+    if not replace and os.path.lexists(output):
+        raise FileExistsError(f"{output}: exists")
+    tally = _Tally()
+    provenance = {**plan.provenance, "importer": f"session_import {__version__}"}
+    times = [entry.time for entry in plan.lines.entries] or [_EPOCH]
+    folder, name = os.path.split(output)
+    temporary = os.path.join(folder, f".{name[:200]}.{_new_id()[:16]}.tmp")
+
+    def body(writer: _Writer) -> None:
+        plan.body(writer, tally)
+        writer.end_turn(max(times))
+        writer.record("import_note", max(times), details=_note(tally, plan.lines.tail_bytes))
+
+    try:
+        _write(temporary, provenance["source_session_id"], times[0], max(times), provenance, body)
+        _publish(temporary, output, replace)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    problems = tuple(sorted(tally.problems, key=lambda problem: (problem.file, problem.line)))
+    return ImportReport(
+        source, kind, output, tally.lines, problems, dict(tally.unmapped), plan.lines.tail_bytes
+    )
+
+
+def _note(tally: _Tally, tail_bytes: int) -> Dict[str, Any]:
+    """What the import read and what it left out, for the session's ``import_note``."""
+    problems = sorted(tally.problems, key=lambda problem: (problem.file, problem.line))
+    note: Dict[str, Any] = {
+        "lines": tally.lines,
+        "unmapped": dict(sorted(tally.unmapped.items())),
+        "not_understood": [{"file": p.file, "line": p.line, "reason": p.reason} for p in problems],
+    }
+    if tail_bytes:
+        note["unfinished_tail_bytes"] = tail_bytes
+    return note
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def _sources(paths: List[str]) -> Iterator[str]:
+    """Each session file of *paths*: a file as given, a folder's ``.jsonl`` files (sub-agent
+    files aside, which their session brings in), in name order."""
+    for path in paths:
+        if not os.path.isdir(path):
+            yield path
+            continue
+        for folder, folders, names in os.walk(path):
+            folders[:] = sorted(name for name in folders if name != "subagents")
+            for name in sorted(names):
+                if name.endswith(".jsonl") and not name.startswith("."):
+                    yield os.path.join(folder, name)
+
+
+def _archive_name(source: str) -> str:
+    """The file name ``--into`` gives *source*'s import: its session id, where that is a
+    plain name."""
+    stem = os.path.splitext(os.path.basename(source))[0]
+    plain = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}", stem) is not None
+    return f"{stem if plain else _hex_id('name', stem)}.jsonl"
+
+
+def _imported_files(output: str) -> Optional[Dict[str, Any]]:
+    """The provenance of the import at *output* (``None`` when it is no import)."""
+    for record in session.iter_records(output):
+        if record.type == "import":
+            details = record.data.get("details")
+            return details if type(details) is dict else None
+        if record.seq > 8:  # the provenance is among the first records
+            return None
+    return None
+
+
+def _unchanged(source: str, output: str, kind: Optional[str], limit: int) -> bool:
+    """Whether the import at *output* is of *source* as it is now: the same files, the same
+    sizes.  ``ValueError`` when *output* is something else."""
+    if not os.path.lexists(output):
+        return False
+    provenance = _imported_files(output)
+    found = kind or _detect(source)
+    if provenance is None or provenance.get("format") != found:
+        raise ValueError(f"{output}: exists and is not an import of {source}")
+    if found not in _IMPORTERS:
+        return False
+    now = _IMPORTERS[found](source, limit).provenance
+    if provenance.get("source_session_id") != now["source_session_id"]:
+        raise ValueError(f"{output}: exists and is the import of another session")
+    return bool(provenance.get("files") == now["files"])
+
+
+def _import_one(args: Any, source: str, output: str, replace: bool) -> bool:
+    try:
+        report = import_session(
+            source, output, format=args.source_format, replace=replace, max_line_bytes=args.max_line_bytes
+        )
+    except (OSError, ValueError, session.SessionError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        _print_error(reason if reason.startswith(source) else f"{source}: {reason}")
+        return False
+    _print_text(report.text())
+    return True
+
+
+def _import_into(args: Any) -> int:
+    os.makedirs(args.into, exist_ok=True)
+    status = 0
+    taken: Dict[str, str] = {}
+    for source in _sources(args.files):
+        output = os.path.join(args.into, _archive_name(source))
+        if output in taken:
+            _print_error(f"{source}: has the session id of {taken[output]}; not imported")
+            status = 1
+            continue
+        taken[output] = source
+        try:
+            if _unchanged(source, output, args.source_format, args.max_line_bytes):
+                _print_text(f"{source}: unchanged -> {output}")
+                continue
+        except (OSError, ValueError, session.SessionError) as exc:
+            _print_error(f"{source}: {exc}")
+            status = 1
+            continue
+        status |= not _import_one(args, source, output, os.path.lexists(output))
+    return status
+
+
+def _import_command(args: Any) -> int:
+    if (args.output is None) == (args.into is None):
+        args.usage_error("give one of -o OUT.jsonl and --into DIR")
+    if args.output is not None:
+        if len(args.files) != 1 or os.path.isdir(args.files[0]):
+            args.usage_error("-o takes one source file (--into DIR takes several, and folders)")
+        return 0 if _import_one(args, args.files[0], args.output, False) else 1
+    return _import_into(args)
+
+
+def _import_options(sub: Any) -> None:
+    sub.add_argument("-o", "--output", metavar="OUT.jsonl", help="the session file to write (one source)")
+    sub.add_argument(
+        "--into",
+        metavar="DIR",
+        help="write each session found into DIR, named by its session id; again, only new or grown ones",
+    )
+    sub.add_argument(
+        "--from",
+        dest="source_format",
+        choices=FORMATS,
+        help="the sources' format (default: detected from each one's content)",
+    )
+
+
+COMMANDS = [  # what python -m session takes from this module
+    _Command(
+        "import",
+        _IMPORT_COMMANDS["import"],
+        "0 every source imported (or unchanged); 1 any of no known format, unreadable or not written",
+        True,
+        _import_options,
+        _import_command,
+    )
+]

@@ -1,0 +1,457 @@
+"""Tests for session_import.py, in its order: Claude Code's mapping, claude-trace's, then the
+command line.  The sources are the fixtures of testdata/import (its README says what each
+holds and where its shape comes from)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+import session
+import session_import
+from session import EventData, Execution, Record
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "testdata" / "import"
+SESSION_ID = "5f0c2a1e-7b3d-4c8e-9a10-2b3c4d5e6f70"
+CLAUDE_CODE = FIXTURES / "claude-code" / "project" / f"{SESSION_ID}.jsonl"
+CLAUDE_TRACE = FIXTURES / "claude-trace" / "log-2026-03-01-10-00-00.jsonl"
+TORN = FIXTURES / "hostile" / "0d1e2f30-4150-4617-8899-aabbccddeeff.jsonl"
+
+
+def imported(tmp_path: Path, source: Path) -> List[Record]:
+    out = tmp_path / f"{source.stem}.out.jsonl"
+    if not out.exists():
+        session_import.import_session(source, out)
+    return list(session.iter_records(out))
+
+
+def data(record: Record) -> EventData:
+    return EventData.from_record(record)
+
+
+def call(record: Record) -> Execution:
+    execution = data(record).execution
+    assert execution is not None
+    return execution
+
+
+def request_of(record: Record) -> Dict[str, Any]:
+    request = data(record).request
+    assert request is not None
+    return request
+
+
+def of(records: List[Record], kind: str, execution: str = "") -> List[Record]:
+    return [
+        r
+        for r in records
+        if r.type == kind and (not execution or r.data.get("execution", {}).get("id") == execution)
+    ]
+
+
+def texts(message: Any) -> List[str]:
+    value = message["value"] if "$type" in message else message
+    return [block.get("text") or block.get("thinking") or block["type"] for block in value["content"]]
+
+
+def run(*words: str, cwd: Path = HERE) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(HERE / "session.py"), *words],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def test_all_lists_exactly_the_public_names() -> None:
+    defined_here = {
+        name
+        for name, value in vars(session_import).items()
+        if getattr(value, "__module__", None) == "session_import" and not name.startswith("_")
+    }
+    assert sorted(session_import.__all__) == sorted(defined_here | {"FORMATS"})
+
+
+# ---------------------------------------------------------------------------- Claude Code
+
+
+def test_one_response_written_as_lines_is_one_call_with_the_last_lines_usage(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_CODE)
+    ends = of(records, "model_exec_end", "model-1")
+    assert len(ends) == 1 and len(of(records, "model_exec_start", "model-1")) == 1
+    message = data(ends[0]).message["value"]
+    assert texts(message) == ["I should run ls.", "Let me look.", "toolCall"]
+    assert message["usage"] == {
+        "input": 10,
+        "output": 42,  # the last of the three lines: 1, 5, then 42
+        "cache_read": 100,
+        "cache_write": 20,
+        "total_tokens": 172,
+        "provider": "anthropic",
+        "model": "claude-sonnet-4-5-20250929",
+    }
+    assert message["stop_reason"] == "toolUse"
+
+
+def test_usage_of_a_session_counts_each_response_once(tmp_path: Path) -> None:
+    imported(tmp_path, CLAUDE_CODE)
+    usage = session.summarize(tmp_path / f"{CLAUDE_CODE.stem}.out.jsonl").usage
+    # the five successful responses of the session and the sub-agent's two
+    assert usage["input"] == 10 + 3 + 2 + 5 + 4 + 50 + 50
+    assert usage["output"] == 42 + 30 + 8 + 20 + 6 + 10 + 10
+
+
+def test_the_conversation_follows_parent_uuid_and_keeps_off_a_rewound_prompt(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_CODE)
+    assert not any("an abandoned prompt" in r.data.__repr__() for r in records)
+    note = of(records, "import_note")[0].data["details"]
+    assert note["unmapped"]["conversation line off the final branch"] == 1
+    request = request_of(of(records, "model_request", "model-4")[0])
+    assert [texts(m)[0] for m in request["messages"]][-2:] == ["Done: two files.", "What is in this picture?"]
+
+
+def test_tool_calls_pair_use_and_result_with_is_error(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_CODE)
+    first = data(of(records, "tool_exec_end", "toolu_01")[0])
+    assert (first.tool, first.result, first.is_error) == ("Bash", "README.md\nsession.py", False)
+    assert first.details == {
+        "tool_use_result": {"stdout": "README.md\nsession.py", "stderr": "", "interrupted": False}
+    }
+    failed = data(of(records, "tool_exec_end", "toolu_02")[0])
+    assert (failed.tool, failed.is_error) == ("Read", True)
+    started = data(of(records, "tool_exec_start", "toolu_02")[0])
+    assert started.args == {"file_path": "/nope"}
+    summary = of(records, "agent_end")[0].data["summary"]
+    assert (summary["tool_calls"], summary["tool_errors"]) == (4, 1)  # the sub-agent's Grep too
+
+
+def test_thinking_images_and_documents_are_kept(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_CODE)
+    prompt = next(data(r).message["value"] for r in of(records, "message_end") if "picture" in str(r.data))
+    assert [block["type"] for block in prompt["content"]] == ["text", "image"]
+    assert prompt["content"][1]["image"]["mime_type"] == "image/png"
+    assert prompt["metadata"]["unmapped_blocks"][0]["type"] == "document"
+
+
+def test_a_sub_agent_file_is_nested_under_the_task_call_that_ran_it(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_CODE)
+    start = of(records, "tool_exec_start", "toolu_03")[0].seq
+    end = of(records, "tool_exec_end", "toolu_03")[0].seq
+    nested = [r for r in records if r.data.get("execution", {}).get("parent_id") == "toolu_03"]
+    assert {call(r).id for r in nested} == {
+        "toolu_03/model-1",
+        "toolu_03/model-2",
+        "toolu_03/toolu_s1",
+    }
+    assert all(start < r.seq < end for r in nested)
+    assert not [r for r in nested if r.type == "message_end"]  # not mixed into the conversation
+    request = request_of(of(records, "model_request", "toolu_03/model-1")[0])
+    assert [texts(m) for m in request["messages"]] == [["Find the TODOs"]]
+    assert (
+        "sidechain line not in a sub-agent file"
+        not in of(records, "import_note")[0].data["details"]["unmapped"]
+    )
+
+
+def test_a_compaction_replaces_the_context_of_the_calls_after_it(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_CODE)
+    compacted = of(records, "context_compacted")
+    assert len(compacted) == 1
+    compaction = compacted[0].data["compaction"]
+    assert compaction["metadata"] == {"trigger": "auto", "preTokens": 1000}
+    request = request_of(of(records, "model_request", "model-6")[0])
+    assert [texts(m)[0][:30] for m in request["messages"]] == [
+        "This session is being continue",
+        "thanks",
+        "again?",  # the API error message between them was never sent
+    ]
+
+
+def test_api_errors_are_failed_attempts_with_their_status(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_CODE)
+    retried = of(records, "model_exec_end", "model-3")
+    assert [(call(r).attempt, data(r).error) for r in retried] == [
+        (1, {"message": "status 529: Overloaded", "type": "overloaded_error"}),
+        (2, None),
+    ]
+    failed = data(of(records, "model_exec_end", "model-5")[0])
+    assert failed.error == {"message": "API Error: 500 Internal server error", "type": "server_error"}
+    assert session.summarize(tmp_path / f"{CLAUDE_CODE.stem}.out.jsonl").gaps == []
+
+
+def test_requests_are_rebuilt_and_say_what_is_unknown(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_CODE)
+    for record in of(records, "model_request"):
+        request = request_of(record)
+        assert request["tools"] == []
+        assert request["config"]["extra"]["unknown"] == ["system prompt", "tool definitions", "parameters"]
+        assert request["config"]["extra"]["rebuilt"] == "from the Claude Code transcript"
+
+
+def test_lines_not_understood_are_named_and_the_rest_counted_per_type(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    report = session_import.import_session(CLAUDE_CODE, out)
+    assert report.lines == 28 and report.format == "claude-code"
+    assert [(p.file, p.line) for p in report.not_understood] == [("", 13)]
+    assert report.text().endswith(f"imported 28 lines (claude-code), 1 not understood: line 13 -> {out}")
+    note = of(list(session.iter_records(out)), "import_note")[0].data["details"]
+    assert note["not_understood"][0]["line"] == 13
+    assert note["unmapped"] == {
+        "conversation line off the final branch": 1,
+        "custom-title": 1,
+        "file-history-snapshot": 1,
+        "progress": 1,
+        "summary": 1,
+    }
+
+
+def test_provenance_names_the_format_source_session_and_tool_version(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_CODE)
+    assert records[0].session_id == SESSION_ID.replace("-", "")
+    provenance = of(records, "import")[0].data["details"]
+    assert provenance["format"] == "claude-code"
+    assert provenance["source"] == str(CLAUDE_CODE)
+    assert provenance["source_session_id"] == SESSION_ID
+    assert provenance["tool_versions"] == ["2.0.61"]
+    assert set(provenance["files"]) == {f"{SESSION_ID}.jsonl", "subagents/agent-a1b2c3.jsonl"}
+
+
+def test_a_torn_last_line_is_reported_not_an_error(tmp_path: Path) -> None:
+    report = session_import.import_session(TORN, tmp_path / "out.jsonl")
+    assert report.tail_bytes == 75 and report.lines == 2 and not report.not_understood
+    assert "ignored 75-byte unfinished last line" in report.text()
+    note = of(list(session.iter_records(tmp_path / "out.jsonl")), "import_note")[0].data["details"]
+    assert note["unfinished_tail_bytes"] == 75
+
+
+# ---------------------------------------------------------------------------- claude-trace
+
+
+def test_each_trace_pair_is_one_call_with_the_exact_logged_request(tmp_path: Path) -> None:
+    import json
+
+    records = imported(tmp_path, CLAUDE_TRACE)
+    pairs = [json.loads(line) for line in CLAUDE_TRACE.read_text().splitlines()]
+    body = pairs[0]["request"]["body"]
+    request = request_of(of(records, "model_request", "model-1")[0])
+    assert request["messages"] == [{"role": "system", "content": body["system"]}, *body["messages"]]
+    assert request["tools"] == body["tools"]
+    assert request["config"] == {
+        "max_tokens": 1024,
+        "extra": {"model": "claude-sonnet-4-5", "temperature": 1},
+    }
+    later = request_of(of(records, "model_request", "model-2")[0])
+    assert later["messages"][1:] == pairs[2]["request"]["body"]["messages"]
+    note = of(records, "import_note")[0].data["details"]
+    assert note["unmapped"] == {"request to /v1/messages/count_tokens": 1}
+
+
+def test_a_streamed_trace_response_is_put_together_from_its_events(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_TRACE)
+    message = data(of(records, "model_exec_end", "model-2")[0]).message["value"]
+    assert texts(message) == ["One file: README.md."]
+    assert message["stop_reason"] == "stop"
+    assert message["usage"]["output"] == 9 and message["usage"]["cache_read"] == 300
+
+
+def test_a_trace_tool_use_and_its_later_result_are_one_tool_call(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_TRACE)
+    start, end = of(records, "tool_exec_start", "toolu_t1")[0], of(records, "tool_exec_end", "toolu_t1")[0]
+    assert data(start).args == {"command": "ls"} and data(end).result == "README.md"
+    assert of(records, "model_exec_end", "model-1")[0].seq < start.seq < end.seq
+    assert end.seq < of(records, "model_exec_start", "model-2")[0].seq
+
+
+def test_a_trace_error_fails_the_call_and_no_response_leaves_it_unfinished(tmp_path: Path) -> None:
+    records = imported(tmp_path, CLAUDE_TRACE)
+    assert data(of(records, "model_exec_end", "model-3")[0]).error == {
+        "message": "status 529: Overloaded",
+        "type": "overloaded_error",
+    }
+    assert not of(records, "model_exec_end", "model-4")
+    gaps = session.summarize(tmp_path / f"{CLAUDE_TRACE.stem}.out.jsonl").gaps
+    assert [(gap.kind, gap.ref.execution_id if gap.ref else "") for gap in gaps] == [
+        ("model_call_unfinished", "model-4")
+    ]
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE, TORN])
+def test_an_import_gives_the_same_bytes_each_time(tmp_path: Path, source: Path) -> None:
+    session_import.import_session(source, tmp_path / "a.jsonl")
+    session_import.import_session(source, tmp_path / "b.jsonl")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl"]  # no temporary file left
+
+
+@pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE])
+def test_validate_summary_show_html_export_and_otlp_read_an_import(tmp_path: Path, source: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    done = run("import", str(source), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{source}: imported ")
+    for words in (
+        ["validate", str(out)],
+        ["summary", str(out)],
+        ["show", "--pretty", str(out)],
+        ["html", "-o", str(tmp_path / "page.html"), str(out)],
+        ["export", str(out), "-o", str(tmp_path / "all.jsonl")],
+        ["otlp", str(out), "--content", "--output", str(tmp_path / "spans.bin")],
+    ):
+        done = run(*words)
+        assert done.returncode == 0, (words, done.stderr)
+    assert "Find the TODOs" in (tmp_path / "page.html").read_text() or source == CLAUDE_TRACE
+    assert run("validate", str(out)).stdout.startswith(f"{out}: ok, ")
+
+
+@pytest.mark.parametrize("name", ["empty.jsonl", "other-format.jsonl", "not-json.jsonl"])
+def test_a_source_of_no_known_format_exits_1_naming_it(tmp_path: Path, name: str) -> None:
+    source = FIXTURES / "hostile" / name
+    done = run("import", str(source), "-o", str(tmp_path / "out.jsonl"))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"{source}: not a Claude Code transcript or a claude-trace log")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        [str(CLAUDE_CODE)],
+        [str(CLAUDE_CODE), "-o", "x.jsonl", "--into", "d"],
+        [str(CLAUDE_CODE), str(CLAUDE_TRACE), "-o", "x.jsonl"],
+        [str(FIXTURES), "-o", "x.jsonl"],
+        [str(CLAUDE_CODE), "-o", "x.jsonl", "--from", "codex"],
+    ],
+)
+def test_usage_errors_exit_2(tmp_path: Path, words: List[str]) -> None:
+    done = run("import", *words, cwd=tmp_path)
+    assert done.returncode == 2 and os.listdir(tmp_path) == []
+
+
+def test_an_output_that_exists_is_never_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text("mine\n")
+    done = run("import", str(CLAUDE_CODE), "-o", str(out))
+    assert done.returncode == 1 and str(out) in done.stderr
+    assert out.read_text() == "mine\n" and os.listdir(tmp_path) == ["out.jsonl"]
+
+
+def test_a_failure_while_publishing_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "link", refuse)
+    monkeypatch.setattr(os, "rename", refuse)
+    with pytest.raises(OSError, match="No space left"):
+        session_import.import_session(CLAUDE_CODE, tmp_path / "out.jsonl")
+    assert os.listdir(tmp_path) == []
+
+
+def copy_sources(tmp_path: Path) -> Path:
+    sources = tmp_path / "projects"
+    shutil.copytree(FIXTURES / "claude-code", sources / "claude-code")
+    shutil.copytree(FIXTURES / "claude-trace", sources / "claude-trace")
+    return sources
+
+
+def test_into_imports_every_session_once_and_again_only_what_grew(tmp_path: Path) -> None:
+    sources, archive = copy_sources(tmp_path), tmp_path / "archive"
+    first = run("import", str(sources), "--into", str(archive))
+    assert first.returncode == 0, first.stderr
+    assert sorted(os.listdir(archive)) == [f"{SESSION_ID}.jsonl", "log-2026-03-01-10-00-00.jsonl"]
+    kept = {name: (archive / name).read_bytes() for name in os.listdir(archive)}
+    again = run("import", str(sources), "--into", str(archive))
+    assert again.returncode == 0 and again.stdout.count(": unchanged -> ") == 2
+    assert {name: (archive / name).read_bytes() for name in os.listdir(archive)} == kept
+    agent = sources / "claude-code" / "project" / SESSION_ID / "subagents" / "agent-a1b2c3.jsonl"
+    with open(agent, "a") as file:  # a grown sub-agent file is a grown session
+        file.write('{"type":"progress","uuid":"x","timestamp":"2026-03-01T10:00:19Z"}\n')
+    grown = run("import", str(sources), "--into", str(archive))
+    assert grown.returncode == 0, grown.stderr
+    assert f"{sources / 'claude-code' / 'project' / SESSION_ID}.jsonl: imported 29 lines" in grown.stdout
+    assert grown.stdout.count(": unchanged -> ") == 1
+    assert (archive / "log-2026-03-01-10-00-00.jsonl").read_bytes() == kept["log-2026-03-01-10-00-00.jsonl"]
+    assert sorted(os.listdir(archive)) == sorted(kept)  # replaced whole, no temporary file left
+    assert run("validate", str(archive / f"{SESSION_ID}.jsonl")).returncode == 0
+
+
+def test_into_reports_an_unknown_source_and_imports_the_rest(tmp_path: Path) -> None:
+    sources = copy_sources(tmp_path)
+    shutil.copy(FIXTURES / "hostile" / "other-format.jsonl", sources / "other-format.jsonl")
+    done = run("import", str(sources), "--into", str(tmp_path / "archive"))
+    assert done.returncode == 1
+    assert f"{sources / 'other-format.jsonl'}: not a Claude Code transcript" in done.stderr
+    assert len(os.listdir(tmp_path / "archive")) == 2
+
+
+def test_import_without_its_companion_says_what_is_missing(tmp_path: Path) -> None:
+    shutil.copy(HERE / "session.py", tmp_path / "session.py")
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(tmp_path / "session.py"), "import", "x", "-o", "y"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "import: needs session_import.py beside session.py" in done.stderr
+
+
+def write_lines(path: Path, lines: List[Dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def line(uuid: str, parent: Any, kind: str, content: Any, **more: Any) -> Dict[str, Any]:
+    message: Dict[str, Any] = {"role": kind, "content": content}
+    if kind == "assistant":
+        message.update(
+            id=more.pop("id", "msg_" + uuid), model="m", usage={"input_tokens": 1, "output_tokens": 1}
+        )
+    return {
+        "parentUuid": parent,
+        "sessionId": "s",
+        "type": kind,
+        "message": message,
+        "uuid": uuid,
+        "timestamp": "2026-03-01T10:00:00Z",
+        **more,
+    }
+
+
+def test_hostile_transcripts_are_imported_as_far_as_they_make_sense(tmp_path: Path) -> None:
+    big = "x" * (20 << 20)  # a 20 MB tool result
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", "a9", "user", "hi"),  # a cycle: a9 names u1's parent... and u1 is a9's
+            line(
+                "a1",
+                "u1",
+                "assistant",
+                [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}],
+                id="m1",
+            ),
+            line("a2", "a1", "assistant", 5, id="m1"),  # same response, content neither text nor blocks
+            line("u2", "a2", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": big}]),
+            line("a9", "u2", "assistant", [{"type": "text", "text": "ok"}]),
+            line("u3", "a9", "user", "a last prompt no request sent"),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (3, "a message whose content is neither text nor a list of blocks")
+    ]
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert data(of(records, "tool_exec_end", "t1")[0]).result == big
+    assert texts(data(of(records, "message_end")[-1]).message) == ["a last prompt no request sent"]
+    assert [call(r).id for r in of(records, "model_exec_end")] == ["model-1", "model-2"]
