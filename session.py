@@ -4880,47 +4880,52 @@ _EXPORT_COMMANDS = {  # session_export.py's, by name, for the list of commands w
     "html": "one self-contained HTML page to look at a session",
     "otlp": "send sessions' runs and calls to an OpenTelemetry backend as spans (OTLP/HTTP)",
 }
+_COMPANIONS = {  # the modules beside this one with more commands: their commands, by name
+    "session_export": _EXPORT_COMMANDS,
+    "session_diff": {"diff": "compare two sessions: the first difference, explained, and each run's figures"},
+}
 
 
-def _exports_module() -> Any:
-    """``session_export``, the module that has the exports: importable, or in the file beside
+def _companion(name: str) -> Any:
+    """The companion module *name* (``session_export``…): importable, or in the file beside
     this one (``python -I session.py`` puts no folder on the path); ``None`` without it."""
-    try:
-        import session_export
-    except ModuleNotFoundError as exc:
-        if exc.name != "session_export":
-            raise
-    else:
-        return session_export
     import importlib.util
 
-    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "session_export.py")
-    spec = importlib.util.spec_from_file_location("session_export", beside)
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+    else:
+        return module
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, beside)
     if spec is None or spec.loader is None or not os.path.isfile(beside):
         return None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["session_export"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def _needs_exports(args: Any) -> int:
+def _needs_companion(args: Any) -> int:
+    module = next(name for name, commands in _COMPANIONS.items() if args.command in commands)
     _print_error(
-        f"{args.prog} {args.command}: needs session_export.py beside session.py"
+        f"{args.prog} {args.command}: needs {module}.py beside session.py"
         " (the wheel installs both; a vendored copy needs both files)"
     )
     return 2
 
 
-def _missing_exports() -> List[_Command]:
-    """Stand-ins for the exports module's commands, which say what is missing."""
+def _missing_commands(module: str) -> List[_Command]:
+    """Stand-ins for a missing companion module's commands, which say what is missing."""
 
     def anything(sub: Any) -> None:
-        sub.add_argument("arguments", nargs="*", help="see session_export.py")
+        sub.add_argument("arguments", nargs="*", help=f"see {module}.py")
 
     return [
-        _Command(name, about, "2 session_export.py missing", True, anything, _needs_exports)
-        for name, about in _EXPORT_COMMANDS.items()
+        _Command(name, about, f"2 {module}.py missing", True, anything, _needs_companion)
+        for name, about in _COMPANIONS[module].items()
     ]
 
 
@@ -4981,13 +4986,16 @@ def _parser(prog: str, wanted: str) -> Any:
     parser.add_argument("--version", action="version", version=f"session.py {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    exports = _exports_module() if wanted in _EXPORT_COMMANDS else None
-    for command in _COMMANDS + (exports.COMMANDS if exports else _missing_exports()):
+    every = list(_COMMANDS)
+    for name, names in _COMPANIONS.items():  # imported only for the wanted command
+        module = _companion(name) if wanted in names else None
+        every += module.COMMANDS if module else _missing_commands(name)
+    for command in every:
         epilog = (
             f"exit status: {command.status}; 2 usage error; {_EX_IOERR} output not written; 130 interrupted"
         )
         sub = commands.add_parser(command.name, help=command.about, description=command.about, epilog=epilog)
-        if command.run is not _needs_exports:
+        if command.run is not _needs_companion:
             _file_arguments(sub, command)
         command.options(sub)
         sub.set_defaults(handler=command.run, usage_error=sub.error)
@@ -5005,7 +5013,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = _parser(prog, next((word for word in words if not word.startswith("-")), ""))
     args, unknown = parser.parse_known_args(words)
-    if unknown and args.handler is not _needs_exports:  # a missing command's options are unknown
+    if unknown and args.handler is not _needs_companion:  # a missing command's options are unknown
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate prints as \udXXX, in JSON too
         if isinstance(stream, io.TextIOWrapper):
