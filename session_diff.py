@@ -21,7 +21,7 @@ import dataclasses
 import difflib
 import json
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import session
 from session import CallRef, EventData, Record, _Command
@@ -40,6 +40,7 @@ class _Attempt:
 
     ref: CallRef
     parts: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    error: str = ""  # the message of the error that ended it, if one did
 
 
 @dataclasses.dataclass
@@ -162,6 +163,7 @@ class _Source:
             attempt.parts.update(self._request_parts(data.request))
         elif record.type == "model_exec_end":
             attempt.parts["reply"] = _reply(data)
+            attempt.error = str(data.error.get("message", "")) if data.error else ""
             usage = _usage(data.message)
             run.tokens += sum(v for k, v in usage.items() if k in ("input", "output") and isinstance(v, int))
             cost = usage.get("cost")
@@ -232,8 +234,8 @@ def _without_times(message: Any) -> Any:
 
 
 def _reply(data: EventData) -> str:
-    if data.error is None:
-        return _canonical({"message": _without_times(data.message)})
+    if data.error is None:  # as the message is in the requests that follow
+        return _canonical(_without_times(data.message))
     return _canonical({"error": data.error, "partial_message": _without_times(data.partial_message)})
 
 
@@ -262,6 +264,9 @@ class Difference:
         }
 
 
+_Said = Set[Tuple[Tuple[str, ...], Tuple[str, ...]]]  # differing messages a run has shown
+
+
 def _short(run: Optional[_Run]) -> str:
     return run.run_id[:_SHORT_ID] if run else "-"
 
@@ -286,6 +291,7 @@ def diff_runs(a: Optional[_Run], b: Optional[_Run]) -> Iterator[Difference]:
         yield Difference("run", f"{where}: only in {side}", _first_ref(a), _first_ref(b), None, None)
         return
     turns_a, turns_b = _by_turn(a.calls), _by_turn(b.calls)
+    said: _Said = set()
     for turn in sorted(set(turns_a) | set(turns_b)):
         at = f"{where}, turn {turn}"
         if turn not in turns_a or turn not in turns_b:
@@ -294,7 +300,7 @@ def diff_runs(a: Optional[_Run], b: Optional[_Run]) -> Iterator[Difference]:
                 "turn", f"{at}: only in {side}", _first_ref(a, turn), _first_ref(b, turn), None, None
             )
             continue
-        yield from _diff_turn(at, turns_a[turn], turns_b[turn])
+        yield from _diff_turn(at, turns_a[turn], turns_b[turn], said)
     if a.outcome != b.outcome:
         text_a, text_b = _canonical(a.outcome), _canonical(b.outcome)
         yield Difference("run outcome", f"{where}: its end (outside any call)", None, None, text_a, text_b)
@@ -317,12 +323,12 @@ def _keys(calls: Sequence[_Call]) -> List[Tuple[str, str, int]]:
     return keys
 
 
-def _diff_turn(at: str, calls_a: List[_Call], calls_b: List[_Call]) -> Iterator[Difference]:
+def _diff_turn(at: str, calls_a: List[_Call], calls_b: List[_Call], said: _Said) -> Iterator[Difference]:
     matcher = difflib.SequenceMatcher(None, _keys(calls_a), _keys(calls_b), autojunk=False)
     for op, a1, a2, b1, b2 in matcher.get_opcodes():
         if op == "equal":
             for call_a, call_b in zip(calls_a[a1:a2], calls_b[b1:b2]):
-                yield from _diff_call(at, call_a, call_b)
+                yield from _diff_call(at, call_a, call_b, said)
             continue
         for call in calls_a[a1:a2]:
             yield Difference(
@@ -339,13 +345,13 @@ def _label(call: _Call) -> str:
     return f"{call.kind} call{name} {call.attempts[0].ref.execution_id}"
 
 
-def _diff_call(at: str, a: _Call, b: _Call) -> Iterator[Difference]:
+def _diff_call(at: str, a: _Call, b: _Call, said: _Said) -> Iterator[Difference]:
     here = f"{at}, {_label(a)} / {b.attempts[0].ref.execution_id}"
     if len(a.attempts) != len(b.attempts):
         fewer, more = (a, b) if len(a.attempts) < len(b.attempts) else (b, a)
         extra = more.attempts[len(fewer.attempts)]
         refs = (fewer.attempts[-1].ref, extra.ref) if fewer is a else (extra.ref, fewer.attempts[-1].ref)
-        texts = [f"{len(call.attempts)} attempt(s)" for call in (a, b)]
+        texts = [_attempts_text(call) for call in (a, b)]
         side = "B" if more is b else "A"
         yield Difference("retry", f"{here}: an extra attempt in {side}", refs[0], refs[1], texts[0], texts[1])
     last_a, last_b = a.attempts[-1], b.attempts[-1]
@@ -354,25 +360,43 @@ def _diff_call(at: str, a: _Call, b: _Call) -> Iterator[Difference]:
         if value_a == value_b:
             continue
         if part in ("messages", "system prompt") and value_a is not None and value_b is not None:
-            yield from _diff_messages(f"{here}", part, last_a.ref, last_b.ref, value_a, value_b)
-        else:
-            yield Difference(part, here, last_a.ref, last_b.ref, value_a, value_b)
+            yield from _diff_messages(here, part, (last_a.ref, last_b.ref), (value_a, value_b), said)
+            continue
+        if part == "reply" and value_a is not None and value_b is not None:
+            said.add(((value_a,), (value_b,)))  # the requests that follow carry it again
+            value_a, value_b = _readable(value_a), _readable(value_b)
+        yield Difference(part, here, last_a.ref, last_b.ref, value_a, value_b)
+
+
+def _attempts_text(call: _Call) -> str:
+    """A call's attempts, and the error that ended each one that failed."""
+    ends = [f"{n}: error {a.error}" if a.error else f"{n}: done" for n, a in enumerate(call.attempts, 1)]
+    return f"{len(call.attempts)} attempt(s); " + "; ".join(ends)
 
 
 def _diff_messages(
-    here: str, part: str, ref_a: CallRef, ref_b: CallRef, a: Sequence[str], b: Sequence[str]
+    here: str,
+    part: str,
+    refs: Tuple[CallRef, CallRef],
+    texts: Tuple[Sequence[str], Sequence[str]],
+    said: _Said,
 ) -> Iterator[Difference]:
-    """A request's messages: each run of added, removed or changed messages is one difference."""
+    """A request's messages: each run of added, removed or changed messages is one difference,
+    said once in a run (the requests that follow carry it again)."""
+    a, b = texts
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     name = "system prompt" if part == "system prompt" else "message"
     for op, a1, a2, b1, b2 in matcher.get_opcodes():
         if op == "equal":
             continue
+        if (tuple(a[a1:a2]), tuple(b[b1:b2])) in said:
+            continue
+        said.add((tuple(a[a1:a2]), tuple(b[b1:b2])))
         what = {"insert": "added", "delete": "removed", "replace": "changed"}[op]
         place = f"request {part} {a1 + 1}" if a2 > a1 else f"request {part} {b1 + 1} in B"
         text_a = "\n".join(_readable(m) for m in a[a1:a2]) if a2 > a1 else None
         text_b = "\n".join(_readable(m) for m in b[b1:b2]) if b2 > b1 else None
-        yield Difference(f"{name} {what}", f"{here}: {place}", ref_a, ref_b, text_a, text_b)
+        yield Difference(f"{name} {what}", f"{here}: {place}", *refs, text_a, text_b)
 
 
 def _readable(text: str) -> str:

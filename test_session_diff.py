@@ -111,12 +111,13 @@ def test_parallel_tool_calls_ending_in_another_order_are_the_same(tmp_path: Path
     assert report["first"]["a"]["execution_id"] == report["first"]["b"]["execution_id"] == "t1"
 
 
-def test_another_prompt_is_a_changed_message_naming_both_calls(tmp_path: Path, capsys: Any) -> None:
+def test_another_prompt_is_one_changed_message_naming_both_calls(tmp_path: Path, capsys: Any) -> None:
     a = record(tmp_path / "a.jsonl")
     b = record(tmp_path / "b.jsonl", ("How long is session.py, and what is beside it?", "And the tests?"))
-    status, report = diff_json(capsys, str(a), str(b))
+    status, report = diff_json(capsys, str(a), str(b), "--all")
     first = report["first"]
     assert (status, report["same"], first["what"]) == (1, False, "message changed")
+    assert len(report["differences"]) == 1  # not again in turn 2's request, which carries it
     assert first["a"]["run_id"] == refs(a)[-1].run_id and first["b"]["run_id"] == refs(b)[-1].run_id
     assert first["a"]["execution_id"] == "model-1" and first["a"]["attempt"] == 1
     assert "And how long are the tests?" in first["a_text"] and "And the tests?" in first["b_text"]
@@ -148,6 +149,7 @@ def test_an_extra_retry_names_the_call_and_the_extra_attempt(tmp_path: Path, cap
     assert status == 1 and first["what"] == "retry"
     assert (first["a"]["execution_id"], first["a"]["attempt"]) == ("model-1", 1)
     assert (first["b"]["execution_id"], first["b"]["attempt"]) == ("model-1", 2)
+    assert first["b_text"] == "2 attempt(s); 1: error 429 Too Many Requests: retry after 10 ms; 2: done"
     assert [d["what"] for d in report["differences"]] == ["retry"]  # not a shift of later calls
 
 
