@@ -1,3 +1,25 @@
+# SPDX-License-Identifier: MIT
+# MIT License
+#
+# Copyright (c) 2026 The session.py authors
+#
+# Permission is hereby granted, free of charge, to any person obtaining a copy
+# of this software and associated documentation files (the "Software"), to deal
+# in the Software without restriction, including without limitation the rights
+# to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+# copies of the Software, and to permit persons to whom the Software is
+# furnished to do so, subject to the following conditions:
+#
+# The above copyright notice and this permission notice shall be included in all
+# copies or substantial portions of the Software.
+#
+# THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+# IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+# FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+# AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+# LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+# OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+# SOFTWARE.
 """Compare two recorded sessions: ``python -m session diff A B``.
 
 Two recordings are the *same* when they hold the same conversation: the same requests, replies,
@@ -12,7 +34,8 @@ call or a run on one side only is one difference, not a shift of everything afte
 
 Both files are read as they stream, one run of each at a time: what is held is that run's
 calls, each request's messages as canonical JSON texts, a text repeated from one request to
-the next held once (see docs/cli.md).
+the next held once (see docs/cli.md).  ``python -m session diff`` runs what is here when this
+file lies beside ``session.py`` (the wheel installs both).  Standard library only.
 """
 
 from __future__ import annotations
