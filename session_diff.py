@@ -40,9 +40,13 @@ file lies beside ``session.py`` (the wheel installs both).  Standard library onl
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import difflib
+import functools
+import itertools
 import json
+from array import array
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -83,6 +87,7 @@ class _Run:
     position: int
     run_id: str
     calls: List[_Call] = dataclasses.field(default_factory=list)
+    by_id: Dict[str, _Call] = dataclasses.field(default_factory=dict, repr=False)
     outcome: Dict[str, str] = dataclasses.field(default_factory=dict)
     tokens: int = 0
     cost: float = 0.0
@@ -99,6 +104,30 @@ class _Run:
         return (end - start).total_seconds()
 
 
+class _Texts:
+    """Each distinct message text once, shared by both files, so that two equal requests
+    hold the same objects and compare at the speed of their references; and which of them
+    are system messages."""
+
+    def __init__(self) -> None:
+        self.texts: Dict[str, str] = {}
+        self.system: Set[str] = set()
+
+    def text(self, message: Any) -> str:
+        text = _canonical(_without_times(message))
+        text = self.texts.setdefault(text, text)
+        if _role(message) == "system":
+            self.system.add(text)
+        return text
+
+    def split(self, texts: Sequence[str]) -> Tuple[List[str], List[str]]:
+        """*texts* as the system messages and the others."""
+        return [t for t in texts if t in self.system], [t for t in texts if t not in self.system]
+
+
+_Messages = Callable[[], List[str]]  # a request's messages, listed when compared
+
+
 class _Trouble(Exception):
     """A file that cannot be compared at all: missing, unreadable, or not a session."""
 
@@ -106,12 +135,15 @@ class _Trouble(Exception):
 class _Source:
     """One side of the comparison: a file read run by run, and the damage that stopped it."""
 
-    def __init__(self, path: str, max_line_bytes: int, run: Optional[str]) -> None:
+    def __init__(self, path: str, max_line_bytes: int, run: Optional[str], texts: _Texts) -> None:
         self.path = path
         self.max_line_bytes = max_line_bytes
         self.selector = run
         self.damage: Optional[session.FormatError] = None
-        self._texts: Dict[str, str] = {}  # of the current run: one object per distinct text
+        self.texts = texts
+        self._message_seqs = array("q")  # of the file's version-2 message records, and ...
+        self._message_texts: List[str] = []  # ... their texts
+        self._tool_lists: Dict[int, str] = {}  # seq of a tools record -> its canonical text
 
     def runs(self) -> Iterator[_Run]:
         """The file's runs (only the selected one with ``--run``), each once it has ended."""
@@ -128,10 +160,12 @@ class _Source:
     def _all_runs(self) -> Iterator[_Run]:
         current: Optional[_Run] = None
         for record in self._records():
+            if record.type in ("message", "tools"):
+                self._pool(record)
+                continue
             if record.type == "run_start":
                 if current is not None:
                     yield current
-                self._texts = {}
                 current = _Run(current.position + 1 if current else 0, record.run_id or "")
             if current is not None:
                 self._take(current, record)
@@ -139,7 +173,7 @@ class _Source:
             yield current
 
     def _records(self) -> Iterator[Record]:
-        records = session.iter_records(self.path, max_line_bytes=self.max_line_bytes)
+        records = session.iter_records(self.path, max_line_bytes=self.max_line_bytes, resolve=False)
         try:
             first = next(records)
         except OSError as exc:
@@ -171,11 +205,9 @@ class _Source:
     def _take_call(self, run: _Run, record: Record, data: EventData, ref: CallRef) -> None:
         execution = data.execution
         assert execution is not None
-        call = next(
-            (c for c in reversed(run.calls) if c.attempts[0].ref.execution_id == ref.execution_id), None
-        )
+        call = run.by_id.get(ref.execution_id)
         if call is None:
-            call = _Call(execution.kind, "", execution.turn_index, [])
+            call = run.by_id[ref.execution_id] = _Call(execution.kind, "", execution.turn_index, [])
             run.calls.append(call)
         attempt = next((a for a in call.attempts if a.ref == ref), None)
         if attempt is None:
@@ -183,7 +215,7 @@ class _Source:
             call.attempts.append(attempt)
         call.name = call.name or data.tool
         if record.type == "model_request" and data.request is not None:
-            attempt.parts.update(self._request_parts(data.request))
+            attempt.parts.update(self._request_parts(record.data))
         elif record.type == "model_exec_end":
             attempt.parts["reply"] = _reply(data)
             attempt.error = str(data.error.get("message", "")) if data.error else ""
@@ -199,19 +231,36 @@ class _Source:
         elif record.type == "context_compacted":
             attempt.parts["compaction"] = _canonical(data.compaction)
 
-    def _request_parts(self, request: Dict[str, Any]) -> Dict[str, Any]:
-        system: List[str] = []
-        messages: List[str] = []
-        for message in request.get("messages") or ():
-            text = _canonical(_without_times(message))
-            text = self._texts.setdefault(text, text)
-            (system if _role(message) == "system" else messages).append(text)
-        return {
-            "system prompt": tuple(system),
-            "messages": tuple(messages),
-            "tools": _canonical(request.get("tools")),
-            "config": _canonical(request.get("config")),
-        }
+    def _pool(self, record: Record) -> None:
+        """Keep a version-2 message or tool list record, which later requests refer to."""
+        if record.type == "message":
+            self._message_seqs.append(record.seq)
+            self._message_texts.append(self.texts.text(record.data.get("message")))
+        else:
+            self._tool_lists[record.seq] = _canonical(record.data.get("tools") or [])
+
+    def _request_parts(self, data: Dict[str, Any]) -> Dict[str, Any]:
+        """A request's parts: version 1 holds its messages and tools, version 2 refers to
+        earlier records (its messages are kept as those references, and listed when compared)."""
+        request = data.get("request") or {}
+        messages: _Messages
+        if "messages" in data:
+            ranges = [(first, last) for first, last in data["messages"]]
+            messages = functools.partial(self._referred, ranges)
+            tools = self._tool_lists.get(data.get("tools", -1), _canonical([]))
+        else:
+            texts = [self.texts.text(m) for m in request.get("messages") or ()]
+            messages = functools.partial(list, texts)
+            tools = _canonical(request.get("tools") or [])
+        return {"messages": messages, "tools": tools, "config": _canonical(request.get("config"))}
+
+    def _referred(self, ranges: Sequence[Tuple[int, int]]) -> List[str]:
+        """The texts of the message records in the seq *ranges* (checked by the reader)."""
+        seqs, texts = self._message_seqs, self._message_texts
+        spans = (
+            texts[bisect.bisect_left(seqs, first) : bisect.bisect_right(seqs, last)] for first, last in ranges
+        )
+        return list(itertools.chain.from_iterable(spans))
 
 
 def _selected(run: _Run, selector: str) -> bool:
@@ -287,7 +336,13 @@ class Difference:
         }
 
 
-_Said = Set[Tuple[Tuple[str, ...], Tuple[str, ...]]]  # differing messages a run has shown
+@dataclasses.dataclass
+class _Said:
+    """What the comparison of a pair of runs carries: the texts of both files, and the
+    message differences it has shown (later requests of the run carry them again)."""
+
+    texts: _Texts
+    seen: Set[Tuple[Tuple[str, ...], Tuple[str, ...]]] = dataclasses.field(default_factory=set)
 
 
 def _short(run: Optional[_Run]) -> str:
@@ -306,7 +361,7 @@ def _first_ref(run: Optional[_Run], turn: Optional[int] = None) -> Optional[Call
     return calls[0].attempts[0].ref if calls else None
 
 
-def diff_runs(a: Optional[_Run], b: Optional[_Run]) -> Iterator[Difference]:
+def diff_runs(a: Optional[_Run], b: Optional[_Run], texts: _Texts) -> Iterator[Difference]:
     """The differences of two runs in the order of the conversation."""
     where = f"run {_position(a, b)} ({_short(a)} / {_short(b)})"
     if a is None or b is None:
@@ -314,7 +369,7 @@ def diff_runs(a: Optional[_Run], b: Optional[_Run]) -> Iterator[Difference]:
         yield Difference("run", f"{where}: only in {side}", _first_ref(a), _first_ref(b), None, None)
         return
     turns_a, turns_b = _by_turn(a.calls), _by_turn(b.calls)
-    said: _Said = set()
+    said = _Said(texts)
     for turn in sorted(set(turns_a) | set(turns_b)):
         at = f"{where}, turn {turn}"
         if turn not in turns_a or turn not in turns_b:
@@ -380,15 +435,31 @@ def _diff_call(at: str, a: _Call, b: _Call, said: _Said) -> Iterator[Difference]
     last_a, last_b = a.attempts[-1], b.attempts[-1]
     for part in list(last_a.parts) + [p for p in last_b.parts if p not in last_a.parts]:
         value_a, value_b = last_a.parts.get(part), last_b.parts.get(part)
+        if part == "messages":
+            yield from _diff_request_messages(here, (last_a.ref, last_b.ref), (value_a, value_b), said)
+            continue
         if value_a == value_b:
             continue
-        if part in ("messages", "system prompt") and value_a is not None and value_b is not None:
-            yield from _diff_messages(here, part, (last_a.ref, last_b.ref), (value_a, value_b), said)
-            continue
         if part == "reply" and value_a is not None and value_b is not None:
-            said.add(((value_a,), (value_b,)))  # the requests that follow carry it again
+            said.seen.add(((value_a,), (value_b,)))  # the requests that follow carry it again
             value_a, value_b = _readable(value_a), _readable(value_b)
         yield Difference(part, here, last_a.ref, last_b.ref, value_a, value_b)
+
+
+def _diff_request_messages(
+    here: str,
+    refs: Tuple[CallRef, CallRef],
+    messages: Tuple[Optional[_Messages], Optional[_Messages]],
+    said: _Said,
+) -> Iterator[Difference]:
+    """A request's system messages, then its others (equal texts are one object: two equal
+    requests compare at the speed of their references)."""
+    a, b = (listed() if listed else [] for listed in messages)
+    if a == b:
+        return
+    (system_a, others_a), (system_b, others_b) = said.texts.split(a), said.texts.split(b)
+    yield from _diff_messages(here, "system prompt", refs, (system_a, system_b), said)
+    yield from _diff_messages(here, "messages", refs, (others_a, others_b), said)
 
 
 def _attempts_text(call: _Call) -> str:
@@ -407,14 +478,16 @@ def _diff_messages(
     """A request's messages: each run of added, removed or changed messages is one difference,
     said once in a run (the requests that follow carry it again)."""
     a, b = texts
+    if a == b:
+        return
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     name = "system prompt" if part == "system prompt" else "message"
     for op, a1, a2, b1, b2 in matcher.get_opcodes():
         if op == "equal":
             continue
-        if (tuple(a[a1:a2]), tuple(b[b1:b2])) in said:
+        if (tuple(a[a1:a2]), tuple(b[b1:b2])) in said.seen:
             continue
-        said.add((tuple(a[a1:a2]), tuple(b[b1:b2])))
+        said.seen.add((tuple(a[a1:a2]), tuple(b[b1:b2])))
         what = {"insert": "added", "delete": "removed", "replace": "changed"}[op]
         place = f"request {part} {a1 + 1}" if a2 > a1 else f"request {part} {b1 + 1} in B"
         text_a = "\n".join(_readable(m) for m in a[a1:a2]) if a2 > a1 else None
@@ -466,7 +539,7 @@ def compare(a: _Source, b: _Source, every: bool) -> Comparison:
         run_a, run_b = next(runs_a, None), next(runs_b, None)
         if run_a is None and run_b is None:
             break
-        for difference in diff_runs(run_a, run_b):
+        for difference in diff_runs(run_a, run_b, a.texts):
             if every or not found:
                 found.append(difference)
         runs.append((_summary_only(run_a), _summary_only(run_b)))
@@ -547,8 +620,9 @@ def _diff_command(args: Any) -> int:
         args.usage_error("--run is given at most twice (A's run, then B's)")
     select_a = selectors[0] if selectors else None
     select_b = selectors[-1] if selectors else None
-    a = _Source(args.file, args.max_line_bytes, select_a)
-    b = _Source(args.b, args.max_line_bytes, select_b)
+    texts = _Texts()
+    a = _Source(args.file, args.max_line_bytes, select_a, texts)
+    b = _Source(args.b, args.max_line_bytes, select_b, texts)
     try:
         comparison = compare(a, b, args.all)
     except _Trouble as exc:
