@@ -132,6 +132,23 @@ class _Trouble(Exception):
     """A file that cannot be compared at all: missing, unreadable, or not a session."""
 
 
+# The records read: those that start a call (it exists even if it never ends), and those that
+# hold what is compared.  The others repeat them (message_end) or are bookkeeping.
+_COMPARED = frozenset(
+    (
+        "model_exec_start",
+        "model_request",
+        "model_exec_end",
+        "tool_exec_start",
+        "tool_exec_end",
+        "context_prepare_start",
+        "context_compacted",
+        "agent_end",
+        "error",
+    )
+)
+
+
 class _Source:
     """One side of the comparison: a file read run by run, and the damage that stopped it."""
 
@@ -190,11 +207,12 @@ class _Source:
         """Add *record* to *run*: its call's parts, the run's outcome and figures."""
         run.first_time = run.first_time or record.time
         run.last_time = record.time
-        if record.type in ("run_start", "run_close", "checkpoint"):
+        if record.type not in _COMPARED:
             return
         data = EventData.from_record(record)
-        if data.execution is not None and record.ref is not None:
-            self._take_call(run, record, data, record.ref)
+        ref = record.ref
+        if data.execution is not None and ref is not None:
+            self._take_call(run, record, data, ref)
         elif record.type == "agent_end":
             run.outcome["end"] = (data.summary.end_reason if data.summary else "") or ""
             if data.error:
