@@ -33,8 +33,8 @@ within the turn, tool calls by name and order.  A retry is an extra attempt of i
 call or a run on one side only is one difference, not a shift of everything after it.
 
 Both files are read as they stream, one run of each at a time: what is held is that run's
-calls, each request's messages as canonical JSON texts, a text repeated from one request to
-the next held once (see docs/cli.md).  ``python -m session diff`` runs what is here when this
+calls and each distinct message text once, shared by both files; a version-2 request is held
+as its references to message records (see docs/cli.md).  ``python -m session diff`` runs what is here when this
 file lies beside ``session.py`` (the wheel installs both).  Standard library only.
 """
 

@@ -54,10 +54,13 @@ def record(
     return path
 
 
-def parallel(path: Path, ended: Tuple[str, ...], result: str = "42") -> Path:
+def parallel(
+    path: Path, ended: Tuple[str, ...], result: str = "42", usage: Optional[session.Usage] = None
+) -> Path:
     """One turn whose model asks for two tools, run at once, ending in the order *ended*."""
     calls = {"t1": ("list_files", {"folder": "."}), "t2": ("count_lines", {"path": "session.py"})}
-    reply = Message("assistant", [session.tool_call_block(i, n, a) for i, (n, a) in calls.items()], "toolUse")
+    blocks: List[session.ContentBlock] = [session.tool_call_block(i, n, a) for i, (n, a) in calls.items()]
+    reply = Message("assistant", blocks, "toolUse", usage)
     with session.create(path) as s, s.begin_run() as run:
         model = Execution("model-1", "model", turn_index=1)
         request = session.ModelRequest([Message("user", [session.text_block("look")])])
@@ -109,6 +112,25 @@ def test_parallel_tool_calls_ending_in_another_order_are_the_same(tmp_path: Path
     status, report = diff_json(capsys, str(a), str(c))
     assert status == 1 and report["first"]["what"] == "result"
     assert report["first"]["a"]["execution_id"] == report["first"]["b"]["execution_id"] == "t1"
+
+
+def test_other_token_counts_are_the_same_but_another_model_differs(tmp_path: Path, capsys: Any) -> None:
+    used: session.Usage = {"model": "m-1", "input": 10, "output": 5, "cost": {"total": 0.25}}
+    a = parallel(tmp_path / "a.jsonl", ("t1", "t2"), usage=used)
+    b = parallel(tmp_path / "b.jsonl", ("t1", "t2"), usage={**used, "input": 99, "cost": {"total": 0.5}})
+    status, out, _ = diff(capsys, str(a), str(b))
+    assert (
+        status == 0
+        and "  tokens  15 / 104 (+89)" in out
+        and "  cost    0.25 USD / 0.5 USD (+0.25 USD)" in out
+    )
+    c = parallel(tmp_path / "c.jsonl", ("t1", "t2"), usage={**used, "model": "m-2"})
+    status, report = diff_json(capsys, str(a), str(c))
+    assert (
+        status == 1
+        and report["first"]["what"] == "reply"
+        and report["first"]["a"]["execution_id"] == "model-1"
+    )
 
 
 def test_another_prompt_is_one_changed_message_naming_both_calls(tmp_path: Path, capsys: Any) -> None:
