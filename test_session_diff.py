@@ -248,7 +248,7 @@ def test_diff_runs_as_a_command_and_says_when_its_module_is_missing(tmp_path: Pa
     alone.mkdir()
     (alone / "session.py").write_bytes((HERE / "session.py").read_bytes())
     missing = subprocess.run(
-        [sys.executable, "-I", str(alone / "session.py"), "diff", str(a), str(a)],
+        [sys.executable, "-I", "-S", str(alone / "session.py"), "diff", str(a), str(a)],
         capture_output=True,
         text=True,
         cwd=alone,
