@@ -5216,13 +5216,20 @@ _EXPORT_COMMANDS = {  # session_export.py's, by name, for the list of commands w
 _IMPORT_COMMANDS = {  # session_import.py's
     "import": "bring in sessions another tool recorded (Claude Code, claude-trace) as session files",
 }
-_COMPANIONS = {"session_export": _EXPORT_COMMANDS, "session_import": _IMPORT_COMMANDS}
+_DIFF_COMMANDS = {  # session_diff.py's
+    "diff": "compare two sessions: the first difference, explained, and each run's figures",
+}
+_COMPANIONS = {  # the modules beside this one with more commands: their commands, by module
+    "session_export": _EXPORT_COMMANDS,
+    "session_import": _IMPORT_COMMANDS,
+    "session_diff": _DIFF_COMMANDS,
+}
 
 
 def _companion(name: str) -> Any:
-    """The companion module *name* (``session_export``, ``session_import``): importable, or
-    in the file beside this one (``python -I session.py`` puts no folder on the path);
-    ``None`` without it."""
+    """The companion module *name* (``session_export``, ``session_import``, ``session_diff``):
+    importable, or in the file beside this one (``python -I session.py`` puts no folder on
+    the path); ``None`` without it."""
     import importlib.util
 
     try:

@@ -7900,20 +7900,22 @@ def a_btrfs_subvolume(folder: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(mount)], check=True)
 
 
-def test_show_follow_on_btrfs_waits_for_the_writer(tmp_path: Path) -> None:
-    """On btrfs, stat() gives the subvolume's device and /proc/locks the file system's: the
-    writer's lock was never found there, and --follow ended at once."""
-    with a_btrfs_subvolume(tmp_path) as folder:
-        path = folder / "s.jsonl"
+if sys.platform != "win32":  # os.major and os.minor are POSIX's
 
-        def the_lock_shows_another_device() -> None:
-            st = path.stat()
-            with open("/proc/locks", encoding="ascii") as locks:
-                held = {line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]}
-            assert any(h.endswith(f":{st.st_ino}") for h in held)
-            assert f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}" not in held
+    def test_show_follow_on_btrfs_waits_for_the_writer(tmp_path: Path) -> None:
+        """On btrfs, stat() gives the subvolume's device and /proc/locks the file system's: the
+        writer's lock was never found there, and --follow ended at once."""
+        with a_btrfs_subvolume(tmp_path) as folder:
+            path = folder / "s.jsonl"
 
-        assert_follows_while_written(path, the_lock_shows_another_device)
+            def the_lock_shows_another_device() -> None:
+                st = path.stat()
+                with open("/proc/locks", encoding="ascii") as locks:
+                    held = {line.split()[5] for line in locks if line.split()[1:2] == ["FLOCK"]}
+                assert any(h.endswith(f":{st.st_ino}") for h in held)
+                assert f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}" not in held
+
+            assert_follows_while_written(path, the_lock_shows_another_device)
 
 
 def test_show_follow_ends_on_ctrl_c_and_at_a_truncated_file(tmp_path: Path) -> None:

@@ -1668,7 +1668,7 @@ def glance_file(path: Path, version: int) -> None:
                 retry = Execution("m1", "model", attempt=2)
                 run.record(Event("model_request", execution=retry, request=ModelRequest([say(question)])))
                 reply = Message(
-                    "assistant", [session.text_block(answer)], "stop", dict(usage, cost={"total": cost})
+                    "assistant", [session.text_block(answer)], "stop", {**usage, "cost": {"total": cost}}
                 )
                 run.record(Event("model_exec_end", execution=retry, message=reply))
                 tool = Execution("k1", "tool", parent_id="m1")

@@ -19,6 +19,7 @@ Every ratio is the median of interleaved pairs.  Standard library only.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -59,14 +60,14 @@ def bench_records(folder: Path, n: int, runs: int) -> List[str]:
     rows = []
     with session.create(path) as s, s.begin_run() as run:
         built = events()
-        cases = {
+        cases: Dict[str, Callable[[], Any]] = {
             "built": lambda: [run.record(small_event()) for _ in range(n)],
             "small": lambda: [run.record(built["small"]) for _ in range(n)],
             "medium": lambda: [run.record(built["medium"]) for _ in range(n)],
         }
         for name, work in cases.items():
             work()  # the line to hold it to
-            ratio = median_ratio(runs, lambda work=work: timed(work), floor(path, n))
+            ratio = median_ratio(runs, functools.partial(timed, work), floor(path, n))
             what = {"built": "small, Event built each time", "small": "small", "medium": "medium"}[name]
             rows.append(f"record {what}: {ratio:.2f}x the tuned floor{goal(ratio, GOALS[name])}")
     return rows
@@ -149,7 +150,7 @@ def cpu_per_turn(path: Path, turns: int) -> float:
 
 
 def bench_turns(folder: Path, few: int, many: int, runs: int) -> str:
-    times = {few: [], many: []}  # type: ignore[var-annotated]
+    times: Dict[int, List[float]] = {few: [], many: []}
 
     def measure(turns: int) -> Callable[[], float]:
         def run() -> float:

@@ -1,0 +1,692 @@
+# SPDX-License-Identifier: MIT
+# MIT License
+#
+# Copyright (c) 2026 The session.py authors
+#
+# Permission is hereby granted, free of charge, to any person obtaining a copy
+# of this software and associated documentation files (the "Software"), to deal
+# in the Software without restriction, including without limitation the rights
+# to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+# copies of the Software, and to permit persons to whom the Software is
+# furnished to do so, subject to the following conditions:
+#
+# The above copyright notice and this permission notice shall be included in all
+# copies or substantial portions of the Software.
+#
+# THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+# IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+# FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+# AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+# LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+# OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+# SOFTWARE.
+"""Compare two recorded sessions: ``python -m session diff A B``.
+
+Two recordings are the *same* when they hold the same conversation: the same requests, replies,
+tool calls and results, in the same order.  What always differs between two recordings is
+ignored: session and run ids, times, durations, seq numbers, message timestamps, token usage and
+cost, retry delays, the order in which the parallel tool calls of a turn ended, the format
+version, checkpoints and turn bookkeeping.
+
+Runs are aligned by position, calls turn by turn: model calls and compactions by their order
+within the turn, tool calls by name and order.  A retry is an extra attempt of its call, and a
+call or a run on one side only is one difference, not a shift of everything after it.
+
+Both files are read as they stream, one run of each at a time: what is held is that run's
+calls and each distinct message text once, shared by both files; a version-2 request is held
+as its references to message records (see docs/cli.md).  ``python -m session diff`` runs
+what is here when this file lies beside ``session.py`` (the wheel installs both).  Standard library only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import difflib
+import functools
+import itertools
+import json
+from array import array
+from datetime import datetime
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+
+import session
+from session import CallRef, EventData, Record, _Command
+
+_SHORT_ID = 8  # characters of a run id in the report
+_SHORT_TEXT = 100  # a text at most this long, on one line, is shown whole on each side
+
+
+# ---------------------------------------------------------------------------- what is compared
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """One attempt of one call: its reference and its compared parts, by name, in the order
+    they are compared (a part's value is canonical JSON text, or a tuple of them)."""
+
+    ref: CallRef
+    parts: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    error: str = ""  # the message of the error that ended it, if one did
+
+
+@dataclasses.dataclass
+class _Call:
+    """A model call, a tool call or a compaction, with its attempts in order."""
+
+    kind: str
+    name: str
+    turn: int
+    attempts: List[_Attempt]
+
+
+@dataclasses.dataclass
+class _Run:
+    """One run of one file, read whole: its calls in the order they started, and its figures."""
+
+    position: int
+    run_id: str
+    calls: List[_Call] = dataclasses.field(default_factory=list)
+    by_id: Dict[str, _Call] = dataclasses.field(default_factory=dict, repr=False)
+    outcome: Dict[str, str] = dataclasses.field(default_factory=dict)
+    tokens: int = 0
+    cost: float = 0.0
+    first_time: str = ""
+    last_time: str = ""
+
+    def seconds(self) -> float:
+        try:
+            start, end = (
+                datetime.fromisoformat(t.replace("Z", "+00:00")) for t in (self.first_time, self.last_time)
+            )
+        except ValueError:  # a time as written, not checked by the reader
+            return 0.0
+        return (end - start).total_seconds()
+
+
+class _Texts:
+    """Each distinct message text once, shared by both files, so that two equal requests
+    hold the same objects and compare at the speed of their references; and which of them
+    are system messages."""
+
+    def __init__(self) -> None:
+        self.texts: Dict[str, str] = {}
+        self.system: Set[str] = set()
+
+    def text(self, message: Any) -> str:
+        text = _canonical(_without_times(message))
+        text = self.texts.setdefault(text, text)
+        if _role(message) == "system":
+            self.system.add(text)
+        return text
+
+    def split(self, texts: Sequence[str]) -> Tuple[List[str], List[str]]:
+        """*texts* as the system messages and the others."""
+        return [t for t in texts if t in self.system], [t for t in texts if t not in self.system]
+
+
+_Messages = Callable[[], List[str]]  # a request's messages, listed when compared
+
+
+class _Trouble(Exception):
+    """A file that cannot be compared at all: missing, unreadable, or not a session."""
+
+
+# The records read: those that start a call (it exists even if it never ends), and those that
+# hold what is compared.  The others repeat them (message_end) or are bookkeeping.
+_COMPARED = frozenset(
+    (
+        "model_exec_start",
+        "model_request",
+        "model_exec_end",
+        "tool_exec_start",
+        "tool_exec_end",
+        "context_prepare_start",
+        "context_compacted",
+        "agent_end",
+        "error",
+    )
+)
+
+
+class _Source:
+    """One side of the comparison: a file read run by run, and the damage that stopped it."""
+
+    def __init__(self, path: str, max_line_bytes: int, run: Optional[str], texts: _Texts) -> None:
+        self.path = path
+        self.max_line_bytes = max_line_bytes
+        self.selector = run
+        self.damage: Optional[session.FormatError] = None
+        self.texts = texts
+        self._message_seqs = array("q")  # of the file's version-2 message records, and ...
+        self._message_texts: List[str] = []  # ... their texts
+        self._tool_lists: Dict[int, str] = {}  # seq of a tools record -> its canonical text
+
+    def runs(self) -> Iterator[_Run]:
+        """The file's runs (only the selected one with ``--run``), each once it has ended."""
+        runs = self._all_runs()
+        if self.selector is None:
+            yield from runs
+            return
+        chosen = [run for run in runs if _selected(run, self.selector)]
+        if len(chosen) != 1:
+            found = "no run" if not chosen else f"{len(chosen)} runs"
+            raise _Trouble(f"{self.path}: {found} matches --run {self.selector}")
+        yield chosen[0]
+
+    def _all_runs(self) -> Iterator[_Run]:
+        current: Optional[_Run] = None
+        for record in self._records():
+            if record.type in ("message", "tools"):
+                self._pool(record)
+                continue
+            if record.type == "run_start":
+                if current is not None:
+                    yield current
+                current = _Run(current.position + 1 if current else 0, record.run_id or "")
+            if current is not None:
+                self._take(current, record)
+        if current is not None:
+            yield current
+
+    def _records(self) -> Iterator[Record]:
+        records = session.iter_records(self.path, max_line_bytes=self.max_line_bytes, resolve=False)
+        try:
+            first = next(records)
+        except OSError as exc:
+            raise _Trouble(f"{self.path}: {session._os_reason(exc)}") from None
+        except session.FormatError as exc:
+            raise _Trouble(f"{self.path}: not a session: {exc.reason}") from None
+        yield first
+        try:
+            yield from records
+        except session.FormatError as exc:
+            self.damage = exc
+
+    def _take(self, run: _Run, record: Record) -> None:
+        """Add *record* to *run*: its call's parts, the run's outcome and figures."""
+        run.first_time = run.first_time or record.time
+        run.last_time = record.time
+        if record.type not in _COMPARED:
+            return
+        data = EventData.from_record(record)
+        ref = record.ref
+        if data.execution is not None and ref is not None:
+            self._take_call(run, record, data, ref)
+        elif record.type == "agent_end":
+            run.outcome["end"] = (data.summary.end_reason if data.summary else "") or ""
+            if data.error:
+                run.outcome["error"] = _canonical(data.error)
+        elif record.type == "error" and data.error:
+            run.outcome["error"] = _canonical(data.error)
+
+    def _take_call(self, run: _Run, record: Record, data: EventData, ref: CallRef) -> None:
+        execution = data.execution
+        assert execution is not None
+        call = run.by_id.get(ref.execution_id)
+        if call is None:
+            call = run.by_id[ref.execution_id] = _Call(execution.kind, "", execution.turn_index, [])
+            run.calls.append(call)
+        attempt = next((a for a in call.attempts if a.ref == ref), None)
+        if attempt is None:
+            attempt = _Attempt(ref)
+            call.attempts.append(attempt)
+        call.name = call.name or data.tool
+        if record.type == "model_request" and data.request is not None:
+            attempt.parts.update(self._request_parts(record.data))
+        elif record.type == "model_exec_end":
+            attempt.parts["reply"] = _reply(data)
+            attempt.error = str(data.error.get("message", "")) if data.error else ""
+            usage = _usage(data.message)
+            run.tokens += sum(v for k, v in usage.items() if k in ("input", "output") and isinstance(v, int))
+            cost = usage.get("cost")
+            run.cost += cost.get("total", 0.0) if isinstance(cost, dict) else 0.0
+        elif record.type == "tool_exec_start":
+            attempt.parts["arguments"] = _canonical(data.args)
+        elif record.type == "tool_exec_end":
+            outcome = {"result": data.result, "is_error": data.is_error, "error": data.error}
+            attempt.parts["result"] = _canonical(outcome)
+        elif record.type == "context_compacted":
+            attempt.parts["compaction"] = _canonical(data.compaction)
+
+    def _pool(self, record: Record) -> None:
+        """Keep a version-2 message or tool list record, which later requests refer to."""
+        if record.type == "message":
+            self._message_seqs.append(record.seq)
+            self._message_texts.append(self.texts.text(record.data.get("message")))
+        else:
+            self._tool_lists[record.seq] = _canonical(record.data.get("tools") or [])
+
+    def _request_parts(self, data: Dict[str, Any]) -> Dict[str, Any]:
+        """A request's parts: version 1 holds its messages and tools, version 2 refers to
+        earlier records (its messages are kept as those references, and listed when compared)."""
+        request = data.get("request") or {}
+        messages: _Messages
+        if "messages" in data:
+            ranges = [(first, last) for first, last in data["messages"]]
+            messages = functools.partial(self._referred, ranges)
+            tools = self._tool_lists.get(data.get("tools", -1), _canonical([]))
+        else:
+            texts = [self.texts.text(m) for m in request.get("messages") or ()]
+            messages = functools.partial(list, texts)
+            tools = _canonical(request.get("tools") or [])
+        return {"messages": messages, "tools": tools, "config": _canonical(request.get("config"))}
+
+    def _referred(self, ranges: Sequence[Tuple[int, int]]) -> List[str]:
+        """The texts of the message records in the seq *ranges* (checked by the reader)."""
+        seqs, texts = self._message_seqs, self._message_texts
+        spans = (
+            texts[bisect.bisect_left(seqs, first) : bisect.bisect_right(seqs, last)] for first, last in ranges
+        )
+        return list(itertools.chain.from_iterable(spans))
+
+
+def _selected(run: _Run, selector: str) -> bool:
+    """``--run``: a run id, a unique start of one, or a position counted from 1."""
+    if selector.isdigit():
+        return run.position + 1 == int(selector)
+    return run.run_id.startswith(selector)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _message_value(message: Any) -> Optional[Dict[str, Any]]:
+    if isinstance(message, dict) and message.get("$type") == "agentgo.message.v1":
+        value = message.get("value")
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def _role(message: Any) -> str:
+    value = _message_value(message)
+    return str(value.get("role", "")) if value else ""
+
+
+def _usage(message: Any) -> Dict[str, Any]:
+    value = _message_value(message)
+    usage = value.get("usage") if value else None
+    return usage if isinstance(usage, dict) else {}
+
+
+def _without_times(message: Any) -> Any:
+    """*message* without what differs between recordings: its time and its usage (but the
+    model and provider named in the usage are kept: another model is a difference)."""
+    value = _message_value(message)
+    if value is None:
+        return message
+    kept = {k: v for k, v in value.items() if k not in ("timestamp", "usage")}
+    model = {k: v for k, v in _usage(message).items() if k in ("model", "provider")}
+    if model:
+        kept["model"] = model
+    return {**message, "value": kept}
+
+
+def _reply(data: EventData) -> str:
+    if data.error is None:  # as the message is in the requests that follow
+        return _canonical(_without_times(data.message))
+    return _canonical({"error": data.error, "partial_message": _without_times(data.partial_message)})
+
+
+# ---------------------------------------------------------------------------- alignment
+
+
+@dataclasses.dataclass
+class Difference:
+    """One difference: where it is, what differs, and the text of each side (None: absent)."""
+
+    what: str
+    where: str
+    a: Optional[CallRef]
+    b: Optional[CallRef]
+    a_text: Optional[str]
+    b_text: Optional[str]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "a": self.a.to_json() if self.a else None,
+            "b": self.b.to_json() if self.b else None,
+            "what": self.what,
+            "where": self.where,
+            "a_text": self.a_text,
+            "b_text": self.b_text,
+        }
+
+
+@dataclasses.dataclass
+class _Said:
+    """What the comparison of a pair of runs carries: the texts of both files, and the
+    message differences it has shown (later requests of the run carry them again)."""
+
+    texts: _Texts
+    seen: Set[Tuple[Tuple[str, ...], Tuple[str, ...]]] = dataclasses.field(default_factory=set)
+
+
+def _short(run: Optional[_Run]) -> str:
+    return run.run_id[:_SHORT_ID] if run else "-"
+
+
+def _position(a: Optional[_Run], b: Optional[_Run]) -> int:
+    """The position of a pair of runs, from 1."""
+    run = a or b
+    assert run is not None
+    return run.position + 1
+
+
+def _first_ref(run: Optional[_Run], turn: Optional[int] = None) -> Optional[CallRef]:
+    calls = [c for c in run.calls if turn is None or c.turn == turn] if run else []
+    return calls[0].attempts[0].ref if calls else None
+
+
+def diff_runs(a: Optional[_Run], b: Optional[_Run], texts: _Texts) -> Iterator[Difference]:
+    """The differences of two runs in the order of the conversation."""
+    where = f"run {_position(a, b)} ({_short(a)} / {_short(b)})"
+    if a is None or b is None:
+        side = "A" if b is None else "B"
+        yield Difference("run", f"{where}: only in {side}", _first_ref(a), _first_ref(b), None, None)
+        return
+    turns_a, turns_b = _by_turn(a.calls), _by_turn(b.calls)
+    said = _Said(texts)
+    for turn in sorted(set(turns_a) | set(turns_b)):
+        at = f"{where}, turn {turn}"
+        if turn not in turns_a or turn not in turns_b:
+            side = "A" if turn in turns_a else "B"
+            yield Difference(
+                "turn", f"{at}: only in {side}", _first_ref(a, turn), _first_ref(b, turn), None, None
+            )
+            continue
+        yield from _diff_turn(at, turns_a[turn], turns_b[turn], said)
+    if a.outcome != b.outcome:
+        text_a, text_b = _canonical(a.outcome), _canonical(b.outcome)
+        yield Difference("run outcome", f"{where}: its end (outside any call)", None, None, text_a, text_b)
+
+
+def _by_turn(calls: Sequence[_Call]) -> Dict[int, List[_Call]]:
+    turns: Dict[int, List[_Call]] = {}
+    for call in calls:
+        turns.setdefault(call.turn, []).append(call)
+    return turns
+
+
+def _keys(calls: Sequence[_Call]) -> List[Tuple[str, str, int]]:
+    """Each call's alignment key: its kind, its tool's name, and how many came before it."""
+    seen: Dict[Tuple[str, str], int] = {}
+    keys = []
+    for call in calls:
+        seen[call.kind, call.name] = seen.get((call.kind, call.name), -1) + 1
+        keys.append((call.kind, call.name, seen[call.kind, call.name]))
+    return keys
+
+
+def _diff_turn(at: str, calls_a: List[_Call], calls_b: List[_Call], said: _Said) -> Iterator[Difference]:
+    matcher = difflib.SequenceMatcher(None, _keys(calls_a), _keys(calls_b), autojunk=False)
+    for op, a1, a2, b1, b2 in matcher.get_opcodes():
+        if op == "equal":
+            for call_a, call_b in zip(calls_a[a1:a2], calls_b[b1:b2]):
+                yield from _diff_call(at, call_a, call_b, said)
+            continue
+        for call in calls_a[a1:a2]:
+            yield Difference(
+                "missing call", f"{at}: {_label(call)} only in A", call.attempts[0].ref, None, None, None
+            )
+        for call in calls_b[b1:b2]:
+            yield Difference(
+                "missing call", f"{at}: {_label(call)} only in B", None, call.attempts[0].ref, None, None
+            )
+
+
+def _label(call: _Call) -> str:
+    name = f" {call.name}" if call.name else ""
+    return f"{call.kind} call{name} {call.attempts[0].ref.execution_id}"
+
+
+def _diff_call(at: str, a: _Call, b: _Call, said: _Said) -> Iterator[Difference]:
+    here = f"{at}, {_label(a)} / {b.attempts[0].ref.execution_id}"
+    if len(a.attempts) != len(b.attempts):
+        fewer, more = (a, b) if len(a.attempts) < len(b.attempts) else (b, a)
+        extra = more.attempts[len(fewer.attempts)]
+        refs = (fewer.attempts[-1].ref, extra.ref) if fewer is a else (extra.ref, fewer.attempts[-1].ref)
+        texts = [_attempts_text(call) for call in (a, b)]
+        side = "B" if more is b else "A"
+        yield Difference("retry", f"{here}: an extra attempt in {side}", refs[0], refs[1], texts[0], texts[1])
+    last_a, last_b = a.attempts[-1], b.attempts[-1]
+    for part in list(last_a.parts) + [p for p in last_b.parts if p not in last_a.parts]:
+        value_a, value_b = last_a.parts.get(part), last_b.parts.get(part)
+        if part == "messages":
+            yield from _diff_request_messages(here, (last_a.ref, last_b.ref), (value_a, value_b), said)
+            continue
+        if value_a == value_b:
+            continue
+        if part == "reply" and value_a is not None and value_b is not None:
+            said.seen.add(((value_a,), (value_b,)))  # the requests that follow carry it again
+            value_a, value_b = _readable(value_a), _readable(value_b)
+        yield Difference(part, here, last_a.ref, last_b.ref, value_a, value_b)
+
+
+def _diff_request_messages(
+    here: str,
+    refs: Tuple[CallRef, CallRef],
+    messages: Tuple[Optional[_Messages], Optional[_Messages]],
+    said: _Said,
+) -> Iterator[Difference]:
+    """A request's system messages, then its others (equal texts are one object: two equal
+    requests compare at the speed of their references)."""
+    a, b = (listed() if listed else [] for listed in messages)
+    if a == b:
+        return
+    (system_a, others_a), (system_b, others_b) = said.texts.split(a), said.texts.split(b)
+    yield from _diff_messages(here, "system prompt", refs, (system_a, system_b), said)
+    yield from _diff_messages(here, "messages", refs, (others_a, others_b), said)
+
+
+def _attempts_text(call: _Call) -> str:
+    """A call's attempts, and the error that ended each one that failed."""
+    ends = [f"{n}: error {a.error}" if a.error else f"{n}: done" for n, a in enumerate(call.attempts, 1)]
+    return f"{len(call.attempts)} attempt(s); " + "; ".join(ends)
+
+
+def _diff_messages(
+    here: str,
+    part: str,
+    refs: Tuple[CallRef, CallRef],
+    texts: Tuple[Sequence[str], Sequence[str]],
+    said: _Said,
+) -> Iterator[Difference]:
+    """A request's messages: each run of added, removed or changed messages is one difference,
+    said once in a run (the requests that follow carry it again)."""
+    a, b = texts
+    if a == b:
+        return
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    name = "system prompt" if part == "system prompt" else "message"
+    for op, a1, a2, b1, b2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        if (tuple(a[a1:a2]), tuple(b[b1:b2])) in said.seen:
+            continue
+        said.seen.add((tuple(a[a1:a2]), tuple(b[b1:b2])))
+        what = {"insert": "added", "delete": "removed", "replace": "changed"}[op]
+        place = f"request {part} {a1 + 1}" if a2 > a1 else f"request {part} {b1 + 1} in B"
+        text_a = "\n".join(_readable(m) for m in a[a1:a2]) if a2 > a1 else None
+        text_b = "\n".join(_readable(m) for m in b[b1:b2]) if b2 > b1 else None
+        yield Difference(f"{name} {what}", f"{here}: {place}", *refs, text_a, text_b)
+
+
+def _readable(text: str) -> str:
+    """A message's canonical JSON as a person reads it: its role, then each text block's text
+    as written and any other block as JSON."""
+    message = json.loads(text)
+    value = _message_value(message)
+    if value is None:
+        return text
+    lines = [f"[{value.get('role', '')}]"]
+    for block in value.get("content") or ():
+        is_text = isinstance(block, dict) and block.get("type") == "text"
+        lines.append(str(block.get("text", "")) if is_text else _canonical(block))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- comparison
+
+
+@dataclasses.dataclass
+class Comparison:
+    """What ``diff`` found: the differences, each run pair's figures, and the files' damage."""
+
+    differences: List[Difference]
+    runs: List[Tuple[Optional[_Run], Optional[_Run]]]
+    damage: List[Tuple[str, session.FormatError]]
+
+
+def _summary_only(run: Optional[_Run]) -> Optional[_Run]:
+    """*run*'s figures, without its calls' parts (what the report keeps after comparing it)."""
+    if run is None:
+        return None
+    calls = [_Call(c.kind, c.name, c.turn, [_Attempt(a.ref) for a in c.attempts]) for c in run.calls]
+    return dataclasses.replace(run, calls=calls)
+
+
+def compare(a: _Source, b: _Source, every: bool) -> Comparison:
+    """Compare *a* and *b* run by run, holding one run of each at a time; stop at the first
+    difference unless *every*."""
+    found: List[Difference] = []
+    runs: List[Tuple[Optional[_Run], Optional[_Run]]] = []
+    runs_a, runs_b = a.runs(), b.runs()
+    while True:
+        run_a, run_b = next(runs_a, None), next(runs_b, None)
+        if run_a is None and run_b is None:
+            break
+        for difference in diff_runs(run_a, run_b, a.texts):
+            if every or not found:
+                found.append(difference)
+        runs.append((_summary_only(run_a), _summary_only(run_b)))
+    damage = [(s.path, s.damage) for s in (a, b) if s.damage is not None]
+    return Comparison(found, runs, damage)
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _text_lines(difference: Difference) -> List[str]:
+    """The differing texts of both sides: each on one line when short, else a line diff."""
+    a, b = difference.a_text, difference.b_text
+    if a is None and b is None:
+        return []
+    if max(len(a or ""), len(b or "")) <= _SHORT_TEXT and "\n" not in (a or "") + (b or ""):
+        return [f"  A: {a if a is not None else '(nothing)'}", f"  B: {b if b is not None else '(nothing)'}"]
+    lines_a, lines_b = (a or "").splitlines(), (b or "").splitlines()
+    body = difflib.unified_diff(lines_a, lines_b, "A", "B", n=1, lineterm="")
+    return ["  " + line for line in body]
+
+
+def _ref_text(ref: Optional[CallRef]) -> str:
+    return f"{ref.execution_id} attempt {ref.attempt}" if ref else "-"
+
+
+def _report_lines(comparison: Comparison, every: bool) -> List[str]:
+    lines = []
+    differences = comparison.differences if every else comparison.differences[:1]
+    for number, difference in enumerate(differences, 1):
+        title = f"difference {number}" if every else "first difference"
+        lines.append(f"{title}: {difference.what} at {difference.where}")
+        lines.append(f"  calls: A {_ref_text(difference.a)}, B {_ref_text(difference.b)}")
+        lines.extend(_text_lines(difference))
+    for run_a, run_b in comparison.runs:
+        lines.extend(_run_lines(run_a, run_b))
+    return lines
+
+
+def _figure(name: str, a: Optional[float], b: Optional[float], unit: str = "") -> str:
+    """A figure of both runs of a pair, and B's minus A's."""
+    shown = [f"{v:g}{unit}" if v is not None else "-" for v in (a, b)]
+    delta = f" ({b - a:+g}{unit})" if a is not None and b is not None else ""
+    return f"  {name:7} {shown[0]} / {shown[1]}{delta}"
+
+
+def _tools(run: Optional[_Run]) -> str:
+    if run is None:
+        return "-"
+    return " ".join(c.name for c in run.calls if c.kind == "tool") or "(none)"
+
+
+def _run_lines(a: Optional[_Run], b: Optional[_Run]) -> List[str]:
+    def each(figure: Callable[[_Run], float]) -> Tuple[Optional[float], Optional[float]]:
+        return (figure(a) if a else None, figure(b) if b else None)
+
+    return [
+        f"run {_position(a, b)}: A {_short(a)} / B {_short(b)}",
+        _figure("calls", *each(lambda run: sum(len(c.attempts) for c in run.calls))),
+        f"  tools   A: {_tools(a)}",
+        f"          B: {_tools(b)}",
+        _figure("tokens", *each(lambda run: run.tokens)),
+        _figure("cost", *each(lambda run: round(run.cost, 6)), " USD"),
+        _figure("time", *each(lambda run: round(run.seconds(), 3)), " s"),
+    ]
+
+
+def _status(comparison: Comparison) -> int:
+    """0 the same; 1 different; 2 the same as far as a damaged file goes."""
+    if comparison.differences:
+        return 1
+    return 2 if comparison.damage else 0
+
+
+def _diff_command(args: Any) -> int:
+    selectors = list(args.run or [])
+    if len(selectors) > 2:
+        args.usage_error("--run is given at most twice (A's run, then B's)")
+    select_a = selectors[0] if selectors else None
+    select_b = selectors[-1] if selectors else None
+    texts = _Texts()
+    a = _Source(args.file, args.max_line_bytes, select_a, texts)
+    b = _Source(args.b, args.max_line_bytes, select_b, texts)
+    try:
+        comparison = compare(a, b, args.all)
+    except _Trouble as exc:
+        session._print_error(f"{args.prog} diff: {exc}")
+        return 2
+    for path, error in comparison.damage:
+        session._print_error(
+            f"{path}:{error.line}: {error.reason} (offset {error.offset}); compared up to this line"
+        )
+    status = _status(comparison)
+    if args.json:
+        first = comparison.differences[0].to_json() if comparison.differences else None
+        report: Dict[str, Any] = {"same": status == 0, "first": first}
+        if args.all:
+            report["differences"] = [d.to_json() for d in comparison.differences]
+        report["damaged"] = [
+            {"file": path, "line": e.line, "offset": e.offset} for path, e in comparison.damage
+        ]
+        session._print_json(report)
+        return status
+    session._print_text("same" if status == 0 else "different" if status == 1 else "same up to the damage")
+    for line in _report_lines(comparison, args.all):
+        session._print_text(line)
+    return status
+
+
+def _diff_options(sub: Any) -> None:
+    sub.add_argument("b", metavar="B", help="the session compared with FILE")
+    sub.add_argument(
+        "--run",
+        action="append",
+        metavar="RUN",
+        help="compare only this run: a run id, the start of one, or a position from 1; "
+        "given twice, the first is A's and the second B's (default: every run, by position)",
+    )
+    sub.add_argument("--all", action="store_true", help="list every difference (default: the first)")
+    sub.add_argument("--json", action="store_true", help="print one JSON object (default: text)")
+
+
+COMMANDS = [  # what python -m session takes from this module
+    _Command(
+        "diff",
+        session._COMPANIONS["session_diff"]["diff"],
+        "0 the same; 1 different; 2 a file missing or not a session, or the same up to a damaged line",
+        False,
+        _diff_options,
+        _diff_command,
+    ),
+]

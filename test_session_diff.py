@@ -1,0 +1,260 @@
+"""Tests of ``python -m session diff``, on pairs of sessions recorded by examples/agent_loop.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import session
+from session import AgentState, Event, Execution, Message
+
+HERE = Path(__file__).resolve().parent
+
+
+def _example() -> Any:
+    spec = importlib.util.spec_from_file_location("agent_loop_for_diff", HERE / "examples" / "agent_loop.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def record(
+    path: Path,
+    questions: Tuple[str, ...] = (
+        "How long is session.py, and what is beside it?",
+        "And how long are the tests?",
+    ),
+    *,
+    version: int = 2,
+    retry: bool = True,
+    compaction: bool = True,
+    system: str = "",
+    max_tokens: int = 1024,
+    count_lines: Optional[Any] = None,
+) -> Path:
+    """A session of the example loop, one run per question, varied as asked."""
+    loop = _example()
+    loop.CONFIG = session.CallConfig(max_tokens=max_tokens, thinking_level="low")
+    if not compaction:
+        loop.compact = lambda run, state, turn: None
+    if count_lines is not None:
+        loop.TOOL_FUNCTIONS["count_lines"] = count_lines
+    model = loop.ScriptedModel()
+    model.calls = 0 if retry else 1  # the first call is rate limited
+    state = AgentState([Message("system", [session.text_block(system)])] if system else [])
+    with session.create(path, version=version) as s:
+        for question in questions:
+            with s.begin_run() as run:
+                loop.agent_loop(run, model, state, question, [])
+    return path
+
+
+def parallel(
+    path: Path, ended: Tuple[str, ...], result: str = "42", usage: Optional[session.Usage] = None
+) -> Path:
+    """One turn whose model asks for two tools, run at once, ending in the order *ended*."""
+    calls = {"t1": ("list_files", {"folder": "."}), "t2": ("count_lines", {"path": "session.py"})}
+    blocks: List[session.ContentBlock] = [session.tool_call_block(i, n, a) for i, (n, a) in calls.items()]
+    reply = Message("assistant", blocks, "toolUse", usage)
+    with session.create(path) as s, s.begin_run() as run:
+        model = Execution("model-1", "model", turn_index=1)
+        request = session.ModelRequest([Message("user", [session.text_block("look")])])
+        run.record(Event("model_request", execution=model, request=request))
+        run.record(Event("model_exec_end", execution=model, message=reply))
+        for call_id, (name, args) in calls.items():
+            tool = Execution(call_id, "tool", parent_id="model-1", turn_index=1)
+            run.record(Event("tool_exec_start", execution=tool, tool_id=call_id, tool=name, args=args))
+        for call_id in ended:
+            tool = Execution(call_id, "tool", parent_id="model-1", turn_index=1)
+            name = calls[call_id][0]
+            run.record(Event("tool_exec_end", execution=tool, tool_id=call_id, tool=name, result=result))
+    return path
+
+
+def diff(capsys: Any, *args: str) -> Tuple[int, str, str]:
+    status = session.main(["diff", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def diff_json(capsys: Any, *args: str) -> Tuple[int, Dict[str, Any]]:
+    status, out, err = diff(capsys, *args, "--json")
+    assert out.count("\n") == 1, (out, err)
+    return status, json.loads(out)
+
+
+def refs(run_file: Path) -> List[session.CallRef]:
+    return [r.ref for r in session.iter_records(run_file) if r.ref is not None]
+
+
+def test_two_recordings_of_one_conversation_are_the_same(tmp_path: Path, capsys: Any) -> None:
+    a, b = record(tmp_path / "a.jsonl"), record(tmp_path / "b.jsonl")
+    status, report = diff_json(capsys, str(a), str(b))
+    assert (status, report["same"], report["first"]) == (0, True, None)
+    status, out, _ = diff(capsys, str(a), str(b))
+    assert status == 0 and out.startswith("same\n") and "run 2: A " in out
+
+
+def test_version_1_and_version_2_are_the_same(tmp_path: Path, capsys: Any) -> None:
+    a, b = record(tmp_path / "a.jsonl", version=1), record(tmp_path / "b.jsonl")
+    assert diff_json(capsys, str(a), str(b)) == (0, {"same": True, "first": None, "damaged": []})
+
+
+def test_parallel_tool_calls_ending_in_another_order_are_the_same(tmp_path: Path, capsys: Any) -> None:
+    a, b = parallel(tmp_path / "a.jsonl", ("t1", "t2")), parallel(tmp_path / "b.jsonl", ("t2", "t1"))
+    assert diff_json(capsys, str(a), str(b))[0] == 0
+    c = parallel(tmp_path / "c.jsonl", ("t2", "t1"), result="43")
+    status, report = diff_json(capsys, str(a), str(c))
+    assert status == 1 and report["first"]["what"] == "result"
+    assert report["first"]["a"]["execution_id"] == report["first"]["b"]["execution_id"] == "t1"
+
+
+def test_other_token_counts_are_the_same_but_another_model_differs(tmp_path: Path, capsys: Any) -> None:
+    used: session.Usage = {"model": "m-1", "input": 10, "output": 5, "cost": {"total": 0.25}}
+    a = parallel(tmp_path / "a.jsonl", ("t1", "t2"), usage=used)
+    b = parallel(tmp_path / "b.jsonl", ("t1", "t2"), usage={**used, "input": 99, "cost": {"total": 0.5}})
+    status, out, _ = diff(capsys, str(a), str(b))
+    assert (
+        status == 0
+        and "  tokens  15 / 104 (+89)" in out
+        and "  cost    0.25 USD / 0.5 USD (+0.25 USD)" in out
+    )
+    c = parallel(tmp_path / "c.jsonl", ("t1", "t2"), usage={**used, "model": "m-2"})
+    status, report = diff_json(capsys, str(a), str(c))
+    assert (
+        status == 1
+        and report["first"]["what"] == "reply"
+        and report["first"]["a"]["execution_id"] == "model-1"
+    )
+
+
+def test_another_prompt_is_one_changed_message_naming_both_calls(tmp_path: Path, capsys: Any) -> None:
+    a = record(tmp_path / "a.jsonl")
+    b = record(tmp_path / "b.jsonl", ("How long is session.py, and what is beside it?", "And the tests?"))
+    status, report = diff_json(capsys, str(a), str(b), "--all")
+    first = report["first"]
+    assert (status, report["same"], first["what"]) == (1, False, "message changed")
+    assert len(report["differences"]) == 1  # not again in turn 2's request, which carries it
+    assert first["a"]["run_id"] == refs(a)[-1].run_id and first["b"]["run_id"] == refs(b)[-1].run_id
+    assert first["a"]["execution_id"] == "model-1" and first["a"]["attempt"] == 1
+    assert "And how long are the tests?" in first["a_text"] and "And the tests?" in first["b_text"]
+    assert "run 2" in first["where"] and "turn 1" in first["where"]
+
+
+def test_another_system_prompt_is_named_so(tmp_path: Path, capsys: Any) -> None:
+    a = record(tmp_path / "a.jsonl", system="Be brief.", compaction=False)  # it keeps the first
+    b = record(tmp_path / "b.jsonl", system="Be thorough.\nCite files.", compaction=False)
+    status, out, _ = diff(capsys, str(a), str(b))
+    assert status == 1
+    assert out.splitlines()[1].startswith("first difference: system prompt changed at run 1 (")
+    assert "  -Be brief." in out and "  +Be thorough." in out  # a line diff: the text has lines
+
+
+def test_another_tool_result_is_the_first_difference(tmp_path: Path, capsys: Any) -> None:
+    a = record(tmp_path / "a.jsonl")
+    b = record(tmp_path / "b.jsonl", count_lines=lambda path: 7)
+    status, report = diff_json(capsys, str(a), str(b))
+    first = report["first"]
+    assert status == 1 and first["what"] == "result" and first["a"]["execution_id"] == "call-2"
+    assert '"output":"sessions.py: 7"' in first["b_text"] and "sessions.py: 7" not in first["a_text"]
+
+
+def test_an_extra_retry_names_the_call_and_the_extra_attempt(tmp_path: Path, capsys: Any) -> None:
+    a, b = record(tmp_path / "a.jsonl", retry=False), record(tmp_path / "b.jsonl")
+    status, report = diff_json(capsys, str(a), str(b), "--all")
+    first = report["first"]
+    assert status == 1 and first["what"] == "retry"
+    assert (first["a"]["execution_id"], first["a"]["attempt"]) == ("model-1", 1)
+    assert (first["b"]["execution_id"], first["b"]["attempt"]) == ("model-1", 2)
+    assert first["b_text"] == "2 attempt(s); 1: error 429 Too Many Requests: retry after 10 ms; 2: done"
+    assert [d["what"] for d in report["differences"]] == ["retry"]  # not a shift of later calls
+
+
+def test_a_missing_compaction_is_one_missing_call(tmp_path: Path, capsys: Any) -> None:
+    a, b = record(tmp_path / "a.jsonl"), record(tmp_path / "b.jsonl", compaction=False)
+    status, report = diff_json(capsys, str(a), str(b))
+    first = report["first"]
+    assert status == 1 and first["what"] == "missing call" and first["b"] is None
+    assert first["a"]["execution_id"].startswith("compact-") and "only in A" in first["where"]
+
+
+def test_another_config_is_a_difference(tmp_path: Path, capsys: Any) -> None:
+    a, b = record(tmp_path / "a.jsonl"), record(tmp_path / "b.jsonl", max_tokens=2048)
+    status, report = diff_json(capsys, str(a), str(b))
+    first = report["first"]
+    assert status == 1 and first["what"] == "config"
+    assert '"max_tokens":1024' in first["a_text"] and '"max_tokens":2048' in first["b_text"]
+
+
+def test_an_extra_run_is_one_difference(tmp_path: Path, capsys: Any) -> None:
+    two = ("How long is session.py, and what is beside it?", "And how long are the tests?")
+    a = record(tmp_path / "a.jsonl", two)
+    b = record(tmp_path / "b.jsonl", (*two, "And the tests?"))
+    status, report = diff_json(capsys, str(a), str(b), "--all")
+    assert status == 1 and [d["what"] for d in report["differences"]] == ["run"]
+    first = report["first"]
+    assert first["a"] is None and first["b"]["run_id"] == refs(b)[-1].run_id
+    assert first["where"].startswith("run 3 (- / ") and first["where"].endswith(": only in B")
+
+
+def test_run_picks_two_runs_of_one_file(tmp_path: Path, capsys: Any) -> None:
+    a = record(tmp_path / "a.jsonl", ("How long are the tests?", "How long are the tests?"))
+    second = refs(a)[-1].run_id
+    assert diff_json(capsys, str(a), str(a), "--run", "1", "--run", second[:6])[0] == 1  # the state grew
+    status, _, err = diff(capsys, str(a), str(a), "--run", "3")
+    assert status == 2 and err.count("\n") == 1 and "no run matches --run 3" in err
+
+
+def test_a_missing_or_non_session_file_is_one_line_and_exit_2(tmp_path: Path, capsys: Any) -> None:
+    a = record(tmp_path / "a.jsonl")
+    status, out, err = diff(capsys, str(a), str(tmp_path / "missing.jsonl"))
+    assert (status, out, err.count("\n")) == (2, "", 1) and "missing.jsonl" in err
+    (tmp_path / "notes.txt").write_text("hello\n")
+    status, out, err = diff(capsys, str(tmp_path / "notes.txt"), str(a))
+    assert (status, out, err.count("\n")) == (2, "", 1) and "notes.txt: not a session" in err
+
+
+def test_a_damaged_file_is_compared_up_to_its_damage(tmp_path: Path, capsys: Any) -> None:
+    a, b = record(tmp_path / "a.jsonl"), record(tmp_path / "b.jsonl")
+    whole = b.read_bytes()
+    b.write_bytes(whole + b"garbage\n" + whole.splitlines(keepends=True)[-1])
+    status, out, err = diff(capsys, str(a), str(b))
+    line = whole.count(b"\n") + 1
+    assert status == 2 and out.startswith("same up to the damage\n")
+    reason = f"invalid JSON: Expecting value at column 1 (offset {len(whole)})"
+    assert err == f"{b}:{line}: {reason}; compared up to this line\n"
+    c = record(tmp_path / "c.jsonl", count_lines=lambda path: 7)
+    assert diff(capsys, str(c), str(b))[0] == 1  # a difference before the damage is a difference
+
+
+def test_hostile_texts_are_escaped_for_the_terminal(tmp_path: Path, capsys: Any) -> None:
+    a = record(tmp_path / "a.jsonl", ("tests?\x1b]0;pwned\x07", "x"))
+    b = record(tmp_path / "b.jsonl", ("tests?\u202eevil", "x"))
+    status, out, _ = diff(capsys, str(a), str(b))
+    assert status == 1 and "\\x1b]0;pwned\\x07" in out and "\\u202eevil" in out
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+
+
+def test_diff_runs_as_a_command_and_says_when_its_module_is_missing(tmp_path: Path) -> None:
+    a = record(tmp_path / "a.jsonl")
+    command = [sys.executable, str(HERE / "session.py"), "diff", str(a), str(a)]
+    assert subprocess.run(command, capture_output=True, text=True).returncode == 0
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "session.py").write_bytes((HERE / "session.py").read_bytes())
+    missing = subprocess.run(
+        [sys.executable, "-I", "-S", str(alone / "session.py"), "diff", str(a), str(a)],
+        capture_output=True,
+        text=True,
+        cwd=alone,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.endswith(
+        "diff: needs session_diff.py beside session.py"
+        " (the wheel installs both; a vendored copy needs both files)\n"
+    )
