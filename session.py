@@ -2207,13 +2207,17 @@ class _Lines(Protocol):
     def readline(self, size: int = -1, /) -> bytes: ...
 
 
-# A line holds at most max_line_bytes, but the objects json builds of it can take 26 times
+# A line holds at most max_line_bytes, but the objects json builds of it can take 34 times
 # that ([{},{},...]: a dict per 3 bytes).  The readers that need no data (validate, open,
-# repair) or a few keys of it (summarize) check a long line byte by byte instead, exactly as
-# strictly as json.loads, and build only the envelope and the keys they use: the line itself
-# is then most of the memory they take.
+# repair) or a few keys of it (summarize) parse a line whole only where json builds little
+# of it (no more than _PARSE_BUDGET bytes: ten times faster); else they check it byte by byte,
+# exactly as strictly as json.loads, and build only the envelope and the keys they use: the
+# line itself is then most of the memory they take.
 
-_BIG_LINE = 1 << 20  # bytes: shorter lines are parsed whole, which is faster
+_BIG_LINE = 1 << 20  # bytes: shorter lines are always parsed whole (their objects: under 34 MiB)
+_PARSE_BUDGET = 40 << 20  # bytes json may build of a longer line that is parsed whole
+_VALUE_BYTES = 96  # bytes json builds of a value at most, beside its text (a dict per '{,')
+_NOT_VALUE_START = bytes(sorted(set(range(256)) - set(b"[{,:")))  # a value starts after one of these
 _DataKeys = Dict[str, FrozenSet[str]]  # record type -> the keys of its data a reader uses
 _NO_DATA: _DataKeys = {  # what every reader checks: the version, and a version-2 file's references
     "session_start": frozenset({"version"}),
@@ -2400,10 +2404,11 @@ def _parse_line(
 ) -> Dict[str, Any]:
     """The object on one line (*raw* ends with its newline), or ``FormatError``.
 
-    With *keys*, a line longer than ``_BIG_LINE`` is checked without building it, and its
-    ``data`` holds only the keys its type maps to (see ``_big_line``).  *room*: how deep json
+    With *keys*, a line longer than ``_BIG_LINE`` of which json would build much (see
+    ``_builds_little``) is checked without building it, and its ``data`` holds only the keys
+    its type maps to (see ``_big_line``).  *room*: how deep json
     may recurse on this stack, as ``_room`` found it, or -1 to look."""
-    if keys is not None and len(raw) > _BIG_LINE:
+    if keys is not None and len(raw) > _BIG_LINE and not _builds_little(raw):
         return _big_line(raw, name, line, offset, keys)
     try:
         text = raw.decode()
@@ -2433,6 +2438,19 @@ def _parse_line(
     if type(obj) is not dict:
         raise FormatError(f"line holds {_json_kind(type(obj))}, not an object", name, line, offset)
     return obj
+
+
+def _builds_little(raw: bytes) -> bool:
+    """Whether what json builds of the line *raw* (its text decoded, the text of its strings
+    again, and ``_VALUE_BYTES`` for each value) takes no more than ``_PARSE_BUDGET``: counted
+    a megabyte at a time, in C, at a twentieth of what parsing takes."""
+    text = 2 * len(raw) * (1 if raw.isascii() else 4)  # a character takes up to 4 bytes in a str
+    values = 0
+    for at in range(0, len(raw), _BIG_LINE):
+        values += len(raw[at : at + _BIG_LINE].translate(None, _NOT_VALUE_START))
+        if text + values * _VALUE_BYTES > _PARSE_BUDGET:
+            return False
+    return True
 
 
 def _fits(raw: bytes, room: int) -> bool:
@@ -2499,8 +2517,6 @@ def _bracket_depth(raw: bytes) -> int:
     return -1
 
 
-# Of these a long line's value is not built, only its JSON type told: an object or array empty
-_SKIMMED = frozenset({("message", "message"), ("tools", "tools"), ("model_request", "request")})
 _ENVELOPE_KEYS = frozenset({"session_id", "seq", "type", "time", "run_id", "data"})
 
 # re keeps about 80 bytes per repetition of a group until a match ends: every repetition
@@ -2572,11 +2588,12 @@ def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _Da
         raise FormatError(f"line holds {held}, not an object", name, line, offset)
     obj = {key: _shallow_value(raw, *span) for key, span in top.items() if key in _ENVELOPE_KEYS}
     kind = obj.get("type")
+    kind = kind if type(kind) is str else ""
     if type(obj.get("data")) is dict:
-        wanted = keys.get(kind, frozenset()) if type(kind) is str else frozenset()
+        wanted = keys.get(kind, frozenset())
         obj["data"] = {
-            key: (_shallow_value if (kind, key) in _SKIMMED else _value_at)(raw, a, b)
-            for key, (a, b) in data.items()
+            key: _BUILT_AS.get((kind, key), _value_at)(raw, *span)
+            for key, span in data.items()
             if key in wanted
         }
     return obj
@@ -2594,6 +2611,74 @@ def _shallow_value(raw: bytes, start: int, end: int) -> Any:
     if raw[start] == _ARRAY:
         return []
     return _DECODER.decode(raw[start:end].decode())  # a string, number or literal: no recursion
+
+
+_STAND_IN = {_OBJECT: dict, _ARRAY: list, b'"'[0]: str}  # of a value whose JSON type alone matters
+
+
+def _integer_value(raw: bytes, start: int, end: int) -> Any:
+    """For a key that must hold an integer: the JSON value at ``raw[start:end]`` (checked
+    already) if it is one (of 4,300 digits at most), else an empty value of its type, and
+    0.0 for any other number."""
+    stand_in = _STAND_IN.get(raw[start])
+    if stand_in is not None:
+        return stand_in()
+    number = _NUMBER.match(raw, start, end)
+    if number is None:
+        return _shallow_value(raw, start, end)  # true, false or null
+    return 0.0 if number.lastindex else int(raw[start:end])  # lastindex: a fraction or an exponent
+
+
+_RANGE_CHUNK = 1 << 16  # bytes of a long data.messages parsed at a time
+
+
+def _ranges_value(raw: bytes, start: int, end: int) -> Any:
+    """A version-2 request's data.messages at ``raw[start:end]`` (checked already): built, or
+    where that would take much memory, as ``_LongRanges``."""
+    if end - start <= _RANGE_CHUNK:
+        return _value_at(raw, start, end)
+    return _LongRanges(raw, start, end) if raw[start] == _ARRAY else _shallow_value(raw, start, end)
+
+
+class _LongRanges:
+    """A long JSON array (``raw[start:end]``, checked already) of a request's data.messages,
+    whose items are parsed as they are asked for, ``_RANGE_CHUNK`` bytes at a time: a
+    ``[first, last]`` range ends with the first ']' after its '[', so a chunk ends with one.
+    ``None`` stands for what is no list of ranges: a chunk that parses as none, or does not
+    end an item of the array."""
+
+    def __init__(self, raw: bytes, start: int, end: int) -> None:
+        self._raw, self._start, self._close = raw, start, end - 1  # where the array's ']' is
+
+    def __iter__(self) -> Iterator[Any]:
+        raw, close = self._raw, self._close
+        pos = _after_ws(raw, self._start + 1)
+        while pos < close:
+            cut = raw.find(b"]", pos + _RANGE_CHUNK, close)
+            chunk = raw[pos : cut + 1 if cut >= 0 else close]
+            try:
+                yield from _decode_anywhere(f"[{chunk.decode()}]", chunk)
+            except (ValueError, _NestedTooDeeply):  # cut inside an item: that is no range
+                yield None
+                return
+            pos = close if cut < 0 else _after_ws(raw, cut + 1)
+            if pos < close:
+                if raw[pos : pos + 1] != b",":
+                    yield None
+                    return
+                pos = _after_ws(raw, pos + 1)
+
+
+# How a long line's data keys are built where not whole (_value_at): of some only the JSON type
+# matters (an object or array comes empty), of others only an integer is built
+_BUILT_AS: Dict[Tuple[str, str], Callable[[bytes, int, int], Any]] = {
+    ("message", "message"): _shallow_value,
+    ("tools", "tools"): _shallow_value,
+    ("model_request", "request"): _shallow_value,
+    ("model_request", "tools"): _integer_value,
+    ("model_request", "messages"): _ranges_value,
+    ("session_start", "version"): _integer_value,
+}
 
 
 def _invalid_utf8(raw: bytes) -> int:
@@ -2626,10 +2711,14 @@ def _scan_json(
     keys: List[Optional[str]] = [None, None, None]  # depth 1, 2: the member being read, if noted
     starts = [0, 0, 0]  # ... and where its value starts
     in_data = False  # the open object at depth 2 is the top object's data
+    window = _Window(raw, deepest is None and not _OVERFLOW_LINGERS)  # json's depth is checked here alone
     pos = start = _after_ws(raw, 0)
     while True:
         opening = raw[pos] if pos < len(raw) else 0  # a value starts at pos
-        if opening in _CLOSING:
+        skipped = window.skip(pos) if len(stack) > 1 else -1  # the top object's members are read here
+        if skipped >= 0:
+            pos, opening, ended = skipped, 0, False
+        elif opening in _CLOSING:
             stack.append(_CLOSING[opening])
             depth = len(stack)
             if depth > _SAFE_DEPTH and depth > (deepest or _parse_depth_limit()):
@@ -2672,6 +2761,48 @@ def _scan_json(
                 if key is not None and (depth == 1 or key in wanted):
                     keys[depth], starts[depth] = key, pos
             break
+
+
+_WINDOW = 1 << 16  # bytes of a long line json's C scanner is given at a time
+
+
+class _Window:
+    """Skips the values of a long line that fit in ``_WINDOW`` bytes at json's C speed, one
+    window of the line decoded as Latin-1 at a time (a character per byte: the same
+    offsets, and UTF-8 is checked apart).  A value it cannot parse (too long, too deep, or
+    not JSON) is left to the scanner, and so are the values of the window after it: the
+    scanner finds the reason, and no byte is given to json more than a few times."""
+
+    def __init__(self, raw: bytes, enabled: bool) -> None:
+        self._raw = raw
+        self._start = 0
+        self._text = ""
+        self._resume = 0 if enabled else len(raw)  # no value before this is tried
+
+    def skip(self, pos: int) -> int:
+        """Where the value at *pos* ends, or -1 if it is the scanner's to check."""
+        if pos < self._resume:
+            return -1
+        for fresh in (False, True):
+            if fresh or not self._start <= pos < self._start + len(self._text):
+                self._start, self._text = pos, self._raw[pos : pos + _WINDOW].decode("latin-1")
+            end = self._end(pos - self._start)
+            if end >= 0:
+                return self._start + end
+            if self._start == pos:  # a whole window from pos was no help
+                break
+        self._resume = pos + _WINDOW
+        return -1
+
+    def _end(self, at: int) -> int:
+        """Where json ends the value at *at* of the window, if it surely ends there: not where
+        the window may have cut it (a number, or "1." in "1.5", ends up to two bytes before)."""
+        try:
+            end: int = _scan_once(self._text, at)[1]
+        except (StopIteration, ValueError, RecursionError):
+            return -1
+        whole = self._start + len(self._text) == len(self._raw)
+        return end if whole or end + 3 <= len(self._text) else -1
 
 
 def _after_ws(raw: bytes, pos: int) -> int:
@@ -2866,7 +2997,7 @@ class _Index:
         if type(data.get("request")) is not dict:
             return "data.messages and data.tools come with data.request, an object"
         ranges = data.get("messages")
-        if type(ranges) is not list:
+        if type(ranges) is not list and type(ranges) is not _LongRanges:
             return _RANGES
         for item in ranges:
             if type(item) is not list or len(item) != 2 or not all(type(end) is int for end in item):
