@@ -2642,31 +2642,32 @@ def _ranges_value(raw: bytes, start: int, end: int) -> Any:
 
 class _LongRanges:
     """A long JSON array (``raw[start:end]``, checked already) of a request's data.messages,
-    whose items are parsed as they are asked for, ``_RANGE_CHUNK`` bytes at a time: a
-    ``[first, last]`` range ends with the first ']' after its '[', so a chunk ends with one.
-    ``None`` stands for what is no list of ranges: a chunk that parses as none, or does not
-    end an item of the array."""
+    whose items are parsed as they are asked for, ``_RANGE_CHUNK`` bytes at a time, up to
+    the last ']' they hold.  Its whitespace is dropped first (in JSON it only parts tokens,
+    or is inside a string, which no list of ranges holds): then a ``[first, last]`` range
+    ends with the first ']' after its '[', two integers on.  ``None`` stands for what is no
+    list of ranges: a chunk that parses as none, or no ']' where a range would have ended."""
 
     def __init__(self, raw: bytes, start: int, end: int) -> None:
         self._raw, self._start, self._close = raw, start, end - 1  # where the array's ']' is
 
     def __iter__(self) -> Iterator[Any]:
         raw, close = self._raw, self._close
-        pos = _after_ws(raw, self._start + 1)
-        while pos < close:
-            cut = raw.find(b"]", pos + _RANGE_CHUNK, close)
-            chunk = raw[pos : cut + 1 if cut >= 0 else close]
+        longest = 2 * (_int_digits_limit() + 1) + 3  # "[-1,-2]", the integers of the most digits
+        held = b""  # what is left of the chunks read, without whitespace
+        for at in range(self._start + 1, close, _RANGE_CHUNK):
+            held += raw[at : min(at + _RANGE_CHUNK, close)].translate(None, b" \t\n\r")
+            cut = held.rfind(b"]") + 1
+            chunk, held = held[1:cut] if held[:1] == b"," else held[:cut], held[cut:]  # less a comma before
             try:
-                yield from _decode_anywhere(f"[{chunk.decode()}]", chunk)
+                yield from _decode_anywhere(f"[{chunk.decode()}]", chunk) if chunk else ()
             except (ValueError, _NestedTooDeeply):  # cut inside an item: that is no range
                 yield None
                 return
-            pos = close if cut < 0 else _after_ws(raw, cut + 1)
-            if pos < close:
-                if raw[pos : pos + 1] != b",":
-                    yield None
-                    return
-                pos = _after_ws(raw, pos + 1)
+            if len(held) > longest:
+                break
+        if held:  # what followed the last ']' (a range has none after it)
+            yield None
 
 
 # How a long line's data keys are built where not whole (_value_at): of some only the JSON type

@@ -4770,10 +4770,11 @@ def hostile_v2_file(path: Path, place: str, value: bytes) -> bytes:
     ("place", "value", "status"),
     [
         ("messages", b"[" + b"[3,3]," * ((4 << 20) // 6) + b"[3,4]]", 0),  # json builds 700,000 lists
+        ("messages", b"[" + b"{}," * ((4 << 20) // 3) + b"[3,3]]", 1),
         ("tools", b"[" + b"{}," * ((4 << 20) // 3) + b"0]", 1),
         ("version", b"[" + b"{}," * ((4 << 20) // 3) + b"0]", 1),
     ],
-    ids=["messages", "tools", "version"],
+    ids=["messages", "messages of dicts", "tools", "version"],
 )
 def test_validating_a_hostile_version_2_line_takes_a_few_times_its_size(
     tmp_path: Path, place: str, value: bytes, status: int
@@ -4798,6 +4799,9 @@ PADDING = b',"padding":[' + b"0," * 600_000 + b"0]"  # another member, of which 
     ("place", "value", "reason"),
     [
         ("messages", b"[" + b"[3,4]," * 200_000 + b"[3,3]]", ""),
+        ("messages", b"[[3," + b" " * 200_000 + b"4]," + b" [3 ,3]\t," * 200_000 + b"[3,3]]", ""),
+        ("messages", b"[" + b"{}," * 400_000 + b"[3,3]]", session._RANGES),
+        ("messages", b"[" + b"[3,3]," * 200_000 + b"[3,3],4]", session._RANGES),
         ("messages", b"[" + b"[3,4]," * 200_000 + b"[3,[3]]]", session._RANGES),
         ("messages", b"[" + b"[3,4] ,\t\r " * 200_000 + b'"[3,3]"]', session._RANGES),
         ("messages", b"[" + b"[3,4]," * 200_000 + b"[3,6]]", "data.messages: [3, 6] is no range"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import io
 import json
 import sys
@@ -32,7 +33,7 @@ from measure import goal, median_ratio  # noqa: E402
 import session  # noqa: E402
 
 T0 = dt.datetime(2026, 12, 2, 9, 27, 36, 123456, tzinfo=dt.timezone.utc)
-TEXT = "The quick brown fox jumps over the lazy dog;\n sphinx of black \"quartz\", judge my vow. "
+TEXT = 'The quick brown fox jumps over the lazy dog;\n sphinx of black "quartz", judge my vow. '
 
 
 def context(size: int) -> list:
@@ -42,10 +43,12 @@ def context(size: int) -> list:
         if n % 3 == 0:
             message = session.Message("user", [session.text_block(f"{n}: " + TEXT * 2)], timestamp=T0)
         elif n % 3 == 1:
-            call = session.tool_call_block(f"call-{n}", "read_file", {"path": f"src/{n}.py", "lines": [1, 40]})
-            message = session.Message("assistant", [session.text_block(TEXT), call], "toolUse", {"input": n, "output": 7}, timestamp=T0)
+            args = {"path": f"src/{n}.py", "lines": [1, 40]}
+            blocks = [session.text_block(TEXT), session.tool_call_block(f"call-{n}", "read_file", args)]
+            message = session.Message("assistant", blocks, "toolUse", {"input": n, "output": 7}, timestamp=T0)
         else:
-            message = session.Message("tool", [session.text_block(TEXT * 3)], metadata={"tool_call_id": f"call-{n - 1}"}, timestamp=T0)
+            meta = {"tool_call_id": f"call-{n - 1}"}
+            message = session.Message("tool", [session.text_block(TEXT * 3)], metadata=meta, timestamp=T0)
         messages.append(message)
         total += 300
         n += 1
@@ -68,7 +71,8 @@ def strings_file(path: Path, line: int, total: int) -> None:
     result = (TEXT * (line // len(TEXT) + 1))[:line]
     with session.create(path, version=1) as s, s.begin_run() as run:
         while path.stat().st_size < total:
-            run.record(session.Event("tool_exec_end", timestamp=T0, execution=tool, tool="read", result=result))
+            event = session.Event("tool_exec_end", timestamp=T0, execution=tool, tool="read", result=result)
+            run.record(event)
 
 
 def cpu(work: Callable[[], object]) -> Callable[[], float]:
@@ -107,9 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = Path(scratch) / "file.jsonl"
             make(path, line, total)
             size = path.stat().st_size
-            ratio = median_ratio(args.runs, cpu(lambda: validate(path)), cpu(lambda: bare(path)))
+            ratio = median_ratio(
+                args.runs, cpu(functools.partial(validate, path)), cpu(functools.partial(bare, path))
+            )
             verdict = goal(ratio, bound) if bound else ""
-            print(f"validate, {what} ({size / 2**20:.0f} MiB): {ratio:.2f}x the bare loop{verdict}", flush=True)
+            print(f"validate, {what} ({size / 2**20:.0f} MiB): {ratio:.2f}x the bare loop{verdict}")
             path.unlink()
     return 0
 
