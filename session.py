@@ -4343,32 +4343,8 @@ def _failure_text(fields: Dict[str, Any]) -> str:
 
 
 def _each_file(work: Callable[[Any, str], int], args: Any) -> int:
-    """The highest status of *work* (which prints) on each of ``args.files``, in order.  With
-    ``--jobs`` over 1, in a pool of processes, each file's output printed whole and in the
-    files' order: what ``--jobs 1`` prints."""
-    files = args.files
-    jobs = min(args.jobs or os.cpu_count() or 1, len(files))
-    if jobs <= 1 or "-" in files:  # standard input is this process's
-        return max([work(args, name) for name in files])
-    from concurrent.futures import ProcessPoolExecutor
-
-    status = 0
-    sent = types.SimpleNamespace(**{key: value for key, value in vars(args).items() if key != "usage_error"})
-    with ProcessPoolExecutor(jobs) as pool:
-        for code, out, err in pool.map(functools.partial(_captured, work, sent), files):
-            for text, stream in ((out, sys.stdout), (err, sys.stderr)):
-                if text:
-                    _emit(text[:-1], stream)  # as printed, less print's own newline
-            status = max(status, code)
-    return status
-
-
-def _captured(work: Callable[[Any, str], int], args: Any, name: str) -> Tuple[int, str, str]:
-    """*work* on *name* in a worker process: its status and what it printed."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = work(args, name)
-    return status, out.getvalue(), err.getvalue()
+    """The highest status of *work* (which prints) on each of ``args.files``, in order."""
+    return max([work(args, name) for name in args.files])
 
 
 def _validate_file(args: Any, name: str) -> int:
@@ -4952,26 +4928,8 @@ def _line_limit_argument(text: str) -> int:
     return limit
 
 
-def _jobs_argument(text: str) -> int:
-    import argparse
-
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
-    return int(text)
-
-
-def _jobs_option(sub: Any) -> None:
-    sub.add_argument(
-        "--jobs",
-        type=_jobs_argument,
-        metavar="N",
-        help="files read at once, by N processes (default: the number of cores; 1 for one file)",
-    )
-
-
 def _many_files_options(sub: Any) -> None:
     sub.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
-    _jobs_option(sub)
 
 
 def _show_options(sub: Any) -> None:
