@@ -2442,9 +2442,10 @@ def _parse_line(
 
 def _builds_little(raw: bytes) -> bool:
     """Whether what json builds of the line *raw* (its text decoded, the text of its strings
-    again, and ``_VALUE_BYTES`` for each value) takes no more than ``_PARSE_BUDGET``: counted
+    again, and ``_VALUE_BYTES`` for each value, at most) takes no more than ``_PARSE_BUDGET``: counted
     a megabyte at a time, in C, at a twentieth of what parsing takes."""
-    text = 2 * len(raw) * (1 if raw.isascii() else 4)  # a character takes up to 4 bytes in a str
+    # a character takes up to 4 bytes in a str; and json takes a few KiB whatever the line
+    text = 2 * len(raw) * (1 if raw.isascii() else 4) + (64 << 10)
     values = 0
     for at in range(0, len(raw), _BIG_LINE):
         values += len(raw[at : at + _BIG_LINE].translate(None, _NOT_VALUE_START))

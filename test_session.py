@@ -35,6 +35,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import tracemalloc
 import typing
 import warnings
 from pathlib import Path
@@ -4751,6 +4752,36 @@ def test_validating_a_hostile_long_line_takes_a_few_times_its_size(tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) < 3 * len(line)  # 26 times when the line was built
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"[" + b"{}," * 100_000 + b"0]",
+        b"[" + b"[[]]," * 100_000 + b"0]",
+        b"[" + b'{"a":{}},' * 50_000 + b"0]",
+        b"{" + b",".join(b'"k%d":%d' % (n, n) for n in range(50_000)) + b"}",
+        b"[" + b"1.5," * 100_000 + b"0]",
+        '["\U0001f600' + "a" * 300_000 + '"]',
+        "[" + '"\U0001f600a","\u00e9\u00e9",' * 30_000 + '"x"]',
+    ],
+    ids=["dicts", "nested lists", "nested dicts", "keys", "floats", "emoji in ASCII", "short strings"],
+)
+def test_what_json_builds_of_a_line_is_no_more_than_the_reader_counts(line: Any) -> None:
+    raw = line.encode() if isinstance(line, str) else line
+    text = raw.decode()
+    tracemalloc.start()
+    try:
+        json.loads(text)
+        built = tracemalloc.get_traced_memory()[1] + sys.getsizeof(text)
+    finally:
+        tracemalloc.stop()
+    saved = session._PARSE_BUDGET
+    session._PARSE_BUDGET = built - 1  # the count may not say it fits
+    try:
+        assert not session._builds_little(raw)
+    finally:
+        session._PARSE_BUDGET = saved
 
 
 def hostile_v2_file(path: Path, place: str, value: bytes) -> bytes:
