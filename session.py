@@ -2406,8 +2406,8 @@ def _parse_line(
 
     With *keys*, a line longer than ``_BIG_LINE`` of which json would build much (see
     ``_builds_little``) is checked without building it, and its ``data`` holds only the keys
-    its type maps to (see ``_big_line``).  *room*: how deep json
-    may recurse on this stack, as ``_room`` found it, or -1 to look."""
+    its type maps to (see ``_big_line``).  *room*: how deep json may recurse on this stack,
+    as ``_room`` found it, or -1 to look."""
     if keys is not None and len(raw) > _BIG_LINE and not _builds_little(raw):
         return _big_line(raw, name, line, offset, keys)
     try:
@@ -2441,9 +2441,9 @@ def _parse_line(
 
 
 def _builds_little(raw: bytes) -> bool:
-    """Whether what json builds of the line *raw* (its text decoded, the text of its strings
-    again, and ``_VALUE_BYTES`` for each value, at most) takes no more than ``_PARSE_BUDGET``: counted
-    a megabyte at a time, in C, at a twentieth of what parsing takes."""
+    """Whether what json builds of the line *raw* takes no more than ``_PARSE_BUDGET``: at
+    most its text decoded, the text of its strings again, and ``_VALUE_BYTES`` for each value,
+    counted a megabyte at a time, in C, at a twentieth of what parsing takes."""
     # a character takes up to 4 bytes in a str; and json takes a few KiB whatever the line
     text = 2 * len(raw) * (1 if raw.isascii() else 4) + (64 << 10)
     values = 0
@@ -2702,11 +2702,11 @@ _CLOSING = {_OBJECT: b"}"[0], _ARRAY: b"]"[0]}
 def _scan_json(
     raw: bytes, wanted: FrozenSet[str], deepest: Optional[int] = None
 ) -> Tuple[int, _Spans, _Spans]:
-    """Check that *raw* is one strict JSON value, accepting and refusing exactly what
-    ``json.loads`` does, without building it.  Returns where the value starts, the spans of
-    the members of the top object and those of the *wanted* members of its ``data`` (the
-    last of duplicate keys, as json keeps them).  ``_NotJSON`` otherwise, ``_TooDeep`` if it
-    nests deeper than *deepest* (or ``_parse_depth_limit()``) levels."""
+    """Check that *raw* is one strict JSON value, accepting and refusing exactly what ``json.loads``
+    does, without building it.  Returns where the value starts, the spans of the members of the
+    top object and those of the *wanted* members of its ``data`` (the last of duplicate keys, as
+    json keeps them).  ``_NotJSON`` otherwise, ``_TooDeep`` if it nests deeper than *deepest* (or
+    ``_parse_depth_limit()``) levels."""
     stack = bytearray()  # the closing brackets of the open containers
     top: _Spans = {}
     data: _Spans = {}
@@ -2717,22 +2717,18 @@ def _scan_json(
     pos = start = _after_ws(raw, 0)
     while True:
         opening = raw[pos] if pos < len(raw) else 0  # a value starts at pos
-        skipped = window.skip(pos) if len(stack) > 1 else -1  # the top object's members are read here
-        if skipped >= 0:
-            pos, opening, ended = skipped, 0, False
-        elif opening in _CLOSING:
+        end = window.skip(pos) if len(stack) > 1 else -1  # the top object's members are read here
+        if opening in _CLOSING and end < 0:
             stack.append(_CLOSING[opening])
-            depth = len(stack)
-            if depth > _SAFE_DEPTH and depth > (deepest or _parse_depth_limit()):
+            if len(stack) > _SAFE_DEPTH and len(stack) > (deepest or _parse_depth_limit()):
                 raise _TooDeep("nested too deeply", pos)
-            if depth == 2:
+            if len(stack) == 2:
                 in_data = keys[1] == "data" and opening == _OBJECT
                 data = {} if in_data else data
             pos = _after_ws(raw, pos + 1)
             ended = raw[pos : pos + 1] == bytes(stack[-1:])
-        else:
-            pos = _scalar_end(raw, pos)
-            ended = False
+        else:  # a scalar, or a value json skipped: it ended
+            pos, opening, ended = end if end >= 0 else _scalar_end(raw, pos), 0, False
         while True:  # a value ended at pos, or a container opened there
             if ended:
                 stack.pop()
