@@ -2271,13 +2271,17 @@ class _Lines(Protocol):
     def readline(self, size: int = -1, /) -> bytes: ...
 
 
-# A line holds at most max_line_bytes, but the objects json builds of it can take 26 times
+# A line holds at most max_line_bytes, but the objects json builds of it can take 34 times
 # that ([{},{},...]: a dict per 3 bytes).  The readers that need no data (validate, open,
-# repair) or a few keys of it (summarize) check a long line byte by byte instead, exactly as
-# strictly as json.loads, and build only the envelope and the keys they use: the line itself
-# is then most of the memory they take.
+# repair) or a few keys of it (summarize) parse a line whole only where json builds little
+# of it (no more than _PARSE_BUDGET bytes: ten times faster); else they check it byte by byte,
+# exactly as strictly as json.loads, and build only the envelope and the keys they use: the
+# line itself is then most of the memory they take.
 
-_BIG_LINE = 1 << 20  # bytes: shorter lines are parsed whole, which is faster
+_BIG_LINE = 1 << 20  # bytes: shorter lines are always parsed whole (their objects: under 34 MiB)
+_PARSE_BUDGET = 40 << 20  # bytes json may build of a longer line that is parsed whole
+_VALUE_BYTES = 96  # bytes json builds of a value at most, beside its text (a dict per '{,')
+_NOT_VALUE_START = bytes(sorted(set(range(256)) - set(b"[{,:")))  # a value starts after one of these
 _DataKeys = Dict[str, FrozenSet[str]]  # record type -> the keys of its data a reader uses
 _NO_DATA: _DataKeys = {  # what every reader checks: the version, and a version-2 file's references
     "session_start": frozenset({"version"}),
@@ -2464,10 +2468,11 @@ def _parse_line(
 ) -> Dict[str, Any]:
     """The object on one line (*raw* ends with its newline), or ``FormatError``.
 
-    With *keys*, a line longer than ``_BIG_LINE`` is checked without building it, and its
-    ``data`` holds only the keys its type maps to (see ``_big_line``).  *room*: how deep json
-    may recurse on this stack, as ``_room`` found it, or -1 to look."""
-    if keys is not None and len(raw) > _BIG_LINE:
+    With *keys*, a line longer than ``_BIG_LINE`` of which json would build much (see
+    ``_builds_little``) is checked without building it, and its ``data`` holds only the keys
+    its type maps to (see ``_big_line``).  *room*: how deep json may recurse on this stack,
+    as ``_room`` found it, or -1 to look."""
+    if keys is not None and len(raw) > _BIG_LINE and not _builds_little(raw):
         return _big_line(raw, name, line, offset, keys)
     try:
         text = raw.decode()
@@ -2497,6 +2502,20 @@ def _parse_line(
     if type(obj) is not dict:
         raise FormatError(f"line holds {_json_kind(type(obj))}, not an object", name, line, offset)
     return obj
+
+
+def _builds_little(raw: bytes) -> bool:
+    """Whether what json builds of the line *raw* takes no more than ``_PARSE_BUDGET``: at
+    most its text decoded, the text of its strings again, and ``_VALUE_BYTES`` for each value,
+    counted a megabyte at a time, in C, at a twentieth of what parsing takes."""
+    # a character takes up to 4 bytes in a str; and json takes a few KiB whatever the line
+    text = 2 * len(raw) * (1 if raw.isascii() else 4) + (64 << 10)
+    values = 0
+    for at in range(0, len(raw), _BIG_LINE):
+        values += len(raw[at : at + _BIG_LINE].translate(None, _NOT_VALUE_START))
+        if text + values * _VALUE_BYTES > _PARSE_BUDGET:
+            return False
+    return True
 
 
 def _fits(raw: bytes, room: int) -> bool:
@@ -2563,8 +2582,6 @@ def _bracket_depth(raw: bytes) -> int:
     return -1
 
 
-# Of these a long line's value is not built, only its JSON type told: an object or array empty
-_SKIMMED = frozenset({("message", "message"), ("tools", "tools"), ("model_request", "request")})
 _ENVELOPE_KEYS = frozenset({"session_id", "seq", "type", "time", "run_id", "data"})
 
 # re keeps about 80 bytes per repetition of a group until a match ends: every repetition
@@ -2636,11 +2653,12 @@ def _big_line(raw: bytes, name: Optional[str], line: int, offset: int, keys: _Da
         raise FormatError(f"line holds {held}, not an object", name, line, offset)
     obj = {key: _shallow_value(raw, *span) for key, span in top.items() if key in _ENVELOPE_KEYS}
     kind = obj.get("type")
+    kind = kind if type(kind) is str else ""
     if type(obj.get("data")) is dict:
-        wanted = keys.get(kind, frozenset()) if type(kind) is str else frozenset()
+        wanted = keys.get(kind, frozenset())
         obj["data"] = {
-            key: (_shallow_value if (kind, key) in _SKIMMED else _value_at)(raw, a, b)
-            for key, (a, b) in data.items()
+            key: _BUILT_AS.get((kind, key), _value_at)(raw, *span)
+            for key, span in data.items()
             if key in wanted
         }
     return obj
@@ -2658,6 +2676,75 @@ def _shallow_value(raw: bytes, start: int, end: int) -> Any:
     if raw[start] == _ARRAY:
         return []
     return _DECODER.decode(raw[start:end].decode())  # a string, number or literal: no recursion
+
+
+_STAND_IN = {_OBJECT: dict, _ARRAY: list, b'"'[0]: str}  # of a value whose JSON type alone matters
+
+
+def _integer_value(raw: bytes, start: int, end: int) -> Any:
+    """For a key that must hold an integer: the JSON value at ``raw[start:end]`` (checked
+    already) if it is one (of 4,300 digits at most), else an empty value of its type, and
+    0.0 for any other number."""
+    stand_in = _STAND_IN.get(raw[start])
+    if stand_in is not None:
+        return stand_in()
+    number = _NUMBER.match(raw, start, end)
+    if number is None:
+        return _shallow_value(raw, start, end)  # true, false or null
+    return 0.0 if number.lastindex else int(raw[start:end])  # lastindex: a fraction or an exponent
+
+
+_RANGE_CHUNK = 1 << 16  # bytes of a long data.messages parsed at a time
+
+
+def _ranges_value(raw: bytes, start: int, end: int) -> Any:
+    """A version-2 request's data.messages at ``raw[start:end]`` (checked already): built, or
+    where that would take much memory, as ``_LongRanges``."""
+    if end - start <= _RANGE_CHUNK:
+        return _value_at(raw, start, end)
+    return _LongRanges(raw, start, end) if raw[start] == _ARRAY else _shallow_value(raw, start, end)
+
+
+class _LongRanges:
+    """A long JSON array (``raw[start:end]``, checked already) of a request's data.messages,
+    whose items are parsed as they are asked for, ``_RANGE_CHUNK`` bytes at a time, up to
+    the last ']' they hold.  Its whitespace is dropped first (in JSON it only parts tokens,
+    or is inside a string, which no list of ranges holds): then a ``[first, last]`` range
+    ends with the first ']' after its '[', two integers on.  ``None`` stands for what is no
+    list of ranges: a chunk that parses as none, or no ']' where a range would have ended."""
+
+    def __init__(self, raw: bytes, start: int, end: int) -> None:
+        self._raw, self._start, self._close = raw, start, end - 1  # where the array's ']' is
+
+    def __iter__(self) -> Iterator[Any]:
+        raw, close = self._raw, self._close
+        longest = 2 * (_int_digits_limit() + 1) + 3  # "[-1,-2]", the integers of the most digits
+        held = b""  # what is left of the chunks read, without whitespace
+        for at in range(self._start + 1, close, _RANGE_CHUNK):
+            held += raw[at : min(at + _RANGE_CHUNK, close)].translate(None, b" \t\n\r")
+            cut = held.rfind(b"]") + 1
+            chunk, held = held[1:cut] if held[:1] == b"," else held[:cut], held[cut:]  # less a comma before
+            try:
+                yield from _decode_anywhere(f"[{chunk.decode()}]", chunk) if chunk else ()
+            except (ValueError, _NestedTooDeeply):  # cut inside an item: that is no range
+                yield None
+                return
+            if len(held) > longest:
+                break
+        if held:  # what followed the last ']' (a range has none after it)
+            yield None
+
+
+# How a long line's data keys are built where not whole (_value_at): of some only the JSON type
+# matters (an object or array comes empty), of others only an integer is built
+_BUILT_AS: Dict[Tuple[str, str], Callable[[bytes, int, int], Any]] = {
+    ("message", "message"): _shallow_value,
+    ("tools", "tools"): _shallow_value,
+    ("model_request", "request"): _shallow_value,
+    ("model_request", "tools"): _integer_value,
+    ("model_request", "messages"): _ranges_value,
+    ("session_start", "version"): _integer_value,
+}
 
 
 def _invalid_utf8(raw: bytes) -> int:
@@ -2679,33 +2766,33 @@ _CLOSING = {_OBJECT: b"}"[0], _ARRAY: b"]"[0]}
 def _scan_json(
     raw: bytes, wanted: FrozenSet[str], deepest: Optional[int] = None
 ) -> Tuple[int, _Spans, _Spans]:
-    """Check that *raw* is one strict JSON value, accepting and refusing exactly what
-    ``json.loads`` does, without building it.  Returns where the value starts, the spans of
-    the members of the top object and those of the *wanted* members of its ``data`` (the
-    last of duplicate keys, as json keeps them).  ``_NotJSON`` otherwise, ``_TooDeep`` if it
-    nests deeper than *deepest* (or ``_parse_depth_limit()``) levels."""
+    """Check that *raw* is one strict JSON value, accepting and refusing exactly what ``json.loads``
+    does, without building it.  Returns where the value starts, the spans of the members of the
+    top object and those of the *wanted* members of its ``data`` (the last of duplicate keys, as
+    json keeps them).  ``_NotJSON`` otherwise, ``_TooDeep`` if it nests deeper than *deepest* (or
+    ``_parse_depth_limit()``) levels."""
     stack = bytearray()  # the closing brackets of the open containers
     top: _Spans = {}
     data: _Spans = {}
     keys: List[Optional[str]] = [None, None, None]  # depth 1, 2: the member being read, if noted
     starts = [0, 0, 0]  # ... and where its value starts
     in_data = False  # the open object at depth 2 is the top object's data
+    window = _Window(raw, deepest is None and not _OVERFLOW_LINGERS)  # json's depth is checked here alone
     pos = start = _after_ws(raw, 0)
     while True:
         opening = raw[pos] if pos < len(raw) else 0  # a value starts at pos
-        if opening in _CLOSING:
+        end = window.skip(pos) if len(stack) > 1 else -1  # the top object's members are read here
+        if opening in _CLOSING and end < 0:
             stack.append(_CLOSING[opening])
-            depth = len(stack)
-            if depth > _SAFE_DEPTH and depth > (deepest or _parse_depth_limit()):
+            if len(stack) > _SAFE_DEPTH and len(stack) > (deepest or _parse_depth_limit()):
                 raise _TooDeep("nested too deeply", pos)
-            if depth == 2:
+            if len(stack) == 2:
                 in_data = keys[1] == "data" and opening == _OBJECT
                 data = {} if in_data else data
             pos = _after_ws(raw, pos + 1)
             ended = raw[pos : pos + 1] == bytes(stack[-1:])
-        else:
-            pos = _scalar_end(raw, pos)
-            ended = False
+        else:  # a scalar, or a value json skipped: it ended
+            pos, opening, ended = end if end >= 0 else _scalar_end(raw, pos), 0, False
         while True:  # a value ended at pos, or a container opened there
             if ended:
                 stack.pop()
@@ -2736,6 +2823,48 @@ def _scan_json(
                 if key is not None and (depth == 1 or key in wanted):
                     keys[depth], starts[depth] = key, pos
             break
+
+
+_WINDOW = 1 << 16  # bytes of a long line json's C scanner is given at a time
+
+
+class _Window:
+    """Skips the values of a long line that fit in ``_WINDOW`` bytes at json's C speed, one
+    window of the line decoded as Latin-1 at a time (a character per byte: the same
+    offsets, and UTF-8 is checked apart).  A value it cannot parse (too long, too deep, or
+    not JSON) is left to the scanner, and so are the values of the window after it: the
+    scanner finds the reason, and no byte is given to json more than a few times."""
+
+    def __init__(self, raw: bytes, enabled: bool) -> None:
+        self._raw = raw
+        self._start = 0
+        self._text = ""
+        self._resume = 0 if enabled else len(raw)  # no value before this is tried
+
+    def skip(self, pos: int) -> int:
+        """Where the value at *pos* ends, or -1 if it is the scanner's to check."""
+        if pos < self._resume:
+            return -1
+        for fresh in (False, True):
+            if fresh or not self._start <= pos < self._start + len(self._text):
+                self._start, self._text = pos, self._raw[pos : pos + _WINDOW].decode("latin-1")
+            end = self._end(pos - self._start)
+            if end >= 0:
+                return self._start + end
+            if self._start == pos:  # a whole window from pos was no help
+                break
+        self._resume = pos + _WINDOW
+        return -1
+
+    def _end(self, at: int) -> int:
+        """Where json ends the value at *at* of the window, if it surely ends there: not where
+        the window may have cut it (a number, or "1." in "1.5", ends up to two bytes before)."""
+        try:
+            end: int = _scan_once(self._text, at)[1]
+        except (StopIteration, ValueError, RecursionError):
+            return -1
+        whole = self._start + len(self._text) == len(self._raw)
+        return end if whole or end + 3 <= len(self._text) else -1
 
 
 def _after_ws(raw: bytes, pos: int) -> int:
@@ -2960,10 +3089,10 @@ class _Index:
         if type(data.get("request")) is not dict:
             return "data.messages and data.tools come with data.request, an object"
         ranges = data.get("messages")
-        if type(ranges) is not list:
+        if type(ranges) is not list and type(ranges) is not _LongRanges:
             return _RANGES
-        size -= len(',"messages":[]') + max(len(ranges) - 1, 0)  # the references, as written here
-        for item in ranges:
+        size -= len(',"messages":[]')  # the references, as written here (less a comma before each)
+        for index, item in enumerate(ranges):
             if type(item) is not list or len(item) != 2 or not all(type(end) is int for end in item):
                 return _RANGES
             first, last = item
@@ -2973,7 +3102,7 @@ class _Index:
             for end, at in zip(item, ends):
                 if at == len(self._seqs) or self._seqs[at] != end:
                     return f"data.messages: record {end} is no message record"
-            size += self._sums[ends[1] + 1] - self._sums[ends[0]] - len(f"[{first},{last}]")
+            size += self._sums[ends[1] + 1] - self._sums[ends[0]] - len(f"[{first},{last}]") - (index > 0)
         if "tools" in data:
             tools = data["tools"]
             if type(tools) is not int or tools not in self._tools:
@@ -4523,32 +4652,8 @@ def _failure_text(fields: Dict[str, Any]) -> str:
 
 
 def _each_file(work: Callable[[Any, str], int], args: Any) -> int:
-    """The highest status of *work* (which prints) on each of ``args.files``, in order.  With
-    ``--jobs`` over 1, in a pool of processes, each file's output printed whole and in the
-    files' order: what ``--jobs 1`` prints."""
-    files = args.files
-    jobs = min(args.jobs or os.cpu_count() or 1, len(files))
-    if jobs <= 1 or "-" in files:  # standard input is this process's
-        return max([work(args, name) for name in files])
-    from concurrent.futures import ProcessPoolExecutor
-
-    status = 0
-    sent = types.SimpleNamespace(**{key: value for key, value in vars(args).items() if key != "usage_error"})
-    with ProcessPoolExecutor(jobs) as pool:
-        for code, out, err in pool.map(functools.partial(_captured, work, sent), files):
-            for text, stream in ((out, sys.stdout), (err, sys.stderr)):
-                if text:
-                    _emit(text[:-1], stream)  # as printed, less print's own newline
-            status = max(status, code)
-    return status
-
-
-def _captured(work: Callable[[Any, str], int], args: Any, name: str) -> Tuple[int, str, str]:
-    """*work* on *name* in a worker process: its status and what it printed."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = work(args, name)
-    return status, out.getvalue(), err.getvalue()
+    """The highest status of *work* (which prints) on each of ``args.files``, in order."""
+    return max([work(args, name) for name in args.files])
 
 
 def _validate_file(args: Any, name: str) -> int:
@@ -5153,26 +5258,8 @@ def _line_limit_argument(text: str) -> int:
     return limit
 
 
-def _jobs_argument(text: str) -> int:
-    import argparse
-
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
-    return int(text)
-
-
-def _jobs_option(sub: Any) -> None:
-    sub.add_argument(
-        "--jobs",
-        type=_jobs_argument,
-        metavar="N",
-        help="files read at once, by N processes (default: the number of cores; 1 for one file)",
-    )
-
-
 def _many_files_options(sub: Any) -> None:
     sub.add_argument("--json", action="store_true", help="print one JSON object per file (default: text)")
-    _jobs_option(sub)
 
 
 def _show_options(sub: Any) -> None:

@@ -42,7 +42,6 @@ import errno
 import functools
 import hashlib
 import io
-import itertools
 import json
 import math
 import os
@@ -104,7 +103,6 @@ from session import (
     _error_text,
     _failure_fields,
     _failure_text,
-    _jobs_option,
     _OutputError,
     _print_error,
     _print_failure,
@@ -134,7 +132,6 @@ def export(
     prefix: bool = False,
     max_line_bytes: int = _MAX_LINE_BYTES,
     progress: Optional[Callable[[int, int], object]] = None,
-    jobs: int = 1,
 ) -> List[Dict[str, Any]]:
     """Copy the complete records of session files to JSON Lines for a query engine.
 
@@ -156,9 +153,7 @@ def export(
     ``longest_line`` copied (in bytes, newline included) and ``duplicate_of`` (the file that
     holds the same session, or ``None``).  Everything is written under temporary names,
     synced and renamed into place, the manifest last: an export without its manifest is
-    unfinished.  *progress*, if given, is called with the bytes read so far and in all.  With
-    *jobs* over 1, that many processes check the files at once, and the lines they checked
-    are copied byte for byte (a file that changed meanwhile is read again): the same output.
+    unfinished.  *progress*, if given, is called with the bytes read so far and in all.
     ``ValueError`` when *out* is an input or in an input directory, when it or its manifest is
     there and is no regular file (a device, a pipe, a symlink), or with *split* a directory
     that is not empty.
@@ -170,7 +165,7 @@ def export(
         _check_replaceable(name)
     target = _SplitOutput(out_name) if split else _JoinedOutput(out_name)
     try:
-        entries = _export_files(names, target, prefix, max_line_bytes, progress, jobs)
+        entries = _export_files(names, target, prefix, max_line_bytes, progress)
         target.commit(manifest, b"".join(_manifest_line(entry) for entry in entries))
     except BaseException as exc:
         target.abandon()
@@ -201,27 +196,21 @@ def _export_files(
     prefix: bool,
     max_line_bytes: int,
     progress: Optional[Callable[[int, int], object]],
-    jobs: int,
 ) -> List[Dict[str, Any]]:
     """The manifest entries of *names*, whose lines go to *target*: every valid file's in
     order, then with *prefix* the invalid files' prefixes."""
     sizes = [_size_or_zero(name) for name in names]
     read_before = 0
     entries: List[Dict[str, Any]] = []
-    checked: List[Optional[_Checked]] = []
     exported: Dict[str, str] = {}  # session_id -> the file it was copied from
-    with _checks(names, max_line_bytes, jobs) as checks:
-        for index, (name, check) in enumerate(zip(names, checks)):
-            if progress is not None:
-                progress(read_before, sum(sizes))
-            checked.append(check)
-            entries.append(_export_one(name, check, target, index, False, max_line_bytes, exported))
-            read_before += sizes[index]
+    for index, name in enumerate(names):
+        if progress is not None:
+            progress(read_before, sum(sizes))
+        entries.append(_export_file(name, target.part(index), False, max_line_bytes, exported))
+        read_before += sizes[index]
     for index, entry in enumerate(entries):  # the valid copy of a session wins over a prefix
         if prefix and not entry["ok"]:
-            entries[index] = _export_one(
-                names[index], checked[index], target, index, True, max_line_bytes, exported
-            )
+            entries[index] = _export_file(names[index], target.part(index), True, max_line_bytes, exported)
     if progress is not None:
         progress(read_before, sum(sizes))
     return entries
@@ -277,96 +266,6 @@ def _size_or_zero(name: str) -> int:
         return os.stat(name).st_size
     except OSError:
         return 0  # reported when it is read
-
-
-class _Checked(NamedTuple):
-    """One file as a worker process found it: its ``validate --json`` fields, and the lines
-    ``_export_file`` would copy (the records, or an invalid file's prefix), digested."""
-
-    entry: Dict[str, Any]
-    session_id: Optional[str]  # of the lines
-    records: int
-    longest: int
-    size: int
-    digest: bytes
-
-
-@contextlib.contextmanager
-def _checks(names: List[str], max_line_bytes: int, jobs: int) -> Iterator[Iterable[Optional[_Checked]]]:
-    """Each of *names* checked by a pool of *jobs* processes, in order; with one job,
-    ``None`` each (the file is checked as it is copied)."""
-    if min(jobs, len(names)) <= 1:
-        yield itertools.repeat(None)
-        return
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(min(jobs, len(names))) as pool:
-        yield pool.map(functools.partial(_check_file, max_line_bytes), names)
-
-
-def _check_file(max_line_bytes: int, name: str) -> _Checked:
-    """*name* read as ``_export_file`` reads it, in a worker process: the lines digested."""
-    digest = _Digest()
-    lines = _CopiedLines(digest.write)
-    entry = _copied(name, lines, max_line_bytes)
-    return _Checked(entry, lines.session_id(), lines.copied, lines.longest, digest.size, digest.value())
-
-
-class _Digest:
-    """What was written: its size and a digest of it."""
-
-    def __init__(self) -> None:
-        self._hash = hashlib.blake2b()
-        self.size = 0
-
-    def write(self, data: bytes) -> None:
-        self._hash.update(data)
-        self.size += len(data)
-
-    def value(self) -> bytes:
-        return self._hash.digest()
-
-
-def _export_one(
-    name: str,
-    check: Optional[_Checked],
-    target: _Output,
-    index: int,
-    prefix: bool,
-    max_line_bytes: int,
-    exported: Dict[str, str],
-) -> Dict[str, Any]:
-    """The manifest entry of *name*, the *index*th input, its lines copied to *target*: as a
-    worker checked them, or read again if it did not or the file changed since."""
-    part = target.part(index)
-    if check is not None:
-        session_id = check.session_id if check.entry["ok"] or prefix else None
-        if session_id is None or session_id in exported or _copy_checked(name, check, part):
-            return _placed(dict(check.entry), session_id, part, check.records, check.longest, exported)
-        part.drop()
-        part = target.part(index)
-    return _export_file(name, part, prefix, max_line_bytes, exported)
-
-
-def _copy_checked(name: str, check: _Checked, part: _Part) -> bool:
-    """Copy to *part* the first ``check.size`` bytes of *name*; whether they are the lines
-    *check* digested (not when the file changed or went since)."""
-    digest, left = _Digest(), check.size
-    try:
-        with builtins.open(name, "rb", 0) as f:
-            while left:
-                block = f.read(min(left, _READ_BUFFER))
-                if not block:
-                    return False
-                left -= len(block)
-                digest.write(block)
-                try:
-                    part.write(block)
-                except OSError as exc:
-                    raise _OutputError(exc) from exc
-    except OSError:
-        return False
-    return digest.value() == check.digest
 
 
 def _export_file(
@@ -654,7 +553,6 @@ def _export_command(args: Any) -> int:
             prefix=args.prefix,
             max_line_bytes=args.max_line_bytes,
             progress=_show_progress if sys.stderr.isatty() else None,
-            jobs=args.jobs or os.cpu_count() or 1,
         )
     except ValueError as exc:
         _print_error(f"{args.prog} export: error: {exc}")
@@ -2806,7 +2704,6 @@ def _export_options(sub: Any) -> None:
         action="store_true",
         help="from an invalid file, the records before the bad line (default: nothing of it)",
     )
-    _jobs_option(sub)
 
 
 COMMANDS = [  # what python -m session takes from this module

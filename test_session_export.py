@@ -340,44 +340,6 @@ def test_export_never_copies_a_partial_record_of_a_growing_file(tmp_path: Path) 
     assert (tmp_path / "e.jsonl").read_bytes() == source and last["tail_bytes"] == 0
 
 
-@pytest.mark.parametrize("layout", [[], ["--split"]])
-def test_export_with_jobs_prints_and_writes_what_one_job_does(tmp_path: Path, layout: List[str]) -> None:
-    damaged_corpus(tmp_path / "sessions")
-    one, two = (
-        run_cli("export", "sessions", "-o", out, "--prefix", "--jobs", jobs, *layout, cwd=tmp_path)
-        for out, jobs in (("one", "1"), ("two", "2"))
-    )
-    assert one.returncode == two.returncode == 1
-    assert (one.stdout.replace("one:", "two:"), one.stderr) == (two.stdout, two.stderr)
-    assert "left out: its session was exported from" in two.stderr and "records before line" in two.stderr
-    sep = "/" if layout else "."  # one/manifest.jsonl or one.manifest.jsonl
-    manifest = (tmp_path / f"one{sep}manifest.jsonl").read_text()
-    assert manifest.replace('"one', '"two') == (tmp_path / f"two{sep}manifest.jsonl").read_text()
-    outputs = sorted(p.name for p in (tmp_path / "one").glob("part-*")) if layout else [""]
-    for name in outputs:
-        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
-
-
-def test_export_copies_what_a_worker_checked_and_reads_again_a_file_changed_since(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    first, second = busy_file(tmp_path / "a.jsonl", 3, seed=1), busy_file(tmp_path / "b.jsonl", 3, seed=2)
-    checks = [session_export._check_file(session._MAX_LINE_BYTES, str(path)) for path in (first, second)]
-    assert checks[0].entry["ok"] and checks[0].size == first.stat().st_size
-    target = session_export._JoinedOutput(str(tmp_path / "out.jsonl"))
-    with monkeypatch.context() as patched:  # unchanged: copied as checked, not read again
-        patched.setattr(session_export, "_export_file", None)
-        entry = session_export._export_one(
-            str(second), checks[1], target, 0, False, session._MAX_LINE_BYTES, {}
-        )
-    assert entry["session_id"] == checks[1].session_id and entry["out_end"] == second.stat().st_size
-    first.write_bytes(second.read_bytes())  # the same name, another session
-    entry = session_export._export_one(str(first), checks[0], target, 1, False, session._MAX_LINE_BYTES, {})
-    target.commit(str(tmp_path / "out.manifest.jsonl"), b"")
-    assert entry["session_id"] == checks[1].session_id != checks[0].session_id and entry["ok"]
-    assert (tmp_path / "out.jsonl").read_bytes() == second.read_bytes() * 2
-
-
 def documented_blocks(language: str) -> List[str]:
     """The code blocks in *language* of docs/many-sessions.md, "Many sessions at once"."""
     page = (HERE / "docs" / "many-sessions.md").read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""What ``export`` costs against ``validate``, what ``--jobs`` gains, and ``summary FILE...``
+"""What ``export`` costs against ``validate``, and ``summary FILE...``
 against one interpreter start per file, over a directory of sessions built here.
 
     python3 bench/export.py             # 400 sessions, about 350 MB, under a temporary folder
@@ -105,8 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="corpus size, 1 = 400 sessions")
     parser.add_argument("--runs", type=int, default=5, help="repetitions of each command")
     args = parser.parse_args(argv)
-    cores = os.cpu_count() or 1
-    print(f"Python {sys.version.split()[0]} on {cores} cores", flush=True)
+    print(f"Python {sys.version.split()[0]} on {os.cpu_count()} cores", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         corpus = Path(scratch) / "sessions"
         corpus.mkdir()
@@ -114,25 +113,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         files = sorted(str(path) for path in corpus.iterdir())
         print(f"corpus: {len(files)} sessions, {size / 1e6:.0f} MB", flush=True)
         out = Path(scratch) / "export.jsonl"
-        export_args = ("export", str(corpus), "-o", str(out), "--jobs", "1")
-        validate, export, unsynced, pooled, summary_one, summary_pooled, export_pooled = interleaved(
+        export_args = ("export", str(corpus), "-o", str(out))
+        validate, export, unsynced = interleaved(
             args.runs,
-            lambda: command("validate", "--jobs", "1", *files),
+            lambda: command("validate", *files),
             lambda: command(*export_args),
             lambda: command(*export_args, synced=False),
-            lambda: command("validate", "--jobs", str(cores), *files),
-            lambda: command("summary", "--jobs", "1", *files),
-            lambda: command("summary", "--jobs", str(cores), *files),
-            lambda: command(*export_args[:-1], str(cores)),
         )
         print(f"validate: {validate:.2f} s, {size / 1e6 / validate:.0f} MB/s")
-        print(f"validate --jobs {cores}: {pooled:.2f} s, {validate / pooled:.2f}x as fast")
-        print(f"summary --jobs {cores}: {summary_pooled:.2f} s, {summary_one / summary_pooled:.2f}x as fast")
         print(f"export: {export:.2f} s, {export / validate:.2f}x validate")
         print(f"export without its fsyncs: {unsynced:.2f} s, {unsynced / validate:.2f}x validate")
-        print(f"export --jobs {cores}: {export_pooled:.2f} s, {export / export_pooled:.2f}x as fast")
         sample = files[:: max(1, len(files) // 100)]  # a hundred interpreter starts are plenty
-        (together,) = interleaved(args.runs, lambda: command("summary", "--jobs", "1", *sample))
+        (together,) = interleaved(args.runs, lambda: command("summary", *sample))
         apart = one_per_file(sample)
         print(
             f"summary of {len(sample)} files: one process {together:.2f} s, "

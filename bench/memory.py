@@ -3,11 +3,16 @@ version-2 session.
 
     python3 bench/memory.py               # 64 MB lines; about 10 minutes
     python3 bench/memory.py --mb 250      # the size of the review's report (needs ~8 GB free)
+    python3 bench/memory.py --place messages --shape ranges --shape {},  # a request's references
     python3 bench/memory.py --version-2 200000  # a session of 200,000 messages (~250 MB)
 
 Each shape fills the data of one record of a valid session with a long array: ``{},`` (a
-dict per 3 bytes), ``1.5,`` (a float per 4), ``0,`` (a list slot per 2), and, for a
-baseline, one long string.  Each reader runs in a fresh interpreter; its peak is the
+dict per 3 bytes), ``1.5,`` (a float per 4), ``0,`` (a list slot per 2), ``[3,3],`` (a
+version-2 request's references to one message), and, for a baseline, one long string.
+``--place`` says where: a tool's result (``result``, the default), a version-2 request's
+``messages`` or ``tools``, or the header's ``version`` (where most shapes make the file
+invalid: the reader's verdict is then an error, found with the peak measured alike).
+Each reader runs in a fresh interpreter; its peak is the
 growth of VmHWM (the resident high-water mark, reset through /proc/self/clear_refs) over
 what ``import session`` took, reported as a multiple of the line's size.  Linux only; the
 files go to a temporary folder, removed at the end.
@@ -25,7 +30,8 @@ from pathlib import Path
 from typing import Any, List, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPES = {"{},": b"{},", "1.5,": b"1.5,", "0,": b"0,", "string": b"x"}
+SHAPES = {"{},": b"{},", "1.5,": b"1.5,", "0,": b"0,", "[3,3],": b"[3,3],", "string": b"x"}
+PLACES = ["result", "messages", "tools", "version"]
 READERS = ["read", "open", "validate", "repair", "summary"]
 
 MEASURE = """
@@ -42,22 +48,27 @@ with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # VmHWM := VmRSS
 before = peak_kb()
 reader, path = sys.argv[2], sys.argv[3]
-if reader == "read":
-    session.read(path, lambda record: None)
-elif reader == "open":
-    session.open(path).close()
-elif reader == "validate":
-    assert session.main(["validate", path]) == 0
-elif reader == "repair":
-    assert session.repair(path).error is None
-else:
-    session.summarize(path)
+try:
+    if reader == "read":
+        session.read(path, lambda record: None)
+    elif reader == "open":
+        session.open(path).close()
+    elif reader == "validate":
+        session.main(["validate", path])
+    elif reader == "repair":
+        session.repair(path)
+    else:
+        session.summarize(path)
+except session.FormatError:
+    pass  # the verdict on an invalid file: its peak is measured alike
 print(peak_kb() - before)
 """
 
 
-def hostile_file(folder: Path, shape: str, size: int) -> Path:
-    """A valid session whose third line holds about *size* bytes of *shape*."""
+def hostile_file(folder: Path, shape: str, size: int, place: str = "result") -> Path:
+    """A session whose line holds about *size* bytes of *shape* at *place*."""
+    if place != "result":
+        return hostile_version_2_file(folder, shape, size, place)
     path = folder / f"{shape.strip(',').replace('{}', 'dicts')}.jsonl"
     sid, rid = "a" * 32, "b" * 32
     head = {"session_id": sid, "seq": 1, "type": "session_start", "time": "t", "data": {"version": 1}}
@@ -77,6 +88,29 @@ def hostile_file(folder: Path, shape: str, size: int) -> Path:
             f.write(piece * (size // len(piece)))
             f.write(b"0]}}\n")
         f.write(json.dumps(close).encode() + b"\n")
+    return path
+
+
+def hostile_version_2_file(folder: Path, shape: str, size: int, place: str) -> Path:
+    """A version-2 session (3 message, 4 tools, 5 model_request) whose request's *place*, or
+    header's for ``version``, holds about *size* bytes of *shape*."""
+    sys.path.insert(0, str(ROOT))
+    import session
+
+    path = folder / "hostile.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        request = session.ModelRequest([session.Message("user", [session.text_block("hi")])], [{"name": "t"}])
+        run.record(session.Event("model_request", execution=session.Execution("m", "model"), request=request))
+    lines = path.read_bytes().split(b"\n")
+    at = 0 if place == "version" else 4
+    obj = json.loads(lines[at])
+    obj["data"][place] = "hostile"
+    piece = SHAPES[shape]
+    value = (
+        b'"' + piece * size + b'"' if shape == "string" else b"[" + piece * (size // len(piece)) + b"[3,3]]"
+    )
+    lines[at] = json.dumps(obj, separators=(",", ":")).encode().replace(b'"hostile"', value)
+    path.write_bytes(b"\n".join(lines))
     return path
 
 
@@ -131,6 +165,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--mb", type=int, default=64, help="size of the long line, in MB")
     parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="only these shapes")
+    parser.add_argument("--place", choices=PLACES, default="result", help="where the long value is")
     parser.add_argument(
         "--version-2", type=int, metavar="MESSAGES", help="measure a version-2 session instead"
     )
@@ -143,7 +178,7 @@ def main() -> int:
     print(f"{'shape':8}" + "".join(f"{reader:>10}" for reader in READERS) + "   seconds")
     with tempfile.TemporaryDirectory() as folder:
         for shape in args.shape or SHAPES:
-            path = hostile_file(Path(folder), shape, size)
+            path = hostile_file(Path(folder), shape, size, args.place)
             line = max(len(line) for line in path.read_bytes().split(b"\n"))
             ratios, seconds = [], []
             for reader in READERS:
