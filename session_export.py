@@ -2697,6 +2697,9 @@ class _OtlpRun:
         self.start = self.last = start
         self.closed = False
         self.agent_end: Dict[str, Any] = {}
+        self.asked = False  # whether its first model request was read
+        self.input: Optional[_OtlpMessage] = None  # the newest user message of that request
+        self.answer: Dict[str, Any] = {}  # the message of its latest model call that answered
 
 
 class _Traces:
@@ -2750,6 +2753,17 @@ class _Traces:
             _put_count(call.request["config"], "gen_ai.request.max_tokens", config.get("max_tokens"))
             if self._content is not None:
                 call.request["content"] = self._content.of_request(record.data)
+                self._asked(self._runs[record.run_id], record.data)
+        if record.type == "model_exec_end" and _message_value(record.data.get("message")):
+            self._runs[record.run_id].answer = record.data["message"]
+
+    def _asked(self, run: _OtlpRun, data: Dict[str, Any]) -> None:
+        """The run's input, from its first model request: the newest user message there (a
+        resumed run's context still holds the questions of the runs before it)."""
+        if not run.asked and self._content is not None:
+            run.asked = True
+            _, latest, _ = self._content.context(data)
+            run.input = next((m for m in latest if m.role == "user"), None)
 
     def _new_call(self, run_id: str, execution: Execution) -> _OtlpCall:
         """The call's span, under its parent's latest attempt (or the run), linked to the
@@ -2782,6 +2796,8 @@ class _Traces:
         summary = run.agent_end.get("summary")
         if type(summary) is dict and type(summary.get("end_reason")) is str:
             attributes.append(("session_jsonl.end_reason", _safe(summary["end_reason"])))
+        if self._content is not None:
+            attributes += _run_content(run)
         error = _error_status(run.agent_end.get("error"), attributes)
         if error is None and not run.closed:
             error = _unfinished("run_close", attributes)
@@ -2838,6 +2854,28 @@ _USAGE_ATTRIBUTES = (
     ),
     ("total_tokens", ("llm.token_count.total",)),
 )
+
+
+def _run_content(run: _OtlpRun) -> _Attributes:
+    """A run's input and final answer, as the conventions' messages and as OpenInference's
+    ``input.value`` and ``output.value`` (their text), which backends show for the run."""
+    out: _Attributes = []
+    if run.input is not None:
+        out += [
+            ("gen_ai.input.messages", _cut(f"[{run.input.text}]", run.input.length + 2)),
+            ("input.value", run.input.plain),
+            ("input.mime_type", "text/plain"),
+        ]
+    answer = _message_value(run.answer)
+    if answer:
+        stop = answer.get("stop_reason")
+        reason = _FINISH_REASONS.get(stop, stop) if type(stop) is str and stop else "stop"
+        out += [
+            ("gen_ai.output.messages", _content([dict(_otel_message(answer), finish_reason=reason)])),
+            ("output.value", _cut(_safe(_plain_text(answer)))),
+            ("output.mime_type", "text/plain"),
+        ]
+    return out
 
 
 def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
@@ -2946,6 +2984,7 @@ class _OtlpMessage(NamedTuple):
     text: str  # the conventions' JSON of the message, at most the cap of it (a system message's
     # parts, without the brackets around them: they are joined into one list)
     length: int  # of that JSON whole
+    plain: str  # a user message's text, at most the cap of it (a run's input.value)
 
 
 def _otlp_message(value: Any) -> _OtlpMessage:
@@ -2954,7 +2993,14 @@ def _otlp_message(value: Any) -> _OtlpMessage:
     converted = _otel_message(message)
     text = _json_content(converted["parts"] if role == "system" else converted)
     kept = text[1:-1] if role == "system" else text
-    return _OtlpMessage(role, kept[:_OTLP_CONTENT_CAP], len(text))
+    plain = _cut(_safe(_plain_text(message))) if role == "user" else ""
+    return _OtlpMessage(role, kept[:_OTLP_CONTENT_CAP], len(text), plain)
+
+
+def _plain_text(message: Dict[str, Any]) -> str:
+    """The text blocks of *message*, one after another."""
+    blocks = message.get("content") or ()
+    return "\n".join(b["text"] for b in blocks if type(b) is dict and type(b.get("text")) is str)
 
 
 class _Contents:
@@ -2981,15 +3027,10 @@ class _Contents:
     def of_request(self, data: Dict[str, Any]) -> _Attributes:
         """A ``model_request``'s messages, system instructions and tool definitions."""
         request = data["request"]
+        instructions, latest, count = self.context(data)
         if "messages" in request or "messages" not in data:  # version 1, or written whole
-            written = request.get("messages")
-            messages = [_otlp_message(m) for m in written] if type(written) is list else []
-            instructions = [m for m in messages if m.role == "system"]
-            latest: Iterable[_OtlpMessage] = reversed(messages)
-            count = len(messages)
             tools = _tool_definitions(request.get("tools"))
-        else:  # version 2: [first, last] ranges of message records, checked by the reader
-            instructions, latest, count = self._referred(data["messages"])
+        else:
             tools = self._tools.get(data["tools"], "") if type(data.get("tools")) is int else ""
         system = [m for m in instructions if m.length > 2]
         chat_messages = (m for m in latest if m.role != "system")
@@ -3003,6 +3044,16 @@ class _Contents:
         if tools:
             out.append(("gen_ai.tool.definitions", tools))
         return out
+
+    def context(self, data: Dict[str, Any]) -> Tuple[List[_OtlpMessage], Iterator[_OtlpMessage], int]:
+        """A ``model_request``'s system messages, all its messages latest first, and how many."""
+        request = data["request"]
+        if "messages" in request or "messages" not in data:  # version 1, or written whole
+            written = request.get("messages")
+            messages = [_otlp_message(m) for m in written] if type(written) is list else []
+            instructions = [m for m in messages if m.role == "system"]
+            return instructions, reversed(messages), len(messages)
+        return self._referred(data["messages"])  # version 2: [first, last] ranges, checked by the reader
 
     def _referred(self, ranges: List[List[int]]) -> Tuple[List[_OtlpMessage], Iterator[_OtlpMessage], int]:
         """The system messages of the message records in *ranges*, all of them latest first

@@ -351,6 +351,34 @@ def test_content_is_opt_in_resolved_without_credentials_and_cut(demo: Path, tmp_
     assert cut == '{"x": "' + "x" * (16384 - 7) + "... [23625 more characters cut]"
 
 
+def test_a_runs_span_carries_its_input_and_final_answer_with_content(demo: Path) -> None:
+    spans, _ = sent(demo, "http/protobuf", "--content")
+    runs = [attributes(s) for s in spans if s.name == "invoke_agent"]
+    answers = [
+        r.data["message"]["value"]
+        for r in session.iter_records(demo)
+        if r.type == "model_exec_end" and "message" in r.data
+    ]
+    finals = [a for a in answers if a["stop_reason"] == "stop"]
+    questions = ["How long is session.py, and what is beside it?", "And how long are the tests?"]
+    assert [r["input.value"] for r in runs] == questions  # the second run's context holds the first's
+    assert [json.loads(r["gen_ai.input.messages"]) for r in runs] == [
+        [{"role": "user", "parts": [{"type": "text", "content": q}]}] for q in questions
+    ]
+    assert [r["output.value"] for r in runs] == [a["content"][0]["text"] for a in finals]
+    assert [json.loads(r["gen_ai.output.messages"]) for r in runs] == [
+        [
+            {
+                "role": "assistant",
+                "parts": [{"type": "text", "content": a["content"][0]["text"]}],
+                "finish_reason": "stop",
+            }
+        ]
+        for a in finals
+    ]
+    assert {r["input.mime_type"] for r in runs} == {r["output.mime_type"] for r in runs} == {"text/plain"}
+
+
 def test_a_string_tools_arguments_and_result_are_sent_as_their_text(tmp_path: Path) -> None:
     path = tmp_path / "strings.jsonl"
     results = ["line 1\nline 2 \u00e9", {"output": "line 1\nline 2"}, "r" * 20000]
@@ -389,7 +417,8 @@ def test_content_is_the_same_from_either_version_and_a_long_message_is_cut(tmp_p
         long = Message("user", [session.text_block("z" * 40000)], timestamp=T0)
         run.record(Event("model_request", execution=model, request=ModelRequest([long])))
     whole = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "z" * 40000}]}])
-    (chat,) = [found for found in contents(path) if found]
+    run, chat = contents(path)  # the run's input is that message too
+    assert run["gen_ai.input.messages"] == chat["gen_ai.input.messages"]
     assert chat == {"gen_ai.input.messages": f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"}
 
 
@@ -457,7 +486,7 @@ def test_content_keeps_of_each_system_message_what_it_sends(tmp_path: Path) -> N
 
 
 CONTENT: Tuple[str, ...] = ("gen_ai.input", "gen_ai.output", "gen_ai.system", "gen_ai.tool.definitions")
-CONTENT += ("gen_ai.tool.call.", "session_jsonl.input")
+CONTENT += ("gen_ai.tool.call.", "session_jsonl.input", "input.", "output.")
 
 
 def hostile_file(path: Path) -> Path:
