@@ -2583,7 +2583,7 @@ _CALL_DATA = frozenset(
 _FINISH_REASONS = {"toolUse": "tool_call", "safety": "content_filter"}  # agentgo's -> the conventions'
 
 
-_Attributes = List[Tuple[str, Any]]  # values: str, int (int64), bool, or a list of str
+_Attributes = List[Tuple[str, Any]]  # values: str, int (int64), float, bool, or a list of str
 _Common = Callable[[str, str], _Attributes]
 _CallSpan = Tuple[str, int, _Attributes, Optional[str]]  # name, kind, attributes, error
 
@@ -2901,6 +2901,7 @@ def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
     for key, names in _USAGE_ATTRIBUTES:
         for name in names:
             _put_count(attributes, name, usage.get(key))
+    attributes += _cost_attributes(_object(usage.get("cost")))
     stop = message.get("stop_reason")
     reason = _safe(_FINISH_REASONS.get(stop, stop)) if type(stop) is str and stop else ""
     if reason:
@@ -2914,6 +2915,26 @@ def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
             attributes.append(("gen_ai.output.messages", _content(output)))
     error = _error_status(end.get("error"), attributes)
     return f"chat {model}" if model else "chat", _CLIENT, attributes, error
+
+
+def _cost_attributes(cost: Dict[str, Any]) -> _Attributes:
+    """What the usage's ``cost`` records (USD), as OpenInference's ``llm.cost.*`` (the
+    prompt's the sum of its input, cache read and cache write costs) and, its total, as
+    ``gen_ai.usage.cost``; nothing for a cost not recorded (or not a finite number)."""
+    amounts = {key: _amount(cost.get(key)) for key in ("input", "output", "cache_read", "cache_write")}
+    prompt = [a for a in (amounts["input"], amounts["cache_read"], amounts["cache_write"]) if a is not None]
+    out: _Attributes = []
+    if prompt:
+        out.append(("llm.cost.prompt", _amount(sum(prompt))))  # inf: beyond a double
+    out.append(("llm.cost.completion", amounts["output"]))
+    out.append(("llm.cost.prompt_details.cache_read", amounts["cache_read"]))
+    out.append(("llm.cost.prompt_details.cache_write", amounts["cache_write"]))
+    parts = [amount for amount in amounts.values() if amount is not None]
+    total = _amount(cost.get("total"))
+    if total is None and parts:
+        total = _amount(sum(parts))
+    out += [("llm.cost.total", total), ("gen_ai.usage.cost", total)]
+    return [(key, amount) for key, amount in out if amount is not None]
 
 
 def _tool_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
@@ -3217,12 +3238,14 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def _any_proto(value: Any) -> bytes:
-    """An AnyValue: string_value 1, bool_value 2, int_value 3, array_value 5 (a oneof: written
-    even when empty or zero)."""
+    """An AnyValue: string_value 1, bool_value 2, int_value 3, double_value 4, array_value 5
+    (a oneof: written even when empty or zero)."""
     if isinstance(value, bool):
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
         return b"\x18" + _varint(value)
+    if isinstance(value, float):
+        return b"\x21" + struct.pack("<d", value)  # fixed64
     if isinstance(value, str):
         return _field(1, value.encode())
     return _field(5, b"".join(_field(1, _any_proto(item)) for item in value))
@@ -3270,6 +3293,8 @@ def _any_json(value: Any) -> Dict[str, Any]:
         return {"boolValue": value}
     if isinstance(value, int):
         return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
     if isinstance(value, str):
         return {"stringValue": value}
     return {"arrayValue": {"values": [_any_json(item) for item in value]}}

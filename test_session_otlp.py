@@ -379,6 +379,52 @@ def test_a_runs_span_carries_its_input_and_final_answer_with_content(demo: Path)
     assert {r["input.mime_type"] for r in runs} == {r["output.mime_type"] for r in runs} == {"text/plain"}
 
 
+def test_the_recorded_cost_goes_on_each_chat_span_none_where_none_was(tmp_path: Path) -> None:
+    path = tmp_path / "costs.jsonl"
+    costs: List[Any] = [
+        {"input": 0.25, "output": 0.5, "cache_read": 0.125, "cache_write": 1.0, "total": 1.875},
+        {"input": 0.1, "output": 0.2},  # no total: the sum of its parts
+        None,  # none recorded
+        {"total": 3.0},
+        {"input": 1e308, "output": 1e308},  # a sum beyond a double: no total
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        for n, cost in enumerate(costs):
+            model = Execution(f"m{n}", "model")
+            usage: session.Usage = {"input": 10, "output": 5, "total_tokens": 15, "model": "m"}
+            if cost is not None:
+                usage["cost"] = cost
+            answer = Message("assistant", [session.text_block("ok")], "stop", usage, timestamp=T0)
+            run.record(Event("model_exec_start", execution=model))
+            run.record(Event("model_exec_end", execution=model, message=answer))
+    for protocol in ("http/protobuf", "http/json"):
+        (body,) = session_export.otlp_requests([path], protocol=protocol)
+        request = decode(body, protocol)
+        if protocol == "http/protobuf":
+            assert request.SerializeToString() == body
+        chats = [attributes(s) for s in spans_of(request) if s.name == "chat m"]
+        found = [{k: v for k, v in a.items() if "cost" in k} for a in chats]
+        assert found == [
+            {
+                "llm.cost.prompt": 1.375,
+                "llm.cost.completion": 0.5,
+                "llm.cost.prompt_details.cache_read": 0.125,
+                "llm.cost.prompt_details.cache_write": 1.0,
+                "llm.cost.total": 1.875,
+                "gen_ai.usage.cost": 1.875,
+            },
+            {
+                "llm.cost.prompt": 0.1,
+                "llm.cost.completion": 0.2,
+                "llm.cost.total": 0.30000000000000004,
+                "gen_ai.usage.cost": 0.30000000000000004,
+            },
+            {},
+            {"llm.cost.total": 3.0, "gen_ai.usage.cost": 3.0},
+            {"llm.cost.prompt": 1e308, "llm.cost.completion": 1e308},
+        ]
+
+
 def test_a_string_tools_arguments_and_result_are_sent_as_their_text(tmp_path: Path) -> None:
     path = tmp_path / "strings.jsonl"
     results = ["line 1\nline 2 \u00e9", {"output": "line 1\nline 2"}, "r" * 20000]
@@ -417,8 +463,8 @@ def test_content_is_the_same_from_either_version_and_a_long_message_is_cut(tmp_p
         long = Message("user", [session.text_block("z" * 40000)], timestamp=T0)
         run.record(Event("model_request", execution=model, request=ModelRequest([long])))
     whole = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "z" * 40000}]}])
-    run, chat = contents(path)  # the run's input is that message too
-    assert run["gen_ai.input.messages"] == chat["gen_ai.input.messages"]
+    asked, chat = contents(path)  # the run's input is that message too
+    assert asked["gen_ai.input.messages"] == chat["gen_ai.input.messages"]
     assert chat == {"gen_ai.input.messages": f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"}
 
 
