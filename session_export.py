@@ -2689,6 +2689,7 @@ class _OtlpCall:
         self.data: Dict[str, Dict[str, Any]] = {}  # by record type: those _CALL_DATA names
         self.request: Dict[str, _Attributes] = {}  # "config", and "content" when asked
         self.links: List[bytes] = []
+        self.compacted = False  # whether a compaction before it made its context
 
 
 class _OtlpRun:
@@ -2713,6 +2714,7 @@ class _Traces:
         self._runs: Dict[str, _OtlpRun] = {}
         self._calls: Dict[Tuple[str, str, int], _OtlpCall] = {}
         self._latest: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> latest attempt
+        self._compacted = False  # whether the session's context was compacted yet
 
     def add(self, record: Record) -> None:
         self._time = _unix_nanos(record.time, self._time)
@@ -2745,6 +2747,8 @@ class _Traces:
         call.last = self._time
         if record.type in _CALL_ENDS.get(execution.kind, ()):
             call.end = self._time
+        if record.type == "context_compacted":
+            self._compacted = True
         if record.type in _CALL_DATA:
             call.data[record.type] = record.data
         elif record.type == "model_request" and type(record.data.get("request")) is dict:
@@ -2774,6 +2778,7 @@ class _Traces:
             parent = self._span_id(run_id, execution.parent_id, parent_attempt)
         span_id = self._span_id(run_id, execution.id, execution.attempt)
         call = _OtlpCall(execution, span_id, parent, self._time)
+        call.compacted = self._compacted
         before = self._calls.get((run_id, execution.id, execution.attempt - 1))
         if before is not None:
             call.links.append(before.span_id)
@@ -2845,12 +2850,15 @@ class _Traces:
 
 
 _USAGE_ATTRIBUTES = (
-    ("input", ("gen_ai.usage.input_tokens", "llm.token_count.prompt")),
     ("output", ("gen_ai.usage.output_tokens", "llm.token_count.completion")),
     ("cache_read", ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")),
     (
         "cache_write",
-        ("gen_ai.usage.cache_creation.input_tokens", "llm.token_count.prompt_details.cache_write"),
+        (
+            "gen_ai.usage.cache_write.input_tokens",
+            "gen_ai.usage.cache_creation.input_tokens",  # its name before: backends still read it
+            "llm.token_count.prompt_details.cache_write",
+        ),
     ),
     ("total_tokens", ("llm.token_count.total",)),
 )
@@ -2898,6 +2906,11 @@ def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
             ("llm.model_name", model),
         ]
     attributes += call.request.get("config", [])
+    if call.compacted:
+        attributes.append(("gen_ai.conversation.compacted", True))
+    input_tokens = _input_tokens(usage)
+    _put_count(attributes, "gen_ai.usage.input_tokens", input_tokens)
+    _put_count(attributes, "llm.token_count.prompt", input_tokens)
     for key, names in _USAGE_ATTRIBUTES:
         for name in names:
             _put_count(attributes, name, usage.get(key))
@@ -2915,6 +2928,18 @@ def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
             attributes.append(("gen_ai.output.messages", _content(output)))
     error = _error_status(end.get("error"), attributes)
     return f"chat {model}" if model else "chat", _CLIENT, attributes, error
+
+
+def _input_tokens(usage: Dict[str, Any]) -> Any:
+    """The input tokens cached ones included, as the conventions count them.  A usage whose
+    ``total_tokens`` is its input, output, cache read and cache write tokens together was
+    counted the Anthropic way, its input without the cached tokens: they are added to it.
+    Any other usage (its total the input and output, or no total) is taken as recorded."""
+    counts = [usage.get(key) for key in ("input", "output", "cache_read", "cache_write", "total_tokens")]
+    given, made, read, written, total = [value if type(value) is int else 0 for value in counts]
+    if type(counts[0]) is int and read + written and total == given + made + read + written:
+        return given + read + written
+    return usage.get("input")
 
 
 def _cost_attributes(cost: Dict[str, Any]) -> _Attributes:

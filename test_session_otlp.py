@@ -197,6 +197,7 @@ def test_the_demo_session_arrives_as_spans_by_the_genai_conventions(demo: Path, 
     run_of = {span.trace_id: str(record.run_id) for span, record in zip(runs, runs_in_file[::2])}
     calls = call_records(demo)
     assert len(spans) == len(runs) + len(calls) == 13
+    (compaction,) = [r.seq for r in session.iter_records(demo) if r.type == "context_compacted"]
     for span in spans:
         a = attributes(span)
         assert a["gen_ai.conversation.id"] == a["session.id"] == runs_in_file[0].session_id
@@ -214,6 +215,7 @@ def test_the_demo_session_arrives_as_spans_by_the_genai_conventions(demo: Path, 
         if execution["kind"] == "model":
             check_model_span(span, data, spans)
             assert parent.name == "invoke_agent"
+            assert a.get("gen_ai.conversation.compacted") is (True if records[0].seq > compaction else None)
         elif execution["kind"] == "tool":
             check_tool_span(span, data)
             attempts = [key[2] for key in calls if key[:2] == (run_id, execution["parent_id"])]
@@ -248,7 +250,7 @@ def check_model_span(span: Any, data: Dict[str, Dict[str, Any]], spans: List[Any
     """A model call's attempt: a chat span with the usage of its end, or its error; an
     attempt after the first a sibling of the one before, linked to it."""
     a, end = attributes(span), data["model_exec_end"]
-    assert set(a) == keys_of("model", "error" in end)
+    assert set(a) - {"gen_ai.conversation.compacted"} == keys_of("model", "error" in end)
     assert span.name == "chat" and span.kind == 3 and a["openinference.span.kind"] == "LLM"
     assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.request.max_tokens"] == 1024
     if "error" in end:
@@ -287,6 +289,45 @@ def check_tool_span(span: Any, data: Dict[str, Dict[str, Any]]) -> None:
         a["gen_ai.tool.name"] == a["tool.name"] == end["tool"] and a["gen_ai.tool.call.id"] == end["tool_id"]
     )
     assert (span.status.code, a.get("error.type")) == ((2, failed["type"]) if failed else (1, None))
+
+
+def test_usage_counts_input_tokens_with_the_cached_ones_as_the_conventions_do(tmp_path: Path) -> None:
+    """Usage counted the Anthropic way (total = input + output + cache read + cache write) has
+    its cached tokens added to the input; counted the OpenAI way, or without a total, it is
+    sent as recorded.  The calls after a compaction say their context was compacted."""
+    path = tmp_path / "usage.jsonl"
+    usages: List[session.Usage] = [
+        {"input": 3, "output": 10, "cache_read": 5758, "cache_write": 6174, "total_tokens": 11945},
+        {"input": 2006, "output": 300, "cache_read": 1920, "total_tokens": 2306},
+        {"input": 50, "output": 5, "cache_read": 20},
+        {"input": 7, "output": 1, "total_tokens": 8},
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        for n, usage in enumerate(usages):
+            if n == 3:
+                compact = Execution("c", "compact")
+                run.record(Event("context_prepare_start", execution=compact, context_operation="compact"))
+                run.record(Event("context_compacted", execution=compact, compaction={"kept": 2}))
+                run.record(Event("context_prepare_end", execution=compact, context_operation="compact"))
+            model = Execution(f"m{n}", "model")
+            answer = Message("assistant", [session.text_block("ok")], "stop", usage, timestamp=T0)
+            run.record(Event("model_exec_start", execution=model))
+            run.record(Event("model_exec_end", execution=model, message=answer))
+    (body,) = session_export.otlp_requests([path])
+    chats = [attributes(s) for s in spans_of(decode_proto(body)) if s.name == "chat"]
+    assert [(a["gen_ai.usage.input_tokens"], a["llm.token_count.prompt"]) for a in chats] == [
+        (11935, 11935),
+        (2006, 2006),
+        (50, 50),
+        (7, 7),
+    ]
+    first = chats[0]
+    assert first["gen_ai.usage.cache_write.input_tokens"] == 6174
+    assert first["gen_ai.usage.cache_creation.input_tokens"] == 6174  # the name backends read today
+    assert first["llm.token_count.prompt_details.cache_write"] == 6174
+    assert first["llm.token_count.total"] == 11945 == 11935 + first["gen_ai.usage.output_tokens"]
+    assert [a.get("gen_ai.conversation.compacted") for a in chats] == [None, None, None, True]
+    assert all(a["openinference.span.kind"] == "LLM" for a in chats)
 
 
 def test_the_encoder_writes_what_protobuf_writes_and_json_says_the_same(demo: Path, tmp_path: Path) -> None:
