@@ -2626,7 +2626,8 @@ def otlp_requests(
     Each run is a trace; its calls are spans (docs/otlp.md).  A body is protobuf, or with
     *protocol* ``"http/json"`` OTLP/JSON; its spans take at most *max_request_bytes* (one
     bigger span goes alone).  Ids are derived from the session, run, execution id and attempt
-    (and *salt*): the same file gives the same ids.  The resource holds *service_name* and
+    (and *salt*, which the session's id then ends with too, after a colon): the same file gives
+    the same ids.  The resource holds *service_name* and
     the attributes *resource* names (Phoenix's project: ``openinference.project.name``).
     With *content*, the messages, system instructions, tool definitions, arguments and
     results go along too, without credentials, each attribute at most 16,384 characters (the
@@ -2840,11 +2841,14 @@ class _Traces:
         )
 
     def _common(self, operation: str, openinference_kind: str) -> _Attributes:
-        """The attributes every span has: the operation, the session, Phoenix's span kind."""
+        """The attributes every span has: the operation, the session (with the salt after it:
+        a backend that keys sessions by id across projects keeps a salted copy apart),
+        Phoenix's span kind."""
+        session = _safe(f"{self._session}:{self._salt}") if self._salt else self._session
         return [
             ("gen_ai.operation.name", operation),
-            ("gen_ai.conversation.id", self._session),
-            ("session.id", self._session),
+            ("gen_ai.conversation.id", session),
+            ("session.id", session),
             ("openinference.span.kind", openinference_kind),
         ]
 

@@ -666,6 +666,8 @@ def test_a_time_otlp_cannot_hold_is_as_one_unread(demo: Path, tmp_path: Path, ti
 
 
 def test_ids_are_the_same_on_every_export_and_a_salt_changes_them(demo: Path) -> None:
+    """The salt changes the session's id too: a backend that keys sessions by id across
+    projects (Phoenix) keeps a salted copy in a second project apart from the first."""
     once, _ = sent(demo)
     again, _ = sent(demo, "http/json")
     salted, _ = sent(demo, "http/protobuf", "--salt", "project-2")
@@ -673,6 +675,11 @@ def test_ids_are_the_same_on_every_export_and_a_salt_changes_them(demo: Path) ->
     assert ids == [(s.trace_id, s.span_id, s.parent_span_id) for s in again] and len(set(ids)) == 13
     assert not {s.span_id for s in salted} & {s.span_id for s in once}
     assert not {s.trace_id for s in salted} & {s.trace_id for s in once}
+    session_id = next(session.iter_records(demo)).session_id
+    for spans, expected in ((once, session_id), (salted, f"{session_id}:project-2")):
+        assert {(attributes(s)["session.id"], attributes(s)["gen_ai.conversation.id"]) for s in spans} == {
+            (expected, expected)
+        }
 
 
 # ---------------------------------------------------------------------------- files and options
