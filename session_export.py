@@ -55,6 +55,7 @@ from typing import (
     BinaryIO,
     Callable,
     Dict,
+    Generator,
     Iterable,
     Iterator,
     List,
@@ -65,9 +66,10 @@ from typing import (
     Tuple,
     TypeVar,
     Union,
+    cast,
 )
 
-from session import CallRef, Execution, FormatError, ReadResult, Record, Summary, read
+from session import CallRef, Execution, FormatError, ReadResult, Record, Summary, iter_records, read
 
 # isort: split
 # The core's private helpers this module shares, so that an export reads, writes and reports
@@ -2551,8 +2553,9 @@ COMMANDS = [  # what python -m session takes from this module
 # ``python -m session otlp FILE... --endpoint URL``: each run becomes a trace of spans named
 # and described by the OpenTelemetry GenAI semantic conventions (docs/otlp.md has the mapping
 # and the version followed), encoded here as OTLP's ExportTraceServiceRequest, in protobuf or
-# in OTLP/JSON, and sent over HTTP.  A file's spans are built as it is read and kept until it
-# proves valid: only the complete records of a valid file are exported, as ``export`` does.
+# in OTLP/JSON, and sent over HTTP.  A file is read twice: first to check it (only the complete
+# records of a valid file are exported, as ``export`` does), then to send each call's span as the
+# call ends, so that what is held stays bounded whatever the file's length.
 
 _OTLP_PROTOCOLS = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 _OTLP_REQUEST_BYTES = 4 << 20  # spans per request, encoded, at most (a bigger span goes alone)
@@ -2645,10 +2648,10 @@ def otlp_requests(
     batch: List[bytes] = []
     size = 0
     for name in _session_files(sources, set()):
-        spans, entry = _file_spans(name, content, salt, max_line_bytes)
+        entry: Dict[str, Any] = {}
         if entries is not None:
             entries.append(entry)
-        for span in spans:
+        for span in _file_spans(name, content, salt, max_line_bytes, entry):
             encoded = encode(span)
             if batch and size + len(encoded) > max_request_bytes:
                 yield wrap(resource_attributes, batch)
@@ -2660,22 +2663,36 @@ def otlp_requests(
 
 
 def _file_spans(
-    name: str, content: bool, salt: str, max_line_bytes: int
-) -> Tuple[List[_OtlpSpan], Dict[str, Any]]:
-    """The spans of the file *name* (none when it is invalid), and its manifest entry."""
-    traces = _Traces(content, salt)
+    name: str, content: bool, salt: str, max_line_bytes: int, entry: Dict[str, Any]
+) -> Iterator[_OtlpSpan]:
+    """The spans of the file *name*, each as its call ends, once a first read found the file
+    valid (none when it is not); *entry* becomes the file's manifest entry, its spans counted
+    as they go.  A file that changes between the two reads (cut, or replaced) is then reported
+    invalid: the spans before the change are not taken back."""
     tally = _Tally()
-
-    def visit(record: Record) -> None:
-        tally(record)
-        traces.add(record)
-
     try:
-        result = read(name, visit, max_line_bytes=max_line_bytes, resolve=False)
+        result = read(name, tally, max_line_bytes=max_line_bytes, resolve=False)
     except (FormatError, OSError) as exc:
-        return [], dict(_failure_fields(name, exc), spans=0)
-    spans = list(traces.spans())
-    return spans, dict(_valid_fields(name, result, tally), spans=len(spans))
+        entry.update(_failure_fields(name, exc), spans=0)
+        return
+    entry.update(_valid_fields(name, result, tally), spans=0)
+    traces = _Traces(content, salt)
+    try:
+        records = iter_records(name, max_line_bytes=max_line_bytes, resolve=False)
+        with contextlib.closing(cast(Generator[Record, None, None], records)):  # the file, once read
+            for record in itertools.islice(records, result.records):
+                if record.session_id != result.session_id:
+                    raise FormatError("the file changed while it was read", name, record.seq, record.offset)
+                for span in traces.add(record):
+                    entry["spans"] += 1
+                    yield span
+        for span in traces.rest():
+            entry["spans"] += 1
+            yield span
+    except (FormatError, OSError) as exc:
+        sent = entry["spans"]
+        entry.clear()
+        entry.update(_failure_fields(name, exc), spans=sent)
 
 
 class _OtlpCall:
@@ -2705,7 +2722,8 @@ class _OtlpRun:
 
 
 class _Traces:
-    """The spans of one session file, gathered as its records are read."""
+    """The spans of one session file, each made as its call (or run) ends: only the calls and
+    runs under way are held, and the keys of those that ended."""
 
     def __init__(self, content: bool, salt: str) -> None:
         self._content = _Contents() if content else None
@@ -2713,41 +2731,66 @@ class _Traces:
         self._session = ""
         self._time = 0  # of the latest record whose time could be read
         self._runs: Dict[str, _OtlpRun] = {}
-        self._calls: Dict[Tuple[str, str, int], _OtlpCall] = {}
+        self._calls: Dict[Tuple[str, str, int], _OtlpCall] = {}  # under way
+        self._ended: Set[Tuple[str, str, int]] = set()  # the calls whose span was made
         self._latest: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> latest attempt
         self._compacted = False  # whether the session's context was compacted yet
 
-    def add(self, record: Record) -> None:
+    def add(self, record: Record) -> List[_OtlpSpan]:
+        """Take in *record*: the spans of the call or run it ends."""
         self._time = _unix_nanos(record.time, self._time)
         if record.run_id is None:
             self._session = record.session_id
-            return
+            return []
         if self._content is not None:
             self._content.add(record)
         if record.type == "run_start":
             self._runs[record.run_id] = _OtlpRun(record.run_id, self._time)
-        run = self._runs[record.run_id]  # the reader checks that the run was started
+        run = self._runs.get(record.run_id)  # the reader checks that the run was started
+        if run is None:
+            return []  # a record of a run closed: the reader refuses it
         run.last = self._time
         if record.type == "run_close":
             run.closed = True
-        elif record.type == "agent_end":
+            return [self._run_span(self._runs.pop(record.run_id))]
+        if record.type == "agent_end":
             run.agent_end = record.data
         elif "execution" in record.data:
-            self._add_to_call(record)
+            return self._add_to_call(record)
+        return []
 
-    def _add_to_call(self, record: Record) -> None:
+    def rest(self) -> Iterator[_OtlpSpan]:
+        """The spans of the calls and runs the file left under way, once it is read."""
+        for (run_id, _, _), call in self._calls.items():
+            yield self._call_span(run_id, call)
+        for run in self._runs.values():
+            yield self._run_span(run)
+
+    def _add_to_call(self, record: Record) -> List[_OtlpSpan]:
         try:
             execution = _execution_from_json(record.data["execution"], record)
         except (FormatError, TypeError, ValueError):
-            return  # a shape the format does not write: no call to show it in
+            return []  # a shape the format does not write: no call to show it in
         assert record.run_id is not None
         key = (record.run_id, execution.id, execution.attempt)
         call = self._calls.get(key)
         if call is None:
+            if key in self._ended:
+                return []  # a record after its end: nothing its span shows
             call = self._calls[key] = self._new_call(record.run_id, execution)
         call.last = self._time
-        if record.type in _CALL_ENDS.get(execution.kind, ()):
+        ends = _CALL_ENDS.get(execution.kind, ())
+        if record.type in ends:
             call.end = self._time
+        self._take(record, call)
+        if not ends or record.type != ends[-1]:
+            return []  # under way still (or of a kind not known to end: at the file's end)
+        self._ended.add(key)
+        return [self._call_span(record.run_id, self._calls.pop(key))]
+
+    def _take(self, record: Record, call: _OtlpCall) -> None:
+        """What of *record* the span of *call*, or of its run, shows."""
+        assert record.run_id is not None
         if record.type == "context_compacted":
             self._compacted = True
         if record.type in _CALL_DATA:
@@ -2780,22 +2823,15 @@ class _Traces:
         span_id = self._span_id(run_id, execution.id, execution.attempt)
         call = _OtlpCall(execution, span_id, parent, self._time)
         call.compacted = self._compacted
-        before = self._calls.get((run_id, execution.id, execution.attempt - 1))
-        if before is not None:
-            call.links.append(before.span_id)
+        before = (run_id, execution.id, execution.attempt - 1)
+        if before in self._ended or before in self._calls:
+            call.links.append(self._span_id(*before))
         key = (run_id, execution.id)
         self._latest[key] = max(self._latest.get(key, 0), execution.attempt)
         return call
 
     def _span_id(self, run_id: str, *call: Any) -> bytes:
         return _otlp_id(8, self._salt, self._session, run_id, *call)
-
-    def spans(self) -> Iterator[_OtlpSpan]:
-        """Each run's span, then its calls', in the order they began."""
-        for run in self._runs.values():
-            yield self._run_span(run)
-        for (run_id, _, _), call in self._calls.items():
-            yield self._call_span(run_id, call)
 
     def _run_span(self, run: _OtlpRun) -> _OtlpSpan:
         attributes = self._common("invoke_agent", "AGENT")

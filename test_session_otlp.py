@@ -572,6 +572,46 @@ def test_content_keeps_of_each_system_message_what_it_sends(tmp_path: Path) -> N
         assert instructions == f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"
 
 
+def long_session(path: Path, calls: int) -> Path:
+    """A version-2 session of *calls* model calls, each answering 8 KB and followed by a tool
+    call whose result is 8 KB, each asking with the whole context so far."""
+    context = [Message("user", [session.text_block("Read them all.")], timestamp=T0)]
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(calls):
+            model = Execution(f"m{n}", "model")
+            run.record(Event("model_exec_start", execution=model))
+            run.record(Event("model_request", execution=model, request=ModelRequest(list(context))))
+            usage: session.Usage = {"input": 10, "output": 5, "total_tokens": 15}
+            blocks = [session.text_block(f"{n} " + "a" * 8000), session.tool_call_block(f"c{n}", "read", {})]
+            answer = Message("assistant", blocks, "toolUse", usage, timestamp=T0)
+            run.record(Event("model_exec_end", execution=model, message=answer))
+            tool = Execution(f"c{n}", "tool", parent_id=f"m{n}")
+            run.record(Event("tool_exec_start", execution=tool, tool="read", tool_id=f"c{n}", args={}))
+            run.record(Event("tool_exec_end", execution=tool, tool="read", result="r" * 8000))
+            result = Message("tool", [session.text_block("r" * 8000)], metadata={"tool_call_id": f"c{n}"})
+            context += [answer, result]
+    return path
+
+
+@pytest.mark.parametrize("content", [False])
+def test_memory_stays_bounded_whatever_the_files_length(tmp_path: Path, content: bool) -> None:
+    """Each call's span goes out as the call ends: four times the file takes no more memory."""
+    import tracemalloc
+
+    peaks = []
+    for calls in (100, 400):
+        path = long_session(tmp_path / f"{calls}.jsonl", calls)
+        tracemalloc.start()
+        spans = 0
+        for body in session_export.otlp_requests([path], content=content, max_request_bytes=1 << 16):
+            spans += len(spans_of(decode_proto(body)))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert spans == 1 + 2 * calls
+    small, large = peaks
+    assert large < small * 1.5 + (1 << 20), peaks  # the file grew by 4 * 100 * 16 KB
+
+
 CONTENT: Tuple[str, ...] = ("gen_ai.input", "gen_ai.output", "gen_ai.system", "gen_ai.tool.definitions")
 CONTENT += ("gen_ai.tool.call.", "session_jsonl.input", "input.", "output.")
 
