@@ -2560,6 +2560,7 @@ COMMANDS = [  # what python -m session takes from this module
 _OTLP_PROTOCOLS = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 _OTLP_REQUEST_BYTES = 4 << 20  # spans per request, encoded, at most (a bigger span goes alone)
 _OTLP_CONTENT_CAP = 16384  # characters of one content attribute; the rest is cut
+_OTLP_KEPT = 2 << 20  # characters of the latest messages converted kept, with --content
 _OTLP_TRIES = 5  # of one request answered 429, 502, 503 or 504
 _OTLP_LONGEST_WAIT = 60.0  # seconds: a longer Retry-After is waited this long
 _RETRYABLE = (429, 502, 503, 504)  # the OTLP specification's transient answers
@@ -2676,7 +2677,7 @@ def _file_spans(
         entry.update(_failure_fields(name, exc), spans=0)
         return
     entry.update(_valid_fields(name, result, tally), spans=0)
-    traces = _Traces(content, salt)
+    traces = _Traces(name, content, salt, max_line_bytes)
     try:
         records = iter_records(name, max_line_bytes=max_line_bytes, resolve=False)
         with contextlib.closing(cast(Generator[Record, None, None], records)):  # the file, once read
@@ -2725,8 +2726,8 @@ class _Traces:
     """The spans of one session file, each made as its call (or run) ends: only the calls and
     runs under way are held, and the keys of those that ended."""
 
-    def __init__(self, content: bool, salt: str) -> None:
-        self._content = _Contents() if content else None
+    def __init__(self, name: str, content: bool, salt: str, max_line_bytes: int) -> None:
+        self._content = _Contents(name, max_line_bytes) if content else None
         self._salt = salt
         self._session = ""
         self._time = 0  # of the latest record whose time could be read
@@ -3091,24 +3092,59 @@ def _plain_text(message: Dict[str, Any]) -> str:
 
 class _Contents:
     """The content attributes of a file's model requests.  The file is read without resolving
-    its references: each ``message`` and ``tools`` record is turned into the conventions'
-    JSON once, as it is read, and a request takes the latest of its messages that fit, so
-    the cost grows with the file, not with each request's context again."""
+    its references: each ``message`` record is turned into the conventions' JSON as it is
+    read, and a request takes the latest of its messages that fit, so the cost grows with the
+    file, not with each request's context again.  The latest messages converted are kept, up
+    to ``_OTLP_KEPT`` characters; an older one a request shows is read again at its offset."""
 
-    def __init__(self) -> None:
-        self._messages: Dict[int, _OtlpMessage] = {}
+    def __init__(self, name: str, max_line_bytes: int) -> None:
+        self._name = name
+        self._max_line_bytes = max_line_bytes
         self._seqs: List[int] = []  # of the message records, in order
+        self._offsets: List[int] = []  # of the same records
         self._system: List[int] = []  # where the system messages are among them
+        self._kept: Dict[int, _OtlpMessage] = {}  # by seq, the latest used last
+        self._kept_size = 0
         self._tools: Dict[int, str] = {}
 
     def add(self, record: Record) -> None:
         if record.type == "message":
-            message = self._messages[record.seq] = _otlp_message(record.data.get("message"))
+            message = _otlp_message(record.data.get("message"))
             if message.role == "system":
                 self._system.append(len(self._seqs))
             self._seqs.append(record.seq)
+            self._offsets.append(record.offset)
+            self._keep(record.seq, message)
         elif record.type == "tools":
             self._tools[record.seq] = _tool_definitions(record.data.get("tools"))
+
+    def _message(self, at: int) -> _OtlpMessage:
+        """The message of the *at*th message record: kept, or read again."""
+        seq = self._seqs[at]
+        message = self._kept.pop(seq, None)
+        if message is None:
+            message = _otlp_message(self._read_again(seq, self._offsets[at]))
+        else:
+            self._kept_size -= len(message.text) + len(message.plain)
+        self._keep(seq, message)
+        return message
+
+    def _keep(self, seq: int, message: _OtlpMessage) -> None:
+        self._kept[seq] = message
+        self._kept_size += len(message.text) + len(message.plain)
+        while self._kept_size > _OTLP_KEPT:
+            oldest = self._kept.pop(next(iter(self._kept)))
+            self._kept_size -= len(oldest.text) + len(oldest.plain)
+
+    def _read_again(self, seq: int, offset: int) -> Any:
+        """The ``message`` of record *seq*, at *offset* (where the read found it)."""
+        with builtins.open(self._name, "rb") as f:
+            f.seek(offset)
+            raw = f.readline(self._max_line_bytes + 1)
+        obj = _parse_line(raw, self._name, seq, offset, None, -1) if raw.endswith(b"\n") else {}
+        if obj.get("seq") != seq or type(obj.get("data")) is not dict:
+            raise FormatError(f"record {seq} changed while the file was read", self._name, seq, offset)
+        return obj["data"].get("message")
 
     def of_request(self, data: Dict[str, Any]) -> _Attributes:
         """A ``model_request``'s messages, system instructions and tool definitions."""
@@ -3145,16 +3181,14 @@ class _Contents:
         """The system messages of the message records in *ranges*, all of them latest first
         (as they are taken), and how many there are: a request whose context is long costs
         what it shows, not its length."""
-        seqs, system, messages = self._seqs, self._system, self._messages
+        seqs, system, message = self._seqs, self._system, self._message
         spans = [(bisect.bisect_left(seqs, first), bisect.bisect_right(seqs, last)) for first, last in ranges]
         instructions = [
-            messages[seqs[at]]
+            message(at)
             for start, end in spans
             for at in system[bisect.bisect_left(system, start) : bisect.bisect_left(system, end)]
         ]
-        latest = (
-            messages[seqs[at]] for start, end in reversed(spans) for at in range(end - 1, start - 1, -1)
-        )
+        latest = (message(at) for start, end in reversed(spans) for at in range(end - 1, start - 1, -1))
         return instructions, latest, sum(end - start for start, end in spans)
 
 

@@ -515,19 +515,13 @@ def test_content_of_a_long_version_2_session_costs_what_it_shows(
     """Each request's content takes its latest messages that fit: the messages looked at are
     about those it shows, not every message of every request (quadratic in the turns)."""
     looked_at = [0]
+    message = session_export._Contents._message
 
-    class Counted(Dict[int, Any]):
-        def __getitem__(self, seq: int) -> Any:
-            looked_at[0] += 1
-            return super().__getitem__(seq)
+    def counting(contents: Any, at: int) -> Any:
+        looked_at[0] += 1
+        return message(contents, at)
 
-    made = session_export._Contents.__init__
-
-    def counting(contents: Any) -> None:
-        made(contents)
-        contents._messages = Counted()
-
-    monkeypatch.setattr(session_export._Contents, "__init__", counting)
+    monkeypatch.setattr(session_export._Contents, "_message", counting)
     path = tmp_path / "long.jsonl"
     context = [Message("system", [session.text_block("Be brief.")], timestamp=T0)]
     with session.create(path) as s, s.begin_run() as run:
@@ -542,6 +536,22 @@ def test_content_of_a_long_version_2_session_costs_what_it_shows(
     fit = 16384 // 4000  # whole messages of the latest that fit, then one more looked at
     assert looked_at[0] <= 100 * (fit + 2)  # and the system message
     assert 8 * looked_at[0] < 100 * 101 // 2  # every message of every request: many times more
+
+
+def test_content_is_the_same_when_the_messages_kept_are_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message no longer kept (the system prompt, early in a long session) is read again at
+    its offset: what is sent does not depend on how much is kept."""
+    path = busy_file(tmp_path / "v2.jsonl", 12, seed=5, version=2)
+    with session.open(path) as s, s.begin_run() as run:
+        model = Execution("late", "model")
+        system = Message("system", [session.text_block("Be brief.")], timestamp=T0)
+        run.record(Event("model_exec_start", execution=model))
+        run.record(Event("model_request", execution=model, request=ModelRequest([system])))
+    whole = list(session_export.otlp_requests([path], content=True))
+    monkeypatch.setattr(session_export, "_OTLP_KEPT", 0)  # each message read again when shown
+    assert list(session_export.otlp_requests([path], content=True)) == whole
 
 
 def test_content_keeps_of_each_system_message_what_it_sends(tmp_path: Path) -> None:
@@ -593,7 +603,7 @@ def long_session(path: Path, calls: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("content", [False])
+@pytest.mark.parametrize("content", [False, True])
 def test_memory_stays_bounded_whatever_the_files_length(tmp_path: Path, content: bool) -> None:
     """Each call's span goes out as the call ends: four times the file takes no more memory."""
     import tracemalloc
