@@ -592,7 +592,10 @@ def long_session(path: Path, calls: int) -> Path:
             run.record(Event("model_exec_start", execution=model))
             run.record(Event("model_request", execution=model, request=ModelRequest(list(context))))
             usage: session.Usage = {"input": 10, "output": 5, "total_tokens": 15}
-            blocks = [session.text_block(f"{n} " + "a" * 8000), session.tool_call_block(f"c{n}", "read", {})]
+            blocks: List[session.ContentBlock] = [
+                session.text_block(f"{n} " + "a" * 8000),
+                session.tool_call_block(f"c{n}", "read", {}),
+            ]
             answer = Message("assistant", blocks, "toolUse", usage, timestamp=T0)
             run.record(Event("model_exec_end", execution=model, message=answer))
             tool = Execution(f"c{n}", "tool", parent_id=f"m{n}")
@@ -1065,7 +1068,14 @@ def test_a_bad_certificate_is_an_error(demo: Path, tmp_path: Path) -> None:
 
 @pytest.mark.phoenix
 def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
+    """The demo, sent twice with --content, then salted into a second project; a session that
+    records costs into a third: Phoenix's API gives back the spans, runs' input and output,
+    sessions apart by project, the recorded costs and OK statuses."""
     need("phoenix", "tox -e phoenix installs arize-phoenix")
+    costed = busy_file(tmp_path / "costed.jsonl", 3, seed=2)
+    entries: List[Dict[str, Any]] = []
+    list(session_export.otlp_requests([costed], entries=entries))
+    costed_spans = entries[0]["spans"]
     port, grpc = free_port(), free_port()
     env = dict(
         os.environ, PHOENIX_WORKING_DIR=str(tmp_path), PHOENIX_PORT=str(port), PHOENIX_HOST="127.0.0.1"
@@ -1078,17 +1088,27 @@ def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
             base = f"http://127.0.0.1:{port}"
             wait_for(f"{base}/healthz", server, tmp_path / "phoenix.log")
             for _ in range(2):  # the same ids again are not stored again
-                done = run_cli("otlp", str(demo), "--endpoint", f"{base}/v1/traces")
+                done = run_cli("otlp", str(demo), "--endpoint", f"{base}/v1/traces", "--content")
                 assert done.returncode == 0, done.stderr
             project = {"OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=second"}
             salted = otlp_with_environment(demo, "--endpoint", f"{base}/v1/traces", "--salt", "2", **project)
             assert salted.returncode == 0, salted.stderr
-            projects = phoenix_spans(base, 26)  # taken in order: the repeated spans were before these
+            project = {"OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=costs"}
+            sent_costs = otlp_with_environment(costed, "--endpoint", f"{base}/v1/traces", **project)
+            assert sent_costs.returncode == 0, sent_costs.stderr
+            projects = phoenix_spans(base, 26 + costed_spans)
         finally:
             server.terminate()
             server.wait(30)
-    assert {name: len(spans) for name, spans in projects.items()} == {"default": 13, "second": 13}
-    spans = projects["default"]
+    counts = {name: len(spans) for name, spans in projects.items()}
+    assert counts["default"] == counts["second"] == 13
+    check_phoenix_demo(demo, projects["default"], projects["sessions"])
+    check_phoenix_costs(costed, projects["costs"])
+
+
+def check_phoenix_demo(demo: Path, spans: List[Dict[str, Any]], sessions: Dict[str, Any]) -> None:
+    """The demo's spans in Phoenix: kinds, nesting, tokens, statuses, the runs' input and
+    output, and one session per project, its traces and tokens those of the file."""
     kinds = sorted(span["spanKind"] for span in spans)
     assert kinds == ["agent"] * 2 + ["chain"] + ["llm"] * 6 + ["tool"] * 4, kinds
     by_id = {span["context"]["spanId"]: span for span in spans}
@@ -1105,6 +1125,37 @@ def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
     )
     assert sum(1 for s in spans if s["statusCode"] == "ERROR") == 2  # the rate-limited call, the failed tool
     assert {s["statusCode"] for s in spans} == {"OK", "ERROR"}  # none left unset
+    runs = sorted((s for s in spans if s["spanKind"] == "agent"), key=lambda s: str(s["startTime"]))
+    questions = ["How long is session.py, and what is beside it?", "And how long are the tests?"]
+    assert [run["input"]["value"] for run in runs] == questions
+    assert all(run["output"]["value"] for run in runs)
+    session_id = next(session.iter_records(demo)).session_id
+    assert sessions["default"] == [
+        {
+            "sessionId": session_id,
+            "numTraces": 2,
+            "firstInput": {"value": questions[0]},
+            "lastOutput": {"value": runs[-1]["output"]["value"]},
+            "tokenUsage": {
+                "prompt": float(sum(u["input"] for u in usage)),
+                "completion": float(sum(u["output"] for u in usage)),
+            },
+        }
+    ]
+    assert [s["sessionId"] for s in sessions["second"]] == [f"{session_id}:2"]  # apart from the first
+
+
+def check_phoenix_costs(path: Path, spans: List[Dict[str, Any]]) -> None:
+    """Each chat span carries the cost its call recorded; together, the file's total."""
+    recorded = [
+        r.data["message"]["value"]["usage"]["cost"]["total"]
+        for r in session.iter_records(path)
+        if r.type == "model_exec_end" and "message" in r.data
+    ]
+    llm = [json.loads(s["attributes"]) for s in spans if s["spanKind"] == "llm" and s["statusCode"] == "OK"]
+    assert sorted(a["llm"]["cost"]["total"] for a in llm) == sorted(recorded)
+    assert sum(a["gen_ai"]["usage"]["cost"] for a in llm) == sum(recorded)
+    assert all(s["statusCode"] in ("OK", "ERROR") for s in spans)
 
 
 def free_port() -> int:
@@ -1126,12 +1177,17 @@ def wait_for(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
     raise AssertionError(f"Phoenix did not answer {url}: {log.read_text(errors='replace')[-2000:]}")
 
 
-def phoenix_spans(base: str, count: int) -> Dict[str, List[Dict[str, Any]]]:
-    """The spans Phoenix stored, by project, from its GraphQL API, once *count* arrived."""
+def phoenix_spans(base: str, count: int) -> Dict[str, Any]:
+    """The spans Phoenix stored, by project, from its GraphQL API, once *count* arrived, and
+    under "sessions" each project's sessions."""
     import urllib.request
 
     query = """{ projects { edges { node { name spans(first: 1000) { edges { node {
         name spanKind statusCode parentId tokenCountPrompt tokenCountCompletion context { spanId traceId }
+        startTime input { value } output { value } attributes
+    } } }
+    sessions(first: 100) { edges { node {
+        sessionId numTraces firstInput { value } lastOutput { value } tokenUsage { prompt completion }
     } } } } } } }"""
     found: Dict[str, List[Dict[str, Any]]] = {}
     for _ in range(60):
@@ -1141,11 +1197,10 @@ def phoenix_spans(base: str, count: int) -> Dict[str, List[Dict[str, Any]]]:
         with urllib.request.urlopen(request, timeout=10) as answer:
             result = json.loads(answer.read())
         assert "errors" not in result, result
-        found = {
-            project["node"]["name"]: [edge["node"] for edge in project["node"]["spans"]["edges"]]
-            for project in result["data"]["projects"]["edges"]
-        }
+        nodes = [project["node"] for project in result["data"]["projects"]["edges"]]
+        found = {node["name"]: [edge["node"] for edge in node["spans"]["edges"]] for node in nodes}
         if sum(map(len, found.values())) >= count:
-            return found
+            sessions = {node["name"]: [edge["node"] for edge in node["sessions"]["edges"]] for node in nodes}
+            return dict(found, sessions=sessions)
         time.sleep(0.5)
     raise AssertionError(f"Phoenix holds fewer spans than {count}: {found}")
