@@ -2655,8 +2655,8 @@ def otlp_requests(
         for span in _file_spans(name, content, salt, max_line_bytes, entry):
             encoded = encode(span)
             if batch and size + len(encoded) > max_request_bytes:
-                yield wrap(resource_attributes, batch)
-                batch, size = [], 0
+                body, batch, size = wrap(resource_attributes, batch), [], 0  # the batch let go
+                yield body
             batch.append(encoded)
             size += len(encoded) + 1  # and a comma, in JSON
     if batch:
@@ -2733,8 +2733,8 @@ class _Traces:
         self._time = 0  # of the latest record whose time could be read
         self._runs: Dict[str, _OtlpRun] = {}
         self._calls: Dict[Tuple[str, str, int], _OtlpCall] = {}  # under way
-        self._ended: Set[Tuple[str, str, int]] = set()  # the calls whose span was made
-        self._latest: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> latest attempt
+        self._ended: Set[bytes] = set()  # the span ids of the calls whose span was made
+        self._latest: Dict[bytes, int] = {}  # the span id of (run, execution id) -> latest attempt
         self._compacted = False  # whether the session's context was compacted yet
 
     def add(self, record: Record) -> List[_OtlpSpan]:
@@ -2776,7 +2776,7 @@ class _Traces:
         key = (record.run_id, execution.id, execution.attempt)
         call = self._calls.get(key)
         if call is None:
-            if key in self._ended:
+            if self._span_id(*key) in self._ended:
                 return []  # a record after its end: nothing its span shows
             call = self._calls[key] = self._new_call(record.run_id, execution)
         call.last = self._time
@@ -2786,7 +2786,7 @@ class _Traces:
         self._take(record, call)
         if not ends or record.type != ends[-1]:
             return []  # under way still (or of a kind not known to end: at the file's end)
-        self._ended.add(key)
+        self._ended.add(call.span_id)
         return [self._call_span(record.run_id, self._calls.pop(key))]
 
     def _take(self, record: Record, call: _OtlpCall) -> None:
@@ -2818,16 +2818,16 @@ class _Traces:
         """The call's span, under its parent's latest attempt (or the run), linked to the
         attempt before it."""
         parent = self._span_id(run_id)
-        parent_attempt = self._latest.get((run_id, execution.parent_id))
+        parent_attempt = self._latest.get(self._span_id(run_id, execution.parent_id))
         if execution.parent_id and parent_attempt is not None:
             parent = self._span_id(run_id, execution.parent_id, parent_attempt)
         span_id = self._span_id(run_id, execution.id, execution.attempt)
         call = _OtlpCall(execution, span_id, parent, self._time)
         call.compacted = self._compacted
-        before = (run_id, execution.id, execution.attempt - 1)
-        if before in self._ended or before in self._calls:
-            call.links.append(self._span_id(*before))
-        key = (run_id, execution.id)
+        before = self._span_id(run_id, execution.id, execution.attempt - 1)
+        if before in self._ended or (run_id, execution.id, execution.attempt - 1) in self._calls:
+            call.links.append(before)
+        key = self._span_id(run_id, execution.id)  # 8 bytes: what is kept of each call is small
         self._latest[key] = max(self._latest.get(key, 0), execution.attempt)
         return call
 
