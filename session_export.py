@@ -42,6 +42,7 @@ import errno
 import functools
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -54,6 +55,7 @@ from typing import (
     BinaryIO,
     Callable,
     Dict,
+    Generator,
     Iterable,
     Iterator,
     List,
@@ -64,9 +66,10 @@ from typing import (
     Tuple,
     TypeVar,
     Union,
+    cast,
 )
 
-from session import CallRef, Execution, FormatError, ReadResult, Record, Summary, read
+from session import CallRef, Execution, FormatError, ReadResult, Record, Summary, iter_records, read
 
 # isort: split
 # The core's private helpers this module shares, so that an export reads, writes and reports
@@ -2731,12 +2734,14 @@ COMMANDS = [  # what python -m session takes from this module
 # ``python -m session otlp FILE... --endpoint URL``: each run becomes a trace of spans named
 # and described by the OpenTelemetry GenAI semantic conventions (docs/otlp.md has the mapping
 # and the version followed), encoded here as OTLP's ExportTraceServiceRequest, in protobuf or
-# in OTLP/JSON, and sent over HTTP.  A file's spans are built as it is read and kept until it
-# proves valid: only the complete records of a valid file are exported, as ``export`` does.
+# in OTLP/JSON, and sent over HTTP.  A file is read twice: first to check it (only the complete
+# records of a valid file are exported, as ``export`` does), then to send each call's span as the
+# call ends, so that what is held stays bounded whatever the file's length.
 
 _OTLP_PROTOCOLS = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 _OTLP_REQUEST_BYTES = 4 << 20  # spans per request, encoded, at most (a bigger span goes alone)
 _OTLP_CONTENT_CAP = 16384  # characters of one content attribute; the rest is cut
+_OTLP_KEPT = 2 << 20  # characters of the latest messages converted kept, with --content
 _OTLP_TRIES = 5  # of one request answered 429, 502, 503 or 504
 _OTLP_LONGEST_WAIT = 60.0  # seconds: a longer Retry-After is waited this long
 _RETRYABLE = (429, 502, 503, 504)  # the OTLP specification's transient answers
@@ -2763,7 +2768,7 @@ _CALL_DATA = frozenset(
 _FINISH_REASONS = {"toolUse": "tool_call", "safety": "content_filter"}  # agentgo's -> the conventions'
 
 
-_Attributes = List[Tuple[str, Any]]  # values: str, int (int64), bool, or a list of str
+_Attributes = List[Tuple[str, Any]]  # values: str, int (int64), float, bool, or a list of str
 _Common = Callable[[str, str], _Attributes]
 _CallSpan = Tuple[str, int, _Attributes, Optional[str]]  # name, kind, attributes, error
 
@@ -2806,7 +2811,8 @@ def otlp_requests(
     Each run is a trace; its calls are spans (docs/otlp.md).  A body is protobuf, or with
     *protocol* ``"http/json"`` OTLP/JSON; its spans take at most *max_request_bytes* (one
     bigger span goes alone).  Ids are derived from the session, run, execution id and attempt
-    (and *salt*): the same file gives the same ids.  The resource holds *service_name* and
+    (and *salt*, which the session's id then ends with too, after a colon): the same file gives
+    the same ids.  The resource holds *service_name* and
     the attributes *resource* names (Phoenix's project: ``openinference.project.name``).
     With *content*, the messages, system instructions, tool definitions, arguments and
     results go along too, without credentials, each attribute at most 16,384 characters (the
@@ -2824,14 +2830,14 @@ def otlp_requests(
     batch: List[bytes] = []
     size = 0
     for name in _session_files(sources, set()):
-        spans, entry = _file_spans(name, content, salt, max_line_bytes)
+        entry: Dict[str, Any] = {}
         if entries is not None:
             entries.append(entry)
-        for span in spans:
+        for span in _file_spans(name, content, salt, max_line_bytes, entry):
             encoded = encode(span)
             if batch and size + len(encoded) > max_request_bytes:
-                yield wrap(resource_attributes, batch)
-                batch, size = [], 0
+                body, batch, size = wrap(resource_attributes, batch), [], 0  # the batch let go
+                yield body
             batch.append(encoded)
             size += len(encoded) + 1  # and a comma, in JSON
     if batch:
@@ -2839,22 +2845,36 @@ def otlp_requests(
 
 
 def _file_spans(
-    name: str, content: bool, salt: str, max_line_bytes: int
-) -> Tuple[List[_OtlpSpan], Dict[str, Any]]:
-    """The spans of the file *name* (none when it is invalid), and its manifest entry."""
-    traces = _Traces(content, salt)
+    name: str, content: bool, salt: str, max_line_bytes: int, entry: Dict[str, Any]
+) -> Iterator[_OtlpSpan]:
+    """The spans of the file *name*, each as its call ends, once a first read found the file
+    valid (none when it is not); *entry* becomes the file's manifest entry, its spans counted
+    as they go.  A file that changes between the two reads (cut, or replaced) is then reported
+    invalid: the spans before the change are not taken back."""
     tally = _Summarizer()
-
-    def visit(record: Record) -> None:
-        tally(record)
-        traces.add(record)
-
     try:
-        result = read(name, visit, max_line_bytes=max_line_bytes, resolve=False)
+        result = read(name, tally, max_line_bytes=max_line_bytes, resolve=False)
     except (FormatError, OSError) as exc:
-        return [], dict(_failure_fields(name, exc), spans=0)
-    spans = list(traces.spans())
-    return spans, dict(_valid_fields(name, result, tally), spans=len(spans))
+        entry.update(_failure_fields(name, exc), spans=0)
+        return
+    entry.update(_valid_fields(name, result, tally), spans=0)
+    traces = _Traces(name, content, salt, max_line_bytes)
+    try:
+        records = iter_records(name, max_line_bytes=max_line_bytes, resolve=False)
+        with contextlib.closing(cast(Generator[Record, None, None], records)):  # the file, once read
+            for record in itertools.islice(records, result.records):
+                if record.session_id != result.session_id:
+                    raise FormatError("the file changed while it was read", name, record.seq, record.offset)
+                for span in traces.add(record):
+                    entry["spans"] += 1
+                    yield span
+        for span in traces.rest():
+            entry["spans"] += 1
+            yield span
+    except (FormatError, OSError) as exc:
+        sent = entry["spans"]
+        entry.clear()
+        entry.update(_failure_fields(name, exc), spans=sent)
 
 
 class _OtlpCall:
@@ -2869,6 +2889,7 @@ class _OtlpCall:
         self.data: Dict[str, Dict[str, Any]] = {}  # by record type: those _CALL_DATA names
         self.request: Dict[str, _Attributes] = {}  # "config", and "content" when asked
         self.links: List[bytes] = []
+        self.compacted = False  # whether a compaction before it made its context
 
 
 class _OtlpRun:
@@ -2877,51 +2898,83 @@ class _OtlpRun:
         self.start = self.last = start
         self.closed = False
         self.agent_end: Dict[str, Any] = {}
+        self.asked = False  # whether its first model request was read
+        self.input: Optional[_OtlpMessage] = None  # the newest user message of that request
+        self.answer: Dict[str, Any] = {}  # the message of its latest model call that answered
 
 
 class _Traces:
-    """The spans of one session file, gathered as its records are read."""
+    """The spans of one session file, each made as its call (or run) ends: only the calls and
+    runs under way are held, and the keys of those that ended."""
 
-    def __init__(self, content: bool, salt: str) -> None:
-        self._content = _Contents() if content else None
+    def __init__(self, name: str, content: bool, salt: str, max_line_bytes: int) -> None:
+        self._content = _Contents(name, max_line_bytes) if content else None
         self._salt = salt
         self._session = ""
         self._time = 0  # of the latest record whose time could be read
         self._runs: Dict[str, _OtlpRun] = {}
-        self._calls: Dict[Tuple[str, str, int], _OtlpCall] = {}
-        self._latest: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> latest attempt
+        self._calls: Dict[Tuple[str, str, int], _OtlpCall] = {}  # under way
+        self._ended: Set[bytes] = set()  # the span ids of the calls whose span was made
+        self._latest: Dict[bytes, int] = {}  # the span id of (run, execution id) -> latest attempt
+        self._compacted = False  # whether the session's context was compacted yet
 
-    def add(self, record: Record) -> None:
+    def add(self, record: Record) -> List[_OtlpSpan]:
+        """Take in *record*: the spans of the call or run it ends."""
         self._time = _unix_nanos(record.time, self._time)
         if record.run_id is None:
             self._session = record.session_id
-            return
+            return []
         if self._content is not None:
             self._content.add(record)
         if record.type == "run_start":
             self._runs[record.run_id] = _OtlpRun(record.run_id, self._time)
-        run = self._runs[record.run_id]  # the reader checks that the run was started
+        run = self._runs.get(record.run_id)  # the reader checks that the run was started
+        if run is None:
+            return []  # a record of a run closed: the reader refuses it
         run.last = self._time
         if record.type == "run_close":
             run.closed = True
-        elif record.type == "agent_end":
+            return [self._run_span(self._runs.pop(record.run_id))]
+        if record.type == "agent_end":
             run.agent_end = record.data
         elif "execution" in record.data:
-            self._add_to_call(record)
+            return self._add_to_call(record)
+        return []
 
-    def _add_to_call(self, record: Record) -> None:
+    def rest(self) -> Iterator[_OtlpSpan]:
+        """The spans of the calls and runs the file left under way, once it is read."""
+        for (run_id, _, _), call in self._calls.items():
+            yield self._call_span(run_id, call)
+        for run in self._runs.values():
+            yield self._run_span(run)
+
+    def _add_to_call(self, record: Record) -> List[_OtlpSpan]:
         try:
             execution = _execution_from_json(record.data["execution"], record)
         except (FormatError, TypeError, ValueError):
-            return  # a shape the format does not write: no call to show it in
+            return []  # a shape the format does not write: no call to show it in
         assert record.run_id is not None
         key = (record.run_id, execution.id, execution.attempt)
         call = self._calls.get(key)
         if call is None:
+            if self._span_id(*key) in self._ended:
+                return []  # a record after its end: nothing its span shows
             call = self._calls[key] = self._new_call(record.run_id, execution)
         call.last = self._time
-        if record.type in _CALL_ENDS.get(execution.kind, ()):
+        ends = _CALL_ENDS.get(execution.kind, ())
+        if record.type in ends:
             call.end = self._time
+        self._take(record, call)
+        if not ends or record.type != ends[-1]:
+            return []  # under way still (or of a kind not known to end: at the file's end)
+        self._ended.add(call.span_id)
+        return [self._call_span(record.run_id, self._calls.pop(key))]
+
+    def _take(self, record: Record, call: _OtlpCall) -> None:
+        """What of *record* the span of *call*, or of its run, shows."""
+        assert record.run_id is not None
+        if record.type == "context_compacted":
+            self._compacted = True
         if record.type in _CALL_DATA:
             call.data[record.type] = record.data
         elif record.type == "model_request" and type(record.data.get("request")) is dict:
@@ -2930,38 +2983,45 @@ class _Traces:
             _put_count(call.request["config"], "gen_ai.request.max_tokens", config.get("max_tokens"))
             if self._content is not None:
                 call.request["content"] = self._content.of_request(record.data)
+                self._asked(self._runs[record.run_id], record.data)
+        if record.type == "model_exec_end" and _message_value(record.data.get("message")):
+            self._runs[record.run_id].answer = record.data["message"]
+
+    def _asked(self, run: _OtlpRun, data: Dict[str, Any]) -> None:
+        """The run's input, from its first model request: the newest user message there (a
+        resumed run's context still holds the questions of the runs before it)."""
+        if not run.asked and self._content is not None:
+            run.asked = True
+            _, latest, _ = self._content.context(data)
+            run.input = next((m for m in latest if m.role == "user"), None)
 
     def _new_call(self, run_id: str, execution: Execution) -> _OtlpCall:
         """The call's span, under its parent's latest attempt (or the run), linked to the
         attempt before it."""
         parent = self._span_id(run_id)
-        parent_attempt = self._latest.get((run_id, execution.parent_id))
+        parent_attempt = self._latest.get(self._span_id(run_id, execution.parent_id))
         if execution.parent_id and parent_attempt is not None:
             parent = self._span_id(run_id, execution.parent_id, parent_attempt)
         span_id = self._span_id(run_id, execution.id, execution.attempt)
         call = _OtlpCall(execution, span_id, parent, self._time)
-        before = self._calls.get((run_id, execution.id, execution.attempt - 1))
-        if before is not None:
-            call.links.append(before.span_id)
-        key = (run_id, execution.id)
+        call.compacted = self._compacted
+        before = self._span_id(run_id, execution.id, execution.attempt - 1)
+        if before in self._ended or (run_id, execution.id, execution.attempt - 1) in self._calls:
+            call.links.append(before)
+        key = self._span_id(run_id, execution.id)  # 8 bytes: what is kept of each call is small
         self._latest[key] = max(self._latest.get(key, 0), execution.attempt)
         return call
 
     def _span_id(self, run_id: str, *call: Any) -> bytes:
         return _otlp_id(8, self._salt, self._session, run_id, *call)
 
-    def spans(self) -> Iterator[_OtlpSpan]:
-        """Each run's span, then its calls', in the order they began."""
-        for run in self._runs.values():
-            yield self._run_span(run)
-        for (run_id, _, _), call in self._calls.items():
-            yield self._call_span(run_id, call)
-
     def _run_span(self, run: _OtlpRun) -> _OtlpSpan:
         attributes = self._common("invoke_agent", "AGENT")
         summary = run.agent_end.get("summary")
         if type(summary) is dict and type(summary.get("end_reason")) is str:
             attributes.append(("session_jsonl.end_reason", _safe(summary["end_reason"])))
+        if self._content is not None:
+            attributes += _run_content(run)
         error = _error_status(run.agent_end.get("error"), attributes)
         if error is None and not run.closed:
             error = _unfinished("run_close", attributes)
@@ -2999,25 +3059,53 @@ class _Traces:
         )
 
     def _common(self, operation: str, openinference_kind: str) -> _Attributes:
-        """The attributes every span has: the operation, the session, Phoenix's span kind."""
+        """The attributes every span has: the operation, the session (with the salt after it:
+        a backend that keys sessions by id across projects keeps a salted copy apart),
+        Phoenix's span kind."""
+        session = _safe(f"{self._session}:{self._salt}") if self._salt else self._session
         return [
             ("gen_ai.operation.name", operation),
-            ("gen_ai.conversation.id", self._session),
-            ("session.id", self._session),
+            ("gen_ai.conversation.id", session),
+            ("session.id", session),
             ("openinference.span.kind", openinference_kind),
         ]
 
 
 _USAGE_ATTRIBUTES = (
-    ("input", ("gen_ai.usage.input_tokens", "llm.token_count.prompt")),
     ("output", ("gen_ai.usage.output_tokens", "llm.token_count.completion")),
     ("cache_read", ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")),
     (
         "cache_write",
-        ("gen_ai.usage.cache_creation.input_tokens", "llm.token_count.prompt_details.cache_write"),
+        (
+            "gen_ai.usage.cache_write.input_tokens",
+            "gen_ai.usage.cache_creation.input_tokens",  # its name before: backends still read it
+            "llm.token_count.prompt_details.cache_write",
+        ),
     ),
     ("total_tokens", ("llm.token_count.total",)),
 )
+
+
+def _run_content(run: _OtlpRun) -> _Attributes:
+    """A run's input and final answer, as the conventions' messages and as OpenInference's
+    ``input.value`` and ``output.value`` (their text), which backends show for the run."""
+    out: _Attributes = []
+    if run.input is not None:
+        out += [
+            ("gen_ai.input.messages", _cut(f"[{run.input.text}]", run.input.length + 2)),
+            ("input.value", run.input.plain),
+            ("input.mime_type", "text/plain"),
+        ]
+    answer = _message_value(run.answer)
+    if answer:
+        stop = answer.get("stop_reason")
+        reason = _FINISH_REASONS.get(stop, stop) if type(stop) is str and stop else "stop"
+        out += [
+            ("gen_ai.output.messages", _content([dict(_otel_message(answer), finish_reason=reason)])),
+            ("output.value", _cut(_safe(_plain_text(answer)))),
+            ("output.mime_type", "text/plain"),
+        ]
+    return out
 
 
 def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
@@ -3040,9 +3128,15 @@ def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
             ("llm.model_name", model),
         ]
     attributes += call.request.get("config", [])
+    if call.compacted:
+        attributes.append(("gen_ai.conversation.compacted", True))
+    input_tokens = _input_tokens(usage)
+    _put_count(attributes, "gen_ai.usage.input_tokens", input_tokens)
+    _put_count(attributes, "llm.token_count.prompt", input_tokens)
     for key, names in _USAGE_ATTRIBUTES:
         for name in names:
             _put_count(attributes, name, usage.get(key))
+    attributes += _cost_attributes(_object(usage.get("cost")))
     stop = message.get("stop_reason")
     reason = _safe(_FINISH_REASONS.get(stop, stop)) if type(stop) is str and stop else ""
     if reason:
@@ -3056,6 +3150,38 @@ def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
             attributes.append(("gen_ai.output.messages", _content(output)))
     error = _error_status(end.get("error"), attributes)
     return f"chat {model}" if model else "chat", _CLIENT, attributes, error
+
+
+def _input_tokens(usage: Dict[str, Any]) -> Any:
+    """The input tokens cached ones included, as the conventions count them.  A usage whose
+    ``total_tokens`` is its input, output, cache read and cache write tokens together was
+    counted the Anthropic way, its input without the cached tokens: they are added to it.
+    Any other usage (its total the input and output, or no total) is taken as recorded."""
+    counts = [usage.get(key) for key in ("input", "output", "cache_read", "cache_write", "total_tokens")]
+    given, made, read, written, total = [value if type(value) is int else 0 for value in counts]
+    if type(counts[0]) is int and read + written and total == given + made + read + written:
+        return given + read + written
+    return usage.get("input")
+
+
+def _cost_attributes(cost: Dict[str, Any]) -> _Attributes:
+    """What the usage's ``cost`` records (USD), as OpenInference's ``llm.cost.*`` (the
+    prompt's the sum of its input, cache read and cache write costs) and, its total, as
+    ``gen_ai.usage.cost``; nothing for a cost not recorded (or not a finite number)."""
+    amounts = {key: _amount(cost.get(key)) for key in ("input", "output", "cache_read", "cache_write")}
+    prompt = [a for a in (amounts["input"], amounts["cache_read"], amounts["cache_write"]) if a is not None]
+    out: _Attributes = []
+    if prompt:
+        out.append(("llm.cost.prompt", _amount(sum(prompt))))  # inf: beyond a double
+    out.append(("llm.cost.completion", amounts["output"]))
+    out.append(("llm.cost.prompt_details.cache_read", amounts["cache_read"]))
+    out.append(("llm.cost.prompt_details.cache_write", amounts["cache_write"]))
+    parts = [amount for amount in amounts.values() if amount is not None]
+    total = _amount(cost.get("total"))
+    if total is None and parts:
+        total = _amount(sum(parts))
+    out += [("llm.cost.total", total), ("gen_ai.usage.cost", total)]
+    return [(key, amount) for key, amount in out if amount is not None]
 
 
 def _tool_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
@@ -3126,6 +3252,7 @@ class _OtlpMessage(NamedTuple):
     text: str  # the conventions' JSON of the message, at most the cap of it (a system message's
     # parts, without the brackets around them: they are joined into one list)
     length: int  # of that JSON whole
+    plain: str  # a user message's text, at most the cap of it (a run's input.value)
 
 
 def _otlp_message(value: Any) -> _OtlpMessage:
@@ -3134,42 +3261,79 @@ def _otlp_message(value: Any) -> _OtlpMessage:
     converted = _otel_message(message)
     text = _json_content(converted["parts"] if role == "system" else converted)
     kept = text[1:-1] if role == "system" else text
-    return _OtlpMessage(role, kept[:_OTLP_CONTENT_CAP], len(text))
+    plain = _cut(_safe(_plain_text(message))) if role == "user" else ""
+    return _OtlpMessage(role, kept[:_OTLP_CONTENT_CAP], len(text), plain)
+
+
+def _plain_text(message: Dict[str, Any]) -> str:
+    """The text blocks of *message*, one after another."""
+    blocks = message.get("content") or ()
+    return "\n".join(b["text"] for b in blocks if type(b) is dict and type(b.get("text")) is str)
 
 
 class _Contents:
     """The content attributes of a file's model requests.  The file is read without resolving
-    its references: each ``message`` and ``tools`` record is turned into the conventions'
-    JSON once, as it is read, and a request takes the latest of its messages that fit, so
-    the cost grows with the file, not with each request's context again."""
+    its references: each ``message`` record is turned into the conventions' JSON as it is
+    read, and a request takes the latest of its messages that fit, so the cost grows with the
+    file, not with each request's context again.  The latest messages converted are kept, up
+    to ``_OTLP_KEPT`` characters; an older one a request shows is read again at its offset."""
 
-    def __init__(self) -> None:
-        self._messages: Dict[int, _OtlpMessage] = {}
+    def __init__(self, name: str, max_line_bytes: int) -> None:
+        self._name = name
+        self._max_line_bytes = max_line_bytes
         self._seqs: List[int] = []  # of the message records, in order
+        self._offsets: List[int] = []  # of the same records
         self._system: List[int] = []  # where the system messages are among them
+        self._kept: Dict[int, _OtlpMessage] = {}  # by seq, the latest used last
+        self._kept_size = 0
         self._tools: Dict[int, str] = {}
 
     def add(self, record: Record) -> None:
         if record.type == "message":
-            message = self._messages[record.seq] = _otlp_message(record.data.get("message"))
+            message = _otlp_message(record.data.get("message"))
             if message.role == "system":
                 self._system.append(len(self._seqs))
             self._seqs.append(record.seq)
+            self._offsets.append(record.offset)
+            self._keep(record.seq, message)
         elif record.type == "tools":
             self._tools[record.seq] = _tool_definitions(record.data.get("tools"))
+
+    def _message(self, at: int) -> _OtlpMessage:
+        """The message of the *at*th message record: kept, or read again."""
+        seq = self._seqs[at]
+        message = self._kept.pop(seq, None)
+        if message is None:
+            message = _otlp_message(self._read_again(seq, self._offsets[at]))
+        else:
+            self._kept_size -= len(message.text) + len(message.plain)
+        self._keep(seq, message)
+        return message
+
+    def _keep(self, seq: int, message: _OtlpMessage) -> None:
+        self._kept[seq] = message
+        self._kept_size += len(message.text) + len(message.plain)
+        while self._kept_size > _OTLP_KEPT:
+            oldest = self._kept.pop(next(iter(self._kept)))
+            self._kept_size -= len(oldest.text) + len(oldest.plain)
+
+    def _read_again(self, seq: int, offset: int) -> Any:
+        """The ``message`` of record *seq*, at *offset* (where the read found it)."""
+        with builtins.open(self._name, "rb") as f:
+            f.seek(offset)
+            raw = f.readline(self._max_line_bytes + 1)
+        obj = _parse_line(raw, self._name, seq, offset, None, -1) if raw.endswith(b"\n") else {}
+        if obj.get("seq") != seq or type(obj.get("data")) is not dict:
+            raise FormatError(f"record {seq} changed while the file was read", self._name, seq, offset)
+        return obj["data"].get("message")
 
     def of_request(self, data: Dict[str, Any]) -> _Attributes:
         """A ``model_request``'s messages, system instructions and tool definitions."""
         request = data["request"]
+        instructions, latest, count = self.context(data)
         if "messages" in request or "messages" not in data:  # version 1, or written whole
-            written = request.get("messages")
-            messages = [_otlp_message(m) for m in written] if type(written) is list else []
-            instructions = [m for m in messages if m.role == "system"]
-            latest: Iterable[_OtlpMessage] = reversed(messages)
-            count = len(messages)
             tools = _tool_definitions(request.get("tools"))
-        else:  # version 2: [first, last] ranges of message records, checked by the reader
-            instructions, latest, count = self._referred(data["messages"])
+        else:
             tools = self._tools.get(data["tools"], "") if type(data.get("tools")) is int else ""
         system = [m for m in instructions if m.length > 2]
         chat_messages = (m for m in latest if m.role != "system")
@@ -3184,20 +3348,28 @@ class _Contents:
             out.append(("gen_ai.tool.definitions", tools))
         return out
 
+    def context(self, data: Dict[str, Any]) -> Tuple[List[_OtlpMessage], Iterator[_OtlpMessage], int]:
+        """A ``model_request``'s system messages, all its messages latest first, and how many."""
+        request = data["request"]
+        if "messages" in request or "messages" not in data:  # version 1, or written whole
+            written = request.get("messages")
+            messages = [_otlp_message(m) for m in written] if type(written) is list else []
+            instructions = [m for m in messages if m.role == "system"]
+            return instructions, reversed(messages), len(messages)
+        return self._referred(data["messages"])  # version 2: [first, last] ranges, checked by the reader
+
     def _referred(self, ranges: List[List[int]]) -> Tuple[List[_OtlpMessage], Iterator[_OtlpMessage], int]:
         """The system messages of the message records in *ranges*, all of them latest first
         (as they are taken), and how many there are: a request whose context is long costs
         what it shows, not its length."""
-        seqs, system, messages = self._seqs, self._system, self._messages
+        seqs, system, message = self._seqs, self._system, self._message
         spans = [(bisect.bisect_left(seqs, first), bisect.bisect_right(seqs, last)) for first, last in ranges]
         instructions = [
-            messages[seqs[at]]
+            message(at)
             for start, end in spans
             for at in system[bisect.bisect_left(system, start) : bisect.bisect_left(system, end)]
         ]
-        latest = (
-            messages[seqs[at]] for start, end in reversed(spans) for at in range(end - 1, start - 1, -1)
-        )
+        latest = (message(at) for start, end in reversed(spans) for at in range(end - 1, start - 1, -1))
         return instructions, latest, sum(end - start for start, end in spans)
 
 
@@ -3346,12 +3518,14 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def _any_proto(value: Any) -> bytes:
-    """An AnyValue: string_value 1, bool_value 2, int_value 3, array_value 5 (a oneof: written
-    even when empty or zero)."""
+    """An AnyValue: string_value 1, bool_value 2, int_value 3, double_value 4, array_value 5
+    (a oneof: written even when empty or zero)."""
     if isinstance(value, bool):
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
         return b"\x18" + _varint(value)
+    if isinstance(value, float):
+        return b"\x21" + struct.pack("<d", value)  # fixed64
     if isinstance(value, str):
         return _field(1, value.encode())
     return _field(5, b"".join(_field(1, _any_proto(item)) for item in value))
@@ -3399,6 +3573,8 @@ def _any_json(value: Any) -> Dict[str, Any]:
         return {"boolValue": value}
     if isinstance(value, int):
         return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
     if isinstance(value, str):
         return {"stringValue": value}
     return {"arrayValue": {"values": [_any_json(item) for item in value]}}

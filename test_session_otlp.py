@@ -197,6 +197,7 @@ def test_the_demo_session_arrives_as_spans_by_the_genai_conventions(demo: Path, 
     run_of = {span.trace_id: str(record.run_id) for span, record in zip(runs, runs_in_file[::2])}
     calls = call_records(demo)
     assert len(spans) == len(runs) + len(calls) == 13
+    (compaction,) = [r.seq for r in session.iter_records(demo) if r.type == "context_compacted"]
     for span in spans:
         a = attributes(span)
         assert a["gen_ai.conversation.id"] == a["session.id"] == runs_in_file[0].session_id
@@ -214,6 +215,7 @@ def test_the_demo_session_arrives_as_spans_by_the_genai_conventions(demo: Path, 
         if execution["kind"] == "model":
             check_model_span(span, data, spans)
             assert parent.name == "invoke_agent"
+            assert a.get("gen_ai.conversation.compacted") is (True if records[0].seq > compaction else None)
         elif execution["kind"] == "tool":
             check_tool_span(span, data)
             attempts = [key[2] for key in calls if key[:2] == (run_id, execution["parent_id"])]
@@ -248,7 +250,7 @@ def check_model_span(span: Any, data: Dict[str, Dict[str, Any]], spans: List[Any
     """A model call's attempt: a chat span with the usage of its end, or its error; an
     attempt after the first a sibling of the one before, linked to it."""
     a, end = attributes(span), data["model_exec_end"]
-    assert set(a) == keys_of("model", "error" in end)
+    assert set(a) - {"gen_ai.conversation.compacted"} == keys_of("model", "error" in end)
     assert span.name == "chat" and span.kind == 3 and a["openinference.span.kind"] == "LLM"
     assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.request.max_tokens"] == 1024
     if "error" in end:
@@ -287,6 +289,45 @@ def check_tool_span(span: Any, data: Dict[str, Dict[str, Any]]) -> None:
         a["gen_ai.tool.name"] == a["tool.name"] == end["tool"] and a["gen_ai.tool.call.id"] == end["tool_id"]
     )
     assert (span.status.code, a.get("error.type")) == ((2, failed["type"]) if failed else (1, None))
+
+
+def test_usage_counts_input_tokens_with_the_cached_ones_as_the_conventions_do(tmp_path: Path) -> None:
+    """Usage counted the Anthropic way (total = input + output + cache read + cache write) has
+    its cached tokens added to the input; counted the OpenAI way, or without a total, it is
+    sent as recorded.  The calls after a compaction say their context was compacted."""
+    path = tmp_path / "usage.jsonl"
+    usages: List[session.Usage] = [
+        {"input": 3, "output": 10, "cache_read": 5758, "cache_write": 6174, "total_tokens": 11945},
+        {"input": 2006, "output": 300, "cache_read": 1920, "total_tokens": 2306},
+        {"input": 50, "output": 5, "cache_read": 20},
+        {"input": 7, "output": 1, "total_tokens": 8},
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        for n, usage in enumerate(usages):
+            if n == 3:
+                compact = Execution("c", "compact")
+                run.record(Event("context_prepare_start", execution=compact, context_operation="compact"))
+                run.record(Event("context_compacted", execution=compact, compaction={"kept": 2}))
+                run.record(Event("context_prepare_end", execution=compact, context_operation="compact"))
+            model = Execution(f"m{n}", "model")
+            answer = Message("assistant", [session.text_block("ok")], "stop", usage, timestamp=T0)
+            run.record(Event("model_exec_start", execution=model))
+            run.record(Event("model_exec_end", execution=model, message=answer))
+    (body,) = session_export.otlp_requests([path])
+    chats = [attributes(s) for s in spans_of(decode_proto(body)) if s.name == "chat"]
+    assert [(a["gen_ai.usage.input_tokens"], a["llm.token_count.prompt"]) for a in chats] == [
+        (11935, 11935),
+        (2006, 2006),
+        (50, 50),
+        (7, 7),
+    ]
+    first = chats[0]
+    assert first["gen_ai.usage.cache_write.input_tokens"] == 6174
+    assert first["gen_ai.usage.cache_creation.input_tokens"] == 6174  # the name backends read today
+    assert first["llm.token_count.prompt_details.cache_write"] == 6174
+    assert first["llm.token_count.total"] == 11945 == 11935 + first["gen_ai.usage.output_tokens"]
+    assert [a.get("gen_ai.conversation.compacted") for a in chats] == [None, None, None, True]
+    assert all(a["openinference.span.kind"] == "LLM" for a in chats)
 
 
 def test_the_encoder_writes_what_protobuf_writes_and_json_says_the_same(demo: Path, tmp_path: Path) -> None:
@@ -351,6 +392,80 @@ def test_content_is_opt_in_resolved_without_credentials_and_cut(demo: Path, tmp_
     assert cut == '{"x": "' + "x" * (16384 - 7) + "... [23625 more characters cut]"
 
 
+def test_a_runs_span_carries_its_input_and_final_answer_with_content(demo: Path) -> None:
+    spans, _ = sent(demo, "http/protobuf", "--content")
+    runs = [attributes(s) for s in spans if s.name == "invoke_agent"]
+    answers = [
+        r.data["message"]["value"]
+        for r in session.iter_records(demo)
+        if r.type == "model_exec_end" and "message" in r.data
+    ]
+    finals = [a for a in answers if a["stop_reason"] == "stop"]
+    questions = ["How long is session.py, and what is beside it?", "And how long are the tests?"]
+    assert [r["input.value"] for r in runs] == questions  # the second run's context holds the first's
+    assert [json.loads(r["gen_ai.input.messages"]) for r in runs] == [
+        [{"role": "user", "parts": [{"type": "text", "content": q}]}] for q in questions
+    ]
+    assert [r["output.value"] for r in runs] == [a["content"][0]["text"] for a in finals]
+    assert [json.loads(r["gen_ai.output.messages"]) for r in runs] == [
+        [
+            {
+                "role": "assistant",
+                "parts": [{"type": "text", "content": a["content"][0]["text"]}],
+                "finish_reason": "stop",
+            }
+        ]
+        for a in finals
+    ]
+    assert {r["input.mime_type"] for r in runs} == {r["output.mime_type"] for r in runs} == {"text/plain"}
+
+
+def test_the_recorded_cost_goes_on_each_chat_span_none_where_none_was(tmp_path: Path) -> None:
+    path = tmp_path / "costs.jsonl"
+    costs: List[Any] = [
+        {"input": 0.25, "output": 0.5, "cache_read": 0.125, "cache_write": 1.0, "total": 1.875},
+        {"input": 0.1, "output": 0.2},  # no total: the sum of its parts
+        None,  # none recorded
+        {"total": 3.0},
+        {"input": 1e308, "output": 1e308},  # a sum beyond a double: no total
+    ]
+    with session.create(path) as s, s.begin_run() as run:
+        for n, cost in enumerate(costs):
+            model = Execution(f"m{n}", "model")
+            usage: session.Usage = {"input": 10, "output": 5, "total_tokens": 15, "model": "m"}
+            if cost is not None:
+                usage["cost"] = cost
+            answer = Message("assistant", [session.text_block("ok")], "stop", usage, timestamp=T0)
+            run.record(Event("model_exec_start", execution=model))
+            run.record(Event("model_exec_end", execution=model, message=answer))
+    for protocol in ("http/protobuf", "http/json"):
+        (body,) = session_export.otlp_requests([path], protocol=protocol)
+        request = decode(body, protocol)
+        if protocol == "http/protobuf":
+            assert request.SerializeToString() == body
+        chats = [attributes(s) for s in spans_of(request) if s.name == "chat m"]
+        found = [{k: v for k, v in a.items() if "cost" in k} for a in chats]
+        assert found == [
+            {
+                "llm.cost.prompt": 1.375,
+                "llm.cost.completion": 0.5,
+                "llm.cost.prompt_details.cache_read": 0.125,
+                "llm.cost.prompt_details.cache_write": 1.0,
+                "llm.cost.total": 1.875,
+                "gen_ai.usage.cost": 1.875,
+            },
+            {
+                "llm.cost.prompt": 0.1,
+                "llm.cost.completion": 0.2,
+                "llm.cost.total": 0.30000000000000004,
+                "gen_ai.usage.cost": 0.30000000000000004,
+            },
+            {},
+            {"llm.cost.total": 3.0, "gen_ai.usage.cost": 3.0},
+            {"llm.cost.prompt": 1e308, "llm.cost.completion": 1e308},
+        ]
+
+
 def test_a_string_tools_arguments_and_result_are_sent_as_their_text(tmp_path: Path) -> None:
     path = tmp_path / "strings.jsonl"
     results = ["line 1\nline 2 \u00e9", {"output": "line 1\nline 2"}, "r" * 20000]
@@ -389,7 +504,8 @@ def test_content_is_the_same_from_either_version_and_a_long_message_is_cut(tmp_p
         long = Message("user", [session.text_block("z" * 40000)], timestamp=T0)
         run.record(Event("model_request", execution=model, request=ModelRequest([long])))
     whole = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "z" * 40000}]}])
-    (chat,) = [found for found in contents(path) if found]
+    asked, chat = contents(path)  # the run's input is that message too
+    assert asked["gen_ai.input.messages"] == chat["gen_ai.input.messages"]
     assert chat == {"gen_ai.input.messages": f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"}
 
 
@@ -399,19 +515,13 @@ def test_content_of_a_long_version_2_session_costs_what_it_shows(
     """Each request's content takes its latest messages that fit: the messages looked at are
     about those it shows, not every message of every request (quadratic in the turns)."""
     looked_at = [0]
+    message = session_export._Contents._message
 
-    class Counted(Dict[int, Any]):
-        def __getitem__(self, seq: int) -> Any:
-            looked_at[0] += 1
-            return super().__getitem__(seq)
+    def counting(contents: Any, at: int) -> Any:
+        looked_at[0] += 1
+        return message(contents, at)
 
-    made = session_export._Contents.__init__
-
-    def counting(contents: Any) -> None:
-        made(contents)
-        contents._messages = Counted()
-
-    monkeypatch.setattr(session_export._Contents, "__init__", counting)
+    monkeypatch.setattr(session_export._Contents, "_message", counting)
     path = tmp_path / "long.jsonl"
     context = [Message("system", [session.text_block("Be brief.")], timestamp=T0)]
     with session.create(path) as s, s.begin_run() as run:
@@ -426,6 +536,22 @@ def test_content_of_a_long_version_2_session_costs_what_it_shows(
     fit = 16384 // 4000  # whole messages of the latest that fit, then one more looked at
     assert looked_at[0] <= 100 * (fit + 2)  # and the system message
     assert 8 * looked_at[0] < 100 * 101 // 2  # every message of every request: many times more
+
+
+def test_content_is_the_same_when_the_messages_kept_are_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message no longer kept (the system prompt, early in a long session) is read again at
+    its offset: what is sent does not depend on how much is kept."""
+    path = busy_file(tmp_path / "v2.jsonl", 12, seed=5, version=2)
+    with session.open(path) as s, s.begin_run() as run:
+        model = Execution("late", "model")
+        system = Message("system", [session.text_block("Be brief.")], timestamp=T0)
+        run.record(Event("model_exec_start", execution=model))
+        run.record(Event("model_request", execution=model, request=ModelRequest([system])))
+    whole = list(session_export.otlp_requests([path], content=True))
+    monkeypatch.setattr(session_export, "_OTLP_KEPT", 0)  # each message read again when shown
+    assert list(session_export.otlp_requests([path], content=True)) == whole
 
 
 def test_content_keeps_of_each_system_message_what_it_sends(tmp_path: Path) -> None:
@@ -456,8 +582,51 @@ def test_content_keeps_of_each_system_message_what_it_sends(tmp_path: Path) -> N
         assert instructions == f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"
 
 
+def long_session(path: Path, calls: int) -> Path:
+    """A version-2 session of *calls* model calls, each answering 8 KB and followed by a tool
+    call whose result is 8 KB, each asking with the whole context so far."""
+    context = [Message("user", [session.text_block("Read them all.")], timestamp=T0)]
+    with session.create(path) as s, s.begin_run() as run:
+        for n in range(calls):
+            model = Execution(f"m{n}", "model")
+            run.record(Event("model_exec_start", execution=model))
+            run.record(Event("model_request", execution=model, request=ModelRequest(list(context))))
+            usage: session.Usage = {"input": 10, "output": 5, "total_tokens": 15}
+            blocks: List[session.ContentBlock] = [
+                session.text_block(f"{n} " + "a" * 8000),
+                session.tool_call_block(f"c{n}", "read", {}),
+            ]
+            answer = Message("assistant", blocks, "toolUse", usage, timestamp=T0)
+            run.record(Event("model_exec_end", execution=model, message=answer))
+            tool = Execution(f"c{n}", "tool", parent_id=f"m{n}")
+            run.record(Event("tool_exec_start", execution=tool, tool="read", tool_id=f"c{n}", args={}))
+            run.record(Event("tool_exec_end", execution=tool, tool="read", result="r" * 8000))
+            result = Message("tool", [session.text_block("r" * 8000)], metadata={"tool_call_id": f"c{n}"})
+            context += [answer, result]
+    return path
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_memory_stays_bounded_whatever_the_files_length(tmp_path: Path, content: bool) -> None:
+    """Each call's span goes out as the call ends: four times the file takes no more memory."""
+    import tracemalloc
+
+    peaks = []
+    for calls in (100, 400):
+        path = long_session(tmp_path / f"{calls}.jsonl", calls)
+        tracemalloc.start()
+        spans = 0
+        for body in session_export.otlp_requests([path], content=content, max_request_bytes=1 << 16):
+            spans += len(spans_of(decode_proto(body)))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert spans == 1 + 2 * calls
+    small, large = peaks
+    assert large < small * 1.5 + (1 << 20), peaks  # the file grew by 4 * 100 * 16 KB
+
+
 CONTENT: Tuple[str, ...] = ("gen_ai.input", "gen_ai.output", "gen_ai.system", "gen_ai.tool.definitions")
-CONTENT += ("gen_ai.tool.call.", "session_jsonl.input")
+CONTENT += ("gen_ai.tool.call.", "session_jsonl.input", "input.", "output.")
 
 
 def hostile_file(path: Path) -> Path:
@@ -550,6 +719,8 @@ def test_a_time_otlp_cannot_hold_is_as_one_unread(demo: Path, tmp_path: Path, ti
 
 
 def test_ids_are_the_same_on_every_export_and_a_salt_changes_them(demo: Path) -> None:
+    """The salt changes the session's id too: a backend that keys sessions by id across
+    projects (Phoenix) keeps a salted copy in a second project apart from the first."""
     once, _ = sent(demo)
     again, _ = sent(demo, "http/json")
     salted, _ = sent(demo, "http/protobuf", "--salt", "project-2")
@@ -557,6 +728,11 @@ def test_ids_are_the_same_on_every_export_and_a_salt_changes_them(demo: Path) ->
     assert ids == [(s.trace_id, s.span_id, s.parent_span_id) for s in again] and len(set(ids)) == 13
     assert not {s.span_id for s in salted} & {s.span_id for s in once}
     assert not {s.trace_id for s in salted} & {s.trace_id for s in once}
+    session_id = next(session.iter_records(demo)).session_id
+    for spans, expected in ((once, session_id), (salted, f"{session_id}:project-2")):
+        assert {(attributes(s)["session.id"], attributes(s)["gen_ai.conversation.id"]) for s in spans} == {
+            (expected, expected)
+        }
 
 
 # ---------------------------------------------------------------------------- files and options
@@ -586,6 +762,8 @@ def test_unfinished_calls_and_runs_are_error_spans_and_invalid_files_left_out(
 def test_a_call_of_the_hosts_own_kind_has_no_status_its_run_is_ok(tmp_path: Path) -> None:
     path = tmp_path / "own.jsonl"
     retrieval = Execution("r1", "retrieval")
+    for kind in ("retrieval_start", "retrieval_end"):  # the host's own: recorded without a warning
+        session.register_event_type(kind)
     with session.create(path) as s, s.begin_run() as run:
         run.record(Event("retrieval_start", execution=retrieval))
         run.record(Event("retrieval_end", execution=retrieval))
@@ -892,7 +1070,14 @@ def test_a_bad_certificate_is_an_error(demo: Path, tmp_path: Path) -> None:
 
 @pytest.mark.phoenix
 def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
+    """The demo, sent twice with --content, then salted into a second project; a session that
+    records costs into a third: Phoenix's API gives back the spans, runs' input and output,
+    sessions apart by project, the recorded costs and OK statuses."""
     need("phoenix", "tox -e phoenix installs arize-phoenix")
+    costed = busy_file(tmp_path / "costed.jsonl", 3, seed=2)
+    entries: List[Dict[str, Any]] = []
+    list(session_export.otlp_requests([costed], entries=entries))
+    costed_spans = entries[0]["spans"]
     port, grpc = free_port(), free_port()
     env = dict(
         os.environ, PHOENIX_WORKING_DIR=str(tmp_path), PHOENIX_PORT=str(port), PHOENIX_HOST="127.0.0.1"
@@ -905,17 +1090,27 @@ def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
             base = f"http://127.0.0.1:{port}"
             wait_for(f"{base}/healthz", server, tmp_path / "phoenix.log")
             for _ in range(2):  # the same ids again are not stored again
-                done = run_cli("otlp", str(demo), "--endpoint", f"{base}/v1/traces")
+                done = run_cli("otlp", str(demo), "--endpoint", f"{base}/v1/traces", "--content")
                 assert done.returncode == 0, done.stderr
             project = {"OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=second"}
             salted = otlp_with_environment(demo, "--endpoint", f"{base}/v1/traces", "--salt", "2", **project)
             assert salted.returncode == 0, salted.stderr
-            projects = phoenix_spans(base, 26)  # taken in order: the repeated spans were before these
+            project = {"OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=costs"}
+            sent_costs = otlp_with_environment(costed, "--endpoint", f"{base}/v1/traces", **project)
+            assert sent_costs.returncode == 0, sent_costs.stderr
+            projects = phoenix_spans(base, 26 + costed_spans)
         finally:
             server.terminate()
             server.wait(30)
-    assert {name: len(spans) for name, spans in projects.items()} == {"default": 13, "second": 13}
-    spans = projects["default"]
+    counts = {name: len(spans) for name, spans in projects.items()}
+    assert counts["default"] == counts["second"] == 13
+    check_phoenix_demo(demo, projects["default"], projects["sessions"])
+    check_phoenix_costs(costed, projects["costs"])
+
+
+def check_phoenix_demo(demo: Path, spans: List[Dict[str, Any]], sessions: Dict[str, Any]) -> None:
+    """The demo's spans in Phoenix: kinds, nesting, tokens, statuses, the runs' input and
+    output, and one session per project, its traces and tokens those of the file."""
     kinds = sorted(span["spanKind"] for span in spans)
     assert kinds == ["agent"] * 2 + ["chain"] + ["llm"] * 6 + ["tool"] * 4, kinds
     by_id = {span["context"]["spanId"]: span for span in spans}
@@ -932,6 +1127,37 @@ def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
     )
     assert sum(1 for s in spans if s["statusCode"] == "ERROR") == 2  # the rate-limited call, the failed tool
     assert {s["statusCode"] for s in spans} == {"OK", "ERROR"}  # none left unset
+    runs = sorted((s for s in spans if s["spanKind"] == "agent"), key=lambda s: str(s["startTime"]))
+    questions = ["How long is session.py, and what is beside it?", "And how long are the tests?"]
+    assert [run["input"]["value"] for run in runs] == questions
+    assert all(run["output"]["value"] for run in runs)
+    session_id = next(session.iter_records(demo)).session_id
+    assert sessions["default"] == [
+        {
+            "sessionId": session_id,
+            "numTraces": 2,
+            "firstInput": {"value": questions[0]},
+            "lastOutput": {"value": runs[-1]["output"]["value"]},
+            "tokenUsage": {
+                "prompt": float(sum(u["input"] for u in usage)),
+                "completion": float(sum(u["output"] for u in usage)),
+            },
+        }
+    ]
+    assert [s["sessionId"] for s in sessions["second"]] == [f"{session_id}:2"]  # apart from the first
+
+
+def check_phoenix_costs(path: Path, spans: List[Dict[str, Any]]) -> None:
+    """Each chat span carries the cost its call recorded; together, the file's total."""
+    recorded = [
+        r.data["message"]["value"]["usage"]["cost"]["total"]
+        for r in session.iter_records(path)
+        if r.type == "model_exec_end" and "message" in r.data
+    ]
+    llm = [json.loads(s["attributes"]) for s in spans if s["spanKind"] == "llm" and s["statusCode"] == "OK"]
+    assert sorted(a["llm"]["cost"]["total"] for a in llm) == sorted(recorded)
+    assert sum(a["gen_ai"]["usage"]["cost"] for a in llm) == sum(recorded)
+    assert all(s["statusCode"] in ("OK", "ERROR") for s in spans)
 
 
 def free_port() -> int:
@@ -953,12 +1179,17 @@ def wait_for(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
     raise AssertionError(f"Phoenix did not answer {url}: {log.read_text(errors='replace')[-2000:]}")
 
 
-def phoenix_spans(base: str, count: int) -> Dict[str, List[Dict[str, Any]]]:
-    """The spans Phoenix stored, by project, from its GraphQL API, once *count* arrived."""
+def phoenix_spans(base: str, count: int) -> Dict[str, Any]:
+    """The spans Phoenix stored, by project, from its GraphQL API, once *count* arrived, and
+    under "sessions" each project's sessions."""
     import urllib.request
 
     query = """{ projects { edges { node { name spans(first: 1000) { edges { node {
         name spanKind statusCode parentId tokenCountPrompt tokenCountCompletion context { spanId traceId }
+        startTime input { value } output { value } attributes
+    } } }
+    sessions(first: 100) { edges { node {
+        sessionId numTraces firstInput { value } lastOutput { value } tokenUsage { prompt completion }
     } } } } } } }"""
     found: Dict[str, List[Dict[str, Any]]] = {}
     for _ in range(60):
@@ -968,11 +1199,10 @@ def phoenix_spans(base: str, count: int) -> Dict[str, List[Dict[str, Any]]]:
         with urllib.request.urlopen(request, timeout=10) as answer:
             result = json.loads(answer.read())
         assert "errors" not in result, result
-        found = {
-            project["node"]["name"]: [edge["node"] for edge in project["node"]["spans"]["edges"]]
-            for project in result["data"]["projects"]["edges"]
-        }
+        nodes = [project["node"] for project in result["data"]["projects"]["edges"]]
+        found = {node["name"]: [edge["node"] for edge in node["spans"]["edges"]] for node in nodes}
         if sum(map(len, found.values())) >= count:
-            return found
+            sessions = {node["name"]: [edge["node"] for edge in node["sessions"]["edges"]] for node in nodes}
+            return dict(found, sessions=sessions)
         time.sleep(0.5)
     raise AssertionError(f"Phoenix holds fewer spans than {count}: {found}")

@@ -2,11 +2,14 @@
 
     python3 bench/otlp.py              # a session of 600 model calls and 600 tool calls
     python3 bench/otlp.py --calls 2000
+    python3 bench/otlp.py --memory 1000 10000 20000   # peak memory at these turns (minutes)
 
 The session is what an agent loop writes: each model call asks with the whole context so far
 (version 2 writes each message once), answers 200 B to 2 KB, and is followed by a tool call.
 The encoding is timed without the network (``otlp --output`` does the same work), each
 figure the median of interleaved repetitions in this one process, as a ratio to ``validate``.
+With ``--memory``, each export runs alone in a new process, its requests made and let go as
+they come, and says its peak resident memory (``ru_maxrss``).
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ import argparse
 import datetime as dt
 import gzip
 import random
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
+assert sys.platform != "win32", "the peak memory of a process is measured on Unix only"
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -71,11 +77,39 @@ def median_seconds(runs: int, jobs: Dict[str, Callable[[], object]]) -> Dict[str
     return {name: statistics.median(found) for name, found in times.items()}
 
 
+def peak(path: str, content: bool) -> None:
+    """Make the requests of *path*, letting each go, and print the peak resident MB."""
+    for _ in session_export.otlp_requests([path], content=content):
+        pass
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux
+
+
+def memory(turns: List[int]) -> None:
+    print("| turns | file | `otlp` peak | `otlp --content` peak |\n|---|---|---|---|")
+    for count in turns:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "session.jsonl"
+            write_session(path, count)
+            peaks = [
+                float(subprocess.check_output([sys.executable, __file__, "--peak", str(path), *flags]))
+                for flags in ([], ["--content"])
+            ]
+            size = path.stat().st_size / 1e6
+            print(f"| {count:,} | {size:.0f} MB | {peaks[0]:.0f} MB | {peaks[1]:.0f} MB |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=600)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--memory", type=int, nargs="+", help="peak memory at these turns")
+    parser.add_argument("--peak", help=argparse.SUPPRESS)  # one export of --memory's
+    parser.add_argument("--content", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.peak:
+        return peak(args.peak, args.content)
+    if args.memory:
+        return memory(args.memory)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "session.jsonl"
         write_session(path, args.calls)
