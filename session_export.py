@@ -88,6 +88,7 @@ from session import (
     _read,
     _Summarizer,
     _Tally,
+    _usage_counts,
 )
 
 # isort: split
@@ -1072,10 +1073,13 @@ class _Facts:
     def _usage(self, usage: Dict[str, Any], attempt: _Attempt, run: _RunFacts) -> None:
         """The model and cost of a model call, from its usage, and its tokens if it succeeded
         (as the summary counts them)."""
-        for key in ("input", "output") if not attempt.failed else ():
-            count = usage.get(key)
-            if type(count) is int and count >= 0:
-                run.tokens[key] = run.tokens.get(key, 0) + count
+        try:
+            counts = _usage_counts(usage) if not attempt.failed else {}
+        except FormatError:  # a count beyond 64 bits: the summary leaves the whole usage out
+            counts = {}
+        for key in ("input", "output"):
+            if key in counts:
+                run.tokens[key] = run.tokens.get(key, 0) + counts[key]
         names = [usage.get("model"), usage.get("provider")]
         attempt.model = " ".join(name for name in names if type(name) is str and name)
         cost = usage.get("cost")

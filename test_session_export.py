@@ -1701,6 +1701,24 @@ def test_html_page_first_screen_answers_what_was_asked_answered_failed_and_cost(
     assert "answeredanswer line 0" in html.unescape(re.sub(r"<[^>]+>", "", glance))  # one run: no "of"
 
 
+def test_html_page_runs_count_the_tokens_the_summary_counts(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    glance_file(path, 2)
+    lines = path.read_bytes().splitlines(keepends=True)
+    first, second = [n for n, line in enumerate(lines) if b'"output":1000,' in line]  # the two replies
+    huge, negative = 10**40, -5  # of the first run's reply: beyond 64 bits; and of the second's
+    lines[first] = lines[first].replace(b'"output":1000', b'"output":%d' % huge)
+    lines[second] = lines[second].replace(b'"output":1000', b'"output":%d' % negative)
+    path.write_bytes(b"".join(lines))
+    usage = session.summarize(path).usage
+    assert (usage["input"], usage["output"]) == (23283204, -5)  # the first reply's usage left out
+    page = html_page(path)
+    assert "input 23,283,204, output -5" in page
+    rows = re.findall(r"<tr><td><a[^>]*>run \d</a>.*?</tr>", page)
+    cells = [re.findall(r"<td>([^<]*)</td>", row)[-5] for row in rows]
+    assert cells == ["", "23,283,204 / -5"]  # as the totals count them: each run's add up to those
+
+
 def test_html_page_first_screen_shows_hostile_texts_as_text_in_chromium(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     p = PAYLOADS
