@@ -3577,7 +3577,7 @@ def send_otlp(
     sent = 0
     try:
         for body in requests:
-            refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries)
+            refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries, secrets)
             if refused and rejected is not None:
                 rejected.append(_unechoed(refused, secrets))
             sent += 1
@@ -3627,8 +3627,11 @@ def _unechoed(text: str, secrets: List[str]) -> str:
     return text
 
 
-def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, tries: int) -> str:
-    """Send one request; what the answer says of spans it rejected (``""``: none)."""
+def _post(
+    endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, tries: int, secrets: List[str]
+) -> str:
+    """Send one request; what the answer says of spans it rejected (``""``: none).  An error
+    answer's text is told with the *secrets* (the headers' values) blanked out."""
     import time
 
     attempt = 1
@@ -3640,7 +3643,7 @@ def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, t
             except ValueError as exc:
                 raise OtlpError(f"{endpoint}: HTTP {status}, but not an answer OTLP gives: {exc}") from None
         if status not in _RETRYABLE or attempt >= tries:
-            raise OtlpError(f"{endpoint}: HTTP {status} {reason}{_answer_text(told, text)}")
+            raise OtlpError(f"{endpoint}: HTTP {status} {reason}{_answer_text(told, text, secrets)}")
         time.sleep(_retry_wait(told.get("Retry-After"), attempt))
         attempt += 1
 
@@ -3813,11 +3816,12 @@ def _read_varint(data: bytes, at: int) -> Tuple[int, int]:
     raise ValueError(f"a protobuf varint longer than {_VARINT_BYTES} bytes")
 
 
-def _answer_text(told: Any, text: bytes) -> str:
-    """What an error answer says, for its message: where it redirects to, or its text."""
+def _answer_text(told: Any, text: bytes, secrets: List[str]) -> str:
+    """What an error answer says, for its message: where it redirects to, or its first 200
+    characters, the *secrets* it echoes blanked out before the cut (which would leave a part)."""
     if told.get("Location"):
         return f" (to {told['Location']})"
-    said = text[:200].decode("utf-8", "replace").strip()
+    said = _unechoed(text.decode("utf-8", "replace"), secrets)[:200].strip()
     return f": {said}" if said else ""
 
 
