@@ -2847,6 +2847,7 @@ _OTLP_REQUEST_BYTES = 4 << 20  # spans per request, encoded, at most (a bigger s
 _OTLP_CONTENT_CAP = 16384  # characters of one content attribute; the rest is cut
 _OTLP_TRIES = 5  # of one request answered 429, 502, 503 or 504
 _OTLP_LONGEST_WAIT = 60.0  # seconds: a longer Retry-After is waited this long
+_OTLP_LONGEST_TIMEOUT = 86400  # seconds a request may be given, at most: a day
 _RETRYABLE = (429, 502, 503, 504)  # the OTLP specification's transient answers
 _INTERNAL, _CLIENT = 1, 3  # Span.SpanKind
 _STATUS_OK, _STATUS_ERROR = 1, 2  # Status.StatusCode (0, unset: a call of a kind not known to end)
@@ -3875,11 +3876,25 @@ def _otlp_options(sub: Any) -> None:
     sub.add_argument("--output", metavar="FILE", help="write the requests to FILE instead of sending them")
     sub.add_argument(
         "--timeout",
-        type=float,
+        type=_timeout_argument,
         default=10.0,
         metavar="S",
         help="seconds a request may take, from connecting to its answer's last byte (default: %(default)s)",
     )
+
+
+def _timeout_argument(text: str) -> float:
+    """--timeout's seconds: above 0 and at most a day (a socket takes no infinite timeout,
+    nor a NaN, and a larger one overflows its clock)."""
+    import argparse
+
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= _OTLP_LONGEST_TIMEOUT:  # NaN too
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, at most {_OTLP_LONGEST_TIMEOUT:,}")
+    return seconds
 
 
 def _header_argument(text: str) -> Tuple[str, str]:
