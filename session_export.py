@@ -2036,6 +2036,7 @@ class _Page:
         data = data if type(data) is str else ""
         picture = _picture(mime, data)
         if picture and len(data) <= min(_PAGE_IMAGE, self.room):  # mime: one of _PICTURES
+            self.room -= len(data)  # the next picture of its card or step has what is left
             source = f"data:{mime};base64,{_h(data)}"
             return f'<div class="image"><img class="shot" alt="{mime} image, {size}" src="{source}"></div>'
         more = f": too large for this page, see {more}" if picture else ""

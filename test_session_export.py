@@ -1521,6 +1521,19 @@ def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path:
         browser.close()
 
 
+def test_html_page_counts_each_picture_it_shows_against_its_budget(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    shots: List[session.ContentBlock] = [
+        session.image_block(data=png(200, 200, seed=n), mime_type="image/png") for n in range(5)
+    ]  # 53 kB of base64 each
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("message_end", execution=MODEL, message=Message("user", shots)))
+    page = html_page(path, "--max-bytes", "200000")
+    assert page.count("<img ") == 3, page.count("<img ")  # not 5 in the card and 5 in the conversation
+    assert len(page.encode()) <= 200000
+    assert page.count("too large for this page, see its card") == 5
+
+
 def test_html_page_prints_packed_in_chromium(tmp_path: Path) -> None:
     need("chromium", "the page is printed by a real browser")
     path = tmp_path / "demo.jsonl"
