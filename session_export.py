@@ -740,6 +740,9 @@ def _script_json(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+_ENDS = {"model_exec_end", "tool_exec_end", "context_compacted", "context_prepare_end"}  # end a call
+
+
 class _Attempt:
     """What the page keeps of one call attempt: where its records are, and its span."""
 
@@ -747,6 +750,7 @@ class _Attempt:
         "attempt",
         "cost",
         "end",
+        "ended",
         "error_type",
         "failed",
         "id",
@@ -774,6 +778,7 @@ class _Attempt:
         self.start: Optional[float] = None  # POSIX seconds of its earliest record
         self.end: Optional[float] = None
         self.failed = False
+        self.ended = False  # a record ended it (the process may have ended during it)
         self.reason = ""  # why it failed: its error's type and message, shortened
         self.error_type = ""  # its error's type, as the error names it
         self.parent = execution.parent_id
@@ -999,6 +1004,7 @@ class _Facts:
             self.items.append((record.seq, record.offset))
             return
         attempt = self._attempt(record, call)
+        attempt.ended = attempt.ended or record.type in _ENDS
         data = record.data
         if "error" in data or data.get("is_error") is True:
             attempt.failed = True
@@ -1385,6 +1391,8 @@ class _Conversation:
             return again
         if attempt.failed:
             return f'<span class="error">retry {attempt.attempt}, failed too</span> {again}'
+        if not attempt.ended:
+            return f'<span class="error">retry {attempt.attempt}, unfinished</span> '
         return f'<span class="change">retry {attempt.attempt}, succeeded</span> '
 
     def lone(self, record: Record) -> str:
@@ -1658,7 +1666,7 @@ def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str,
     """The failed attempts after which a later attempt of their call succeeded."""
     succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
     for (run_id, call, number), attempt in attempts.items():
-        if not attempt.failed:
+        if attempt.ended and not attempt.failed:
             succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
     return {
         key

@@ -1266,6 +1266,21 @@ def test_html_page_triages_failures_by_type_and_marks_whether_a_retry_succeeded(
     assert talk.count("recovered by a retry") == 40
 
 
+def test_html_page_does_not_count_a_retry_that_never_ended_as_recovering(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    error = {"type": "RateLimitError", "message": "429"}
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_exec_end", execution=Execution("m1", "model"), error=error))
+        retry = Execution("m1", "model", attempt=2)
+        run.record(Event("model_request", execution=retry, request=ModelRequest([say("hi")])))
+    page = html_page(path)  # the process ended during the retry: it neither succeeded nor failed
+    assert '<a href="#failures">1 failed call attempt</a>; ' in page, page  # none recovered
+    assert "RateLimitError</b> \u00d71, 0 recovered by a retry" in page
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    assert "succeeded" not in talk and "recovered" not in talk
+    assert "retry 2, unfinished" in talk
+
+
 def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     objs = envelope_lines(3)
