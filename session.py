@@ -4481,6 +4481,15 @@ def _call_ref(record: Record) -> Optional[CallRef]:
         return None
 
 
+def _usage_counts(usage: Dict[str, Any]) -> Dict[str, int]:
+    """The token counts of a message's *usage*, as a summary sums them; ``FormatError`` when
+    one does not fit in 64 bits (no sum beyond what any line can print)."""
+    counts = {key: n for key, n in usage.items() if key in _USAGE_COUNTS and type(n) is int}
+    if any(n not in _INT64 for n in counts.values()):
+        raise FormatError("a token count does not fit in 64 bits")
+    return counts
+
+
 class _RunState:
     """What ``summarize`` keeps of one run while it streams."""
 
@@ -4578,10 +4587,7 @@ class _Summarizer:
         value = message.get("value") if type(message) is dict else None
         usage = value.get("usage") if type(value) is dict else None
         if type(usage) is dict:
-            counts = [(k, n) for k, n in usage.items() if k in _USAGE_COUNTS and type(n) is int]
-            if any(n not in _INT64 for _, n in counts):  # no sum beyond what any line can print
-                raise FormatError("a token count does not fit in 64 bits")
-            for key, count in counts:
+            for key, count in _usage_counts(usage).items():
                 self.usage[key] = self.usage.get(key, 0) + count
 
     def summary(self, result: ReadResult) -> Summary:

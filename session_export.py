@@ -89,6 +89,7 @@ from session import (
     _parse_rfc3339,
     _read,
     _Summarizer,
+    _usage_counts,
 )
 
 # isort: split
@@ -639,6 +640,9 @@ def _script_json(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+_ENDS = {"model_exec_end", "tool_exec_end", "context_compacted", "context_prepare_end"}  # end a call
+
+
 class _Attempt:
     """What the page keeps of one call attempt: where its records are, and its span."""
 
@@ -646,6 +650,7 @@ class _Attempt:
         "attempt",
         "cost",
         "end",
+        "ended",
         "error_type",
         "failed",
         "id",
@@ -673,6 +678,7 @@ class _Attempt:
         self.start: Optional[float] = None  # POSIX seconds of its earliest record
         self.end: Optional[float] = None
         self.failed = False
+        self.ended = False  # a record ended it (the process may have ended during it)
         self.reason = ""  # why it failed: its error's type and message, shortened
         self.error_type = ""  # its error's type, as the error names it
         self.parent = execution.parent_id
@@ -898,6 +904,7 @@ class _Facts:
             self.items.append((record.seq, record.offset))
             return
         attempt = self._attempt(record, call)
+        attempt.ended = attempt.ended or record.type in _ENDS
         data = record.data
         if "error" in data or data.get("is_error") is True:
             attempt.failed = True
@@ -972,10 +979,13 @@ class _Facts:
     def _usage(self, usage: Dict[str, Any], attempt: _Attempt, run: _RunFacts) -> None:
         """The model and cost of a model call, from its usage, and its tokens if it succeeded
         (as the summary counts them)."""
-        for key in ("input", "output") if not attempt.failed else ():
-            count = usage.get(key)
-            if type(count) is int and count >= 0:
-                run.tokens[key] = run.tokens.get(key, 0) + count
+        try:
+            counts = _usage_counts(usage) if not attempt.failed else {}
+        except FormatError:  # a count beyond 64 bits: the summary leaves the whole usage out
+            counts = {}
+        for key in ("input", "output"):
+            if key in counts:
+                run.tokens[key] = run.tokens.get(key, 0) + counts[key]
         names = [usage.get("model"), usage.get("provider")]
         attempt.model = " ".join(name for name in names if type(name) is str and name)
         cost = usage.get("cost")
@@ -1281,6 +1291,8 @@ class _Conversation:
             return again
         if attempt.failed:
             return f'<span class="error">retry {attempt.attempt}, failed too</span> {again}'
+        if not attempt.ended:
+            return f'<span class="error">retry {attempt.attempt}, unfinished</span> '
         return f'<span class="change">retry {attempt.attempt}, succeeded</span> '
 
     def lone(self, record: Record) -> str:
@@ -1554,7 +1566,7 @@ def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str,
     """The failed attempts after which a later attempt of their call succeeded."""
     succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
     for (run_id, call, number), attempt in attempts.items():
-        if not attempt.failed:
+        if attempt.ended and not attempt.failed:
             succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
     return {
         key
@@ -1932,6 +1944,7 @@ class _Page:
         data = data if type(data) is str else ""
         picture = _picture(mime, data)
         if picture and len(data) <= min(_PAGE_IMAGE, self.room):  # mime: one of _PICTURES
+            self.room -= len(data)  # the next picture of its card or step has what is left
             source = f"data:{mime};base64,{_h(data)}"
             return f'<div class="image"><img class="shot" alt="{mime} image, {size}" src="{source}"></div>'
         more = f": too large for this page, see {more}" if picture else ""
@@ -2744,6 +2757,7 @@ _OTLP_CONTENT_CAP = 16384  # characters of one content attribute; the rest is cu
 _OTLP_KEPT = 2 << 20  # characters of the latest messages converted kept, with --content
 _OTLP_TRIES = 5  # of one request answered 429, 502, 503 or 504
 _OTLP_LONGEST_WAIT = 60.0  # seconds: a longer Retry-After is waited this long
+_OTLP_LONGEST_TIMEOUT = 86400  # seconds a request may be given, at most: a day
 _RETRYABLE = (429, 502, 503, 504)  # the OTLP specification's transient answers
 _INTERNAL, _CLIENT = 1, 3  # Span.SpanKind
 _STATUS_OK, _STATUS_ERROR = 1, 2  # Status.StatusCode (0, unset: a call of a kind not known to end)
@@ -3645,7 +3659,7 @@ def send_otlp(
     sent = 0
     try:
         for body in requests:
-            refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries)
+            refused = _post(endpoint, gzip.compress(body, 6), fields, timeout, tries, secrets)
             if refused and rejected is not None:
                 rejected.append(_unechoed(refused, secrets))
             sent += 1
@@ -3695,8 +3709,11 @@ def _unechoed(text: str, secrets: List[str]) -> str:
     return text
 
 
-def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, tries: int) -> str:
-    """Send one request; what the answer says of spans it rejected (``""``: none)."""
+def _post(
+    endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, tries: int, secrets: List[str]
+) -> str:
+    """Send one request; what the answer says of spans it rejected (``""``: none).  An error
+    answer's text is told with the *secrets* (the headers' values) blanked out."""
     import time
 
     attempt = 1
@@ -3708,7 +3725,7 @@ def _post(endpoint: str, body: bytes, headers: Dict[str, str], timeout: float, t
             except ValueError as exc:
                 raise OtlpError(f"{endpoint}: HTTP {status}, but not an answer OTLP gives: {exc}") from None
         if status not in _RETRYABLE or attempt >= tries:
-            raise OtlpError(f"{endpoint}: HTTP {status} {reason}{_answer_text(told, text)}")
+            raise OtlpError(f"{endpoint}: HTTP {status} {reason}{_answer_text(told, text, secrets)}")
         time.sleep(_retry_wait(told.get("Retry-After"), attempt))
         attempt += 1
 
@@ -3881,11 +3898,12 @@ def _read_varint(data: bytes, at: int) -> Tuple[int, int]:
     raise ValueError(f"a protobuf varint longer than {_VARINT_BYTES} bytes")
 
 
-def _answer_text(told: Any, text: bytes) -> str:
-    """What an error answer says, for its message: where it redirects to, or its text."""
+def _answer_text(told: Any, text: bytes, secrets: List[str]) -> str:
+    """What an error answer says, for its message: where it redirects to, or its first 200
+    characters, the *secrets* it echoes blanked out before the cut (which would leave a part)."""
     if told.get("Location"):
         return f" (to {told['Location']})"
-    said = text[:200].decode("utf-8", "replace").strip()
+    said = _unechoed(text.decode("utf-8", "replace"), secrets)[:200].strip()
     return f": {said}" if said else ""
 
 
@@ -3939,11 +3957,25 @@ def _otlp_options(sub: Any) -> None:
     sub.add_argument("--output", metavar="FILE", help="write the requests to FILE instead of sending them")
     sub.add_argument(
         "--timeout",
-        type=float,
+        type=_timeout_argument,
         default=10.0,
         metavar="S",
         help="seconds a request may take, from connecting to its answer's last byte (default: %(default)s)",
     )
+
+
+def _timeout_argument(text: str) -> float:
+    """--timeout's seconds: above 0 and at most a day (a socket takes no infinite timeout,
+    nor a NaN, and a larger one overflows its clock)."""
+    import argparse
+
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= _OTLP_LONGEST_TIMEOUT:  # NaN too
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, at most {_OTLP_LONGEST_TIMEOUT:,}")
+    return seconds
 
 
 def _header_argument(text: str) -> Tuple[str, str]:

@@ -1239,6 +1239,21 @@ def test_html_page_triages_failures_by_type_and_marks_whether_a_retry_succeeded(
     assert talk.count("recovered by a retry") == 40
 
 
+def test_html_page_does_not_count_a_retry_that_never_ended_as_recovering(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    error = {"type": "RateLimitError", "message": "429"}
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("model_exec_end", execution=Execution("m1", "model"), error=error))
+        retry = Execution("m1", "model", attempt=2)
+        run.record(Event("model_request", execution=retry, request=ModelRequest([say("hi")])))
+    page = html_page(path)  # the process ended during the retry: it neither succeeded nor failed
+    assert '<a href="#failures">1 failed call attempt</a>; ' in page, page  # none recovered
+    assert "RateLimitError</b> \u00d71, 0 recovered by a retry" in page
+    talk = page.split('<section id="conversation">')[1].split('<section id="records">')[0]
+    assert "succeeded" not in talk and "recovered" not in talk
+    assert "retry 2, unfinished" in talk
+
+
 def test_html_page_shows_values_as_deep_as_the_reader_takes(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     objs = envelope_lines(3)
@@ -1494,6 +1509,19 @@ def test_html_page_shows_inline_pictures_and_never_fetches_in_chromium(tmp_path:
         browser.close()
 
 
+def test_html_page_counts_each_picture_it_shows_against_its_budget(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    shots: List[session.ContentBlock] = [
+        session.image_block(data=png(200, 200, seed=n), mime_type="image/png") for n in range(5)
+    ]  # 53 kB of base64 each
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("message_end", execution=MODEL, message=Message("user", shots)))
+    page = html_page(path, "--max-bytes", "200000")
+    assert page.count("<img ") == 3, page.count("<img ")  # not 5 in the card and 5 in the conversation
+    assert len(page.encode()) <= 200000
+    assert page.count("too large for this page, see its card") == 5
+
+
 def test_html_page_prints_packed_in_chromium(tmp_path: Path) -> None:
     need("chromium", "the page is printed by a real browser")
     path = tmp_path / "demo.jsonl"
@@ -1672,6 +1700,24 @@ def test_html_page_first_screen_answers_what_was_asked_answered_failed_and_cost(
     assert ANSWER[:2000] in glance and ANSWER[:2001] not in glance  # whole up to 2,000 characters
     assert f"… {len(ANSWER) - 2000:,} more characters in the record" in glance
     assert "answeredanswer line 0" in html.unescape(re.sub(r"<[^>]+>", "", glance))  # one run: no "of"
+
+
+def test_html_page_runs_count_the_tokens_the_summary_counts(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    glance_file(path, 2)
+    lines = path.read_bytes().splitlines(keepends=True)
+    first, second = [n for n, line in enumerate(lines) if b'"output":1000,' in line]  # the two replies
+    huge, negative = 10**40, -5  # of the first run's reply: beyond 64 bits; and of the second's
+    lines[first] = lines[first].replace(b'"output":1000', b'"output":%d' % huge)
+    lines[second] = lines[second].replace(b'"output":1000', b'"output":%d' % negative)
+    path.write_bytes(b"".join(lines))
+    usage = session.summarize(path).usage
+    assert (usage["input"], usage["output"]) == (23283204, -5)  # the first reply's usage left out
+    page = html_page(path)
+    assert "input 23,283,204, output -5" in page
+    rows = re.findall(r"<tr><td><a[^>]*>run \d</a>.*?</tr>", page)
+    cells = [re.findall(r"<td>([^<]*)</td>", row)[-5] for row in rows]
+    assert cells == ["", "23,283,204 / -5"]  # as the totals count them: each run's add up to those
 
 
 def test_html_page_first_screen_shows_hostile_texts_as_text_in_chromium(tmp_path: Path) -> None:

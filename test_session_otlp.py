@@ -1043,6 +1043,22 @@ def test_a_header_value_is_never_printed(demo: Path, tmp_path: Path) -> None:
     assert "HTTP 401 Unauthorized: no such key: [a header's value]" in stderr and secret not in stderr, stderr
 
 
+def test_a_header_value_echoed_where_an_answer_is_cut_is_not_printed_in_part(demo: Path) -> None:
+    secret = "sk-lf-0123456789abcdef0123456789abcdef"
+    said = "x" * 180 + f" no such key: {secret}"  # the answer's first 200 characters end in the key
+    with Receiver(((401, {}, said.encode()),)) as receiver:
+        stderr = fails(demo, receiver.url, "--header", f"X-Api-Key={secret}")
+    assert "HTTP 401 Unauthorized: " + "x" * 180 + " no such key: [a hea\n" in stderr, stderr
+    assert secret[:6] not in stderr, stderr
+
+
+def test_a_timeout_beyond_what_a_socket_takes_is_refused_as_a_usage_error(demo: Path) -> None:
+    for seconds in ("inf", "1e308", "nan", "0", "-1", "ten"):
+        done = run_cli("otlp", str(demo), "--endpoint", "http://127.0.0.1:9/v1/traces", "--timeout", seconds)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (seconds, done.stderr)
+        assert "--timeout: a number of seconds above 0, at most 86,400" in done.stderr, done.stderr
+
+
 @contextlib.contextmanager
 def tls_receiver(folder: Path) -> Iterator[str]:
     """An HTTPS receiver with a self-signed certificate: its URL."""
