@@ -7475,6 +7475,9 @@ def test_show_follow_ends_on_ctrl_c_and_at_a_truncated_file(tmp_path: Path) -> N
             [sys.executable, str(MODULE), "show", str(path), "--follow"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            # as a terminal would start it: a test run launched in the background ignores
+            # SIGINT, and the child would inherit that
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         assert follow.stdout is not None and follow.stderr is not None
         assert follow.stdout.readline().startswith(b'{"session_id"')  # then it waits for more
