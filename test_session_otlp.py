@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 import session
 import session_export
 from session import Event, Execution, Message, ModelRequest
-from test_session import HERE, T0, busy_file, need, run_cli
+from test_session import HERE, T0, busy_file, need, run_cli, sweep
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -667,7 +667,7 @@ KEYS = ["execution", "message", "partial_message", "request", "messages", "tools
 KEYS += ["args", "result", "is_error", "summary", "compaction", "turn_index", "retry"]
 
 
-@hypothesis.settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@hypothesis.settings(max_examples=sweep(150, 50), deadline=None, derandomize=True, database=None)
 @hypothesis.given(st.data())
 def test_whatever_a_file_holds_is_exported_or_left_out_never_a_crash(demo: Path, data: Any) -> None:
     """A record's data, or its execution's, replaced by any JSON value: the reader accepts the
