@@ -413,20 +413,21 @@ _CODEC = session.JSONCodec()
 
 
 class _Recalled:
-    """When the messages of a resumed conversation were first recorded: those of the latest
-    model request before the checkpoint its history comes from, by their content.  A history
+    """How the messages of a resumed conversation were first recorded: those the latest model
+    request before the checkpoint its history comes from sent, and those recorded after it
+    (the replies and tool results the next request sends), by their content.  A history
     message converted anew (this framework's messages carry no time of their own) takes the
-    time it was recorded with, so that a version-2 file refers to the record it holds rather
-    than writing the message again."""
+    time, and a reply its usage, it was recorded with: it is the message recorded, which a
+    version-2 file refers to rather than writing it again, and a reader knows as one."""
 
     def __init__(self) -> None:
-        self._times: dict[str, deque[datetime | None]] = {}
+        self._recorded: dict[str, deque[session.Message]] = {}
         self._left = 0
 
     def load(self, path: str, before: int) -> None:
         """Learn the messages of the latest model request before the record *before* of the
-        session file at *path* (it reads the file: call it in a worker thread); a file that
-        cannot be read teaches nothing."""
+        session file at *path*, and those recorded after it (it reads the file: call it in a
+        worker thread); a file that cannot be read teaches nothing."""
         try:
             sent = _sent_before(path, before)
         except (OSError, ValueError, session.SessionError):
@@ -435,29 +436,35 @@ class _Recalled:
             with contextlib.suppress(session.CodecError, TypeError, ValueError):
                 message = _CODEC.decode(value)
                 if isinstance(message, session.Message):
-                    self._times.setdefault(_unstamped(value), deque()).append(message.timestamp)
+                    self._recorded.setdefault(_unstamped(value), deque()).append(message)
                     self._left += 1
 
     def stamp(self, message: session.Message) -> session.Message:
-        """*message*, given the time it was recorded with if it is one of those learnt."""
+        """*message*, given the time and usage it was recorded with if it is one of those
+        learnt."""
         if self._left:
             with contextlib.suppress(session.CodecError, TypeError, ValueError):
-                times = self._times.get(_unstamped(_CODEC.encode(message)))
-                if times:
-                    message.timestamp = times.popleft()
+                recorded = self._recorded.get(_unstamped(_CODEC.encode(message)))
+                if recorded:
+                    first = recorded.popleft()
+                    message.timestamp, message.usage = first.timestamp, first.usage
                     self._left -= 1
         return message
 
 
 def _sent_before(path: str, before: int) -> list[Any]:
     """The messages, as read back, of the latest model request before the record *before* of
-    the session file at *path*; an empty list when there is none."""
+    the session file at *path*, then those of the ``message_end`` records after it; an empty
+    list when there is no request."""
     latest: session.Record | None = None
+    after: list[Any] = []
     for record in session.iter_records(path, resolve=False):
         if record.seq >= before:
             break
         if record.type == "model_request":
-            latest = record
+            latest, after = record, []
+        elif record.type == "message_end" and "message" in record.data:
+            after.append(record.data["message"])
     ref = latest.ref if latest is not None else None
     if latest is None or ref is None:
         return []
@@ -465,15 +472,17 @@ def _sent_before(path: str, before: int) -> list[Any]:
         request = record.data.get("request")
         if record.seq == latest.seq and isinstance(request, dict):
             messages = request.get("messages")
-            return messages if isinstance(messages, list) else []
-    return []
+            return [*messages, *after] if isinstance(messages, list) else after
+    return after
 
 
 def _unstamped(value: Any) -> str:
-    """A message's codec value as text without its timestamp: raw JSON parsed, keys sorted."""
+    """A message's codec value as text without its timestamp and usage: raw JSON parsed, keys
+    sorted."""
     inner = value.get("value") if isinstance(value, dict) else None
     if isinstance(inner, dict):
-        value = {**value, "value": {key: item for key, item in inner.items() if key != "timestamp"}}
+        kept = {key: item for key, item in inner.items() if key not in ("timestamp", "usage")}
+        value = {**value, "value": kept}
     return json.dumps(value, sort_keys=True, default=_parsed)
 
 

@@ -267,9 +267,9 @@ class _Writer:
         self._failed_at: TracebackType | None = None  # the failure's traceback, as it was then
         self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
 
-    def record(self, kind: str, fields: dict[str, Any]) -> None:
-        """Write the event *kind* with *fields*, time-stamped now."""
-        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+    def record(self, kind: str, fields: dict[str, Any], when: datetime | None = None) -> None:
+        """Write the event *kind* with *fields*, time-stamped *when* (default now)."""
+        job = functools.partial(self._record, kind, when or datetime.now(timezone.utc), fields)
         if self._thread is None:
             job()
         else:
