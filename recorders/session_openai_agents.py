@@ -55,6 +55,7 @@ import os
 import threading
 import time
 import types
+import uuid
 import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -351,9 +352,39 @@ _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 # ---------------------------------------------------------------------------- messages
 
 
+_MARK = f"digest-{uuid.uuid4()}"  # marks a digest in a content key: in no message
+_LONG = 4096  # a string this long is keyed by its digest (hashlib hashes it without the GIL)
+
+
+def _digest(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+def _keyed(value: Any) -> Any:
+    """A codec value as a content key holds it: a long string, or a ``RawJSON``'s text, as
+    its digest, marked (one ``json.dumps`` of a long string would hold the GIL throughout)."""
+    if type(value) is dict:
+        return {name: _keyed(item) for name, item in value.items()}
+    if type(value) is list:
+        return [_keyed(item) for item in value]
+    if isinstance(value, session.RawJSON):
+        return [_MARK, "raw", _digest(value.text)]
+    if type(value) is str and len(value) >= _LONG:
+        return [_MARK, "str", _digest(value)]
+    return value
+
+
+def _keyed_text(value: Any) -> Any:
+    """A value ``json`` cannot write (a framework's object) as a content key holds it: its
+    JSON text (``to_json``'s) read back, keyed."""
+    return _keyed(json.loads(_json_text(value)))
+
+
 def _content_key(value: Any) -> str:
-    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
-    return hashlib.sha256(_json_text(value)).hexdigest()
+    """*value*'s content, as the digest of its JSON text, a long string in it by its own
+    digest (see ``_keyed``): two values of one key are written alike."""
+    return _digest(json.dumps(_keyed(value), default=_keyed_text))
 
 
 class _Converted(Generic[_T]):

@@ -340,12 +340,9 @@ _MARK = f"digest-{uuid.uuid4()}"  # marks a digest in a content key: in no messa
 _LONG = 4096  # a string this long is keyed by its digest (hashlib hashes it without the GIL)
 
 
-def _content_key(message: session.Message) -> str:
-    """What a file holds of *message* but its time, as the digest of its JSON text: two
-    messages of one key are written alike but for their timestamps."""
-    value = _CODEC.encode(message)
-    inner = {name: item for name, item in value["value"].items() if name != "timestamp"}
-    return _digest(json.dumps(_keyed({**value, "value": inner})))
+def _digest(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
 
 
 def _keyed(value: Any) -> Any:
@@ -362,9 +359,24 @@ def _keyed(value: Any) -> Any:
     return value
 
 
-def _digest(text: str | bytes) -> str:
-    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()
+def _keyed_text(value: Any) -> Any:
+    """A value ``json`` cannot write (a framework's object) as a content key holds it: its
+    JSON text (``to_json``'s) read back, keyed."""
+    return _keyed(json.loads(_json_text(value)))
+
+
+def _content_key(value: Any) -> str:
+    """*value*'s content, as the digest of its JSON text, a long string in it by its own
+    digest (see ``_keyed``): two values of one key are written alike."""
+    return _digest(json.dumps(_keyed(value), default=_keyed_text))
+
+
+def _message_key(message: session.Message) -> str:
+    """What a file holds of *message* but its time (``_content_key``): two messages of one
+    key are written alike but for their timestamps."""
+    value = _CODEC.encode(message)
+    inner = {name: item for name, item in value["value"].items() if name != "timestamp"}
+    return _content_key({**value, "value": inner})
 
 
 def _fields(value: Any) -> tuple[Any, ...]:
@@ -409,7 +421,7 @@ class _Converted:
                     key, converted = hit[2], hit[3]
                 else:
                     converted = self._convert(source)
-                    key = _content_key(converted)
+                    key = _message_key(converted)
                     seen = self._contents.setdefault(key, [])
                     fresh = counts.get(key, 0) >= len(seen)
                     if fresh:
@@ -424,7 +436,7 @@ class _Converted:
     def add(self, source: Any, converted: session.Message) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
         with self._lock:
-            key = _content_key(converted)
+            key = _message_key(converted)
             self._contents.setdefault(key, []).append(converted)
             self._objects[id(source)] = (source, _fields(source), key, converted)
 
