@@ -60,7 +60,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pydantic
 import pydantic_core
@@ -372,6 +372,14 @@ def _content_key(value: Any) -> str:
     return _digest(json.dumps(_keyed(value), default=_keyed_text))
 
 
+def _message_key(message: session.Message) -> str:
+    """What a file holds of *message* but its time and usage (``_content_key``): two messages
+    of one key are written alike but for those (a reply sent back carries no usage)."""
+    value = _CODEC.encode(message)
+    inner = {name: item for name, item in value["value"].items() if name not in ("timestamp", "usage")}
+    return _content_key({**value, "value": inner})
+
+
 def _fields(value: Any) -> tuple[Any, ...]:
     """The values of *value*'s fields (or items), to be kept and compared by identity (see
     ``_same``)."""
@@ -379,63 +387,63 @@ def _fields(value: Any) -> tuple[Any, ...]:
     return tuple(fields.values())
 
 
-def _same(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
-    """Whether *now* (``_fields``') holds the very objects *kept*: none of the fields was
-    given a new value since.  The values kept are alive, so a new one cannot be made at a
-    kept one's address (as it could be at a freed one's: comparing ``id()``s alone would take
-    a field replaced twice for unchanged)."""
-    return len(kept) == len(now) and all(one is two for one, two in zip(kept, now))
+def _unchanged(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    return len(kept) == len(now) and all(was is value for was, value in zip(kept, now))
 
 
-class _Converted(Generic[_T]):
+class _Converted:
     """The conversation's messages as this recorder converted them the first time it saw
-    them (one per recorder).  A framework message sent again, the same object or one whose
-    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
-    is neither converted again nor, in a version-2 file, written or encoded again (the writer
-    knows a ``session.Message`` of the request before by the object).  Of equal messages in
-    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
-    fields was given a new value since is looked up by its content again (a value changed in
-    place, a list appended to, is not seen: replace it).  It keeps each distinct message
-    converted, and the framework's object and its fields' values as they were, so that no
-    id it compares is reused."""
+    them (one per recorder).  A framework message sent again, the same object or another
+    that converts to an equal message but for its time (a copy, or one stamped anew), comes
+    back as the same converted object, timestamp and all: a version-2 file neither writes
+    nor encodes it again (the writer knows a ``session.Message`` of the request before by
+    the object).  Of equal messages in one request, the n-th is the n-th seen: two alike
+    stay two.  An object one of whose fields was given a new value since is converted
+    again (a value changed in place, a list appended to, is not seen: replace it).  It
+    keeps each distinct message converted, and the framework's object with its fields'
+    values, so that no address it compares is reused.  *first_seen* takes a message
+    converted for the first time, before it is kept."""
 
-    def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
-        self._key = key
+    def __init__(
+        self,
+        convert: Callable[[Any], session.Message],
+        first_seen: Callable[[session.Message], session.Message],
+    ) -> None:
         self._convert = convert
+        self._first_seen = first_seen
         # id -> (the object, its fields' values, its key, converted)
-        self._objects: dict[int, tuple[Any, tuple[Any, ...], str, _T]] = {}
-        self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        self._objects: dict[int, tuple[Any, tuple[Any, ...], str, session.Message]] = {}
+        self._contents: dict[str, list[session.Message]] = {}  # key -> converted, in the order first seen
         self._lock = threading.Lock()  # the recorder's writer converts too
 
-    def all(self, sources: Sequence[Any]) -> list[_T]:
+    def all(self, sources: Sequence[Any]) -> list[session.Message]:
         """Each of *sources*, one request's messages in order, as first converted."""
         with self._lock:
             counts: dict[str, int] = {}
-            out: list[_T] = []
+            out: list[session.Message] = []
             for source in sources:
                 hit = self._objects.get(id(source))
                 known = hit is not None and hit[0] is source
-                if hit is not None and known and _same(hit[1], _fields(source)):
-                    counts[hit[2]] = counts.get(hit[2], 0) + 1
-                    out.append(hit[3])
-                    continue
-                key = self._key(source)
-                nth = counts.get(key, 0)
-                counts[key] = nth + 1
-                seen = self._contents.setdefault(key, [])
-                fresh = nth >= len(seen)
-                if fresh:
-                    seen.append(self._convert(source))
-                converted = seen[-1] if fresh else seen[nth]
-                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                if hit is not None and known and _unchanged(hit[1], _fields(source)):
+                    key, converted = hit[2], hit[3]
+                else:
+                    converted = self._convert(source)
+                    key = _message_key(converted)
+                    seen = self._contents.setdefault(key, [])
+                    fresh = counts.get(key, 0) >= len(seen)
+                    if fresh:
+                        seen.append(self._first_seen(converted))
+                    converted = seen[-1] if fresh else seen[counts.get(key, 0)]
+                    if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                        self._objects[id(source)] = (source, _fields(source), key, converted)
+                counts[key] = counts.get(key, 0) + 1
                 out.append(converted)
             return out
 
-    def add(self, source: Any, converted: _T) -> None:
+    def add(self, source: Any, converted: session.Message) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
         with self._lock:
-            key = self._key(source)
+            key = _message_key(converted)
             self._contents.setdefault(key, []).append(converted)
             self._objects[id(source)] = (source, _fields(source), key, converted)
 
@@ -750,7 +758,7 @@ class SessionRecorder(BasePlugin):
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         # every message converted once: the same object whenever it is sent again
-        self._converted: _Converted[session.Message] = _Converted(_content_key, self._first_seen)
+        self._converted = _Converted(_unit_message, self._first_seen)
         self._writer = _Writer(run, threaded=False)  # recording() gives it one with a thread of its own
 
     def history(self) -> list[AdkEvent]:
@@ -911,11 +919,11 @@ class SessionRecorder(BasePlugin):
 
     # -- writing
 
-    def _first_seen(self, unit: Any) -> session.Message:
-        """The message of *unit* (of ``_units``), the first time it is seen: one of the history
-        takes the time it was recorded with; the result an ``on_tool_error_callback`` gave for
-        a failed tool call says so."""
-        message = self._recalled.stamp(_unit_message(unit))
+    def _first_seen(self, message: session.Message) -> session.Message:
+        """*message*, converted for the first time: one of the history takes the time it was
+        recorded with; the result an ``on_tool_error_callback`` gave for a failed tool call
+        says so."""
+        message = self._recalled.stamp(message)
         if message.role == "tool" and (message.metadata or {}).get("tool_call_id") in self._rescued:
             message.metadata = {**(message.metadata or {}), **_TOOL_RESCUE}
         return message

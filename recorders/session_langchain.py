@@ -379,10 +379,10 @@ def _content_key(value: Any) -> str:
 
 
 def _message_key(message: session.Message) -> str:
-    """What a file holds of *message* but its time (``_content_key``): two messages of one
-    key are written alike but for their timestamps."""
+    """What a file holds of *message* but its time and usage (``_content_key``): two messages
+    of one key are written alike but for those (a reply sent back carries no usage)."""
     value = _CODEC.encode(message)
-    inner = {name: item for name, item in value["value"].items() if name != "timestamp"}
+    inner = {name: item for name, item in value["value"].items() if name not in ("timestamp", "usage")}
     return _content_key({**value, "value": inner})
 
 

@@ -387,7 +387,7 @@ def _content_key(value: Any) -> str:
     return _digest(json.dumps(_keyed(value), default=_keyed_text))
 
 
-class _Converted(Generic[_T]):
+class _ConvertedByContent(Generic[_T]):
     """The conversation's messages as this recorder converted them the first time it saw
     them (one per recorder), by their content (*key*): a framework message sent again (the
     SDK sends a copy made anew for every call) comes back as the same converted object,
@@ -750,7 +750,7 @@ class SessionRecorder(RunHooks[Any]):
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
-        self._converted = _Converted(_unit_key, self._first_seen)
+        self._converted = _ConvertedByContent(_unit_key, self._first_seen)
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         self._writer = _Writer(run, threaded=False)  # recording() gives it one with a thread of its own

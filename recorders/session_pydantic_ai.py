@@ -372,10 +372,10 @@ def _content_key(value: Any) -> str:
 
 
 def _message_key(message: session.Message) -> str:
-    """What a file holds of *message* but its time (``_content_key``): two messages of one
-    key are written alike but for their timestamps."""
+    """What a file holds of *message* but its time and usage (``_content_key``): two messages
+    of one key are written alike but for those (a reply sent back carries no usage)."""
     value = _CODEC.encode(message)
-    inner = {name: item for name, item in value["value"].items() if name != "timestamp"}
+    inner = {name: item for name, item in value["value"].items() if name not in ("timestamp", "usage")}
     return _content_key({**value, "value": inner})
 
 
@@ -400,10 +400,16 @@ class _Converted:
     stay two.  An object one of whose fields was given a new value since is converted
     again (a value changed in place, a list appended to, is not seen: replace it).  It
     keeps each distinct message converted, and the framework's object with its fields'
-    values, so that no address it compares is reused."""
+    values, so that no address it compares is reused.  *first_seen* takes a message
+    converted for the first time, before it is kept."""
 
-    def __init__(self, convert: Callable[[Any], session.Message]) -> None:
+    def __init__(
+        self,
+        convert: Callable[[Any], session.Message],
+        first_seen: Callable[[session.Message], session.Message],
+    ) -> None:
         self._convert = convert
+        self._first_seen = first_seen
         # id -> (the object, its fields' values, its key, converted)
         self._objects: dict[int, tuple[Any, tuple[Any, ...], str, session.Message]] = {}
         self._contents: dict[str, list[session.Message]] = {}  # key -> converted, in the order first seen
@@ -425,7 +431,7 @@ class _Converted:
                     seen = self._contents.setdefault(key, [])
                     fresh = counts.get(key, 0) >= len(seen)
                     if fresh:
-                        seen.append(converted)
+                        seen.append(self._first_seen(converted))
                     converted = seen[-1] if fresh else seen[counts.get(key, 0)]
                     if fresh or known:  # not an equal copy (a framework may make one anew for every call)
                         self._objects[id(source)] = (source, _fields(source), key, converted)
@@ -439,6 +445,12 @@ class _Converted:
             key = _message_key(converted)
             self._contents.setdefault(key, []).append(converted)
             self._objects[id(source)] = (source, _fields(source), key, converted)
+
+
+def _as_converted(message: session.Message) -> session.Message:
+    """*message*, converted for the first time, as kept: pydantic-ai's messages carry their
+    own time."""
+    return message
 
 
 def _aware(moment: datetime) -> datetime:
@@ -626,7 +638,9 @@ class SessionRecorder(AbstractCapability[Any]):
     _running: dict[str, set[str]] = field(default_factory=dict, init=False)  # tool calls: those beside each
     # every response and request part converted once: the same object whenever it is sent again
     # (per part: pydantic-ai and capabilities add parts to a request after the hooks saw it)
-    _converted: _Converted = field(default_factory=lambda: _Converted(_unit_message), init=False)
+    _converted: _Converted = field(
+        default_factory=lambda: _Converted(_unit_message, _as_converted), init=False
+    )
     _writer: _Writer = field(init=False)  # recording() gives it one with a thread of its own
 
     def __post_init__(self) -> None:
