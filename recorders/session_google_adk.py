@@ -381,8 +381,8 @@ def _message_key(message: session.Message) -> str:
 
 
 def _fields(value: Any) -> tuple[Any, ...]:
-    """The values of *value*'s fields (or items), to be kept and compared by identity (see
-    ``_same``)."""
+    """The values of *value*'s fields (or items), compared by identity: one given a new value
+    is another object (and, kept alive by whoever keeps this tuple, never at their address)."""
     fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
     return tuple(fields.values())
 
