@@ -343,12 +343,15 @@ def test_module_reads_top_to_bottom_in_functions_of_60_lines_at_most(module: str
 
 RECORDERS = sorted((HERE / "recorders").glob("session_*.py"))
 SHARED_BY_RECORDERS = (
-    *("recording", "to_json", "_int_or_digits", "_unknown", "_content_key", "_fields", "_Converted"),
+    *("recording", "to_json", "_int_or_digits", "_unknown", "_content_key"),
     *("_Writer", "_Later", "_made"),  # the writer thread of each recording
     *("_opened", "_close_once_open", "_close"),  # and its opening and closing
 )
-# the resume helpers, in each recorder whose framework's messages carry no time of their own
+# the resume helpers, in each recorder whose framework's messages carry no time of their own;
+# and those of each that knows a message it saw by its object (the Agents SDK sends copies made
+# anew: its recorder knows them by content alone, in its _ConvertedByContent)
 SHARED_BY_SOME_RECORDERS = ("_Recalled", "_sent_before", "_unstamped", "_parsed")
+SHARED_BY_SOME_RECORDERS += ("_Converted", "_message_key", "_fields", "_unchanged")
 
 
 def _shared_body(path: Path, name: str) -> str | None:

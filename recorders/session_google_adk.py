@@ -54,12 +54,13 @@ import logging
 import os
 import re
 import threading
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pydantic
 import pydantic_core
@@ -336,75 +337,113 @@ def _made(value: Any) -> Any:
     return value.convert(value.value) if type(value) is _Later else value
 
 
+_MARK = f"digest-{uuid.uuid4()}"  # marks a digest in a content key: in no message
+_LONG = 4096  # a string this long is keyed by its digest (hashlib hashes it without the GIL)
+
+
+def _digest(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+def _keyed(value: Any) -> Any:
+    """A codec value as a content key holds it: a long string, or a ``RawJSON``'s text, as
+    its digest, marked (one ``json.dumps`` of a long string would hold the GIL throughout)."""
+    if type(value) is dict:
+        return {name: _keyed(item) for name, item in value.items()}
+    if type(value) is list:
+        return [_keyed(item) for item in value]
+    if isinstance(value, session.RawJSON):
+        return [_MARK, "raw", _digest(value.text)]
+    if type(value) is str and len(value) >= _LONG:
+        return [_MARK, "str", _digest(value)]
+    return value
+
+
+def _keyed_text(value: Any) -> Any:
+    """A value ``json`` cannot write (a framework's object) as a content key holds it: its
+    JSON text (``to_json``'s) read back, keyed."""
+    return _keyed(json.loads(_json_text(value)))
+
+
 def _content_key(value: Any) -> str:
-    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
-    return hashlib.sha256(_json_text(value)).hexdigest()
+    """*value*'s content, as the digest of its JSON text, a long string in it by its own
+    digest (see ``_keyed``): two values of one key are written alike."""
+    return _digest(json.dumps(_keyed(value), default=_keyed_text))
+
+
+def _message_key(message: session.Message) -> str:
+    """What a file holds of *message* but its time and usage (``_content_key``): two messages
+    of one key are written alike but for those (a reply sent back carries no usage)."""
+    value = _CODEC.encode(message)
+    inner = {name: item for name, item in value["value"].items() if name not in ("timestamp", "usage")}
+    return _content_key({**value, "value": inner})
 
 
 def _fields(value: Any) -> tuple[Any, ...]:
-    """The values of *value*'s fields (or items), to be kept and compared by identity (see
-    ``_same``)."""
+    """The values of *value*'s fields (or items), compared by identity: one given a new value
+    is another object (and, kept alive by whoever keeps this tuple, never at their address)."""
     fields = value if isinstance(value, dict) else getattr(value, "__dict__", {})
     return tuple(fields.values())
 
 
-def _same(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
-    """Whether *now* (``_fields``') holds the very objects *kept*: none of the fields was
-    given a new value since.  The values kept are alive, so a new one cannot be made at a
-    kept one's address (as it could be at a freed one's: comparing ``id()``s alone would take
-    a field replaced twice for unchanged)."""
-    return len(kept) == len(now) and all(one is two for one, two in zip(kept, now))
+def _unchanged(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    return len(kept) == len(now) and all(was is value for was, value in zip(kept, now))
 
 
-class _Converted(Generic[_T]):
+class _Converted:
     """The conversation's messages as this recorder converted them the first time it saw
-    them (one per recorder).  A framework message sent again, the same object or one whose
-    content (*key*) is equal, comes back as the same converted object, timestamp and all: it
-    is neither converted again nor, in a version-2 file, written or encoded again (the writer
-    knows a ``session.Message`` of the request before by the object).  Of equal messages in
-    one request, the n-th is the n-th seen: two alike stay two.  An object one of whose
-    fields was given a new value since is looked up by its content again (a value changed in
-    place, a list appended to, is not seen: replace it).  It keeps each distinct message
-    converted, and the framework's object and its fields' values as they were, so that no
-    id it compares is reused."""
+    them (one per recorder).  A framework message sent again, the same object or another
+    that converts to an equal message but for its time (a copy, or one stamped anew), comes
+    back as the same converted object, timestamp and all: a version-2 file neither writes
+    nor encodes it again (the writer knows a ``session.Message`` of the request before by
+    the object).  Of equal messages in one request, the n-th is the n-th seen: two alike
+    stay two.  An object one of whose fields was given a new value since is converted
+    again (a value changed in place, a list appended to, is not seen: replace it).  It
+    keeps each distinct message converted, and the framework's object with its fields'
+    values, so that no address it compares is reused.  *first_seen* takes a message
+    converted for the first time, before it is kept."""
 
-    def __init__(self, key: Callable[[Any], str], convert: Callable[[Any], _T]) -> None:
-        self._key = key
+    def __init__(
+        self,
+        convert: Callable[[Any], session.Message],
+        first_seen: Callable[[session.Message], session.Message],
+    ) -> None:
         self._convert = convert
+        self._first_seen = first_seen
         # id -> (the object, its fields' values, its key, converted)
-        self._objects: dict[int, tuple[Any, tuple[Any, ...], str, _T]] = {}
-        self._contents: dict[str, list[_T]] = {}  # key -> converted, in the order first seen
+        self._objects: dict[int, tuple[Any, tuple[Any, ...], str, session.Message]] = {}
+        self._contents: dict[str, list[session.Message]] = {}  # key -> converted, in the order first seen
         self._lock = threading.Lock()  # the recorder's writer converts too
 
-    def all(self, sources: Sequence[Any]) -> list[_T]:
+    def all(self, sources: Sequence[Any]) -> list[session.Message]:
         """Each of *sources*, one request's messages in order, as first converted."""
         with self._lock:
             counts: dict[str, int] = {}
-            out: list[_T] = []
+            out: list[session.Message] = []
             for source in sources:
                 hit = self._objects.get(id(source))
                 known = hit is not None and hit[0] is source
-                if hit is not None and known and _same(hit[1], _fields(source)):
-                    counts[hit[2]] = counts.get(hit[2], 0) + 1
-                    out.append(hit[3])
-                    continue
-                key = self._key(source)
-                nth = counts.get(key, 0)
-                counts[key] = nth + 1
-                seen = self._contents.setdefault(key, [])
-                fresh = nth >= len(seen)
-                if fresh:
-                    seen.append(self._convert(source))
-                converted = seen[-1] if fresh else seen[nth]
-                if fresh or known:  # not an equal copy (a framework may make one anew for every call)
-                    self._objects[id(source)] = (source, _fields(source), key, converted)
+                if hit is not None and known and _unchanged(hit[1], _fields(source)):
+                    key, converted = hit[2], hit[3]
+                else:
+                    converted = self._convert(source)
+                    key = _message_key(converted)
+                    seen = self._contents.setdefault(key, [])
+                    fresh = counts.get(key, 0) >= len(seen)
+                    if fresh:
+                        seen.append(self._first_seen(converted))
+                    converted = seen[-1] if fresh else seen[counts.get(key, 0)]
+                    if fresh or known:  # not an equal copy (a framework may make one anew for every call)
+                        self._objects[id(source)] = (source, _fields(source), key, converted)
+                counts[key] = counts.get(key, 0) + 1
                 out.append(converted)
             return out
 
-    def add(self, source: Any, converted: _T) -> None:
+    def add(self, source: Any, converted: session.Message) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
         with self._lock:
-            key = self._key(source)
+            key = _message_key(converted)
             self._contents.setdefault(key, []).append(converted)
             self._objects[id(source)] = (source, _fields(source), key, converted)
 
@@ -413,20 +452,21 @@ _CODEC = session.JSONCodec()
 
 
 class _Recalled:
-    """When the messages of a resumed conversation were first recorded: those of the latest
-    model request before the checkpoint its history comes from, by their content.  A history
+    """How the messages of a resumed conversation were first recorded: those the latest model
+    request before the checkpoint its history comes from sent, and those recorded after it
+    (the replies and tool results the next request sends), by their content.  A history
     message converted anew (this framework's messages carry no time of their own) takes the
-    time it was recorded with, so that a version-2 file refers to the record it holds rather
-    than writing the message again."""
+    time, and a reply its usage, it was recorded with: it is the message recorded, which a
+    version-2 file refers to rather than writing it again, and a reader knows as one."""
 
     def __init__(self) -> None:
-        self._times: dict[str, deque[datetime | None]] = {}
+        self._recorded: dict[str, deque[session.Message]] = {}
         self._left = 0
 
     def load(self, path: str, before: int) -> None:
         """Learn the messages of the latest model request before the record *before* of the
-        session file at *path* (it reads the file: call it in a worker thread); a file that
-        cannot be read teaches nothing."""
+        session file at *path*, and those recorded after it (it reads the file: call it in a
+        worker thread); a file that cannot be read teaches nothing."""
         try:
             sent = _sent_before(path, before)
         except (OSError, ValueError, session.SessionError):
@@ -435,29 +475,35 @@ class _Recalled:
             with contextlib.suppress(session.CodecError, TypeError, ValueError):
                 message = _CODEC.decode(value)
                 if isinstance(message, session.Message):
-                    self._times.setdefault(_unstamped(value), deque()).append(message.timestamp)
+                    self._recorded.setdefault(_unstamped(value), deque()).append(message)
                     self._left += 1
 
     def stamp(self, message: session.Message) -> session.Message:
-        """*message*, given the time it was recorded with if it is one of those learnt."""
+        """*message*, given the time and usage it was recorded with if it is one of those
+        learnt."""
         if self._left:
             with contextlib.suppress(session.CodecError, TypeError, ValueError):
-                times = self._times.get(_unstamped(_CODEC.encode(message)))
-                if times:
-                    message.timestamp = times.popleft()
+                recorded = self._recorded.get(_unstamped(_CODEC.encode(message)))
+                if recorded:
+                    first = recorded.popleft()
+                    message.timestamp, message.usage = first.timestamp, first.usage
                     self._left -= 1
         return message
 
 
 def _sent_before(path: str, before: int) -> list[Any]:
     """The messages, as read back, of the latest model request before the record *before* of
-    the session file at *path*; an empty list when there is none."""
+    the session file at *path*, then those of the ``message_end`` records after it; an empty
+    list when there is no request."""
     latest: session.Record | None = None
+    after: list[Any] = []
     for record in session.iter_records(path, resolve=False):
         if record.seq >= before:
             break
         if record.type == "model_request":
-            latest = record
+            latest, after = record, []
+        elif record.type == "message_end" and "message" in record.data:
+            after.append(record.data["message"])
     ref = latest.ref if latest is not None else None
     if latest is None or ref is None:
         return []
@@ -465,15 +511,17 @@ def _sent_before(path: str, before: int) -> list[Any]:
         request = record.data.get("request")
         if record.seq == latest.seq and isinstance(request, dict):
             messages = request.get("messages")
-            return messages if isinstance(messages, list) else []
-    return []
+            return [*messages, *after] if isinstance(messages, list) else after
+    return after
 
 
 def _unstamped(value: Any) -> str:
-    """A message's codec value as text without its timestamp: raw JSON parsed, keys sorted."""
+    """A message's codec value as text without its timestamp and usage: raw JSON parsed, keys
+    sorted."""
     inner = value.get("value") if isinstance(value, dict) else None
     if isinstance(inner, dict):
-        value = {**value, "value": {key: item for key, item in inner.items() if key != "timestamp"}}
+        kept = {key: item for key, item in inner.items() if key not in ("timestamp", "usage")}
+        value = {**value, "value": kept}
     return json.dumps(value, sort_keys=True, default=_parsed)
 
 
@@ -710,7 +758,7 @@ class SessionRecorder(BasePlugin):
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         # every message converted once: the same object whenever it is sent again
-        self._converted: _Converted[session.Message] = _Converted(_content_key, self._first_seen)
+        self._converted = _Converted(_unit_message, self._first_seen)
         self._writer = _Writer(run, threaded=False)  # recording() gives it one with a thread of its own
 
     def history(self) -> list[AdkEvent]:
@@ -871,11 +919,11 @@ class SessionRecorder(BasePlugin):
 
     # -- writing
 
-    def _first_seen(self, unit: Any) -> session.Message:
-        """The message of *unit* (of ``_units``), the first time it is seen: one of the history
-        takes the time it was recorded with; the result an ``on_tool_error_callback`` gave for
-        a failed tool call says so."""
-        message = self._recalled.stamp(_unit_message(unit))
+    def _first_seen(self, message: session.Message) -> session.Message:
+        """*message*, converted for the first time: one of the history takes the time it was
+        recorded with; the result an ``on_tool_error_callback`` gave for a failed tool call
+        says so."""
+        message = self._recalled.stamp(message)
         if message.role == "tool" and (message.metadata or {}).get("tool_call_id") in self._rescued:
             message.metadata = {**(message.metadata or {}), **_TOOL_RESCUE}
         return message

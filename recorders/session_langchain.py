@@ -258,9 +258,9 @@ class _Writer:
         self._failed_at: TracebackType | None = None  # the failure's traceback, as it was then
         self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
 
-    def record(self, kind: str, fields: dict[str, Any]) -> None:
-        """Write the event *kind* with *fields*, time-stamped now."""
-        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+    def record(self, kind: str, fields: dict[str, Any], when: datetime | None = None) -> None:
+        """Write the event *kind* with *fields*, time-stamped *when* (default now)."""
+        job = functools.partial(self._record, kind, when or datetime.now(timezone.utc), fields)
         if self._thread is None:
             job()
         else:
@@ -347,12 +347,9 @@ _MARK = f"digest-{uuid4()}"  # marks a digest in a content key: in no message
 _LONG = 4096  # a string this long is keyed by its digest (hashlib hashes it without the GIL)
 
 
-def _content_key(message: session.Message) -> str:
-    """What a file holds of *message* but its time, as the digest of its JSON text: two
-    messages of one key are written alike but for their timestamps."""
-    value = _CODEC.encode(message)
-    inner = {name: item for name, item in value["value"].items() if name != "timestamp"}
-    return _digest(json.dumps(_keyed({**value, "value": inner})))
+def _digest(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
 
 
 def _keyed(value: Any) -> Any:
@@ -369,9 +366,24 @@ def _keyed(value: Any) -> Any:
     return value
 
 
-def _digest(text: str | bytes) -> str:
-    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()
+def _keyed_text(value: Any) -> Any:
+    """A value ``json`` cannot write (a framework's object) as a content key holds it: its
+    JSON text (``to_json``'s) read back, keyed."""
+    return _keyed(json.loads(_json_text(value)))
+
+
+def _content_key(value: Any) -> str:
+    """*value*'s content, as the digest of its JSON text, a long string in it by its own
+    digest (see ``_keyed``): two values of one key are written alike."""
+    return _digest(json.dumps(_keyed(value), default=_keyed_text))
+
+
+def _message_key(message: session.Message) -> str:
+    """What a file holds of *message* but its time and usage (``_content_key``): two messages
+    of one key are written alike but for those (a reply sent back carries no usage)."""
+    value = _CODEC.encode(message)
+    inner = {name: item for name, item in value["value"].items() if name not in ("timestamp", "usage")}
+    return _content_key({**value, "value": inner})
 
 
 def _fields(value: Any) -> tuple[Any, ...]:
@@ -422,7 +434,7 @@ class _Converted:
                     key, converted = hit[2], hit[3]
                 else:
                     converted = self._convert(source)
-                    key = _content_key(converted)
+                    key = _message_key(converted)
                     seen = self._contents.setdefault(key, [])
                     fresh = counts.get(key, 0) >= len(seen)
                     if fresh:
@@ -437,26 +449,27 @@ class _Converted:
     def add(self, source: Any, converted: session.Message) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
         with self._lock:
-            key = _content_key(converted)
+            key = _message_key(converted)
             self._contents.setdefault(key, []).append(converted)
             self._objects[id(source)] = (source, _fields(source), key, converted)
 
 
 class _Recalled:
-    """When the messages of a resumed conversation were first recorded: those of the latest
-    model request before the checkpoint its history comes from, by their content.  A history
+    """How the messages of a resumed conversation were first recorded: those the latest model
+    request before the checkpoint its history comes from sent, and those recorded after it
+    (the replies and tool results the next request sends), by their content.  A history
     message converted anew (this framework's messages carry no time of their own) takes the
-    time it was recorded with, so that a version-2 file refers to the record it holds rather
-    than writing the message again."""
+    time, and a reply its usage, it was recorded with: it is the message recorded, which a
+    version-2 file refers to rather than writing it again, and a reader knows as one."""
 
     def __init__(self) -> None:
-        self._times: dict[str, deque[datetime | None]] = {}
+        self._recorded: dict[str, deque[session.Message]] = {}
         self._left = 0
 
     def load(self, path: str, before: int) -> None:
         """Learn the messages of the latest model request before the record *before* of the
-        session file at *path* (it reads the file: call it in a worker thread); a file that
-        cannot be read teaches nothing."""
+        session file at *path*, and those recorded after it (it reads the file: call it in a
+        worker thread); a file that cannot be read teaches nothing."""
         try:
             sent = _sent_before(path, before)
         except (OSError, ValueError, session.SessionError):
@@ -465,29 +478,35 @@ class _Recalled:
             with contextlib.suppress(session.CodecError, TypeError, ValueError):
                 message = _CODEC.decode(value)
                 if isinstance(message, session.Message):
-                    self._times.setdefault(_unstamped(value), deque()).append(message.timestamp)
+                    self._recorded.setdefault(_unstamped(value), deque()).append(message)
                     self._left += 1
 
     def stamp(self, message: session.Message) -> session.Message:
-        """*message*, given the time it was recorded with if it is one of those learnt."""
+        """*message*, given the time and usage it was recorded with if it is one of those
+        learnt."""
         if self._left:
             with contextlib.suppress(session.CodecError, TypeError, ValueError):
-                times = self._times.get(_unstamped(_CODEC.encode(message)))
-                if times:
-                    message.timestamp = times.popleft()
+                recorded = self._recorded.get(_unstamped(_CODEC.encode(message)))
+                if recorded:
+                    first = recorded.popleft()
+                    message.timestamp, message.usage = first.timestamp, first.usage
                     self._left -= 1
         return message
 
 
 def _sent_before(path: str, before: int) -> list[Any]:
     """The messages, as read back, of the latest model request before the record *before* of
-    the session file at *path*; an empty list when there is none."""
+    the session file at *path*, then those of the ``message_end`` records after it; an empty
+    list when there is no request."""
     latest: session.Record | None = None
+    after: list[Any] = []
     for record in session.iter_records(path, resolve=False):
         if record.seq >= before:
             break
         if record.type == "model_request":
-            latest = record
+            latest, after = record, []
+        elif record.type == "message_end" and "message" in record.data:
+            after.append(record.data["message"])
     ref = latest.ref if latest is not None else None
     if latest is None or ref is None:
         return []
@@ -495,15 +514,17 @@ def _sent_before(path: str, before: int) -> list[Any]:
         request = record.data.get("request")
         if record.seq == latest.seq and isinstance(request, dict):
             messages = request.get("messages")
-            return messages if isinstance(messages, list) else []
-    return []
+            return [*messages, *after] if isinstance(messages, list) else after
+    return after
 
 
 def _unstamped(value: Any) -> str:
-    """A message's codec value as text without its timestamp: raw JSON parsed, keys sorted."""
+    """A message's codec value as text without its timestamp and usage: raw JSON parsed, keys
+    sorted."""
     inner = value.get("value") if isinstance(value, dict) else None
     if isinstance(inner, dict):
-        value = {**value, "value": {key: item for key, item in inner.items() if key != "timestamp"}}
+        kept = {key: item for key, item in inner.items() if key not in ("timestamp", "usage")}
+        value = {**value, "value": kept}
     return json.dumps(value, sort_keys=True, default=_parsed)
 
 

@@ -55,6 +55,7 @@ import os
 import threading
 import time
 import types
+import uuid
 import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -267,9 +268,9 @@ class _Writer:
         self._failed_at: TracebackType | None = None  # the failure's traceback, as it was then
         self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
 
-    def record(self, kind: str, fields: dict[str, Any]) -> None:
-        """Write the event *kind* with *fields*, time-stamped now."""
-        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+    def record(self, kind: str, fields: dict[str, Any], when: datetime | None = None) -> None:
+        """Write the event *kind* with *fields*, time-stamped *when* (default now)."""
+        job = functools.partial(self._record, kind, when or datetime.now(timezone.utc), fields)
         if self._thread is None:
             job()
         else:
@@ -351,12 +352,42 @@ _ABORTS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 # ---------------------------------------------------------------------------- messages
 
 
+_MARK = f"digest-{uuid.uuid4()}"  # marks a digest in a content key: in no message
+_LONG = 4096  # a string this long is keyed by its digest (hashlib hashes it without the GIL)
+
+
+def _digest(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+def _keyed(value: Any) -> Any:
+    """A codec value as a content key holds it: a long string, or a ``RawJSON``'s text, as
+    its digest, marked (one ``json.dumps`` of a long string would hold the GIL throughout)."""
+    if type(value) is dict:
+        return {name: _keyed(item) for name, item in value.items()}
+    if type(value) is list:
+        return [_keyed(item) for item in value]
+    if isinstance(value, session.RawJSON):
+        return [_MARK, "raw", _digest(value.text)]
+    if type(value) is str and len(value) >= _LONG:
+        return [_MARK, "str", _digest(value)]
+    return value
+
+
+def _keyed_text(value: Any) -> Any:
+    """A value ``json`` cannot write (a framework's object) as a content key holds it: its
+    JSON text (``to_json``'s) read back, keyed."""
+    return _keyed(json.loads(_json_text(value)))
+
+
 def _content_key(value: Any) -> str:
-    """*value*'s content, as the digest of its JSON text (``to_json``'s): one pass over it."""
-    return hashlib.sha256(_json_text(value)).hexdigest()
+    """*value*'s content, as the digest of its JSON text, a long string in it by its own
+    digest (see ``_keyed``): two values of one key are written alike."""
+    return _digest(json.dumps(_keyed(value), default=_keyed_text))
 
 
-class _Converted(Generic[_T]):
+class _ConvertedByContent(Generic[_T]):
     """The conversation's messages as this recorder converted them the first time it saw
     them (one per recorder), by their content (*key*): a framework message sent again (the
     SDK sends a copy made anew for every call) comes back as the same converted object,
@@ -719,7 +750,7 @@ class SessionRecorder(RunHooks[Any]):
         self._tool_calls = 0
         self._tool_errors = 0
         # every message converted once: the same object whenever it is sent again
-        self._converted = _Converted(_unit_key, self._first_seen)
+        self._converted = _ConvertedByContent(_unit_key, self._first_seen)
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         self._writer = _Writer(run, threaded=False)  # recording() gives it one with a thread of its own

@@ -254,9 +254,9 @@ class _Writer:
         self._failed_at: TracebackType | None = None  # the failure's traceback, as it was then
         self._last: concurrent.futures.Future[Any] | None = None  # the latest hand-over
 
-    def record(self, kind: str, fields: dict[str, Any]) -> None:
-        """Write the event *kind* with *fields*, time-stamped now."""
-        job = functools.partial(self._record, kind, datetime.now(timezone.utc), fields)
+    def record(self, kind: str, fields: dict[str, Any], when: datetime | None = None) -> None:
+        """Write the event *kind* with *fields*, time-stamped *when* (default now)."""
+        job = functools.partial(self._record, kind, when or datetime.now(timezone.utc), fields)
         if self._thread is None:
             job()
         else:
@@ -340,12 +340,9 @@ _MARK = f"digest-{uuid.uuid4()}"  # marks a digest in a content key: in no messa
 _LONG = 4096  # a string this long is keyed by its digest (hashlib hashes it without the GIL)
 
 
-def _content_key(message: session.Message) -> str:
-    """What a file holds of *message* but its time, as the digest of its JSON text: two
-    messages of one key are written alike but for their timestamps."""
-    value = _CODEC.encode(message)
-    inner = {name: item for name, item in value["value"].items() if name != "timestamp"}
-    return _digest(json.dumps(_keyed({**value, "value": inner})))
+def _digest(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
 
 
 def _keyed(value: Any) -> Any:
@@ -362,9 +359,24 @@ def _keyed(value: Any) -> Any:
     return value
 
 
-def _digest(text: str | bytes) -> str:
-    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()
+def _keyed_text(value: Any) -> Any:
+    """A value ``json`` cannot write (a framework's object) as a content key holds it: its
+    JSON text (``to_json``'s) read back, keyed."""
+    return _keyed(json.loads(_json_text(value)))
+
+
+def _content_key(value: Any) -> str:
+    """*value*'s content, as the digest of its JSON text, a long string in it by its own
+    digest (see ``_keyed``): two values of one key are written alike."""
+    return _digest(json.dumps(_keyed(value), default=_keyed_text))
+
+
+def _message_key(message: session.Message) -> str:
+    """What a file holds of *message* but its time and usage (``_content_key``): two messages
+    of one key are written alike but for those (a reply sent back carries no usage)."""
+    value = _CODEC.encode(message)
+    inner = {name: item for name, item in value["value"].items() if name not in ("timestamp", "usage")}
+    return _content_key({**value, "value": inner})
 
 
 def _fields(value: Any) -> tuple[Any, ...]:
@@ -388,10 +400,16 @@ class _Converted:
     stay two.  An object one of whose fields was given a new value since is converted
     again (a value changed in place, a list appended to, is not seen: replace it).  It
     keeps each distinct message converted, and the framework's object with its fields'
-    values, so that no address it compares is reused."""
+    values, so that no address it compares is reused.  *first_seen* takes a message
+    converted for the first time, before it is kept."""
 
-    def __init__(self, convert: Callable[[Any], session.Message]) -> None:
+    def __init__(
+        self,
+        convert: Callable[[Any], session.Message],
+        first_seen: Callable[[session.Message], session.Message],
+    ) -> None:
         self._convert = convert
+        self._first_seen = first_seen
         # id -> (the object, its fields' values, its key, converted)
         self._objects: dict[int, tuple[Any, tuple[Any, ...], str, session.Message]] = {}
         self._contents: dict[str, list[session.Message]] = {}  # key -> converted, in the order first seen
@@ -409,11 +427,11 @@ class _Converted:
                     key, converted = hit[2], hit[3]
                 else:
                     converted = self._convert(source)
-                    key = _content_key(converted)
+                    key = _message_key(converted)
                     seen = self._contents.setdefault(key, [])
                     fresh = counts.get(key, 0) >= len(seen)
                     if fresh:
-                        seen.append(converted)
+                        seen.append(self._first_seen(converted))
                     converted = seen[-1] if fresh else seen[counts.get(key, 0)]
                     if fresh or known:  # not an equal copy (a framework may make one anew for every call)
                         self._objects[id(source)] = (source, _fields(source), key, converted)
@@ -424,9 +442,15 @@ class _Converted:
     def add(self, source: Any, converted: session.Message) -> None:
         """Note *converted* as what *source* converts to before it is sent (a model's reply)."""
         with self._lock:
-            key = _content_key(converted)
+            key = _message_key(converted)
             self._contents.setdefault(key, []).append(converted)
             self._objects[id(source)] = (source, _fields(source), key, converted)
+
+
+def _as_converted(message: session.Message) -> session.Message:
+    """*message*, converted for the first time, as kept: pydantic-ai's messages carry their
+    own time."""
+    return message
 
 
 def _aware(moment: datetime) -> datetime:
@@ -614,7 +638,9 @@ class SessionRecorder(AbstractCapability[Any]):
     _running: dict[str, set[str]] = field(default_factory=dict, init=False)  # tool calls: those beside each
     # every response and request part converted once: the same object whenever it is sent again
     # (per part: pydantic-ai and capabilities add parts to a request after the hooks saw it)
-    _converted: _Converted = field(default_factory=lambda: _Converted(_unit_message), init=False)
+    _converted: _Converted = field(
+        default_factory=lambda: _Converted(_unit_message, _as_converted), init=False
+    )
     _writer: _Writer = field(init=False)  # recording() gives it one with a thread of its own
 
     def __post_init__(self) -> None:
