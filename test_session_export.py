@@ -1662,6 +1662,7 @@ def glance_file(path: Path, version: int) -> None:
                 )
                 run.record(Event("model_exec_end", execution=retry, message=reply))
                 tool = Execution("k1", "tool", parent_id="m1")
+                run.record(Event("tool_exec_start", execution=tool, tool="calc"))
                 run.record(Event("tool_exec_end", execution=tool, tool="calc", error="no such tool"))
                 run.record(Event("agent_end", summary=session.RunSummary(end_reason="stop")))
 
