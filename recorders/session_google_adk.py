@@ -755,6 +755,7 @@ class SessionRecorder(BasePlugin):
         self._tool_errors = 0
         self._running: dict[str, tuple[session.Execution, str, str]] = {}  # calls under way: tool, call id
         self._rescued: set[str] = set()  # the tool calls an on_tool_error_callback answered for
+        self._failed: set[str] = set()  # and those that failed
         self._recalled = _Recalled()  # when the history's messages were recorded
         self._recall = 0  # the seq of the checkpoint the history came from, until recalled
         # every message converted once: the same object whenever it is sent again
@@ -922,10 +923,14 @@ class SessionRecorder(BasePlugin):
     def _first_seen(self, message: session.Message) -> session.Message:
         """*message*, converted for the first time: one of the history takes the time it was
         recorded with; the result an ``on_tool_error_callback`` gave for a failed tool call
-        says so."""
+        says so, as does one ADK made for a call that failed (2.15 tells the model that a
+        cancelled run aborted its tool call)."""
         message = self._recalled.stamp(message)
-        if message.role == "tool" and (message.metadata or {}).get("tool_call_id") in self._rescued:
+        call_id = (message.metadata or {}).get("tool_call_id") if message.role == "tool" else None
+        if call_id in self._rescued:
             message.metadata = {**(message.metadata or {}), **_TOOL_RESCUE}
+        elif call_id in self._failed:
+            message.metadata = {**(message.metadata or {}), "is_error": True}
         return message
 
     def _record(self, kind: str, when: datetime | None = None, **fields: Any) -> None:
@@ -1016,6 +1021,8 @@ class SessionRecorder(BasePlugin):
         if execution is not None:
             self._running.pop(execution.id, None)
         self._tool_errors += error is not None
+        if error is not None:
+            self._failed.add(call_id)
         self._record(
             "tool_exec_end",
             execution=execution,
