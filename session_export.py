@@ -2417,8 +2417,8 @@ def _write_page(
 _PAGE_PLACES = (
     "<p>go to: "
     + " · ".join(
-        f'<a href="#{target}">{name}</a>'
-        for target, name in (
+        f'<a href="#{target}">{place}</a>'
+        for target, place in (
             ("conversation", "the conversation"),
             ("nav", "runs and turns"),
             ("chart", "input tokens per call"),

@@ -253,7 +253,10 @@ def is_stdlib(name: str) -> bool:
     )
 
 
-@pytest.mark.parametrize("module", ["session.py", "session_export.py", "session_import.py"])
+MODULES = ["session.py", "session_export.py", "session_import.py", "session_diff.py"]  # and the companions
+
+
+@pytest.mark.parametrize("module", MODULES)
 def test_module_imports_only_the_standard_library(module: str) -> None:
     tree = ast.parse((HERE / module).read_text(encoding="utf-8"))
     found = set()
@@ -296,7 +299,7 @@ def module_sections(module: str) -> Tuple[List[str], List[Tuple[int, str]]]:
     return lines, starts
 
 
-@pytest.mark.parametrize("module", ["session.py", "session_export.py", "session_import.py"])
+@pytest.mark.parametrize("module", MODULES)
 def test_module_reads_top_to_bottom_in_functions_of_60_lines_at_most(module: str) -> None:
     """No section uses a name that a later section defines, and no function is longer than
     60 lines (the team's limit)."""
