@@ -282,8 +282,9 @@ class _Source:
 
 
 def _selected(run: _Run, selector: str) -> bool:
-    """``--run``: a run id, a unique start of one, or a position counted from 1."""
-    if selector.isdigit():
+    """``--run``: a position counted from 1 (one to four ASCII digits), or else a run id or
+    a unique start of one (a start of only digits then takes five or more)."""
+    if len(selector) <= 4 and selector.isascii() and selector.isdigit():
         return run.position + 1 == int(selector)
     return run.run_id.startswith(selector)
 
@@ -673,7 +674,7 @@ def _diff_options(sub: Any) -> None:
         "--run",
         action="append",
         metavar="RUN",
-        help="compare only this run: a run id, the start of one, or a position from 1; "
+        help="compare only this run: a position from 1 (up to four digits), or a run id or the start of one; "
         "given twice, the first is A's and the second B's (default: every run, by position)",
     )
     sub.add_argument("--all", action="store_true", help="list every difference (default: the first)")

@@ -202,6 +202,20 @@ def test_an_extra_run_is_one_difference(tmp_path: Path, capsys: Any) -> None:
     assert first["where"].startswith("run 3 (- / ") and first["where"].endswith(": only in B")
 
 
+def test_run_reads_up_to_four_digits_as_a_position_and_a_longer_start_as_a_run_id(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """A run id's start made of digits (about one id in sixteen has six) picks that run."""
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s:
+        for run_id in ("3" * 32, "22222" + "a" * 27):
+            with s.begin_run(run_id=run_id) as run:
+                run.record(Event("agent_start"))
+    assert diff_json(capsys, str(path), str(path), "--run", "1", "--run", "22222")[1]["same"] is True
+    assert diff_json(capsys, str(path), str(path), "--run", "2", "--run", "33333")[1]["same"] is True
+    assert diff(capsys, str(path), str(path), "--run", "3")[0] == 2  # no third run
+
+
 def test_run_picks_two_runs_of_one_file(tmp_path: Path, capsys: Any) -> None:
     a = record(tmp_path / "a.jsonl", ("How long are the tests?", "How long are the tests?"))
     second = refs(a)[-1].run_id
