@@ -4948,8 +4948,10 @@ def test_a_long_line_gets_the_verdict_json_gives_without_being_built(tmp_path: P
     if valid:  # read built the data; the others did not
         assert whole[2].data["result"][:3] == [{}, 1.5, 0]
         assert scanned[2].data == {} and scanned[2]._replace(data=whole[2].data) == whole[2]
-        [gap] = session.summarize(path).gaps  # the call's execution was read: its end has no start
-        assert (gap.kind, gap.seq, gap.ref and gap.ref.execution_id) == ("call_end_without_start", 3, "t1")
+        # the call's execution was read, where the line has one: its end has no start (the
+        # deep line is valid where json nests 5,000 deep, as on 3.13, and has none)
+        gaps = [(gap.kind, gap.seq, gap.ref and gap.ref.execution_id) for gap in session.summarize(path).gaps]
+        assert gaps == ([("call_end_without_start", 3, "t1")] if b'"execution"' in line else [])
 
 
 PEAK_OF_VALIDATE = """
