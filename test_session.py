@@ -353,8 +353,10 @@ SHARED_BY_RECORDERS = (
 # the resume helpers, in each recorder whose framework's messages carry no time of their own;
 # and those of each that knows a message it saw by its object (the Agents SDK sends copies made
 # anew: its recorder knows them by content alone, in its _ConvertedByContent)
-SHARED_BY_SOME_RECORDERS = ("_Recalled", "_sent_before", "_unstamped", "_parsed")
-SHARED_BY_SOME_RECORDERS += ("_Converted", "_message_key", "_fields", "_unchanged")
+SHARED_BY_SOME_RECORDERS = (
+    *("_Recalled", "_sent_before", "_unstamped", "_parsed"),
+    *("_Converted", "_message_key", "_fields", "_unchanged"),
+)
 
 
 def _shared_body(path: Path, name: str) -> str | None:
