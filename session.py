@@ -3526,7 +3526,8 @@ def _new_session(
     except BaseException as exc:
         if file is not None or not isinstance(exc, OSError):  # else nothing was created
             _abandon(file, mine, temporary, name)
-        if isinstance(exc, FileExistsError) or (file is None and isinstance(exc, OSError)):
+        names_temporary = file is None or isinstance(exc, FileExistsError)  # the error names it
+        if isinstance(exc, OSError) and exc.errno is not None and names_temporary:
             # the path's trouble, not the temporary name's (OSError prints a filename2 set to None)
             raise type(exc)(exc.errno, exc.strerror, name) from None
         raise
