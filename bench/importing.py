@@ -1,0 +1,201 @@
+"""The import run: ``import_session`` of a large Claude Code transcript, against a ``json.loads``
+loop over the same file.
+
+    python3 bench/importing.py              # a 100 MB transcript: a few minutes
+    python3 bench/importing.py --mb 10      # a smaller one
+
+The transcript is written the way Claude Code writes one: per turn a user line (or the tool
+result the previous turn asked for, with 2 to 24 KB of output), then the reply one line per
+content block (thinking, text, a tool call) sharing ``message.id``, each line carrying the
+session's bookkeeping fields, the reply's usage and a ``progress`` line between.  "loads" is
+reading the file line by line and ``json.loads`` of each; "import" is
+``session_import.import_session`` into a new file (which reads, parses, maps and writes a
+version-2 session, synced).  Both in CPU seconds (``time.process_time``), in this process;
+the ratio is the median of interleaved pairs.  "import peak" is the peak resident memory of
+a process of its own that imports the transcript (Linux: ``VmHWM`` after ``5`` is written to
+``/proc/self/clear_refs``; elsewhere ``ru_maxrss``).  Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import session_import  # noqa: E402 - after the path above
+
+SESSION = "0b1c2d3e-4f50-4617-8899-aabbccddeeff"
+PEAK = """
+import os, resource, sys
+sys.path.insert(0, sys.argv[1])
+import session_import
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    linux = True
+except OSError:
+    linux = False
+session_import.import_session(sys.argv[2], sys.argv[3])
+if linux:
+    with open("/proc/self/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+else:
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1 if sys.platform != "darwin" else 1024)
+print(kb, file=sys.stderr)
+"""
+
+
+def lines(turns: int) -> Iterator[Dict[str, Any]]:
+    """A Claude Code transcript of *turns* turns, line by line."""
+    base = {"isSidechain": False, "userType": "external", "cwd": "/home/user/project"}
+    base.update(sessionId=SESSION, version="2.0.61", gitBranch="main")
+    parent = None
+    second = 0
+
+    def line(kind: str, uuid: str, **fields: Any) -> Dict[str, Any]:
+        nonlocal parent, second
+        second += 1
+        day, rest = divmod(second, 86400)
+        stamp = f"2026-03-{1 + day:02d}T{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}.000Z"
+        out = {"parentUuid": parent, **base, "type": kind, **fields, "uuid": uuid, "timestamp": stamp}
+        parent = uuid
+        return out
+
+    for turn in range(turns):
+        if turn == 0 or turn % 5 == 0:
+            text = f"Turn {turn}: look at the next part of the project and tell me what it does. " * 3
+            yield line("user", f"u{turn}", message={"role": "user", "content": text})
+        else:
+            output = "\n".join(
+                f"{n:6d}  line {n} of a file the tool read, turn {turn}" for n in range(40 + turn % 400)
+            )
+            result = {
+                "tool_use_id": f"toolu_{turn - 1}",
+                "type": "tool_result",
+                "content": output,
+                "is_error": False,
+            }
+            yield line(
+                "user",
+                f"r{turn}",
+                message={"role": "user", "content": [result]},
+                toolUseResult={"stdout": output, "stderr": "", "interrupted": False},
+            )
+        usage = {
+            "input_tokens": 3,
+            "cache_creation_input_tokens": 200,
+            "cache_read_input_tokens": 1000 * turn,
+            "output_tokens": 80,
+        }
+        blocks = [
+            {
+                "type": "thinking",
+                "thinking": f"I should read part {turn} next. " * 8,
+                "signature": "c2ln" * 40,
+            },
+            {"type": "text", "text": f"Reading part {turn}."},
+            {
+                "type": "tool_use",
+                "id": f"toolu_{turn}",
+                "name": "Read",
+                "input": {"file_path": f"/home/user/project/src/part{turn}.py"},
+            },
+        ]
+        for index, block in enumerate(blocks):
+            message = {
+                "id": f"msg_{turn}",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5-20250929",
+                "content": [block],
+                "stop_reason": "tool_use" if index == 2 else None,
+                "stop_sequence": None,
+                "usage": usage,
+            }
+            yield line("assistant", f"a{turn}.{index}", message=message, requestId=f"req_{turn}")
+        progress = {"type": "bash_progress", "output": "reading"}
+        yield {
+            **line("progress", f"p{turn}", data=progress, toolUseID=f"toolu_{turn}"),
+            "parentUuid": f"a{turn}.2",
+        }
+        parent = f"a{turn}.2"
+
+
+def write(path: Path, megabytes: float) -> int:
+    """A transcript of about *megabytes* at *path*; its number of turns."""
+    turns = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for line in lines(1 << 30):
+            out.write(json.dumps(line, separators=(",", ":")) + "\n")
+            if line["type"] == "progress":
+                turns += 1
+                if out.tell() >= megabytes * 1e6:
+                    break
+    return turns
+
+
+def loads(path: Path) -> float:
+    start = time.process_time()
+    with open(path, "rb") as file:
+        for line in file:
+            json.loads(line)
+    return time.process_time() - start
+
+
+def imported(path: Path, folder: str) -> float:
+    output = Path(folder, "out.jsonl")
+    start = time.process_time()
+    session_import.import_session(path, output)
+    elapsed = time.process_time() - start
+    output.unlink()
+    return elapsed
+
+
+def peak_kb(path: Path, folder: str) -> int:
+    output = Path(folder, "peak.jsonl")
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, str(ROOT), str(path), str(output)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    output.unlink()
+    return int(done.stderr.split()[0])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--mb", type=float, default=100)
+    parser.add_argument("--pairs", type=int, default=3)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, f"{SESSION}.jsonl")
+        turns = write(path, args.mb)
+        base, runs, ratios = [], [], []
+        for _ in range(args.pairs):
+            base.append(loads(path))
+            runs.append(imported(path, folder))
+            ratios.append(runs[-1] / base[-1])
+        peak = peak_kb(path, folder)
+        size = os.path.getsize(path)
+    print("| transcript | turns | json.loads loop (CPU) | import (CPU) | import/loads | import peak |")
+    print("|---|---|---|---|---|---|")
+    print(
+        f"| {size / 1e6:.0f} MB | {turns:,} | {statistics.median(base):.2f} s"
+        f" | {statistics.median(runs):.2f} s | {statistics.median(ratios):.1f}x | {peak / 1024:.0f} MB |"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
