@@ -265,16 +265,26 @@ def _session_id(source_id: str) -> str:
 
 
 class _Writer:
-    """The run an import writes, with its turn and tool counts."""
+    """The runs an import writes, one at a time, with the current one's turn and tool counts."""
 
-    def __init__(self, run: session.Run) -> None:
-        self.run = run
+    def __init__(self, out: session.Session, source_id: str) -> None:
+        self.out = out
+        self.source_id = source_id
+        self.runs = 0
+        self.run: Optional[session.Run] = None
+
+    def begin(self, time: datetime) -> None:
+        """The next run, its ``agent_start`` at *time*."""
+        self.runs += 1
+        self.run = self.out.begin_run(run_id=_hex_id("run", self.source_id, str(self.runs)), time=time)
         self.turn = 0
         self.turn_open = False
         self.tool_calls = 0
         self.tool_errors = 0
+        self.record("agent_start", time)
 
     def record(self, kind: str, time: datetime, **fields: Any) -> None:
+        assert self.run is not None
         self.run.record(Event(kind, timestamp=time, **fields))
 
     def next_turn(self, time: datetime) -> None:
@@ -288,10 +298,13 @@ class _Writer:
             self.record("turn_end", time, turn_index=self.turn)
             self.turn_open = False
 
-    def finish(self, time: datetime) -> None:
+    def finish(self, time: datetime, end_reason: str = "") -> None:
+        """The current run ended at *time* (*end_reason*: why, where the source says)."""
+        assert self.run is not None
         self.end_turn(time)
-        summary = RunSummary(self.turn, self.tool_calls, self.tool_errors, "")
+        summary = RunSummary(self.turn, self.tool_calls, self.tool_errors, end_reason)
         self.record("agent_end", time, summary=summary)
+        self.run.close(time=time)
 
 
 def _write(
@@ -302,15 +315,14 @@ def _write(
     provenance: Dict[str, Any],
     body: Callable[[_Writer], None],
 ) -> None:
-    """A whole session at *temporary*: one run, its provenance, what *body* records."""
-    with session.create(temporary, session_id=_session_id(source_id), time=start) as s:
-        run = s.begin_run(run_id=_hex_id("run", source_id, "1"), time=start)
-        writer = _Writer(run)
-        writer.record("agent_start", start)
+    """A whole session at *temporary*: a run with its provenance, what *body* records (which
+    may end it and begin others), the last run ended at *end*."""
+    with session.create(temporary, session_id=_session_id(source_id), time=start) as out:
+        writer = _Writer(out, source_id)
+        writer.begin(start)
         writer.record("import", start, details=provenance)
         body(writer)
         writer.finish(end)
-        run.close(time=end)
 
 
 def _publish(temporary: str, output: str, replace: bool) -> None:
@@ -464,27 +476,43 @@ def _cc_problem(obj: Dict[str, Any]) -> str:
     return ""
 
 
-def _chain(entries: List[_Entry], sidechain: bool) -> List[_Entry]:
-    """The conversation as it stood at the end: from the last conversation line (of the
-    *sidechain*, in a sub-agent's file) back through ``parentUuid`` (across a compaction, its
-    ``logicalParentUuid``) to the first."""
-    by_uuid: Dict[str, _Entry] = {}
-    leaf: Optional[_Entry] = None
-    for entry in entries:
+def _parent(entry: _Entry) -> Any:
+    """The line *entry* follows: its ``parentUuid``, across a compaction its
+    ``logicalParentUuid``."""
+    parent = entry.obj.get("parentUuid")
+    if parent is None and entry.obj.get("subtype") == "compact_boundary":
+        parent = entry.obj.get("logicalParentUuid")
+    return parent
+
+
+def _tips(entries: List[_Entry], sidechain: bool) -> List[_Entry]:
+    """The conversation lines (of the *sidechain*, in a sub-agent's file) no later
+    conversation line follows, in file order: the last is where the conversation stood at
+    the end, each other one where a branch the user rewound from stopped."""
+    followed = set()
+    tips: List[_Entry] = []
+    for entry in reversed(entries):  # a line follows one written before it
         key = entry.obj.get("uuid")
-        if type(key) is str:
-            by_uuid[key] = entry
-            if entry.obj.get("type") in _CC_MAPPED and (entry.obj.get("isSidechain") is True) == sidechain:
-                leaf = entry
+        mapped = entry.obj.get("type") in _CC_MAPPED and (entry.obj.get("isSidechain") is True) == sidechain
+        if mapped and type(key) is str and key not in followed:
+            tips.append(entry)
+        if (mapped or key in followed) and type(_parent(entry)) is str:
+            followed.add(_parent(entry))
+    tips.reverse()
+    return tips
+
+
+def _chain(by_uuid: Dict[str, _Entry], tip: _Entry) -> List[_Entry]:
+    """The conversation up to *tip*: from it back through the lines each follows to the
+    first, in the order they were written."""
     chain: List[_Entry] = []
     seen = set()
-    while leaf is not None and leaf.number not in seen:
-        seen.add(leaf.number)
-        chain.append(leaf)
-        parent = leaf.obj.get("parentUuid")
-        if parent is None and leaf.obj.get("subtype") == "compact_boundary":
-            parent = leaf.obj.get("logicalParentUuid")
-        leaf = by_uuid.get(parent) if type(parent) is str else None
+    line: Optional[_Entry] = tip
+    while line is not None and line.number not in seen:
+        seen.add(line.number)
+        chain.append(line)
+        parent = _parent(line)
+        line = by_uuid.get(parent) if type(parent) is str else None
     chain.reverse()
     return chain
 
@@ -603,6 +631,7 @@ class _Conversation:
         self.tools: Dict[str, Tuple[Execution, str]] = {}
         self.boundary: Optional[_Entry] = None  # the compact_boundary its summary follows
         self.limit = limit  # the longest line of a sub-agent file
+        self.marks: Dict[int, Tuple[List[Message], int]] = {}  # the context after each line
 
     def execution(self, kind: str, name: str, attempt: int = 1) -> Execution:
         parent_id = self.parent.id if self.parent is not None else ""
@@ -610,18 +639,45 @@ class _Conversation:
         return Execution(self.prefix + name, kind, parent_id, turn, attempt)
 
     def write(self, lines: _Lines) -> None:
-        chain = _chain(lines.entries, self.parent is not None)
-        on_chain = {entry.number for entry in chain}
+        """The conversation of *lines*: each branch the user rewound from a run of its own
+        (the session's, not a sub-agent's), then the branch it ended on."""
+        tips = _tips(lines.entries, self.parent is not None)
+        by_uuid = {entry.obj["uuid"]: entry for entry in lines.entries if type(entry.obj.get("uuid")) is str}
+        chains = [_chain(by_uuid, tip) for tip in (tips if self.parent is None else tips[-1:])]
+        written = {entry.number for chain in chains for entry in chain}
         retries: Dict[str, List[_Entry]] = {}
         for entry in lines.entries:
-            if entry.number not in on_chain:
+            if entry.number not in written:
                 self._off_chain(entry, retries)
+        written, ended = set(), _EPOCH
+        for chain in chains:
+            fork = next(index for index, entry in enumerate(chain) if entry.number not in written)
+            if written:
+                self.rewind(chain[fork - 1] if fork else None, ended, chain[fork].time)
+            self.branch(chain[fork:], retries)
+            written.update(entry.number for entry in chain)
+            ended = chain[-1].time
+
+    def branch(self, chain: List[_Entry], retries: Dict[str, List[_Entry]]) -> None:
+        """The lines of *chain*, step by step, each API error before the call it was a retry of."""
         for step in _steps(chain):
             self.step(step)
             for entry in step:
                 self.failures += retries.pop(entry.obj.get("uuid"), [])  # type: ignore[arg-type]
+                self.marks[entry.number] = (self.history, len(self.history))
         if self.failures:  # retries no response followed: the last one ended the call
             self.failed_call(self.failures.pop())
+
+    def rewind(self, parent: Optional[_Entry], ended: datetime, time: datetime) -> None:
+        """A branch the user went back to *parent* for (``None``: the start) at *time*: the
+        run so far ended, rewound, at *ended*, and a new one begun whose context is the
+        conversation up to *parent*."""
+        self.writer.finish(ended, "rewound")
+        self.writer.begin(time)
+        history, length = self.marks[parent.number] if parent is not None else ([], 0)
+        self.history = history[:length]
+        self.tools = {}
+        self.boundary = None
 
     def _off_chain(self, entry: _Entry, retries: Dict[str, List[_Entry]]) -> None:
         obj = entry.obj

@@ -110,13 +110,69 @@ def test_usage_of_a_session_counts_each_response_once(tmp_path: Path) -> None:
     assert usage["output"] == 42 + 30 + 8 + 20 + 6 + 10 + 10
 
 
-def test_the_conversation_follows_parent_uuid_and_keeps_off_a_rewound_prompt(tmp_path: Path) -> None:
+def test_the_conversation_follows_parent_uuid_and_a_rewound_prompt_ends_its_run(tmp_path: Path) -> None:
     records = imported(tmp_path, CLAUDE_CODE)
-    assert not any("an abandoned prompt" in r.data.__repr__() for r in records)
-    note = of(records, "import_note")[0].data["details"]
-    assert note["unmapped"]["conversation line off the final branch"] == 1
+    first, second = sorted({r.run_id for r in records if r.run_id}, key=[r.run_id for r in records].index)
+    # the prompt the user went back from is the last message of the first run, which ended "rewound"
+    ends = [r for r in of(records, "message_end") if r.run_id == first]
+    assert texts(data(ends[-1]).message["value"]) == ["an abandoned prompt, rewound"]
+    assert [r.data["summary"]["end_reason"] for r in of(records, "agent_end")] == ["rewound", ""]
+    # and no request of the run that went on from before it sends it
+    assert not any("an abandoned prompt" in repr(r.data) for r in records if r.run_id == second)
     request = request_of(of(records, "model_request", "model-4")[0])
     assert [texts(m)[0] for m in request["messages"]][-2:] == ["Done: two files.", "What is in this picture?"]
+    assert (
+        "conversation line off the final branch"
+        not in of(records, "import_note")[0].data["details"]["unmapped"]
+    )
+
+
+def cc_line(kind: str, uuid: str, parent: Any, second: int, content: Any, **more: Any) -> Dict[str, Any]:
+    message: Dict[str, Any] = {"role": kind, "content": content}
+    if kind == "assistant":
+        message.update(id=f"msg_{uuid}", model="claude-sonnet-4-5", stop_reason="end_turn")
+        message["usage"] = {"input_tokens": 10, "output_tokens": 5}
+    return {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "sessionId": SESSION_ID,
+        "type": kind,
+        "message": message,
+        "uuid": uuid,
+        "timestamp": f"2026-03-01T10:00:{second:02d}.000Z",
+        **more,
+    }
+
+
+def test_each_branch_a_rewind_left_is_a_run_its_billed_calls_kept(tmp_path: Path) -> None:
+    lines = [
+        cc_line("user", "u1", None, 1, "Write a haiku"),
+        cc_line("assistant", "a1", "u1", 2, [{"type": "text", "text": "old pond"}]),
+        cc_line("user", "u2", "a1", 3, "Make it rhyme"),
+        cc_line("assistant", "a2", "u2", 4, [{"type": "text", "text": "a rhyming one"}]),
+        # the user went back to before "Make it rhyme", twice
+        cc_line("user", "u3", "a1", 5, "Make it longer"),
+        cc_line("assistant", "a3", "u3", 6, [{"type": "text", "text": "a longer one"}]),
+        {"parentUuid": "a3", "type": "progress", "uuid": "p1", "timestamp": "2026-03-01T10:00:07.000Z"},
+        cc_line("user", "u4", "a1", 8, "Make it shorter"),
+        cc_line("assistant", "a4", "u4", 9, [{"type": "text", "text": "pond"}]),
+    ]
+    source = tmp_path / f"{SESSION_ID}.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    records = imported(tmp_path, source)
+    runs = list(dict.fromkeys(r.run_id for r in records if r.run_id))
+    assert len(runs) == 3
+    replies = [
+        [texts(data(r).message)[0] for r in of(records, "model_exec_end") if r.run_id == run] for run in runs
+    ]
+    assert replies == [["old pond", "a rhyming one"], ["a longer one"], ["pond"]]  # each call once
+    contexts = [[texts(m)[0] for m in request_of(r)["messages"]] for r in of(records, "model_request")]
+    assert contexts[-1] == ["Write a haiku", "old pond", "Make it shorter"]
+    assert contexts[2] == ["Write a haiku", "old pond", "Make it longer"]
+    summary = session.summarize(tmp_path / f"{source.stem}.out.jsonl")
+    assert not summary.gaps and summary.usage["output"] == 4 * 5  # every billed call counted
+    assert [r.data["summary"]["end_reason"] for r in of(records, "agent_end")] == ["rewound", "rewound", ""]
+    assert [r.time[17:19] for r in of(records, "agent_end")] == ["04", "06", "09"]
 
 
 def test_tool_calls_pair_use_and_result_with_is_error(tmp_path: Path) -> None:
@@ -130,8 +186,9 @@ def test_tool_calls_pair_use_and_result_with_is_error(tmp_path: Path) -> None:
     assert (failed.tool, failed.is_error) == ("Read", True)
     started = data(of(records, "tool_exec_start", "toolu_02")[0])
     assert started.args == {"file_path": "/nope"}
-    summary = of(records, "agent_end")[0].data["summary"]
-    assert (summary["tool_calls"], summary["tool_errors"]) == (4, 1)  # the sub-agent's Grep too
+    summaries = [r.data["summary"] for r in of(records, "agent_end")]  # the two runs a rewind made
+    assert sum(s["tool_calls"] for s in summaries) == 4  # the sub-agent's Grep too
+    assert sum(s["tool_errors"] for s in summaries) == 1
 
 
 def test_thinking_images_and_documents_are_kept(tmp_path: Path) -> None:
@@ -206,7 +263,6 @@ def test_lines_not_understood_are_named_and_the_rest_counted_per_type(tmp_path: 
     note = of(list(session.iter_records(out)), "import_note")[0].data["details"]
     assert note["not_understood"][0]["line"] == 13
     assert note["unmapped"] == {
-        "conversation line off the final branch": 1,
         "custom-title": 1,
         "file-history-snapshot": 1,
         "progress": 1,
