@@ -485,36 +485,47 @@ def _parent(entry: _Entry) -> Any:
     return parent
 
 
-def _tips(entries: List[_Entry], sidechain: bool) -> List[_Entry]:
-    """The conversation lines (of the *sidechain*, in a sub-agent's file) no later
-    conversation line follows, in file order: the last is where the conversation stood at
-    the end, each other one where a branch the user rewound from stopped."""
-    followed = set()
-    tips: List[_Entry] = []
-    for entry in reversed(entries):  # a line follows one written before it
-        key = entry.obj.get("uuid")
-        mapped = entry.obj.get("type") in _CC_MAPPED and (entry.obj.get("isSidechain") is True) == sidechain
-        if mapped and type(key) is str and key not in followed:
-            tips.append(entry)
-        if (mapped or key in followed) and type(_parent(entry)) is str:
-            followed.add(_parent(entry))
-    tips.reverse()
-    return tips
+def _is_prompt(obj: Dict[str, Any]) -> bool:
+    """Whether *obj* is a line the user typed: a user line that is not only tool results,
+    nor a compaction's summary."""
+    message = obj.get("message")
+    content = message.get("content") if type(message) is dict else None
+    if obj.get("type") != "user" or obj.get("isCompactSummary") is True:
+        return False
+    return type(content) is str or (type(content) is list and not all(map(_is_tool_result, content)))
 
 
-def _chain(by_uuid: Dict[str, _Entry], tip: _Entry) -> List[_Entry]:
-    """The conversation up to *tip*: from it back through the lines each follows to the
-    first, in the order they were written."""
-    chain: List[_Entry] = []
-    seen = set()
-    line: Optional[_Entry] = tip
-    while line is not None and line.number not in seen:
-        seen.add(line.number)
-        chain.append(line)
-        parent = _parent(line)
-        line = by_uuid.get(parent) if type(parent) is str else None
-    chain.reverse()
-    return chain
+class _Branch(NamedTuple):
+    """The lines of one branch of a conversation, in file order, and the line the user went
+    back to for it (``None`` for the first branch)."""
+
+    fork: Optional[_Entry]
+    lines: List[_Entry]
+
+
+def _branches(entries: List[_Entry], rewinds: bool) -> List[_Branch]:
+    """*entries* by branch: a line is on the branch of the line it follows (``parentUuid``,
+    across a compaction ``logicalParentUuid``; a line that follows none, on the latest), but
+    a prompt that follows a line another conversation line already followed starts a branch
+    (a rewind; only where *rewinds*).  Claude Code writes other forks too, as artifacts of
+    parallel tool calls (a tool result and the response's next block both following one
+    line): they stay on one branch, in file order."""
+    branches = [_Branch(None, [])]
+    by_uuid: Dict[str, Tuple[_Entry, int]] = {}
+    followed = set()  # the uuids a conversation line follows
+    for entry in entries:
+        parent = _parent(entry)
+        known = by_uuid.get(parent) if type(parent) is str else None
+        index = known[1] if known is not None else len(branches) - 1
+        if rewinds and known is not None and parent in followed and _is_prompt(entry.obj):
+            branches.append(_Branch(known[0], []))
+            index = len(branches) - 1
+        branches[index].lines.append(entry)
+        if type(entry.obj.get("uuid")) is str:
+            by_uuid[entry.obj["uuid"]] = (entry, index)
+        if known is not None and entry.obj.get("type") in _CC_MAPPED:
+            followed.add(parent)
+    return [branch for branch in branches if branch.lines]
 
 
 def _message_id(entry: _Entry) -> str:
@@ -640,56 +651,45 @@ class _Conversation:
 
     def write(self, lines: _Lines) -> None:
         """The conversation of *lines*: each branch the user rewound from a run of its own
-        (the session's, not a sub-agent's), then the branch it ended on."""
-        tips = _tips(lines.entries, self.parent is not None)
-        by_uuid = {entry.obj["uuid"]: entry for entry in lines.entries if type(entry.obj.get("uuid")) is str}
-        chains = [_chain(by_uuid, tip) for tip in (tips if self.parent is None else tips[-1:])]
-        written = {entry.number for chain in chains for entry in chain}
-        retries: Dict[str, List[_Entry]] = {}
-        for entry in lines.entries:
-            if entry.number not in written:
-                self._off_chain(entry, retries)
-        written, ended = set(), _EPOCH
-        for chain in chains:
-            fork = next(index for index, entry in enumerate(chain) if entry.number not in written)
-            if written:
-                self.rewind(chain[fork - 1] if fork else None, ended, chain[fork].time)
-            self.branch(chain[fork:], retries)
-            written.update(entry.number for entry in chain)
-            ended = chain[-1].time
+        (in the session's file, not a sub-agent's), then the branch it ended on."""
+        entries = lines.entries
+        if self.parent is None:
+            entries = [entry for entry in entries if not self.sidechain(entry)]
+        ended = _EPOCH
+        for number, branch in enumerate(_branches(entries, self.parent is None)):
+            if number:
+                self.rewind(branch.fork, ended, branch.lines[0].time)
+            self.branch(branch.lines)
+            ended = branch.lines[-1].time
 
-    def branch(self, chain: List[_Entry], retries: Dict[str, List[_Entry]]) -> None:
-        """The lines of *chain*, step by step, each API error before the call it was a retry of."""
-        for step in _steps(chain):
+    def sidechain(self, entry: _Entry) -> bool:
+        """Whether *entry* is a conversation line of a sidechain in the session's file (older
+        versions wrote sub-agents there): counted, not imported."""
+        if entry.obj.get("isSidechain") is True and entry.obj.get("type") in _CC_MAPPED:
+            self.tally.skip("sidechain line not in a sub-agent file")
+            return True
+        return False
+
+    def branch(self, lines: List[_Entry]) -> None:
+        """The *lines* of a branch, step by step, each API error (a retry) before the call
+        that followed it."""
+        for step in _steps(lines):
             self.step(step)
             for entry in step:
-                self.failures += retries.pop(entry.obj.get("uuid"), [])  # type: ignore[arg-type]
                 self.marks[entry.number] = (self.history, len(self.history))
         if self.failures:  # retries no response followed: the last one ended the call
             self.failed_call(self.failures.pop())
 
-    def rewind(self, parent: Optional[_Entry], ended: datetime, time: datetime) -> None:
-        """A branch the user went back to *parent* for (``None``: the start) at *time*: the
+    def rewind(self, fork: Optional[_Entry], ended: datetime, time: datetime) -> None:
+        """A branch the user went back to *fork* for (``None``: the start) at *time*: the
         run so far ended, rewound, at *ended*, and a new one begun whose context is the
-        conversation up to *parent*."""
+        conversation up to *fork*."""
         self.writer.finish(ended, "rewound")
         self.writer.begin(time)
-        history, length = self.marks[parent.number] if parent is not None else ([], 0)
+        history, length = self.marks.get(fork.number, ([], 0)) if fork is not None else ([], 0)
         self.history = history[:length]
         self.tools = {}
         self.boundary = None
-
-    def _off_chain(self, entry: _Entry, retries: Dict[str, List[_Entry]]) -> None:
-        obj = entry.obj
-        kind = _cc_kind(obj)
-        if kind == "system:api_error" and type(obj.get("parentUuid")) is str:
-            retries.setdefault(obj["parentUuid"], []).append(entry)
-        elif obj.get("isSidechain") is True and kind in _CC_MAPPED:
-            self.tally.skip("sidechain line not in a sub-agent file")
-        elif kind in _CC_MAPPED and type(obj.get("uuid")) is str:
-            self.tally.skip("conversation line off the final branch")
-        else:
-            self.tally.skip(kind)
 
     def step(self, step: List[_Entry]) -> None:
         obj = step[0].obj

@@ -172,7 +172,37 @@ def test_each_branch_a_rewind_left_is_a_run_its_billed_calls_kept(tmp_path: Path
     summary = session.summarize(tmp_path / f"{source.stem}.out.jsonl")
     assert not summary.gaps and summary.usage["output"] == 4 * 5  # every billed call counted
     assert [r.data["summary"]["end_reason"] for r in of(records, "agent_end")] == ["rewound", "rewound", ""]
-    assert [r.time[17:19] for r in of(records, "agent_end")] == ["04", "06", "09"]
+    assert [r.time[17:19] for r in of(records, "agent_end")] == ["04", "07", "09"]
+
+
+def test_parallel_tool_calls_forking_the_lines_stay_one_branch(tmp_path: Path) -> None:
+    # Claude Code writes a response's next tool_use and the first call's result both after
+    # the first tool_use line: a fork of parentUuids that is no rewind
+    def use(tool: str) -> List[Dict[str, Any]]:
+        return [{"type": "tool_use", "id": tool, "name": "Read", "input": {"file_path": tool}}]
+
+    def result(tool: str) -> List[Dict[str, Any]]:
+        return [{"type": "tool_result", "tool_use_id": tool, "content": f"text of {tool}"}]
+
+    lines = [
+        cc_line("user", "u1", None, 1, "Read both"),
+        cc_line("assistant", "a1", "u1", 2, use("t1")),
+        cc_line("assistant", "a2", "a1", 3, use("t2")),
+        cc_line("user", "r1", "a1", 4, result("t1")),
+        cc_line("user", "r2", "a2", 5, result("t2")),
+        cc_line("assistant", "a3", "r2", 6, [{"type": "text", "text": "both read"}]),
+    ]
+    for line in lines[1:3]:
+        line["message"]["id"] = "msg_a1"  # one response, one line per content block
+    source = tmp_path / f"{SESSION_ID}.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    records = imported(tmp_path, source)
+    assert len({r.run_id for r in records if r.run_id}) == 1
+    summary = session.summarize(tmp_path / f"{source.stem}.out.jsonl")
+    assert not summary.gaps
+    assert [data(r).result for r in of(records, "tool_exec_end")] == ["text of t1", "text of t2"]
+    context = request_of(of(records, "model_request")[-1])["messages"]
+    assert [m["value"]["role"] for m in context] == ["user", "assistant", "tool", "tool"]
 
 
 def test_tool_calls_pair_use_and_result_with_is_error(tmp_path: Path) -> None:
