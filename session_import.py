@@ -161,9 +161,12 @@ def _finite(text: str) -> float:
     return number
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite)  # built once
+
+
 def _parsed(raw: bytes) -> Any:
     try:
-        return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite)
+        return _DECODER.decode(raw.decode("utf-8-sig"))
     except RecursionError:
         raise ValueError("nested too deeply") from None
 
