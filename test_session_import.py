@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -461,6 +463,33 @@ def test_a_failure_while_publishing_leaves_nothing(tmp_path: Path, monkeypatch: 
     with pytest.raises(OSError, match="No space left"):
         session_import.import_session(CLAUDE_CODE, tmp_path / "out.jsonl")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
+def test_an_import_interrupted_by_a_real_signal_leaves_nothing(tmp_path: Path) -> None:
+    output = "\n".join(f"{n:6d}  a line of the file the tool read" for n in range(60))
+    lines = [line("u0", None, "user", "Read them all")]
+    for n in range(1, 4000):
+        use = [{"type": "tool_use", "id": f"t{n}", "name": "Read", "input": {"file_path": str(n)}}]
+        lines.append(line(f"a{n}", f"u{n - 1}", "assistant", use))
+        result = [{"type": "tool_result", "tool_use_id": f"t{n}", "content": output}]
+        lines.append(line(f"u{n}", f"a{n}", "user", result))
+    source = write_lines(tmp_path / f"{SESSION_ID}.jsonl", lines)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, str(HERE / "session.py"), "import", str(source), "-o", str(folder / "s.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while not os.listdir(folder) and child.poll() is None:  # until the temporary file is there
+        time.sleep(0.001)
+    child.send_signal(signal.SIGINT)
+    stdout, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, stderr
+    assert stderr == "python -m session import: interrupted\n" and stdout == ""
+    assert os.listdir(folder) == []  # neither the output nor its temporary file
 
 
 def copy_sources(tmp_path: Path) -> Path:
