@@ -43,7 +43,7 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple, Union
 
 import session
 from session import CallConfig, Event, Execution, Message, ModelRequest, RunSummary
@@ -498,6 +498,13 @@ def _is_prompt(obj: Dict[str, Any]) -> bool:
     return type(content) is str or (type(content) is list and not all(map(_is_tool_result, content)))
 
 
+def _is_replay(entry: _Entry, followed: Dict[str, datetime]) -> bool:
+    """Whether *entry* is a typed prompt with the time of the line that first followed the
+    line it follows."""
+    parent = _parent(entry)
+    return parent in followed and followed[parent] == entry.time and _is_prompt(entry.obj)
+
+
 class _Branch(NamedTuple):
     """The lines of one branch of a conversation, in file order, and the line the user went
     back to for it (``None`` for the first branch)."""
@@ -506,29 +513,38 @@ class _Branch(NamedTuple):
     lines: List[_Entry]
 
 
-def _branches(entries: List[_Entry], rewinds: bool) -> List[_Branch]:
-    """*entries* by branch: a line is on the branch of the line it follows (``parentUuid``,
-    across a compaction ``logicalParentUuid``; a line that follows none, on the latest), but
-    a prompt that follows a line another conversation line already followed starts a branch
-    (a rewind; only where *rewinds*).  Claude Code writes other forks too, as artifacts of
-    parallel tool calls (a tool result and the response's next block both following one
-    line): they stay on one branch, in file order."""
+def _branches(entries: List[_Entry], rewinds: bool) -> Tuple[List[_Branch], int]:
+    """*entries* by branch, and the number of replayed lines left out.
+
+    A line is on the branch of the line it follows (``parentUuid``, across a compaction
+    ``logicalParentUuid``; a line that follows none, on the latest).  Where *rewinds*, a typed
+    prompt that follows a line another conversation line already followed starts a branch (a
+    rewind), unless it has that line's time: then it is a replay Claude Code wrote around a
+    compaction, left out with the lines that follow it.  Claude Code writes other forks too,
+    as artifacts of parallel tool calls (a tool result and the response's next block both
+    following one line): they stay on one branch, in file order."""
     branches = [_Branch(None, [])]
     by_uuid: Dict[str, Tuple[_Entry, int]] = {}
-    followed = set()  # the uuids a conversation line follows
+    followed: Dict[str, datetime] = {}  # a line a conversation line follows: that line's time
+    replays: Set[str] = set()  # the uuids of the replayed lines
+    replayed = 0
     for entry in entries:
-        parent = _parent(entry)
+        parent, key = _parent(entry), entry.obj.get("uuid")
         known = by_uuid.get(parent) if type(parent) is str else None
+        if parent in replays or (rewinds and known is not None and _is_replay(entry, followed)):
+            replays.update([key] if type(key) is str else [])
+            replayed += 1
+            continue
         index = known[1] if known is not None else len(branches) - 1
         if rewinds and known is not None and parent in followed and _is_prompt(entry.obj):
             branches.append(_Branch(known[0], []))
             index = len(branches) - 1
         branches[index].lines.append(entry)
-        if type(entry.obj.get("uuid")) is str:
-            by_uuid[entry.obj["uuid"]] = (entry, index)
+        if type(key) is str:
+            by_uuid[key] = (entry, index)
         if known is not None and entry.obj.get("type") in _CC_MAPPED:
-            followed.add(parent)
-    return [branch for branch in branches if branch.lines]
+            followed.setdefault(parent, entry.time)
+    return [branch for branch in branches if branch.lines], replayed
 
 
 def _message_id(entry: _Entry) -> str:
@@ -659,7 +675,10 @@ class _Conversation:
         if self.parent is None:
             entries = [entry for entry in entries if not self.sidechain(entry)]
         ended = _EPOCH
-        for number, branch in enumerate(_branches(entries, self.parent is None)):
+        branches, replays = _branches(entries, self.parent is None)
+        if replays:
+            self.tally.skip("replayed line (a prompt again at its time, and what follows it)", replays)
+        for number, branch in enumerate(branches):
             if number:
                 self.rewind(branch.fork, ended, branch.lines[0].time)
             self.branch(branch.lines)

@@ -195,6 +195,26 @@ def test_each_branch_a_rewind_left_is_a_run_its_billed_calls_kept(tmp_path: Path
     assert [r.time[17:19] for r in of(records, "agent_end")] == ["04", "07", "09"]
 
 
+def test_a_prompt_written_again_at_its_time_is_a_replay_not_a_rewind(tmp_path: Path) -> None:
+    lines = [
+        line("u1", None, "user", "Write a haiku", timestamp="2026-03-01T10:00:01Z"),
+        line(
+            "a1", "u1", "assistant", [{"type": "text", "text": "old pond"}], timestamp="2026-03-01T10:00:02Z"
+        ),
+        line("u2", "a1", "user", "Again", timestamp="2026-03-01T10:00:03Z"),
+        line("a2", "u2", "assistant", [{"type": "text", "text": "frog"}], timestamp="2026-03-01T10:00:04Z"),
+        # the same prompt and reply written again under new uuids, at their first times
+        line("u2r", "a1", "user", "Again", timestamp="2026-03-01T10:00:03Z"),
+        line("a2r", "u2r", "assistant", [{"type": "text", "text": "frog"}], timestamp="2026-03-01T10:00:04Z"),
+        line("u3", "a2", "user", "Thanks", timestamp="2026-03-01T10:00:05Z"),
+    ]
+    records = imported(tmp_path, write_lines(tmp_path / f"{SESSION_ID}.jsonl", lines))
+    assert len({r.run_id for r in records if r.run_id}) == 1
+    assert [texts(data(r).message)[0] for r in of(records, "model_exec_end")] == ["old pond", "frog"]
+    note = of(records, "import_note")[0].data["details"]
+    assert note["unmapped"] == {"replayed line (a prompt again at its time, and what follows it)": 2}
+
+
 def test_parallel_tool_calls_forking_the_lines_stay_one_branch(tmp_path: Path) -> None:
     # Claude Code writes a response's next tool_use and the first call's result both after
     # the first tool_use line: a fork of parentUuids that is no rewind
