@@ -231,7 +231,7 @@ def _raw_lines(file: Any, limit: int) -> Iterator[bytes]:
 
 
 _CODEX_LINES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
-_CODEX_LEGACY_META = {"id", "timestamp", "instructions", "git"}  # a rollout's first line before 0.3
+_CODEX_LEGACY_META = {"id", "timestamp", "instructions", "git"}  # the first line, mid-2025
 
 
 def _is_codex(obj: Dict[str, Any]) -> bool:
@@ -1103,8 +1103,8 @@ _CODEX_ROLES = {"developer": "system", "system": "system", "assistant": "assista
 
 
 def _codex_line(obj: Dict[str, Any]) -> Tuple[str, Any]:
-    """A rollout line's type and payload, in the envelope Codex writes since 0.3; the lines of
-    older rollouts (a bare first line of metadata, bare response items, ``record_type``
+    """A rollout line's type and payload, in the envelope Codex writes; the lines of the first
+    Rust versions' rollouts (a bare first line of metadata, bare response items, ``record_type``
     state lines) as their enveloped equals."""
     if type(obj.get("type")) is str and "payload" in obj:
         return obj["type"], obj["payload"]
