@@ -1159,7 +1159,8 @@ def _codex_tokens(raw: Dict[str, Any], model: str) -> Tuple[Optional[Dict[str, A
         value = raw.get(source)
         if type(value) is int and 0 <= value < 1 << 62:
             usage[key] = value
-    rest = {key: value for key, value in raw.items() if key not in dict(_CODEX_TOKENS).values()}
+    mapped = dict(_CODEX_TOKENS).values()
+    rest = {key: value for key, value in raw.items() if key not in mapped and type(value) is int}
     if not usage:
         return None, rest
     usage["provider"] = "openai"
@@ -1560,6 +1561,8 @@ def _codex(source: str, limit: int) -> _Plan:
     }
     if type(meta.get("instructions")) is str:  # older versions: the user's instructions
         provenance["instructions"] = meta["instructions"]
+    if type(meta.get("forked_from_id")) is str:
+        provenance["forked_from_id"] = meta["forked_from_id"]
 
     def body(writer: _Writer, tally: _Tally) -> None:
         tally.add(lines)

@@ -92,6 +92,11 @@ def run(*words: str, cwd: Path = HERE) -> subprocess.CompletedProcess[str]:
     )
 
 
+def write_lines(path: Path, lines: List[Dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
 def test_all_lists_exactly_the_public_names() -> None:
     defined_here = {
         name
@@ -461,6 +466,38 @@ def test_codex_hostile_lines_are_named_and_the_rest_imported(tmp_path: Path) -> 
     assert alone["usage"]["input"] == 120
 
 
+def test_codex_a_token_count_without_info_is_read_from_its_own_counts(tmp_path: Path) -> None:
+    def line(kind: str, payload: Dict[str, Any]) -> Dict[str, Any]:
+        return {"timestamp": "2025-08-01T10:00:00.000Z", "type": kind, "payload": payload}
+
+    counts = {"input_tokens": 70, "cached_input_tokens": 0, "output_tokens": 3, "total_tokens": 73}
+    source = write_lines(
+        tmp_path / "rollout.jsonl",
+        [
+            line("session_meta", {"id": "0198aaaa-0000-7000-8000-000000000001", "timestamp": "x"}),
+            line(
+                "response_item",
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            ),
+            line(
+                "response_item",
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "hello"}],
+                },
+            ),
+            line("event_msg", {"type": "token_count", **counts}),
+            line("event_msg", {"type": "token_count", **counts}),  # the same counts again: no new call
+        ],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert [data(r).message["value"]["usage"] for r in of(records, "model_exec_end")] == [
+        {"input": 70, "cache_read": 0, "output": 3, "total_tokens": 73, "provider": "openai"}
+    ]
+
+
 def test_detection_tells_codex_from_the_other_formats_and_from_forces_it(tmp_path: Path) -> None:
     formats = {
         source: session_import.import_session(source, tmp_path / f"{n}.jsonl").format
@@ -668,11 +705,6 @@ def test_import_without_its_companion_says_what_is_missing(tmp_path: Path) -> No
         timeout=60,
     )
     assert done.returncode == 2 and "import: needs session_import.py beside session.py" in done.stderr
-
-
-def write_lines(path: Path, lines: List[Dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return path
 
 
 def line(uuid: str, parent: Any, kind: str, content: Any, **more: Any) -> Dict[str, Any]:
