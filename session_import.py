@@ -20,8 +20,8 @@
 # LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
 # OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
 # SOFTWARE.
-"""Sessions other tools recorded, brought in as session files: Claude Code transcripts and
-claude-trace logs.
+"""Sessions other tools recorded, brought in as session files: Claude Code transcripts, Codex
+CLI rollouts and claude-trace logs.
 
     import session_import
 
@@ -65,8 +65,8 @@ __all__ = ["FORMATS", "ImportReport", "Problem", "UnknownFormatError", "import_s
 
 __version__ = "0.1.0"
 
-FORMATS = ("claude-code", "claude-trace")
-"""The formats ``import_session`` reads (Codex CLI and Gemini CLI are not implemented yet)."""
+FORMATS = ("claude-code", "codex", "claude-trace")
+"""The formats ``import_session`` reads (Gemini CLI is not implemented yet)."""
 
 # the records an import adds of its own: its provenance, and what it could not map
 for _kind in ("import", "import_note"):
@@ -233,6 +233,18 @@ def _raw_lines(file: Any, limit: int) -> Iterator[bytes]:
             yield raw
 
 
+_CODEX_LINES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
+_CODEX_LEGACY_META = {"id", "timestamp", "instructions", "git"}  # the first line, mid-2025
+
+
+def _is_codex(obj: Dict[str, Any]) -> bool:
+    """Whether *obj* is a Codex rollout line: ``{timestamp, type, payload}``, or the first line
+    of a rollout written before that envelope (``{id, timestamp, instructions, git}``)."""
+    if obj.get("type") in _CODEX_LINES and type(obj.get("payload")) is dict:
+        return True
+    return type(obj.get("id")) is str and "timestamp" in obj and set(obj) <= _CODEX_LEGACY_META
+
+
 def _detect(path: str) -> Optional[str]:
     """The format of *path*, from its first lines that parse: ``None`` when none fits."""
     with open(path, "rb") as file:
@@ -247,6 +259,8 @@ def _detect(path: str) -> Optional[str]:
                 return "claude-trace"
             if "sessionId" in obj or ("uuid" in obj and "parentUuid" in obj):
                 return "claude-code"
+            if _is_codex(obj):
+                return "codex"
             if obj.get("type") not in ("summary", "file-history-snapshot", "queue-operation", "ai-title"):
                 return None
     return None
@@ -1156,11 +1170,495 @@ def _claude_trace(source: str, limit: int) -> _Plan:
     return _Plan(lines, provenance, body)
 
 
+# ---------------------------------------------------------------------------- Codex CLI
+
+
+_CODEX_OUTPUTS = ("reasoning", "function_call", "custom_tool_call", "local_shell_call")
+_CODEX_KEPT = ("web_search_call", "image_generation_call", "tool_search_call")  # kept verbatim
+_CODEX_RESULTS = ("function_call_output", "custom_tool_call_output")
+_CODEX_UNMAPPED = ("ghost_snapshot", "tool_search_output", "compaction", "compaction_summary")
+_CODEX_ROLES = {"developer": "system", "system": "system", "assistant": "assistant", "user": "user"}
+
+
+def _codex_line(obj: Dict[str, Any]) -> Tuple[str, Any]:
+    """A rollout line's type and payload, in the envelope Codex writes; the lines of the first
+    Rust versions' rollouts (a bare first line of metadata, bare response items, ``record_type``
+    state lines) as their enveloped equals."""
+    if type(obj.get("type")) is str and "payload" in obj:
+        return obj["type"], obj["payload"]
+    if obj.get("record_type") == "state":
+        return "state", None
+    if type(obj.get("type")) is str:
+        return "response_item", obj
+    if type(obj.get("id")) is str and "timestamp" in obj:
+        return "session_meta", obj
+    return "", None
+
+
+def _codex_is_output(kind: str, payload: Any) -> bool:
+    """Whether a line is an item of a model response (the assistant's message, reasoning,
+    a tool call)."""
+    if kind != "response_item" or type(payload) is not dict:
+        return False
+    item = payload.get("type")
+    return (
+        item in _CODEX_OUTPUTS
+        or item in _CODEX_KEPT
+        or (item == "message" and payload.get("role") == "assistant")
+    )
+
+
+def _codex_usage(payload: Any, total: Any) -> Optional[Dict[str, Any]]:
+    """The usage a ``token_count`` event reports for the call that just ended, when its
+    ``total_token_usage`` differs from *total* (the previous one): ``last_token_usage``
+    (or, in versions that wrote no ``info``, the event's own counts)."""
+    if type(payload) is not dict:
+        return None
+    info = payload.get("info")
+    if type(info) is dict and type(info.get("last_token_usage")) is dict:
+        changed = info.get("total_token_usage") != total
+        return info["last_token_usage"] if changed else None
+    return payload if "input_tokens" in payload and payload != total else None
+
+
+_CODEX_TOKENS = (  # agentgo's usage key <- Codex's
+    ("input", "input_tokens"),
+    ("cache_read", "cached_input_tokens"),
+    ("output", "output_tokens"),
+    ("total_tokens", "total_tokens"),
+)
+
+
+def _codex_tokens(raw: Dict[str, Any], model: str) -> Tuple[Optional[Dict[str, Any]], Dict[str, Any]]:
+    """Codex's usage *raw* as agentgo's usage, its counts as reported (``input`` includes the
+    cached input, as OpenAI counts it), and the counts agentgo has no key for."""
+    usage: Dict[str, Any] = {}
+    for key, source in _CODEX_TOKENS:
+        value = raw.get(source)
+        if type(value) is int and 0 <= value < 1 << 62:
+            usage[key] = value
+    mapped = dict(_CODEX_TOKENS).values()
+    rest = {key: value for key, value in raw.items() if key not in mapped and type(value) is int}
+    if not usage:
+        return None, rest
+    usage["provider"] = "openai"
+    if model:
+        usage["model"] = model
+    return usage, rest
+
+
+@dataclass
+class _Unit:
+    """A step of a rollout: one model call (the response items it wrote, and its usage), a
+    usage no response items go with, a usage paired with a call, or any other line."""
+
+    kind: str  # "call", "usage", "paired" or "line"
+    entries: List[_Entry]
+    usage: Optional[Dict[str, Any]] = None
+
+
+def _codex_units(entries: List[_Entry]) -> List[_Unit]:
+    """The rollout's lines as units: the response items of one model call together (an input
+    item or a change of the usage total ends the call; events and turn contexts between
+    its items do not), each usage change paired with its call by ``_pair_usage``."""
+    units: List[_Unit] = []
+    total: Any = None
+    call: Optional[_Unit] = None  # the call response items go to
+    for entry in entries:
+        kind, payload = _codex_line(entry.obj)
+        counts = (
+            payload.get("type") == "token_count" if kind == "event_msg" and type(payload) is dict else False
+        )
+        usage = _codex_usage(payload, total) if counts else None
+        if usage is not None:
+            info = payload.get("info")
+            total = info.get("total_token_usage") if type(info) is dict else payload
+            units.append(_Unit("usage", [entry], usage))
+            call = None
+        elif _codex_is_output(kind, payload) and call is not None:
+            call.entries.append(entry)
+        elif _codex_is_output(kind, payload):
+            call = _Unit("call", [entry])
+            units.append(call)
+        else:
+            units.append(_Unit("line", [entry]))
+            call = call if kind in ("event_msg", "turn_context") else None
+    return _pair_usage(units)
+
+
+def _pair_usage(units: List[_Unit]) -> List[_Unit]:
+    """Each usage change given to its call: the call before it when that has none (Codex
+    writes response items as they complete, the usage when the response does), else the
+    call after it (versions that wrote the usage first, the items after the turn).  A
+    usage no call takes stays a call whose response items were not written."""
+    waiting: Optional[_Unit] = None
+    previous: Optional[_Unit] = None
+    for unit in units:
+        if unit.kind == "call" and waiting is not None:
+            unit.usage, waiting.kind, waiting = waiting.usage, "paired", None
+        elif (
+            unit.kind == "usage"
+            and previous is not None
+            and previous.kind == "call"
+            and previous.usage is None
+        ):
+            previous.usage, unit.kind = unit.usage, "paired"
+        elif unit.kind == "usage":
+            waiting = unit
+        if unit.kind in ("call", "usage"):
+            previous = unit
+    return units
+
+
+def _codex_content(parts: Any) -> Tuple[List[Any], List[Any]]:
+    """The agentgo blocks of a Codex message's content items (text and images), and the items
+    agentgo has no form for, as they were."""
+    blocks: List[Any] = []
+    kept: List[Any] = []
+    for part in parts if type(parts) is list else []:
+        kind = part.get("type") if type(part) is dict else None
+        if kind in ("input_text", "output_text", "text") and type(part.get("text")) is str:
+            blocks.append(session.text_block(part["text"]))
+        elif kind == "input_image" and type(part.get("image_url")) is str and part["image_url"]:
+            blocks.append(session.image_block(url=part["image_url"]))
+        else:
+            kept.append(part)
+    return blocks, kept
+
+
+def _codex_call(item: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The tool call block of a function, custom tool or local shell call (``None`` when it
+    names no call or tool): a function's argument text exactly as sent, a custom tool's
+    input as a JSON string, a local shell call's action."""
+    kind = item.get("type")
+    call_id = item.get("call_id") or item.get("id")
+    name = "local_shell" if kind == "local_shell_call" else item.get("name")
+    if type(call_id) is not str or type(name) is not str or not name:
+        return None
+    try:
+        if kind == "custom_tool_call" and type(item.get("input")) is str:
+            return dict(session.tool_call_block(call_id, name, json.dumps(item["input"])))
+        if kind == "local_shell_call":
+            return dict(session.tool_call_block(call_id, name, item.get("action")))
+        text = item.get("arguments")
+        if type(text) is not str:
+            return None
+        try:
+            _parsed(text.encode("utf-8", "surrogatepass"))
+        except ValueError as exc:
+            return dict(
+                session.tool_call_block(
+                    call_id, name, {}, args_invalid=True, args_raw_text=text, args_parse_error=str(exc)
+                )
+            )
+        return dict(session.tool_call_block(call_id, name, text))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _codex_blocks(item: Dict[str, Any]) -> Tuple[List[Any], List[Any]]:
+    """The blocks of one response item of the model, and what of it has no agentgo form."""
+    kind = item.get("type")
+    if kind == "message":
+        return _codex_content(item.get("content"))
+    if kind == "reasoning":
+        parts = [*(item.get("summary") or []), *(item.get("content") or [])]
+        texts = [part.get("text") for part in parts if type(part) is dict]
+        return [session.thinking_block(text) for text in texts if type(text) is str], []
+    call = _codex_call(item) if kind in _CODEX_OUTPUTS else None
+    return ([call], []) if call is not None else ([], [item])
+
+
+def _codex_result(output: Any) -> Tuple[Union[str, List[Any]], bool]:
+    """A tool output's content (text, or blocks) and whether it failed: Codex writes a string,
+    a list of content items, or (older versions) ``{content, success}``."""
+    if type(output) is dict:
+        content, _ = _codex_result(output.get("content", ""))
+        return content, output.get("success") is False
+    if type(output) is list:
+        blocks, kept = _codex_content(output)
+        return blocks + [session.text_block(json.dumps(part)) for part in kept], False
+    return (output if type(output) is str else json.dumps(output)), False
+
+
+def _codex_message(item: Dict[str, Any], time: datetime) -> Message:
+    """One history item as a message: developer and system items ``system``, a tool output a
+    ``tool`` message, the model's items ``assistant``; what has no form kept verbatim."""
+    kind = item.get("type")
+    if kind in _CODEX_RESULTS and type(item.get("call_id")) is str:
+        content, is_error = _codex_result(item.get("output"))
+        return session.tool_result(item["call_id"], content, is_error=is_error, timestamp=time)
+    if kind == "message" and type(item.get("role")) is str:
+        role = _CODEX_ROLES.get(item["role"], "user")
+        blocks, kept = _codex_content(item.get("content"))
+        other = item["role"] if item["role"] not in _CODEX_ROLES else ""
+        return Message(role, blocks, metadata=_metadata(kept, role=other), timestamp=time)
+    if kind in _CODEX_OUTPUTS or kind in _CODEX_KEPT:
+        blocks, kept = _codex_blocks(item)
+        return Message("assistant", blocks, metadata=_metadata([], unmapped_items=kept), timestamp=time)
+    return Message("user", [], metadata={"unmapped_items": [item]}, timestamp=time)
+
+
+def _codex_problem(kind: str, payload: Any) -> str:
+    """Why a rollout line cannot be read, or ``""``."""
+    if not kind:
+        return "not a Codex rollout line"
+    if kind not in _CODEX_LINES and kind != "state":
+        return f"unknown line type {kind[:60]!r}"
+    if kind != "state" and type(payload) is not dict:
+        return f"a {kind} line without a payload object"
+    item = payload.get("type") if kind == "response_item" else "message"
+    known = (*_CODEX_OUTPUTS, *_CODEX_KEPT, *_CODEX_RESULTS, *_CODEX_UNMAPPED, "message")
+    if item not in known:
+        return f"unknown response item type {str(item)[:60]!r}"
+    if item == "message" and kind == "response_item" and type(payload.get("content")) is not list:
+        return "a message whose content is not a list"
+    if kind == "compacted" and type(payload.get("message")) is not str:
+        return "a compaction without its message"
+    return ""
+
+
+class _Rollout:
+    """A Codex rollout written as model calls, tool calls and messages.  Codex sends the whole
+    history with each call: the history kept here is each request's context."""
+
+    def __init__(
+        self, writer: _Writer, tally: _Tally, system: List[Message], prompts: Dict[str, int]
+    ) -> None:
+        self.writer = writer
+        self.tally = tally
+        self.system = system  # the base instructions, when the rollout has them
+        self.prompts = prompts  # what the user typed (event_msg user_message), by text
+        self.history: List[Message] = []
+        self.model = ""
+        self.effort = ""
+        self.summary = ""
+        self.calls = 0
+        self.compactions = 0
+        self.meta_seen = False
+        self.tools: Dict[str, Tuple[Execution, str]] = {}
+        self.unknown = ["tool definitions", "parameters other than the model and reasoning effort"]
+        if not system:
+            self.unknown.insert(0, "system prompt")
+
+    def unit(self, unit: _Unit) -> None:
+        if unit.kind == "call":
+            self.model_call(unit.entries, unit.usage, unit.entries[0], unit.entries[-1])
+        elif unit.kind == "usage":
+            self.model_call([], unit.usage, unit.entries[0], unit.entries[0])
+        elif unit.kind == "line":
+            self.line(unit.entries[0])
+
+    def request(self) -> ModelRequest:
+        extra: Dict[str, Any] = {"model": self.model} if self.model else {}
+        extra.update(rebuilt="from the Codex rollout", unknown=self.unknown)
+        if self.summary:
+            extra["reasoning_summary"] = self.summary
+        return ModelRequest(
+            self.system + self.history, (), CallConfig(thinking_level=self.effort, extra=extra)
+        )
+
+    def response(self, entries: List[_Entry], usage: Optional[Dict[str, Any]], time: datetime) -> Message:
+        """The assistant message of one call's response items, with its usage."""
+        blocks: List[Any] = []
+        kept: List[Any] = []
+        for entry in entries:
+            kind, payload = _codex_line(entry.obj)
+            problem = _codex_problem(kind, payload)
+            if problem:
+                self.tally.problems.append(Problem(entry.file, entry.number, problem))
+                continue
+            more, other = _codex_blocks(payload)
+            blocks += more
+            kept += other
+        tokens, rest = _codex_tokens(usage, self.model) if usage is not None else (None, {})
+        calls = any(block["type"] == "toolCall" for block in blocks)
+        metadata = _metadata([], unmapped_items=kept, token_counts=rest, response_not_written=not entries)
+        return Message("assistant", blocks, "toolUse" if calls else "stop", tokens, metadata, time)  # type: ignore[arg-type]
+
+    def model_call(
+        self, entries: List[_Entry], usage: Optional[Dict[str, Any]], first: _Entry, last: _Entry
+    ) -> None:
+        """One model call from *first* to *last*: its request the history so far, its response
+        the items it wrote (none for a usage whose items were not written)."""
+        message = self.response(entries, usage, last.time)
+        self.calls += 1
+        execution = Execution(f"model-{self.calls}", "model", "", self.writer.turn)
+        self.writer.record("model_exec_start", first.time, execution=execution)
+        self.writer.record("model_request", first.time, execution=execution, request=self.request())
+        self.writer.record("model_exec_end", last.time, execution=execution, message=message)
+        self.writer.record("message_end", last.time, execution=execution, message=message)
+        self.history.append(message)
+        for block in message.content or []:
+            if block["type"] == "toolCall":
+                self.tool_start(block["tool_call"], last.time)
+
+    def tool_start(self, call: session.ToolCall, time: datetime) -> None:
+        execution = Execution(call["id"], "tool", "", self.writer.turn)
+        self.tools[call["id"]] = (execution, call["name"])
+        self.writer.tool_calls += 1
+        self.writer.record(
+            "tool_exec_start",
+            time,
+            execution=execution,
+            tool_id=call["id"],
+            tool=call["name"],
+            args=call["args"],
+        )
+
+    def line(self, entry: _Entry) -> None:
+        kind, payload = _codex_line(entry.obj)
+        problem = _codex_problem(kind, payload)
+        item = payload.get("type") if type(payload) is dict else None
+        if problem:
+            self.tally.problems.append(Problem(entry.file, entry.number, problem))
+        elif kind == "session_meta" and not self.meta_seen:
+            self.meta_seen = True  # the provenance and the system prompt
+        elif kind == "turn_context":
+            self.turn_context(payload)
+        elif kind == "compacted":
+            self.compaction(payload, entry.time)
+        elif kind == "response_item" and item in _CODEX_RESULTS:
+            self.tool_end(payload, entry)
+        elif kind == "response_item" and item == "message":
+            self.input_message(payload, entry.time)
+        elif kind == "state":
+            self.tally.skip("record_type:state")
+        else:
+            self.tally.skip(f"{kind}:{item}" if kind in ("event_msg", "response_item") else kind)
+
+    def turn_context(self, payload: Dict[str, Any]) -> None:
+        """The model and reasoning settings of the calls that follow."""
+        self.model = _first_text(payload.get("model"), self.model)
+        self.effort = payload["effort"] if type(payload.get("effort")) is str else self.effort
+        self.summary = payload["summary"] if type(payload.get("summary")) is str else self.summary
+
+    def input_message(self, payload: Dict[str, Any], time: datetime) -> None:
+        """A user, developer or system item of the history; what the user typed starts a turn."""
+        message = _codex_message(payload, time)
+        text = "".join(str(block.get("text", "")) for block in message.content or [])
+        typed = message.role == "user" and (self.prompts.get(text, 0) > 0 or not self.prompts)
+        if typed and self.prompts:
+            self.prompts[text] -= 1
+        if typed:
+            self.writer.next_turn(time)
+        elif message.role == "user":
+            message.metadata = {**(message.metadata or {}), "meta": True}
+        self.writer.record("message_end", time, message=message)
+        self.history.append(message)
+
+    def tool_end(self, payload: Dict[str, Any], entry: _Entry) -> None:
+        call_id = payload.get("call_id")
+        if type(call_id) is not str or call_id not in self.tools:
+            problem = f"output of no call before it ({str(call_id)[:60]})"
+            self.tally.problems.append(Problem(entry.file, entry.number, problem))
+            return
+        execution, name = self.tools.pop(call_id)
+        message = _codex_message(payload, entry.time)
+        is_error = bool(message.metadata and message.metadata.get("is_error"))
+        self.writer.tool_errors += is_error
+        self.writer.record(
+            "tool_exec_end",
+            entry.time,
+            execution=execution,
+            tool_id=call_id,
+            tool=name,
+            result=payload.get("output", ""),
+            is_error=is_error,
+        )
+        self.writer.record("message_end", entry.time, execution=execution, message=message)
+        self.history.append(message)
+
+    def compaction(self, payload: Dict[str, Any], time: datetime) -> None:
+        """A compaction: its summary, and its ``replacement_history`` the context of the calls
+        after it (without one, older versions, the summary alone, marked as such)."""
+        self.compactions += 1
+        summary = Message(
+            "user",
+            [session.text_block(payload["message"])],
+            metadata={"compact_summary": True},
+            timestamp=time,
+        )
+        replaced = payload.get("replacement_history")
+        items = [item for item in replaced if type(item) is dict] if type(replaced) is list else None
+        execution = Execution(f"compact-{self.compactions}", "compact", "", self.writer.turn)
+        metadata = {"replacement_history": items is not None}
+        self.writer.record(
+            "context_compacted",
+            time,
+            execution=execution,
+            compaction={"summary": summary, "metadata": metadata},
+        )
+        if items is None:
+            self.history = [summary]
+            note = "the context after a compaction (the rollout kept only its summary)"
+            self.unknown = [*self.unknown, note] if note not in self.unknown else self.unknown
+        else:
+            self.history = [_codex_message(item, time) for item in items]
+
+
+def _codex_meta(entries: List[_Entry]) -> Dict[str, Any]:
+    """The payload of the rollout's first ``session_meta`` line (``{}`` when there is none)."""
+    for entry in entries:
+        kind, payload = _codex_line(entry.obj)
+        if kind == "session_meta" and type(payload) is dict:
+            return payload
+    return {}
+
+
+def _codex_prompts(entries: List[_Entry]) -> Dict[str, int]:
+    """What the user typed, by text: Codex writes an ``event_msg`` ``user_message`` for each
+    prompt (and none for the context it adds as user items)."""
+    prompts: Dict[str, int] = {}
+    for entry in entries:
+        kind, payload = _codex_line(entry.obj)
+        if kind == "event_msg" and type(payload) is dict and payload.get("type") == "user_message":
+            text = payload.get("message")
+            if type(text) is str:
+                prompts[text] = prompts.get(text, 0) + 1
+    return prompts
+
+
+def _codex(source: str, limit: int) -> _Plan:
+    """The plan of a Codex rollout's import: each model call with its request rebuilt from
+    the history Codex resends."""
+    lines = _read_lines(source, "", limit, "timestamp")
+    meta = _codex_meta(lines.entries)
+    given = meta.get("base_instructions")
+    system = _first_text(given.get("text") if type(given) is dict else given)
+    git = meta.get("git")
+    provenance = {
+        "format": "codex",
+        "source": source,
+        "source_session_id": _first_text(meta.get("id")) or os.path.splitext(os.path.basename(source))[0],
+        "tool_versions": _distinct(iter([meta.get("cli_version")])),
+        "cwd": _first_text(meta.get("cwd")),
+        "git_branch": _first_text(git.get("branch") if type(git) is dict else None),
+        "originator": _first_text(meta.get("originator")),
+        "files": {os.path.basename(source): lines.size},
+    }
+    if type(meta.get("instructions")) is str:  # older versions: the user's instructions
+        provenance["instructions"] = meta["instructions"]
+    if type(meta.get("forked_from_id")) is str:
+        provenance["forked_from_id"] = meta["forked_from_id"]
+
+    def body(writer: _Writer, tally: _Tally) -> None:
+        tally.add(lines)
+        first = lines.entries[0].time if lines.entries else _EPOCH
+        instructions = [Message("system", [session.text_block(system)], timestamp=first)] if system else []
+        rollout = _Rollout(writer, tally, instructions, _codex_prompts(lines.entries))
+        for unit in _codex_units(lines.entries):
+            rollout.unit(unit)
+
+    return _Plan(lines, provenance, body)
+
+
 # ---------------------------------------------------------------------------- importing
 
 
 _IMPORTERS: Dict[str, Callable[[str, int], _Plan]] = {
     "claude-code": _claude_code,
+    "codex": _codex,
     "claude-trace": _claude_trace,
 }
 
@@ -1186,7 +1684,7 @@ def import_session(
     kind = format or _detect(source)
     if kind not in _IMPORTERS:
         empty = " (empty)" if os.path.getsize(source) == 0 else ""
-        raise UnknownFormatError(f"{source}: not a Claude Code transcript or a claude-trace log{empty}")
+        raise UnknownFormatError(f"{source}: of no known format ({', '.join(FORMATS)}){empty}")
     plan = _IMPORTERS[kind](source, max_line_bytes)
     if not replace and os.path.lexists(output):
         raise FileExistsError(f"{output}: exists")

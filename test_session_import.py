@@ -1,5 +1,5 @@
-"""Tests for session_import.py, in its order: Claude Code's mapping, claude-trace's, then the
-command line.  The sources are the fixtures of testdata/import (its README says what each
+"""Tests for session_import.py, in its order: Claude Code's mapping, Codex CLI's, claude-trace's,
+then the command line.  The sources are the fixtures of testdata/import (its README says what each
 holds and where its shape comes from)."""
 
 from __future__ import annotations
@@ -26,6 +26,26 @@ SESSION_ID = "5f0c2a1e-7b3d-4c8e-9a10-2b3c4d5e6f70"
 CLAUDE_CODE = FIXTURES / "claude-code" / "project" / f"{SESSION_ID}.jsonl"
 CLAUDE_TRACE = FIXTURES / "claude-trace" / "log-2026-03-01-10-00-00.jsonl"
 TORN = FIXTURES / "hostile" / "0d1e2f30-4150-4617-8899-aabbccddeeff.jsonl"
+CODEX_ID = "019a9776-0a34-7842-8627-112b63d66e90"
+CODEX_SESSIONS = FIXTURES / "codex" / "sessions"
+CODEX = CODEX_SESSIONS / "2025" / "11" / "18" / f"rollout-2025-11-18T09-30-00-{CODEX_ID}.jsonl"
+CODEX_OLDER = (
+    CODEX_SESSIONS
+    / "2025"
+    / "09"
+    / "02"
+    / "rollout-2025-09-02T14-00-00-0199f0e1-2a3b-7c4d-8e5f-6a7b8c9d0e1f.jsonl"
+)
+CODEX_BARE = (
+    CODEX_SESSIONS
+    / "2025"
+    / "07"
+    / "01"
+    / "rollout-2025-07-01T08-15-00-5973b6c0-94b8-487b-a530-2aeb6098ae0e.jsonl"
+)
+CODEX_HOSTILE = (
+    FIXTURES / "hostile" / "rollout-2025-11-20T12-00-00-0199aaaa-bbbb-7ccc-8ddd-eeeeffff0000.jsonl"
+)
 
 
 def imported(tmp_path: Path, source: Path) -> List[Record]:
@@ -360,6 +380,279 @@ def test_a_torn_last_line_is_reported_not_an_error(tmp_path: Path) -> None:
     assert note["unfinished_tail_bytes"] == 75
 
 
+# ---------------------------------------------------------------------------- Codex CLI
+
+
+def roles_and_texts(request: Dict[str, Any]) -> List[Any]:
+    values = [message["value"] if "$type" in message else message for message in request["messages"]]
+    return [(value["role"], texts(value)) for value in values]
+
+
+def test_codex_requests_are_the_history_codex_resends_with_developer_items_as_system(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX)
+    request = request_of(of(records, "model_request", "model-2")[0])
+    assert [(role, text[0][:22]) for role, text in roles_and_texts(request)] == [
+        ("system", "You are Codex, a codin"),  # session_meta's base_instructions
+        ("system", "<permissions instructi"),  # a developer item
+        ("user", "<environment_context>\n"),
+        ("user", "List the files"),
+        ("assistant", "**Listing files**"),
+        ("tool", "README.md\nsrc"),
+    ]
+    assert request["tools"] == []
+    assert request["config"] == {
+        "thinking_level": "medium",
+        "extra": {
+            "model": "gpt-5-codex",
+            "rebuilt": "from the Codex rollout",
+            "unknown": ["tool definitions", "parameters other than the model and reasoning effort"],
+            "reasoning_summary": "auto",
+        },
+    }
+
+
+def test_codex_usage_is_each_calls_last_token_usage_as_reported(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX)
+    message = data(of(records, "model_exec_end", "model-1")[0]).message["value"]
+    assert message["usage"] == {
+        "input": 1000,  # cached input included, as OpenAI counts it
+        "cache_read": 200,
+        "output": 50,  # reasoning included
+        "total_tokens": 1050,
+        "provider": "openai",
+        "model": "gpt-5-codex",
+    }
+    assert message["metadata"] == {"token_counts": {"reasoning_output_tokens": 20}}
+    usage = session.summarize(tmp_path / f"{CODEX.stem}.out.jsonl").usage
+    assert (usage["input"], usage["cache_read"], usage["output"]) == (6000, 3500, 157)
+
+
+def test_codex_a_usage_change_or_a_tool_output_starts_a_new_call(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX)
+    ends = [data(r).message["value"] for r in of(records, "model_exec_end")]
+    assert [(texts(m), m["usage"]["output"]) for m in ends] == [
+        (["**Listing files**", "toolCall"], 50),  # its tool output was written before its usage
+        (["toolCall"], 40),
+        (["toolCall"], 30),  # its usage was written before its tool output
+        (["Two files: README.md and src."], 25),
+        (["Found it."], 12),
+    ]
+    note = of(records, "import_note")[0].data["details"]
+    assert note["unmapped"]["event_msg:token_count"] == 2  # rate limits only, and an unchanged total
+
+
+def test_codex_a_usage_written_before_its_items_goes_to_the_call_after_it(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX_OLDER)  # each call's usage written before its items
+    ends = [data(r).message["value"] for r in of(records, "model_exec_end")]
+    assert [(texts(m), m["usage"]["input"]) for m in ends] == [
+        (["toolCall"], 800),
+        (["All tests pass."], 900),
+        (["You're welcome."], 300),
+    ]
+
+
+def test_codex_event_msg_copies_of_messages_are_not_recorded_twice(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX)
+    said = [texts(data(r).message)[0] for r in of(records, "message_end")]
+    assert said.count("List the files") == 1 and said.count("Two files: README.md and src.") == 1
+    note = of(records, "import_note")[0].data["details"]
+    assert note["unmapped"] == {
+        "event_msg:agent_message": 1,
+        "event_msg:agent_reasoning": 1,
+        "event_msg:context_compacted": 1,
+        "event_msg:token_count": 2,
+        "event_msg:user_message": 2,
+        "response_item:ghost_snapshot": 1,
+    }
+    assert note["lines"] == 31 and note["not_understood"] == []
+
+
+def test_codex_what_the_user_typed_starts_a_turn_and_added_context_does_not(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX)
+    assert [r.data["turn_index"] for r in of(records, "turn_start")] == [1, 2]
+    context = data(of(records, "message_end")[1]).message["value"]
+    assert texts(context)[0].startswith("<environment_context>") and context["metadata"] == {"meta": True}
+    prompt = data(of(records, "message_end")[-2]).message["value"]
+    assert [block["type"] for block in prompt["content"]] == ["text", "image"]
+    assert prompt["content"][1]["image"] == {"url": "https://example.com/shot.png"}
+
+
+def test_codex_function_custom_and_local_shell_calls_become_tool_calls(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX)
+    calls = {data(r).tool_id: data(r) for r in of(records, "tool_exec_start")}
+    assert calls["call_1"].tool == "shell"
+    assert calls["call_1"].args == {"command": ["ls"], "workdir": "/home/dev/project"}
+    assert calls["call_2"].tool == "apply_patch" and calls["call_2"].args.startswith("*** Begin Patch")
+    assert calls["call_3"].tool == "local_shell" and calls["call_3"].args["command"] == ["cat", "README.md"]
+    ends = {data(r).tool_id: data(r) for r in of(records, "tool_exec_end")}
+    assert (ends["call_1"].result, ends["call_1"].is_error) == ("README.md\nsrc", False)
+    assert ends["call_2"].is_error is True  # an output of {content, success: false}
+    assert ends["call_3"].result == [{"type": "input_text", "text": "# Readme"}]
+    summary = of(records, "agent_end")[0].data["summary"]
+    assert (summary["tool_calls"], summary["tool_errors"]) == (3, 1)
+
+
+def test_codex_reasoning_summaries_are_thinking_and_server_tools_are_kept(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX)
+    first = data(of(records, "model_exec_end", "model-1")[0]).message["value"]
+    assert first["content"][0] == {"type": "thinking", "thinking": "**Listing files**"}
+    last = data(of(records, "model_exec_end", "model-5")[0]).message["value"]
+    assert last["metadata"]["unmapped_items"] == [
+        {
+            "type": "web_search_call",
+            "status": "completed",
+            "action": {"type": "search", "query": "README conventions"},
+        }
+    ]
+
+
+def test_codex_a_compactions_replacement_history_is_the_next_requests_context(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX)
+    compaction = of(records, "context_compacted")[0].data["compaction"]
+    assert texts(compaction["summary"]) == ["The user asked for the files; there are two."]
+    request = request_of(of(records, "model_request", "model-5")[0])
+    assert [text[0][:25] for _, text in roles_and_texts(request)] == [
+        "You are Codex, a coding a",
+        "List the files",
+        "Another language model st",
+        "Search the web for it",
+    ]
+    assert request["config"]["thinking_level"] == "high"  # the turn context before it
+
+
+def test_codex_a_compaction_without_replacement_history_says_the_context_is_unknown(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX_OLDER)
+    request = request_of(of(records, "model_request", "model-3")[0])
+    assert [texts(m)[0] for m in request["messages"]] == ["Ran the tests: all pass.", "Thanks"]
+    assert request["config"]["extra"]["unknown"] == [
+        "system prompt",
+        "tool definitions",
+        "parameters other than the model and reasoning effort",
+        "the context after a compaction (the rollout kept only its summary)",
+    ]
+    assert "unknown" in request_of(of(records, "model_request", "model-2")[0])["config"]["extra"]
+
+
+def test_codex_provenance_names_the_session_version_and_working_directory(tmp_path: Path) -> None:
+    records = imported(tmp_path, CODEX)
+    assert records[0].session_id == CODEX_ID.replace("-", "")
+    provenance = of(records, "import")[0].data["details"]
+    assert {
+        key: provenance[key] for key in ("format", "source_session_id", "tool_versions", "cwd", "git_branch")
+    } == {
+        "format": "codex",
+        "source_session_id": CODEX_ID,
+        "tool_versions": ["0.58.0"],
+        "cwd": "/home/dev/project",
+        "git_branch": "main",
+    }
+    older = of(imported(tmp_path, CODEX_OLDER), "import")[0].data["details"]
+    assert older["instructions"] == "Always run the tests."  # the user's, not the system prompt
+
+
+def test_codex_rollouts_written_before_the_envelope_are_imported(tmp_path: Path) -> None:
+    report = session_import.import_session(CODEX_BARE, tmp_path / "out.jsonl")
+    assert (
+        report.format == "codex"
+        and report.not_understood == ()
+        and report.unmapped == {"record_type:state": 2}
+    )
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert records[0].session_id == "5973b6c094b8487ba5302aeb6098ae0e"
+    assert data(of(records, "tool_exec_end", "call_x")[0]).result == {"content": "main.rs", "success": True}
+    request = request_of(of(records, "model_request", "model-2")[0])
+    assert [texts(m) for m in request["messages"]] == [
+        ["What is in src?"],
+        ["Look in src.", "toolCall"],
+        ["main.rs"],
+    ]
+    assert all(data(r).message["value"].get("usage") is None for r in of(records, "model_exec_end"))
+
+
+def test_codex_hostile_lines_are_named_and_the_rest_imported(tmp_path: Path) -> None:
+    report = session_import.import_session(CODEX_HOSTILE, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason[:30]) for p in report.not_understood] == [
+        (5, "output of no call before it (c"),
+        (6, "not JSON: Invalid control char"),
+        (7, "unknown response item type 'qu"),
+        (8, "unknown line type 'brand_new_l"),
+        (9, "a message whose content is not"),
+    ]
+    assert report.tail_bytes == 86
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    call = data(of(records, "model_exec_end", "model-1")[0]).message["value"]["content"][0]["tool_call"]
+    assert call["args_invalid"] is True and call["args_raw_text"] == '{"command": ["ls"'
+    assert not of(records, "tool_exec_end")  # the output of no call is not a tool call's end
+    alone = data(of(records, "model_exec_end", "model-2")[0]).message["value"]
+    assert alone["content"] == [] and alone["metadata"]["response_not_written"] is True
+    assert alone["usage"]["input"] == 120
+
+
+def test_codex_a_token_count_without_info_is_read_from_its_own_counts(tmp_path: Path) -> None:
+    def line(kind: str, payload: Dict[str, Any]) -> Dict[str, Any]:
+        return {"timestamp": "2025-08-01T10:00:00.000Z", "type": kind, "payload": payload}
+
+    counts = {"input_tokens": 70, "cached_input_tokens": 0, "output_tokens": 3, "total_tokens": 73}
+    source = write_lines(
+        tmp_path / "rollout.jsonl",
+        [
+            line("session_meta", {"id": "0198aaaa-0000-7000-8000-000000000001", "timestamp": "x"}),
+            line(
+                "response_item",
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            ),
+            line(
+                "response_item",
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "hello"}],
+                },
+            ),
+            line("event_msg", {"type": "token_count", **counts}),
+            line("event_msg", {"type": "token_count", **counts}),  # the same counts again: no new call
+        ],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert [data(r).message["value"]["usage"] for r in of(records, "model_exec_end")] == [
+        {"input": 70, "cache_read": 0, "output": 3, "total_tokens": 73, "provider": "openai"}
+    ]
+
+
+def test_detection_tells_codex_from_the_other_formats_and_from_forces_it(tmp_path: Path) -> None:
+    formats = {
+        source: session_import.import_session(source, tmp_path / f"{n}.jsonl").format
+        for n, source in enumerate([CLAUDE_CODE, CLAUDE_TRACE, CODEX, CODEX_OLDER, CODEX_BARE, CODEX_HOSTILE])
+    }
+    assert list(formats.values()) == ["claude-code", "claude-trace", "codex", "codex", "codex", "codex"]
+    source = tmp_path / "odd.jsonl"
+    source.write_text('{"note": "copied from a rollout"}\n' + CODEX.read_text())
+    assert run("import", str(source), "-o", str(tmp_path / "no.jsonl")).returncode == 1
+    done = run("import", str(source), "-o", str(tmp_path / "yes.jsonl"), "--from", "codex")
+    assert done.returncode == 0 and ", 1 not understood: line 1 -> " in done.stdout
+
+
+def test_into_archives_codex_rollouts_and_again_only_what_grew(tmp_path: Path) -> None:
+    sources, archive = tmp_path / "sessions", tmp_path / "archive"
+    shutil.copytree(CODEX_SESSIONS, sources)
+    assert run("import", str(sources), "--into", str(archive)).returncode == 0
+    assert sorted(os.listdir(archive)) == sorted(
+        path.name for path in CODEX_SESSIONS.rglob("rollout-*.jsonl")
+    )
+    kept = {name: (archive / name).read_bytes() for name in os.listdir(archive)}
+    grown = next(sources.rglob(CODEX.name))
+    with open(grown, "a") as file:
+        file.write(
+            '{"timestamp":"2025-11-18T09:31:00.000Z","type":"event_msg","payload":{"type":"turn_aborted"}}\n'
+        )
+    again = run("import", str(sources), "--into", str(archive))
+    assert again.returncode == 0 and again.stdout.count(": unchanged -> ") == 2
+    assert f"{grown}: imported 32 lines (codex)" in again.stdout
+    assert (archive / CODEX.name).read_bytes() != kept[CODEX.name]
+    assert run("validate", str(archive / CODEX.name)).returncode == 0
+
+
 # ---------------------------------------------------------------------------- claude-trace
 
 
@@ -414,7 +707,9 @@ def test_a_trace_error_fails_the_call_and_no_response_leaves_it_unfinished(tmp_p
 # ---------------------------------------------------------------------------- command line
 
 
-@pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE, TORN])
+@pytest.mark.parametrize(
+    "source", [CLAUDE_CODE, CLAUDE_TRACE, TORN, CODEX, CODEX_OLDER, CODEX_BARE, CODEX_HOSTILE]
+)
 def test_an_import_gives_the_same_bytes_each_time(tmp_path: Path, source: Path) -> None:
     session_import.import_session(source, tmp_path / "a.jsonl")
     session_import.import_session(source, tmp_path / "b.jsonl")
@@ -422,7 +717,7 @@ def test_an_import_gives_the_same_bytes_each_time(tmp_path: Path, source: Path) 
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl"]  # no temporary file left
 
 
-@pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE])
+@pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE, CODEX, CODEX_BARE, CODEX_HOSTILE])
 def test_validate_summary_show_html_export_and_otlp_read_an_import(tmp_path: Path, source: Path) -> None:
     out = tmp_path / "out.jsonl"
     done = run("import", str(source), "-o", str(out))
@@ -438,7 +733,8 @@ def test_validate_summary_show_html_export_and_otlp_read_an_import(tmp_path: Pat
     ):
         done = run(*words)
         assert done.returncode == 0, (words, done.stderr)
-    assert "Find the TODOs" in (tmp_path / "page.html").read_text() or source == CLAUDE_TRACE
+    page = (tmp_path / "page.html").read_text()
+    assert {CLAUDE_CODE: "Find the TODOs", CODEX: "Two files: README.md and src."}.get(source, "") in page
     assert run("validate", str(out)).stdout.startswith(f"{out}: ok, ")
 
 
@@ -447,7 +743,7 @@ def test_a_source_of_no_known_format_exits_1_naming_it(tmp_path: Path, name: str
     source = FIXTURES / "hostile" / name
     done = run("import", str(source), "-o", str(tmp_path / "out.jsonl"))
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.startswith(f"{source}: not a Claude Code transcript or a claude-trace log")
+    assert done.stderr.startswith(f"{source}: of no known format (claude-code, codex, claude-trace)")
     assert os.listdir(tmp_path) == []
 
 
@@ -458,7 +754,7 @@ def test_a_source_of_no_known_format_exits_1_naming_it(tmp_path: Path, name: str
         [str(CLAUDE_CODE), "-o", "x.jsonl", "--into", "d"],
         [str(CLAUDE_CODE), str(CLAUDE_TRACE), "-o", "x.jsonl"],
         [str(FIXTURES), "-o", "x.jsonl"],
-        [str(CLAUDE_CODE), "-o", "x.jsonl", "--from", "codex"],
+        [str(CLAUDE_CODE), "-o", "x.jsonl", "--from", "nonesuch"],
     ],
 )
 def test_usage_errors_exit_2(tmp_path: Path, words: List[str]) -> None:
@@ -545,7 +841,7 @@ def test_into_reports_an_unknown_source_and_imports_the_rest(tmp_path: Path) -> 
     shutil.copy(FIXTURES / "hostile" / "other-format.jsonl", sources / "other-format.jsonl")
     done = run("import", str(sources), "--into", str(tmp_path / "archive"))
     assert done.returncode == 1
-    assert f"{sources / 'other-format.jsonl'}: not a Claude Code transcript" in done.stderr
+    assert f"{sources / 'other-format.jsonl'}: of no known format" in done.stderr
     assert len(os.listdir(tmp_path / "archive")) == 2
 
 
