@@ -702,7 +702,7 @@ PAGE_IDS = re.compile(
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns|glance|said|id|more|wide"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|span|waterfall|end|tie|filters|whole|places|turns|glance|said|id|more|wide"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
@@ -1181,7 +1181,7 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert '<rect class="model" x="300.0" y="2" width="230.0" height="14">' in page
     assert '<rect class="tool fail" x="530.0" y="20" width="460.0" height="14">' in page
     assert "turn 1: 2 attempts, 3.000 s, 1 failed" in page
-    assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
+    assert '<rect class="bar" x="0.0" y="30" width="999.0" height="100">' in page
     assert "1 failed attempt<" in page
     assert re.search(
         r'<h2>1 failed attempt</h2>\n<ul><li><details open><summary><b class="error">errors of no type</b> '
@@ -1439,14 +1439,85 @@ def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_pa
     )
     assert 'asked for by model call <code>nobody</code>, <span class="error">not in this run</span>' in page
     chart = page.split('<svg class="chart"', 1)[1].split("</svg>", 1)[0]
-    assert chart.count('<line class="compaction"') == 31
+    assert chart.count('<path class="compaction"') == 31  # a mark each: 30 units apart
     labels = [
         (float(x), int(n))
-        for x, n in re.findall(r'<text x="([\d.]+)" y="10">(\d+) compactions?</text>', chart)
+        for x, n in re.findall(r'<text x="([\d.]+)" y="11">(\d+) compactions?</text>', chart)
     ]
     assert sum(n for _, n in labels) == 31 and len(labels) > 1
     starts = [x for x, _ in labels]
-    assert all(b - a >= 100 for a, b in zip(starts, starts[1:])) and starts[-1] <= 900
+    wide = len("31 compactions") * 7  # in the chart's units of 1000, its font 11 high
+    assert all(b - a > wide for a, b in zip(starts, starts[1:])) and starts[-1] + wide < 1000
+
+
+def compacting_session(path: Path, turns: int) -> int:
+    """*turns* turns of a model call whose input grows until a compaction, after every ninth
+    and after each of the twenty turns from the thousandth (as a loop that keeps compacting
+    does); the number of compactions."""
+    compactions = 0
+    with session.create(path) as s, s.begin_run() as run:
+        tokens = 1000
+        for turn in range(1, turns + 1):
+            model = Execution(f"m{turn}", "model", turn_index=turn)
+            tokens += 900 + turn % 7 * 300
+            reply = Message("assistant", [session.text_block(f"reply {turn}")], "stop", {"input": tokens})
+            run.record(Event("model_exec_end", execution=model, message=reply, timestamp=T0))
+            if turn % 9 == 0 or 1000 <= turn < 1020:
+                compact = Execution(f"c{turn}", "compact")
+                run.record(Event("context_compacted", execution=compact, compaction={}, timestamp=T0))
+                tokens, compactions = 1000, compactions + 1
+    return compactions
+
+
+CHART_BOXES = """
+var chart = document.querySelector("svg.chart");
+function box(e) {
+  var r = e.getBoundingClientRect();
+  return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, title: e.textContent};
+}
+function boxes(css) { return [...chart.querySelectorAll(css)].map(box); }
+return {chart: box(chart), labels: boxes("text"), marks: boxes("path.compaction"), bars: boxes("rect.bar")};
+"""
+
+
+def overlapping(boxes: List[Dict[str, Any]]) -> List[Tuple[str, str]]:
+    """The pairs of *boxes* (in the chart's order, left to right) that intersect."""
+    return [
+        (a["title"], b["title"])
+        for a, b in zip(boxes, boxes[1:])
+        if a["right"] > b["left"] and a["bottom"] > b["top"] and b["bottom"] > a["top"]
+    ]
+
+
+@pytest.mark.parametrize("turns", [300, 3000])
+def test_html_page_chart_marks_many_compactions_without_a_label_over_another_in_chromium(
+    tmp_path: Path, turns: int
+) -> None:
+    path = tmp_path / "s.jsonl"
+    compactions = compacting_session(path, turns)
+    made = html_page(path)
+    assert f"{turns:,} calls, at most " in made and f"; {compactions} compactions</p>" in made
+    page = tmp_path / "page.html"
+    page.write_text(made, encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        for width in (1280, 600):
+            browser.page("POST", "/window/rect", {"width": width, "height": 900})
+            drawn = browser.run(CHART_BOXES)
+            chart, labels, marks, bars = drawn["chart"], drawn["labels"], drawn["marks"], drawn["bars"]
+            assert len(bars) == min(turns, 1000) and 1 < len(labels) < len(marks)
+            assert overlapping(labels) == [] and overlapping(marks) == []
+            counted = [int(mark["title"].split(" compaction")[0]) for mark in marks]
+            assert sum(counted) == compactions
+            assert max(counted) > 1 if turns > 1000 else len(marks) == compactions  # close ones share
+            assert sum(int(label["title"].split(" compaction")[0]) for label in labels) == compactions
+            top = min(bar["top"] for bar in bars)
+            for box in labels + marks:  # above the bars, inside the chart
+                assert chart["left"] <= box["left"] and box["right"] <= chart["right"]
+                assert chart["top"] <= box["top"] and box["bottom"] <= top
+    finally:
+        browser.close()
 
 
 def png(width: int, height: int, seed: Optional[int] = None) -> bytes:
