@@ -2556,7 +2556,7 @@ h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;p
 #records{columns:2;column-gap:1.2em}#records h2{column-span:all}
 code,pre,.how,.how code{font-size:9px;line-height:1.2}pre{margin:.1em 0;padding:.1em .3em}
 .part,.rec{padding:.05em 0}table{font-size:9px}
-a{color:inherit;text-decoration:none}details::details-content{display:block;content-visibility:visible}}
+a{color:inherit;text-decoration:none}}
 """
 
 _PAGE_SCRIPT = """
@@ -2743,10 +2743,6 @@ document.documentElement.setAttribute("data-js", "on");
   }
   window.addEventListener("hashchange", reveal);
   reveal();
-  window.addEventListener("beforeprint", function () {
-    var folded = document.querySelectorAll("details");
-    for (var i = 0; i < folded.length; i++) folded[i].open = true;
-  });
 })();
 """
 
