@@ -2553,7 +2553,7 @@ a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6
 @page{margin:1cm}
 @media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
 h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}
-#records{columns:2;column-gap:1.2em}#records h2{column-span:all}
+#records,#timeline>ol{columns:2;column-gap:1.2em}#records h2{column-span:all}
 code,pre,.how,.how code{font-size:9px;line-height:1.2}pre{margin:.1em 0;padding:.1em .3em}
 .part,.rec{padding:.05em 0}table{font-size:9px}
 a{color:inherit;text-decoration:none}}
