@@ -1403,7 +1403,9 @@ class _Timeline:
         self.out = out
 
     def chart(self) -> None:
-        """Input tokens per successful model call, compactions as dashed lines."""
+        """Input tokens per successful model call; above the bars, the compactions as marks
+        (those too close to tell apart as one mark with their count) and labels where there
+        is room."""
         tokens = self.facts.tokens
         write = self.out.write
         write('<section id="chart"><h2>input tokens per model call</h2>\n')
@@ -1414,25 +1416,26 @@ class _Timeline:
         bars = [tokens[start : start + per_bar] for start in range(0, len(tokens), per_bar)]
         top = max(count for _, count in tokens) or 1
         width = 1000 / len(bars)
-        note = f"; each bar the largest of {per_bar} calls" if per_bar > 1 else ""
-        write(f"<p>{_count(len(tokens), 'call')}, at most {top} input tokens{note}</p>\n")
-        write('<svg class="chart" viewBox="0 0 1000 100" role="img">')
+        note = f"; each bar the largest of {per_bar:,} calls" if per_bar > 1 else ""
+        compacted = f"; {_many(len(self.facts.compactions), 'compaction')}" if self.facts.compactions else ""
+        write(f"<p>{_many(len(tokens), 'call')}, at most {top:,} input tokens{note}{compacted}</p>\n")
+        write(f'<svg class="chart" viewBox="0 0 1000 {_CHART_FLOOR}" role="img">')
         for n, bar in enumerate(bars):
             seq, count = max(bar, key=lambda point: point[1])
-            height = count * 95 // top
+            height = count * _CHART_BARS // top
             rect = (
-                f'<rect class="bar" x="{n * width:.1f}" y="{100 - height}" width="{max(width - 1, 1):.1f}" '
-                f'height="{height}"><title>#{seq}: {count} input tokens</title></rect>'
+                f'<rect class="bar" x="{n * width:.1f}" y="{_CHART_FLOOR - height}" '
+                f'width="{max(width - 1, 1):.1f}" height="{height}">'
+                f"<title>#{seq}: {count:,} input tokens</title></rect>"
             )
             write(_link(seq, rect))
-        lines = [calls // per_bar * width for calls in self.facts.compactions]
-        for x in lines:
-            write(
-                f'<line class="compaction" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="100">'
-                "<title>compaction</title></line>"
-            )
-        for x, count in _labels(lines):
-            write(f'<text x="{x:.1f}" y="10">{_count(count, "compaction")}</text>')
+        marks = _marks([(calls // per_bar * width, calls) for calls in self.facts.compactions])
+        for mark in marks:
+            write(_mark_drawing(mark))
+        for x, first, last, count in _labels(marks):
+            write(f'<text x="{x:.1f}" y="11">{_many(count, "compaction")}</text>')
+            if last > first:
+                write(f'<line class="span" x1="{first:.1f}" y1="15" x2="{last:.1f}" y2="15"/>')
         write("</svg></section>\n")
 
     def waterfall(self) -> None:
@@ -2288,19 +2291,64 @@ def _usage_line(usage: Dict[str, Any]) -> str:
     return f'<div><span class="key">usage</span> {", ".join(parts)}</div>'
 
 
-_LABEL_WIDTH = 100  # of the chart's 1000: "999 compactions" in its 11 units wide font
+_CHART_FLOOR = 130  # the chart's height in its units (of 1000 wide): labels, marks, bars
+_CHART_BARS = 100  # the tallest bar, below the labels (0 to 14), their spans (15) and marks (17 to 27)
+_MARK_GAP = 8  # compactions less than this far apart in the chart share one mark
+_CHAR_WIDTH = 7  # of a label's monospace character, its font 11 units high (0.6 em, rounded up)
 
 
-def _labels(lines: List[float]) -> List[Tuple[float, int]]:
-    """Where the chart labels the compaction *lines*, and how many each label counts: one
-    label for lines too close to label apart, none running over another or off the chart."""
-    labels: List[Tuple[float, int]] = []
-    for x in lines:
-        at = min(x + 4, 1000 - _LABEL_WIDTH)
-        if labels and at < labels[-1][0] + _LABEL_WIDTH:
-            labels[-1] = (labels[-1][0], labels[-1][1] + 1)
+class _Mark(NamedTuple):
+    """One mark above the chart's bars: *compactions* of them, from the one at *x* to the one
+    at *last*, after *first_call* to *last_call* model calls."""
+
+    x: float
+    last: float
+    first_call: int
+    last_call: int
+    compactions: int
+
+
+def _marks(compactions: List[Tuple[float, int]]) -> List[_Mark]:
+    """The compactions' marks: each (x, calls before it) joins the mark it lies within
+    _MARK_GAP of, so no two marks touch however many compactions a pixel holds."""
+    marks: List[_Mark] = []
+    for x, calls in compactions:
+        if marks and x < marks[-1].x + _MARK_GAP:
+            mark = marks[-1]
+            marks[-1] = mark._replace(last=x, last_call=calls, compactions=mark.compactions + 1)
         else:
-            labels.append((at, 1))
+            marks.append(_Mark(x, x, calls, calls, 1))
+    return marks
+
+
+def _mark_drawing(mark: _Mark) -> str:
+    """A mark: a triangle pointing down at its first compaction (inside the chart), its
+    count and calls in its title."""
+    after = f"call {mark.first_call:,}"
+    if mark.last_call != mark.first_call:
+        after = f"calls {mark.first_call:,} to {mark.last_call:,}"
+    x = min(max(mark.x, 3), 997)  # the whole triangle in the chart
+    return (
+        f'<path class="compaction" d="M{x - 3:.1f} 17h6l-3 10z">'
+        f"<title>{_many(mark.compactions, 'compaction')} after model {after}</title></path>"
+    )
+
+
+def _labels(marks: List[_Mark]) -> List[Tuple[float, float, float, int]]:
+    """Where the chart labels its *marks*: (the label's x, the first and last mark's x it
+    counts, their compactions).  Every label is as wide as the widest can be, starts at its
+    first mark (or where it still fits in the chart) and counts the marks up to the next; a
+    mark under a label joins it, so no label runs over another or off the chart."""
+    total = sum(mark.compactions for mark in marks)
+    room = len(_many(total, "compaction")) * _CHAR_WIDTH + _MARK_GAP
+    labels: List[Tuple[float, float, float, int]] = []
+    for mark in marks:
+        at = max(0.0, min(mark.x - 3, 1000 - room))
+        if labels and at < labels[-1][0] + room:
+            x, first, _, count = labels[-1]
+            labels[-1] = (x, first, mark.last, count + mark.compactions)
+        else:
+            labels.append((at, mark.x, mark.last, mark.compactions))
     return labels
 
 
@@ -2468,7 +2516,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-
 svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
 .waterfall text.end{text-anchor:end}
 rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
-rect.bar{fill:#6b8fc7}.compaction{stroke:#c05000;stroke-width:3;stroke-dasharray:5 3}
+rect.bar{fill:#6b8fc7}.compaction{fill:#c05000}.span{stroke:#c05000}
 .tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
 .filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
 .filters p{margin:.2em 0}
@@ -2505,10 +2553,10 @@ a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6
 @page{margin:1cm}
 @media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
 h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}
-#records{columns:2;column-gap:1.2em}#records h2{column-span:all}
+#records,#timeline>ol{columns:2;column-gap:1.2em}#records h2{column-span:all}
 code,pre,.how,.how code{font-size:9px;line-height:1.2}pre{margin:.1em 0;padding:.1em .3em}
 .part,.rec{padding:.05em 0}table{font-size:9px}
-a{color:inherit;text-decoration:none}details::details-content{display:block;content-visibility:visible}}
+a{color:inherit;text-decoration:none}}
 """
 
 _PAGE_SCRIPT = """
@@ -2695,10 +2743,6 @@ document.documentElement.setAttribute("data-js", "on");
   }
   window.addEventListener("hashchange", reveal);
   reveal();
-  window.addEventListener("beforeprint", function () {
-    var folded = document.querySelectorAll("details");
-    for (var i = 0; i < folded.length; i++) folded[i].open = true;
-  });
 })();
 """
 

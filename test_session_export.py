@@ -3,6 +3,7 @@ too).  The helpers that make and read sessions are test_session.py's."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import errno
@@ -702,7 +703,7 @@ PAGE_IDS = re.compile(
 )
 PAGE_CLASSES = re.compile(
     "mark|cut|damage|error|key|role|thinking|change|card|model|tool|compact|other|fail|part|rec|heading|seq|type"
-    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|waterfall|end|tie|filters|whole|places|turns|glance|said|id|more|wide"
+    "|time|how|msg|call|image|shot|ref|skip|step|flow|say|user|assistant|system|pair|chart|bar|compaction|span|waterfall|end|tie|filters|whole|places|turns|glance|said|id|more|wide"
 )
 PAGE_TAGS = re.compile(
     "html|head|meta|title|style|body|header|h1|h2|h3|p|table|tr|th|td|code|a|ul|ol|li|section|svg|rect|line"
@@ -960,7 +961,7 @@ def test_html_page_filters_and_search_in_chromium(tmp_path: Path) -> None:
 def test_html_page_survives_a_malformed_fragment_and_marks_what_search_found(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
-        model_call(run, "m1", [say("alpha " + "long " * 200)])  # folded: printing unfolds it
+        model_call(run, "m1", [say("alpha " + "long " * 200)])
         tool = Execution("t1", "tool")
         run.record(Event("tool_exec_end", execution=tool, tool="grep", result="\u0130\u0130 abc needle x"))
     page = tmp_path / "page.html"
@@ -971,8 +972,6 @@ def test_html_page_survives_a_malformed_fragment_and_marks_what_search_found(tmp
             browser.page("POST", "/url", {"url": "about:blank"})  # a load, not a move in the page
             browser.page("POST", "/url", {"url": page.as_uri() + fragment})
             assert browser.run("return document.querySelectorAll('details:not([open])').length") > 0
-            browser.run("window.dispatchEvent(new Event('beforeprint'))")
-            assert browser.run("return document.querySelectorAll('details:not([open])').length") == 0
         search = browser.element("#search")
         browser.page("POST", f"/element/{search}/value", {"text": "needle"})
         marked = "return [...(CSS.highlights.get('search') || [])].map(String)"
@@ -1181,7 +1180,7 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert '<rect class="model" x="300.0" y="2" width="230.0" height="14">' in page
     assert '<rect class="tool fail" x="530.0" y="20" width="460.0" height="14">' in page
     assert "turn 1: 2 attempts, 3.000 s, 1 failed" in page
-    assert '<rect class="bar" x="0.0" y="5" width="999.0" height="95">' in page
+    assert '<rect class="bar" x="0.0" y="30" width="999.0" height="100">' in page
     assert "1 failed attempt<" in page
     assert re.search(
         r'<h2>1 failed attempt</h2>\n<ul><li><details open><summary><b class="error">errors of no type</b> '
@@ -1439,14 +1438,85 @@ def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_pa
     )
     assert 'asked for by model call <code>nobody</code>, <span class="error">not in this run</span>' in page
     chart = page.split('<svg class="chart"', 1)[1].split("</svg>", 1)[0]
-    assert chart.count('<line class="compaction"') == 31
+    assert chart.count('<path class="compaction"') == 31  # a mark each: 30 units apart
     labels = [
         (float(x), int(n))
-        for x, n in re.findall(r'<text x="([\d.]+)" y="10">(\d+) compactions?</text>', chart)
+        for x, n in re.findall(r'<text x="([\d.]+)" y="11">(\d+) compactions?</text>', chart)
     ]
     assert sum(n for _, n in labels) == 31 and len(labels) > 1
     starts = [x for x, _ in labels]
-    assert all(b - a >= 100 for a, b in zip(starts, starts[1:])) and starts[-1] <= 900
+    wide = len("31 compactions") * 7  # in the chart's units of 1000, its font 11 high
+    assert all(b - a > wide for a, b in zip(starts, starts[1:])) and starts[-1] + wide < 1000
+
+
+def compacting_session(path: Path, turns: int) -> int:
+    """*turns* turns of a model call whose input grows until a compaction, after every ninth
+    and after each of the twenty turns from the thousandth (as a loop that keeps compacting
+    does); the number of compactions."""
+    compactions = 0
+    with session.create(path) as s, s.begin_run() as run:
+        tokens = 1000
+        for turn in range(1, turns + 1):
+            model = Execution(f"m{turn}", "model", turn_index=turn)
+            tokens += 900 + turn % 7 * 300
+            reply = Message("assistant", [session.text_block(f"reply {turn}")], "stop", {"input": tokens})
+            run.record(Event("model_exec_end", execution=model, message=reply, timestamp=T0))
+            if turn % 9 == 0 or 1000 <= turn < 1020:
+                compact = Execution(f"c{turn}", "compact")
+                run.record(Event("context_compacted", execution=compact, compaction={}, timestamp=T0))
+                tokens, compactions = 1000, compactions + 1
+    return compactions
+
+
+CHART_BOXES = """
+var chart = document.querySelector("svg.chart");
+function box(e) {
+  var r = e.getBoundingClientRect();
+  return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, title: e.textContent};
+}
+function boxes(css) { return [...chart.querySelectorAll(css)].map(box); }
+return {chart: box(chart), labels: boxes("text"), marks: boxes("path.compaction"), bars: boxes("rect.bar")};
+"""
+
+
+def overlapping(boxes: List[Dict[str, Any]]) -> List[Tuple[str, str]]:
+    """The pairs of *boxes* (in the chart's order, left to right) that intersect."""
+    return [
+        (a["title"], b["title"])
+        for a, b in zip(boxes, boxes[1:])
+        if a["right"] > b["left"] and a["bottom"] > b["top"] and b["bottom"] > a["top"]
+    ]
+
+
+@pytest.mark.parametrize("turns", [300, 3000])
+def test_html_page_chart_marks_many_compactions_without_a_label_over_another_in_chromium(
+    tmp_path: Path, turns: int
+) -> None:
+    path = tmp_path / "s.jsonl"
+    compactions = compacting_session(path, turns)
+    made = html_page(path)
+    assert f"{turns:,} calls, at most " in made and f"; {compactions} compactions</p>" in made
+    page = tmp_path / "page.html"
+    page.write_text(made, encoding="utf-8")
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        for width in (1280, 600):
+            browser.page("POST", "/window/rect", {"width": width, "height": 900})
+            drawn = browser.run(CHART_BOXES)
+            chart, labels, marks, bars = drawn["chart"], drawn["labels"], drawn["marks"], drawn["bars"]
+            assert len(bars) == min(turns, 1000) and 1 < len(labels) < len(marks)
+            assert overlapping(labels) == [] and overlapping(marks) == []
+            counted = [int(mark["title"].split(" compaction")[0]) for mark in marks]
+            assert sum(counted) == compactions
+            assert max(counted) > 1 if turns > 1000 else len(marks) == compactions  # close ones share
+            assert sum(int(label["title"].split(" compaction")[0]) for label in labels) == compactions
+            top = min(bar["top"] for bar in bars)
+            for box in labels + marks:  # above the bars, inside the chart
+                assert chart["left"] <= box["left"] and box["right"] <= chart["right"]
+                assert chart["top"] <= box["top"] and box["bottom"] <= top
+    finally:
+        browser.close()
 
 
 def png(width: int, height: int, seed: Optional[int] = None) -> bytes:
@@ -1522,8 +1592,13 @@ def test_html_page_counts_each_picture_it_shows_against_its_budget(tmp_path: Pat
     assert page.count("too large for this page, see its card") == 5
 
 
-def test_html_page_prints_packed_in_chromium(tmp_path: Path) -> None:
-    need("chromium", "the page is printed by a real browser")
+SHOWN = """
+var all = [...document.querySelectorAll(arguments[0])];
+return [all.length, all.filter(function (e) { return e.checkVisibility(); }).length];
+"""
+
+
+def test_html_page_prints_the_demo_on_5_pages_its_folded_values_folded_in_chromium(tmp_path: Path) -> None:
     path = tmp_path / "demo.jsonl"
     made = subprocess.run(
         [sys.executable, str(HERE / "examples" / "agent_loop.py"), str(path)], capture_output=True
@@ -1531,19 +1606,29 @@ def test_html_page_prints_packed_in_chromium(tmp_path: Path) -> None:
     assert made.returncode == 0 and len(records(path)) == 74
     page = tmp_path / "demo.html"
     page.write_text(html_page(path), encoding="utf-8")
-    pdf = tmp_path / "demo.pdf"
-    done = subprocess.run(
-        [
-            "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--no-pdf-header-footer", f"--user-data-dir={tmp_path / 'profile'}", f"--print-to-pdf={pdf}",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf.read_bytes()))
-    assert 0 < pages <= 8  # every value unfolded, the cards in two columns (13 pages before they were)
+    browser = WebDriver(tmp_path / "profile")
+
+    def shown(css: str) -> List[int]:
+        """How many elements *css* selects, and how many of them are drawn."""
+        return browser.page("POST", "/execute/sync", {"script": SHOWN, "args": [css]})  # type: ignore[no-any-return]
+
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        folded = "details:not([open]) > :not(summary)"  # the snapshots' JSON among them
+        before = shown(folded)
+        assert before[0] > 0 and before[1] == 0
+        for paper in ({}, {"page": {"width": 21.0, "height": 29.7}}):  # US Letter (the default), A4
+            pdf = base64.b64decode(browser.page("POST", "/print", paper))
+            assert 0 < len(re.findall(rb"/Type\s*/Page[^s]", pdf)) <= 5  # 8 when it unfolded all
+        assert shown(folded) == before  # printing opened none
+        media = {"cmd": "Emulation.setEmulatedMedia", "params": {"media": "print"}}
+        browser.page("POST", "/goog/cdp/execute", media)
+        assert browser.run("return matchMedia('print').matches") and shown(folded) == before
+        whole = browser.element("details.whole > summary")  # the first call's whole input, opened
+        browser.page("POST", f"/element/{whole}/click", {})
+        assert browser.until(lambda: shown("details.whole[open] .input li .msg") == [1, 1])
+    finally:
+        browser.close()
 
 
 CONTRAST = """
