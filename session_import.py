@@ -1291,8 +1291,9 @@ def _gemini_blocks(obj: Dict[str, Any]) -> Tuple[List[Any], List[Any]]:
     blocks += mapped
     called = {block["tool_call"]["id"] for block in blocks if block["type"] == "toolCall"}
     for record in _gemini_tool_calls(obj):
-        if record["id"] not in called:
-            blocks.append(_gemini_block({"functionCall": record}) or session.text_block(""))
+        block = _gemini_block({"functionCall": record}) if record["id"] not in called else None
+        if block is not None:
+            blocks.append(block)
     return blocks, kept
 
 
@@ -1302,7 +1303,11 @@ def _gemini_tool_calls(obj: Dict[str, Any]) -> List[Dict[str, Any]]:
     return [
         call
         for call in (calls if type(calls) is list else [])
-        if type(call) is dict and type(call.get("id")) is str and call["id"] and type(call.get("name")) is str
+        if type(call) is dict
+        and type(call.get("id")) is str
+        and call["id"]
+        and type(call.get("name")) is str
+        and call["name"]
     ]
 
 
@@ -1363,6 +1368,7 @@ class _GeminiConversation:
         self.tally = tally
         self.answered = answered  # the calls whose results a user record holds
         self.calls = 0
+        self.tool_ids: Dict[str, int] = {}  # how many tool calls of each id were written
         self.clock = _EPOCH  # the time of the last thing written
 
     def step(self, step: Union[_Life, _Rewind]) -> None:
@@ -1371,7 +1377,10 @@ class _GeminiConversation:
             self.writer.record("rewind", step.time, details=details)
             return
         kind = step.obj.get("type")
-        if kind == "user":
+        if kind in ("user", "gemini") and type(step.obj.get("content")) not in (str, list, dict, type(None)):
+            reason = "a message whose content is neither text, a part nor a list of parts"
+            self.tally.problems.append(Problem("", step.line, reason))
+        elif kind == "user":
             self.user(step)
         elif kind == "gemini":
             self.gemini(step)
@@ -1432,7 +1441,9 @@ class _GeminiConversation:
     def tool(self, life: _Life, call: Dict[str, Any]) -> None:
         """A ``toolCalls`` record: the tool call, ended when its status is final; its result
         a tool message unless a user record holds it."""
-        execution = Execution(call["id"], "tool", "", self.writer.turn)
+        self.tool_ids[call["id"]] = self.tool_ids.get(call["id"], 0) + 1
+        again = self.tool_ids[call["id"]]  # a record written again after a rewind took it out
+        execution = Execution(call["id"] + (f"#{again}" if again > 1 else ""), "tool", "", self.writer.turn)
         self.writer.tool_calls += 1
         args = call.get("args") if call.get("args") is not None else {}
         self.writer.record(
@@ -1448,14 +1459,7 @@ class _GeminiConversation:
             return  # still running when the file was last written
         failed = status in _GEMINI_FAILED
         self.writer.tool_errors += failed
-        given = call.get("result")
-        if type(given) is str:  # older versions: the output alone
-            given = {
-                "functionResponse": {"id": call["id"], "name": call["name"], "response": {"output": given}}
-            }
-        parts = _gemini_parts(given)
-        found = next((part for part in parts if _gemini_response(part)[0] == call["id"]), None)
-        result = _gemini_response(found)[1] if found is not None else call.get("result")
+        found, result = _gemini_result(call)
         details = {key: value for key, value in call.items() if key not in ("id", "name", "args", "result")}
         ended = _timestamp(call, "timestamp") or life.time
         self.clock = max(self.clock, ended)
@@ -1473,6 +1477,17 @@ class _GeminiConversation:
             message = _gemini_tool_message(found, ended, failed)
             if message is not None:
                 self.message(life, message, execution)
+
+
+def _gemini_result(call: Dict[str, Any]) -> Tuple[Any, Any]:
+    """A ``toolCalls`` record's ``functionResponse`` part for its call (``None`` when its
+    result holds none) and its result: the response's output or error, else as recorded."""
+    given = call.get("result")
+    if type(given) is str:  # older versions: the output alone
+        given = {"functionResponse": {"id": call["id"], "name": call["name"], "response": {"output": given}}}
+    parts = _gemini_parts(given)
+    found = next((part for part in parts if _gemini_response(part)[0] == call["id"]), None)
+    return found, _gemini_response(found)[1] if found is not None else call.get("result")
 
 
 def _context(node: Optional[_Node]) -> List[Message]:
@@ -1555,7 +1570,7 @@ def _gemini_lines(source: str, limit: int) -> _Lines:
     if first.strip() == b"{":
         try:
             return _whole_file(source, "")
-        except (ValueError, IndexError) as exc:
+        except (ValueError, RecursionError) as exc:
             raise UnknownFormatError(
                 f"{source}: a Gemini CLI session file that is not whole JSON: {exc}"
             ) from None

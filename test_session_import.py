@@ -461,6 +461,30 @@ def test_a_hostile_gemini_file_is_imported_as_gemini_cli_reads_it(tmp_path: Path
     assert session.summarize(tmp_path / "out.jsonl").gaps == []
 
 
+def test_a_gemini_call_written_again_after_its_rewind_is_a_call_of_its_own(tmp_path: Path) -> None:
+    ran = {"id": "t1", "name": "ls", "args": {}, "result": "a.txt", "status": "success"}
+    answer = {"id": "g", "type": "gemini", "content": "", "model": "m", "toolCalls": [ran]}
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            {"sessionId": "s", "projectHash": "p", "startTime": "2026-03-03T08:00:00Z"},
+            {"id": "u", "type": "user", "content": "go", "timestamp": "2026-03-03T08:00:01Z"},
+            answer,
+            {"$rewindTo": "g"},
+            answer,  # the same record again: Gemini CLI puts it back at the end
+            {"id": "x", "type": "user", "content": 5},  # content neither text nor parts
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (6, "a message whose content is neither text, a part nor a list of parts")
+    ]
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert [call(r).id for r in of(records, "tool_exec_end")] == ["t1", "t1#2"]
+    assert [data(r).result for r in of(records, "tool_exec_end")] == ["a.txt", "a.txt"]
+    assert session.summarize(tmp_path / "out.jsonl").gaps == []
+
+
 def test_gemini_files_are_detected_and_from_forces_the_format(tmp_path: Path) -> None:
     for source in (GEMINI, GEMINI_OLDER, GEMINI_HOSTILE):
         assert session_import._detect(str(source)) == "gemini-cli"
