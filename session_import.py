@@ -1128,6 +1128,7 @@ class _Life:
     below: Optional[_Node]
     rewound: int = 0  # the line that took it out (0: in the conversation at the end)
     messages: List[Message] = field(default_factory=list)
+    node: Optional[_Node] = None  # the conversation it ended when it was put in
 
 
 class _Rewind(NamedTuple):
@@ -1176,7 +1177,7 @@ class _Replay:
         life = _Life(_timestamp(obj, "timestamp") or entry.time, entry.number, obj, self.top)
         self.steps.append(life)
         self.live[obj["id"]] = life
-        self.top = _Node(life, self.top)
+        self.top = life.node = _Node(life, self.top)
 
     def take_out(self, entry: _Entry, lives: List[_Life], by: str, to: str) -> None:
         for life in lives:
@@ -1370,12 +1371,22 @@ class _GeminiConversation:
         self.calls = 0
         self.tool_ids: Dict[str, int] = {}  # how many tool calls of each id were written
         self.clock = _EPOCH  # the time of the last thing written
+        self.node: Optional[_Node] = None  # the conversation written last,
+        self.history: List[Message] = []  # and its messages
+
+    def follow(self, life: _Life) -> None:
+        """The conversation *life* ends made the one written: the messages before it are those
+        written last, unless a rewind or ``$set`` came between (then they are walked again)."""
+        if life.below is not self.node:
+            self.history = _context(life.below)
+        self.node = life.node
 
     def step(self, step: Union[_Life, _Rewind]) -> None:
         if isinstance(step, _Rewind):
             details = {"by": step.by, "to": step.to, "taken_out": step.taken, "source_line": step.line}
             self.writer.record("rewind", step.time, details=details)
             return
+        self.follow(step)
         kind = step.obj.get("type")
         if kind in ("user", "gemini") and type(step.obj.get("content")) not in (str, list, dict, type(None)):
             reason = "a message whose content is neither text, a part nor a list of parts"
@@ -1399,6 +1410,7 @@ class _GeminiConversation:
             message.metadata = {**(message.metadata or {}), "rewound": True}
         self.writer.record("message_end", life.time, execution=execution, message=message)
         life.messages.append(message)
+        self.history.append(message)
 
     def user(self, life: _Life) -> None:
         parts = _gemini_parts(life.obj.get("content"))
@@ -1429,7 +1441,7 @@ class _GeminiConversation:
             self.calls += 1
             execution = Execution(f"model-{self.calls}", "model", "", self.writer.turn)
             extra = {"model": model, "rebuilt": "from the Gemini CLI session file", "unknown": _UNKNOWN}
-            request = ModelRequest(_context(life.below), (), CallConfig(extra=extra))
+            request = ModelRequest(list(self.history), (), CallConfig(extra=extra))
             asked = min(self.clock, life.time) if self.clock is not _EPOCH else life.time
             self.writer.record("model_exec_start", asked, execution=execution)
             self.writer.record("model_request", asked, execution=execution, request=request)
