@@ -1282,8 +1282,9 @@ def _gemini_blocks(obj: Dict[str, Any]) -> Tuple[List[Any], List[Any]]:
     agentgo has no form for, as they were."""
     parts = _gemini_parts(obj.get("content"))
     blocks: List[Any] = []
+    thoughts = obj.get("thoughts")
     if not any(type(part) is dict and part.get("thought") is True for part in parts):
-        for thought in obj.get("thoughts") or [] if type(obj.get("thoughts")) is list else []:
+        for thought in thoughts if type(thoughts) is list else []:
             if type(thought) is dict and type(thought.get("description")) is str:
                 subject = thought.get("subject")
                 text = f"**{subject}** {thought['description']}" if type(subject) is str and subject else ""
@@ -1408,7 +1409,9 @@ class _GeminiConversation:
     def message(self, life: _Life, message: Message, execution: Optional[Execution] = None) -> None:
         if life.rewound:
             message.metadata = {**(message.metadata or {}), "rewound": True}
-        self.writer.record("message_end", life.time, execution=execution, message=message)
+        self.writer.record(
+            "message_end", message.timestamp or life.time, execution=execution, message=message
+        )
         life.messages.append(message)
         self.history.append(message)
 
