@@ -1360,20 +1360,68 @@ def _gemini_tool_message(part: Any, time: datetime, failed: bool = False) -> Opt
     return session.tool_result(call_id, text, is_error=is_error or failed, timestamp=time)
 
 
+@dataclass
+class _GeminiAgents:
+    """A Gemini CLI session's sub-agent files, in the folder named by its session id beside
+    it (``<agent id>.jsonl``, older ones ``.json``), and those a tool call ran."""
+
+    folder: str
+    limit: int  # the longest line read
+    names: List[str] = field(default_factory=list)
+    used: List[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, source: str, session_id: str, limit: int) -> _GeminiAgents:
+        if re.fullmatch(r"[A-Za-z0-9_-]+", session_id) is None:
+            return cls("", limit)
+        found = cls(os.path.join(os.path.dirname(source), session_id), limit)
+        with contextlib.suppress(OSError):
+            names = set(os.listdir(found.folder))
+            older = {name for name in names if name.endswith(".json") and f"{name}l" not in names}
+            found.names = sorted(name for name in names if name.endswith(".jsonl") or name in older)
+        return found
+
+    def file(self, agent_id: Any) -> Optional[str]:
+        """The file of the sub-agent *agent_id*, unless none or already written."""
+        for name in (f"{agent_id}.jsonl", f"{agent_id}.json"):
+            if name in self.names and name not in self.used:
+                self.used.append(name)
+                return name
+        return None
+
+
 class _GeminiConversation:
     """A replayed Gemini CLI session written in its order: prompts as turns, each ``gemini``
     message with a model as a model call whose request is the conversation before it then,
-    tool calls, the UI's notices, and rewinds."""
+    tool calls, the UI's notices, and rewinds.  A sub-agent's conversation is written nested:
+    its ids begin with *prefix*, its calls are children of *parent* (the tool call that ran
+    it, if known), and it has no turns or ``message_end`` of its own."""
 
-    def __init__(self, writer: _Writer, tally: _Tally, answered: Set[str]) -> None:
+    def __init__(
+        self,
+        writer: _Writer,
+        tally: _Tally,
+        answered: Set[str],
+        agents: _GeminiAgents,
+        parent: Optional[Execution] = None,
+        prefix: str = "",
+    ) -> None:
         self.writer = writer
         self.tally = tally
         self.answered = answered  # the calls whose results a user record holds
+        self.agents = agents
+        self.parent = parent
+        self.prefix = prefix
         self.calls = 0
         self.tool_ids: Dict[str, int] = {}  # how many tool calls of each id were written
         self.clock = _EPOCH  # the time of the last thing written
         self.node: Optional[_Node] = None  # the conversation written last,
         self.history: List[Message] = []  # and its messages
+
+    def execution(self, name: str, kind: str) -> Execution:
+        parent_id = self.parent.id if self.parent is not None else ""
+        turn = self.parent.turn_index if self.parent is not None else self.writer.turn
+        return Execution(self.prefix + name, kind, parent_id, turn)
 
     def follow(self, life: _Life) -> None:
         """The conversation *life* ends made the one written: the messages before it are those
@@ -1409,9 +1457,10 @@ class _GeminiConversation:
     def message(self, life: _Life, message: Message, execution: Optional[Execution] = None) -> None:
         if life.rewound:
             message.metadata = {**(message.metadata or {}), "rewound": True}
-        self.writer.record(
-            "message_end", message.timestamp or life.time, execution=execution, message=message
-        )
+        if not self.prefix:
+            self.writer.record(
+                "message_end", message.timestamp or life.time, execution=execution, message=message
+            )
         life.messages.append(message)
         self.history.append(message)
 
@@ -1424,7 +1473,7 @@ class _GeminiConversation:
                 self.message(life, tool)
         if rest or not parts:  # a prompt, unless the record holds tool results only
             blocks, kept = _gemini_mapped(rest)
-            if len(rest) == len(parts):
+            if len(rest) == len(parts) and not self.prefix:
                 self.writer.next_turn(life.time)
             metadata = _metadata(kept, id=life.obj["id"])
             self.message(life, Message("user", blocks, metadata=metadata, timestamp=life.time))
@@ -1442,7 +1491,7 @@ class _GeminiConversation:
         execution = None
         if model:
             self.calls += 1
-            execution = Execution(f"model-{self.calls}", "model", "", self.writer.turn)
+            execution = self.execution(f"model-{self.calls}", "model")
             extra = {"model": model, "rebuilt": "from the Gemini CLI session file", "unknown": _UNKNOWN}
             request = ModelRequest(list(self.history), (), CallConfig(extra=extra))
             asked = min(self.clock, life.time) if self.clock is not _EPOCH else life.time
@@ -1458,7 +1507,7 @@ class _GeminiConversation:
         a tool message unless a user record holds it."""
         self.tool_ids[call["id"]] = self.tool_ids.get(call["id"], 0) + 1
         again = self.tool_ids[call["id"]]  # a record written again after a rewind took it out
-        execution = Execution(call["id"] + (f"#{again}" if again > 1 else ""), "tool", "", self.writer.turn)
+        execution = self.execution(call["id"] + (f"#{again}" if again > 1 else ""), "tool")
         self.writer.tool_calls += 1
         args = call.get("args") if call.get("args") is not None else {}
         self.writer.record(
@@ -1472,6 +1521,9 @@ class _GeminiConversation:
         status = call.get("status")
         if status not in ("success", *_GEMINI_FAILED):
             return  # still running when the file was last written
+        agent = self.agents.file(call.get("agentId")) if type(call.get("agentId")) is str else None
+        if agent is not None:
+            self.sub_agent(agent, execution, f"{execution.id}/")
         failed = status in _GEMINI_FAILED
         self.writer.tool_errors += failed
         found, result = _gemini_result(call)
@@ -1492,6 +1544,23 @@ class _GeminiConversation:
             message = _gemini_tool_message(found, ended, failed)
             if message is not None:
                 self.message(life, message, execution)
+
+    def sub_agent(self, name: str, parent: Optional[Execution], prefix: str) -> None:
+        """The sub-agent file *name*: its calls nested under *parent*, their ids after *prefix*."""
+        label = f"{os.path.basename(self.agents.folder)}/{name}"
+        try:
+            lines = _gemini_lines(os.path.join(self.agents.folder, name), label, self.agents.limit)
+        except (OSError, UnknownFormatError) as exc:
+            self.tally.problems.append(Problem(label, 1, str(exc)[:200]))
+            return
+        self.tally.add(lines)
+        replay = _replay(lines)
+        self.tally.problems += replay.problems
+        nested = _GeminiConversation(
+            self.writer, self.tally, _answered(replay.steps), self.agents, parent, prefix
+        )
+        for step in replay.steps:
+            nested.step(step)
 
 
 def _gemini_result(call: Dict[str, Any]) -> Tuple[Any, Any]:
@@ -1578,33 +1647,43 @@ def _whole_file(path: str, label: str) -> _Lines:
     return lines
 
 
-def _gemini_lines(source: str, limit: int) -> _Lines:
+def _gemini_lines(source: str, label: str, limit: int) -> _Lines:
     """A Gemini CLI session file read: JSON Lines, or an older version's one JSON document."""
     with open(source, "rb") as file:
         first = next((raw for raw in _raw_lines(file, limit) if raw.strip()), b"")
     if first.strip() == b"{":
         try:
-            return _whole_file(source, "")
+            return _whole_file(source, label)
         except (ValueError, RecursionError) as exc:
             raise UnknownFormatError(
                 f"{source}: a Gemini CLI session file that is not whole JSON: {exc}"
             ) from None
-    lines = _read_lines(source, "", limit, "timestamp")
+    lines = _read_lines(source, label, limit, "timestamp")
     start = _timestamp(lines.entries[0].obj, "startTime") if lines.entries else None
     if start is not None and start < lines.entries[0].time:  # the session began before its first message
         lines.entries[0] = lines.entries[0]._replace(time=start)
     return lines
 
 
-def _gemini_cli(source: str, limit: int) -> _Plan:
-    """The plan of a Gemini CLI session file's import: the session as it stood at the end,
-    what rewinds took out kept, marked, and out of later requests."""
-    lines = _gemini_lines(source, limit)
+def _replay(lines: _Lines) -> _Replay:
     replay = _Replay()
     for entry in lines.entries:
         replay.entry(entry)
+    return replay
+
+
+def _gemini_cli(source: str, limit: int) -> _Plan:
+    """The plan of a Gemini CLI session file's import: the session as it stood at the end,
+    what rewinds took out kept, marked, and out of later requests."""
+    lines = _gemini_lines(source, "", limit)
+    replay = _replay(lines)
     meta = replay.metadata
     given = meta.get("sessionId")
+    agents = _GeminiAgents.of(source, given if type(given) is str else "", limit)
+    files = {os.path.basename(source): lines.size}
+    for name in agents.names:
+        with contextlib.suppress(OSError):
+            files[f"{given}/{name}"] = os.path.getsize(os.path.join(agents.folder, name))
     provenance = {
         "format": "gemini-cli",
         "source": source,
@@ -1615,15 +1694,18 @@ def _gemini_cli(source: str, limit: int) -> _Plan:
         "kind": _first_text(meta.get("kind")),
         "summary": _first_text(meta.get("summary")),
         "directories": _distinct(iter(meta["directories"])) if type(meta.get("directories")) is list else [],
-        "files": {os.path.basename(source): lines.size},
+        "files": files,
     }
 
     def body(writer: _Writer, tally: _Tally) -> None:
         tally.add(lines)
         tally.problems += replay.problems
-        conversation = _GeminiConversation(writer, tally, _answered(replay.steps))
+        conversation = _GeminiConversation(writer, tally, _answered(replay.steps), agents)
         for step in replay.steps:
             conversation.step(step)
+        for name in agents.names:  # sub-agents no tool call names: calls of their own
+            if name not in agents.used:
+                conversation.sub_agent(name, None, f"{os.path.splitext(name)[0]}/")
 
     return _Plan(lines, provenance, body)
 
@@ -1707,14 +1789,16 @@ def _note(tally: _Tally, tail_bytes: int) -> Dict[str, Any]:
 
 def _sources(paths: List[str]) -> Iterator[str]:
     """Each session file of *paths*: a file as given, a folder's ``.jsonl`` files (sub-agent
-    files aside, which their session brings in) and older Gemini CLI ``session-*.json`` files
-    (unless Gemini CLI made the ``.jsonl`` of one, which holds it all), in name order."""
+    files aside, which their session brings in: Claude Code's ``subagents/``, the folders in
+    Gemini CLI's ``chats/``) and older Gemini CLI ``session-*.json`` files (unless Gemini CLI
+    made the ``.jsonl`` of one, which holds it all), in name order."""
     for path in paths:
         if not os.path.isdir(path):
             yield path
             continue
         for folder, folders, names in os.walk(path):
-            folders[:] = sorted(name for name in folders if name != "subagents")
+            inner = os.path.basename(folder) == "chats"  # Gemini CLI's: its sub-agents' folders
+            folders[:] = sorted(name for name in folders if name != "subagents" and not inner)
             for name in sorted(names):
                 older = name.startswith("session-") and name.endswith(".json") and f"{name}l" not in names
                 if (name.endswith(".jsonl") or older) and not name.startswith("."):

@@ -28,6 +28,8 @@ GEMINI_ID = "7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
 GEMINI = FIXTURES / "gemini-cli" / "chats" / "session-2026-03-02T09-00-7c1d2e3f.jsonl"
 GEMINI_OLDER = FIXTURES / "gemini-cli" / "chats" / "session-2025-11-20T14-30-0a1b2c3d.json"
 GEMINI_HOSTILE = FIXTURES / "gemini-cli" / "hostile" / "session-2026-03-03T08-00-5e6f7a8b.jsonl"
+GEMINI_AGENTS = FIXTURES / "gemini-cli" / "agents" / "chats" / "session-2026-04-20T10-00-3b4c5d6e.jsonl"
+GEMINI_AGENTS_ID = "3b4c5d6e-7f80-4192-a3b4-c5d6e7f80912"
 
 
 def imported(tmp_path: Path, source: Path) -> List[Record]:
@@ -485,6 +487,51 @@ def test_a_gemini_call_written_again_after_its_rewind_is_a_call_of_its_own(tmp_p
     assert session.summarize(tmp_path / "out.jsonl").gaps == []
 
 
+def test_a_gemini_sub_agent_file_is_nested_under_the_tool_call_that_ran_it(tmp_path: Path) -> None:
+    records = imported(tmp_path, GEMINI_AGENTS)
+    start = of(records, "tool_exec_start", "codebase_investigator-1-c")[0].seq
+    end = of(records, "tool_exec_end", "codebase_investigator-1-c")[0].seq
+    nested = [
+        r for r in records if r.data.get("execution", {}).get("parent_id") == "codebase_investigator-1-c"
+    ]
+    assert {call(r).id for r in nested} == {
+        "codebase_investigator-1-c/model-1",
+        "codebase_investigator-1-c/grep_search-1-d",
+        "codebase_investigator-1-c/model-2",
+    }
+    assert all(start < r.seq < end for r in nested)
+    assert not [r for r in nested if r.type == "message_end"]  # not mixed into the conversation
+    request = request_of(of(records, "model_request", "codebase_investigator-1-c/model-2")[0])
+    assert conversation(request) == [
+        ["user", "Find the TODOs"],
+        ["assistant", "toolCall"],
+        ["tool", "a.py:3: # TODO\nb.py:9: # TODO"],
+    ]
+    # an older sub-agent file no tool call names (agentId came later): calls of their own
+    older = "a2222222-3333-4444-8555-666666666666/model-1"
+    assert data(of(records, "model_exec_end", older)[0]).message["value"]["usage"]["input"] == 200
+    usage = session.summarize(tmp_path / f"{GEMINI_AGENTS.stem}.out.jsonl").usage
+    assert usage["input"] == 900 + 1000 + 300 + 400 + 200
+    assert set(of(records, "import")[0].data["details"]["files"]) == {
+        GEMINI_AGENTS.name,
+        f"{GEMINI_AGENTS_ID}/a1111111-2222-4333-8444-555555555555.jsonl",
+        f"{GEMINI_AGENTS_ID}/a2222222-3333-4444-8555-666666666666.json",
+    }
+
+
+def test_into_reads_gemini_sub_agents_with_their_session_and_again_when_they_grow(tmp_path: Path) -> None:
+    chats, archive = tmp_path / "chats", tmp_path / "archive"
+    shutil.copytree(GEMINI_AGENTS.parent, chats)
+    first = run("import", str(chats), "--into", str(archive))
+    assert first.returncode == 0, first.stderr
+    assert os.listdir(archive) == [f"{GEMINI_AGENTS.stem}.jsonl"]  # the sub-agents are in it
+    agent = chats / GEMINI_AGENTS_ID / "a1111111-2222-4333-8444-555555555555.jsonl"
+    with open(agent, "a") as file:
+        file.write('{"$set":{"lastUpdated":"2026-04-20T10:00:45.000Z"}}\n')
+    grown = run("import", str(chats), "--into", str(archive))
+    assert grown.returncode == 0 and f"{chats / GEMINI_AGENTS.name}: imported 16 lines" in grown.stdout
+
+
 def test_gemini_files_are_detected_and_from_forces_the_format(tmp_path: Path) -> None:
     for source in (GEMINI, GEMINI_OLDER, GEMINI_HOSTILE):
         assert session_import._detect(str(source)) == "gemini-cli"
@@ -517,7 +564,9 @@ def test_into_takes_an_older_gemini_file_unless_gemini_cli_made_its_jsonl(tmp_pa
 # ---------------------------------------------------------------------------- command line
 
 
-@pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE, TORN, GEMINI, GEMINI_OLDER, GEMINI_HOSTILE])
+@pytest.mark.parametrize(
+    "source", [CLAUDE_CODE, CLAUDE_TRACE, TORN, GEMINI, GEMINI_OLDER, GEMINI_HOSTILE, GEMINI_AGENTS]
+)
 def test_an_import_gives_the_same_bytes_each_time(tmp_path: Path, source: Path) -> None:
     session_import.import_session(source, tmp_path / "a.jsonl")
     session_import.import_session(source, tmp_path / "b.jsonl")
@@ -525,7 +574,7 @@ def test_an_import_gives_the_same_bytes_each_time(tmp_path: Path, source: Path) 
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl"]  # no temporary file left
 
 
-@pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE, GEMINI, GEMINI_OLDER])
+@pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE, GEMINI, GEMINI_OLDER, GEMINI_AGENTS])
 def test_validate_summary_show_html_export_and_otlp_read_an_import(tmp_path: Path, source: Path) -> None:
     out = tmp_path / "out.jsonl"
     done = run("import", str(source), "-o", str(out))
