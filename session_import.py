@@ -1129,6 +1129,7 @@ class _Life:
     rewound: int = 0  # the line that took it out (0: in the conversation at the end)
     messages: List[Message] = field(default_factory=list)
     node: Optional[_Node] = None  # the conversation it ended when it was put in
+    listed: bool = False  # put in by a list of messages (a $set, the metadata), not a record
 
 
 class _Rewind(NamedTuple):
@@ -1169,12 +1170,12 @@ class _Replay:
             reason = "not a Gemini CLI record (no id, $rewindTo, $set or sessionId)"
             self.problems.append(Problem(entry.file, entry.number, reason))
 
-    def message(self, entry: _Entry, obj: Dict[str, Any]) -> None:
+    def message(self, entry: _Entry, obj: Dict[str, Any], listed: bool = False) -> None:
         life = self.live.get(obj["id"])
         if life is not None:
             life.obj = obj
             return
-        life = _Life(_timestamp(obj, "timestamp") or entry.time, entry.number, obj, self.top)
+        life = _Life(_timestamp(obj, "timestamp") or entry.time, entry.number, obj, self.top, listed=listed)
         self.steps.append(life)
         self.live[obj["id"]] = life
         self.top = life.node = _Node(life, self.top)
@@ -1215,7 +1216,7 @@ class _Replay:
             if kept is not None:
                 self.live[obj["id"]] = kept
                 self.top = _Node(kept, self.top)
-            self.message(entry, obj)
+            self.message(entry, obj, listed=True)
         if replace and before:
             self.live.update(before)  # take_out deletes them from live
             self.take_out(entry, list(before.values()), "$set", "")
@@ -1409,6 +1410,7 @@ class _GeminiConversation:
         self.writer = writer
         self.tally = tally
         self.answered = answered  # the calls whose results a user record holds
+        self.written: Set[str] = set()  # the calls whose results were written as messages
         self.agents = agents
         self.parent = parent
         self.prefix = prefix
@@ -1468,9 +1470,7 @@ class _GeminiConversation:
         parts = _gemini_parts(life.obj.get("content"))
         rest = [part for part in parts if not _gemini_response(part)[0]]
         for part in parts:
-            tool = _gemini_tool_message(part, life.time)
-            if tool is not None:
-                self.message(life, tool)
+            self.result(life, part, life.time)
         if rest or not parts:  # a prompt, unless the record holds tool results only
             blocks, kept = _gemini_mapped(rest)
             if len(rest) == len(parts) and not self.prefix:
@@ -1540,10 +1540,23 @@ class _GeminiConversation:
             details=details,
             is_error=failed,
         )
-        if call["id"] not in self.answered and found is not None:
-            message = _gemini_tool_message(found, ended, failed)
-            if message is not None:
-                self.message(life, message, execution)
+        if call["id"] not in self.answered:
+            self.result(life, found, ended, failed, execution)
+
+    def result(
+        self,
+        life: _Life,
+        part: Any,
+        time: datetime,
+        failed: bool = False,
+        execution: Optional[Execution] = None,
+    ) -> None:
+        """The tool message of the ``functionResponse`` *part*, unless its call's result was
+        written (a resumed older session lists the results its calls' records hold)."""
+        message = _gemini_tool_message(part, time, failed)
+        if message is not None and (message.metadata or {})["tool_call_id"] not in self.written:
+            self.written.add((message.metadata or {})["tool_call_id"])
+            self.message(life, message, execution)
 
     def sub_agent(self, name: str, parent: Optional[Execution], prefix: str) -> None:
         """The sub-agent file *name*: its calls nested under *parent*, their ids after *prefix*."""
@@ -1584,11 +1597,13 @@ def _context(node: Optional[_Node]) -> List[Message]:
 
 
 def _answered(steps: List[Union[_Life, _Rewind]]) -> Set[str]:
-    """The tool calls whose results a user record holds (newer Gemini CLI versions record them)."""
+    """The tool calls whose results a user record of its own holds (newer Gemini CLI versions
+    record them so; a resumed older session's list of messages holds results its calls'
+    records hold too)."""
     return {
         _gemini_response(part)[0]
         for step in steps
-        if isinstance(step, _Life) and step.obj.get("type") == "user"
+        if isinstance(step, _Life) and step.obj.get("type") == "user" and not step.listed
         for part in _gemini_parts(step.obj.get("content"))
     } - {""}
 

@@ -487,6 +487,35 @@ def test_a_gemini_call_written_again_after_its_rewind_is_a_call_of_its_own(tmp_p
     assert session.summarize(tmp_path / "out.jsonl").gaps == []
 
 
+def test_a_resumed_older_gemini_session_has_each_tool_result_once_where_it_was(tmp_path: Path) -> None:
+    older = json.loads(GEMINI_OLDER.read_text())
+    messages = older.pop("messages")
+    response = {  # what Gemini CLI's resume makes of the call's record, listed by its $set
+        "id": "m2_response",
+        "type": "user",
+        "content": messages[1]["toolCalls"][0]["result"],
+        "timestamp": "2026-04-11T08:00:00Z",
+    }
+    listed = [messages[0], messages[1], response, messages[2]]
+    prompt = {"id": "m4", "type": "user", "content": "and now?", "timestamp": "2026-04-11T08:00:01Z"}
+    answer = {**messages[2], "id": "m5", "content": "Nothing else.", "timestamp": "2026-04-11T08:00:02Z"}
+    source = write_lines(
+        tmp_path / "session-resumed.jsonl",
+        [older, *messages, {"$set": {"messages": listed}}, prompt, answer],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert conversation(request_of(of(records, "model_request", "model-3")[0])) == [
+        ["user", "What is in notes.txt?"],
+        ["assistant", "**Reading** I need to read the file.", "toolCall"],
+        ["tool", "buy milk"],
+        ["assistant", "It says: buy milk."],
+        ["user", "and now?"],
+    ]
+    roles = [data(r).message["value"]["role"] for r in of(records, "message_end")]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+
+
 def test_a_gemini_sub_agent_file_is_nested_under_the_tool_call_that_ran_it(tmp_path: Path) -> None:
     records = imported(tmp_path, GEMINI_AGENTS)
     start = of(records, "tool_exec_start", "codebase_investigator-1-c")[0].seq
