@@ -1597,8 +1597,8 @@ def _context(node: Optional[_Node]) -> List[Message]:
 
 
 def _answered(steps: List[Union[_Life, _Rewind]]) -> Set[str]:
-    """The tool calls whose results a user record of its own holds (newer Gemini CLI versions
-    record them so; a resumed older session's list of messages holds results its calls'
+    """The tool calls whose results a user record of its own holds (Gemini CLI records them so
+    since May 2026; a resumed older session's list of messages holds results its calls'
     records hold too)."""
     return {
         _gemini_response(part)[0]
