@@ -21,7 +21,7 @@
 # OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
 # SOFTWARE.
 """Sessions other tools recorded, brought in as session files: Claude Code transcripts, Codex
-CLI rollouts and claude-trace logs.
+CLI rollouts, Gemini CLI session files and claude-trace logs.
 
     import session_import
 
@@ -65,8 +65,8 @@ __all__ = ["FORMATS", "ImportReport", "Problem", "UnknownFormatError", "import_s
 
 __version__ = "0.1.0"
 
-FORMATS = ("claude-code", "codex", "claude-trace")
-"""The formats ``import_session`` reads (Gemini CLI is not implemented yet)."""
+FORMATS = ("claude-code", "codex", "gemini-cli", "claude-trace")
+"""The formats ``import_session`` reads."""
 
 # the records an import adds of its own: its provenance, and what it could not map
 for _kind in ("import", "import_note"):
@@ -245,10 +245,28 @@ def _is_codex(obj: Dict[str, Any]) -> bool:
     return type(obj.get("id")) is str and "timestamp" in obj and set(obj) <= _CODEX_LEGACY_META
 
 
+def _is_gemini(obj: Dict[str, Any]) -> bool:
+    """Whether *obj* is a line of a Gemini CLI session file: its metadata (``sessionId`` and
+    ``projectHash``), a ``$set`` or ``$rewindTo``, or a message record (an ``id``, a type)."""
+    return (
+        ("sessionId" in obj and "projectHash" in obj)
+        or "$set" in obj
+        or "$rewindTo" in obj
+        or (
+            "id" in obj
+            and obj.get("type") in ("user", "gemini", "info", "warning", "error")
+            and "uuid" not in obj
+        )
+    )
+
+
 def _detect(path: str) -> Optional[str]:
     """The format of *path*, from its first lines that parse: ``None`` when none fits."""
     with open(path, "rb") as file:
-        for raw in _raw_lines(file, _MAX_LINE_BYTES):
+        lines = _raw_lines(file, _MAX_LINE_BYTES)
+        for raw in lines:
+            if raw.strip() == b"{":  # one JSON document: an older Gemini CLI's session-*.json
+                return "gemini-cli" if re.match(rb'\s*"sessionId"', next(lines, b"")) else None
             try:
                 obj = _parsed(raw)
             except ValueError:
@@ -257,6 +275,8 @@ def _detect(path: str) -> Optional[str]:
                 return None
             if "request" in obj and "logged_at" in obj:
                 return "claude-trace"
+            if _is_gemini(obj):
+                return "gemini-cli"
             if "sessionId" in obj or ("uuid" in obj and "parentUuid" in obj):
                 return "claude-code"
             if _is_codex(obj):
@@ -1653,12 +1673,640 @@ def _codex(source: str, limit: int) -> _Plan:
     return _Plan(lines, provenance, body)
 
 
+# ---------------------------------------------------------------------------- Gemini CLI
+
+
+# a rewind (or a $set of messages) taking messages out of the conversation; the UI's notices
+for _kind in ("rewind", "ui_message"):
+    session.register_event_type(_kind)
+
+_GEMINI_UI = ("info", "warning", "error")  # Gemini CLI's messages shown, never sent to the model
+_GEMINI_FAILED = ("error", "cancelled")  # a tool call's status that is a failure
+
+
+class _Node(NamedTuple):
+    """The conversation as a list shared by its versions: its last message and the rest."""
+
+    life: _Life
+    rest: Optional[_Node]
+
+
+@dataclass
+class _Life:
+    """One message of a Gemini CLI session, from the record that put it in the conversation
+    until a rewind (or a ``$set`` of messages) took it out: its time and line, its last
+    version, the conversation before it then, and what it was written as."""
+
+    time: datetime
+    line: int
+    obj: Dict[str, Any]
+    below: Optional[_Node]
+    rewound: int = 0  # the line that took it out (0: in the conversation at the end)
+    messages: List[Message] = field(default_factory=list)
+    node: Optional[_Node] = None  # the conversation it ended when it was put in
+    listed: bool = False  # put in by a list of messages (a $set, the metadata), not a record
+
+
+class _Rewind(NamedTuple):
+    """A ``$rewindTo`` (*by*, to the message *to*) or a ``$set`` of messages at *time*, line
+    *line*: the ids it took out."""
+
+    time: datetime
+    line: int
+    by: str
+    to: str
+    taken: List[str]
+
+
+class _Replay:
+    """A Gemini CLI session file read as Gemini CLI reads it: message records by ``id`` (the
+    last version wins), ``$rewindTo`` taking the conversation back to before a message,
+    ``$set`` updating the metadata (and with ``messages``, replacing the conversation); what
+    was taken out is kept, marked."""
+
+    def __init__(self) -> None:
+        self.steps: List[Union[_Life, _Rewind]] = []
+        self.live: Dict[str, _Life] = {}
+        self.top: Optional[_Node] = None
+        self.metadata: Dict[str, Any] = {}
+        self.problems: List[Problem] = []
+
+    def entry(self, entry: _Entry) -> None:
+        obj = entry.obj
+        if type(obj.get("$rewindTo")) is str:
+            self.rewind(entry, obj["$rewindTo"])
+        elif type(obj.get("id")) is str:
+            self.message(entry, obj)
+        elif type(obj.get("$set")) is dict:
+            self.update(entry, obj["$set"], replace=True)
+        elif type(obj.get("sessionId")) is str and type(obj.get("projectHash")) is str:
+            self.update(entry, obj, replace=False)
+        else:
+            reason = "not a Gemini CLI record (no id, $rewindTo, $set or sessionId)"
+            self.problems.append(Problem(entry.file, entry.number, reason))
+
+    def message(self, entry: _Entry, obj: Dict[str, Any], listed: bool = False) -> None:
+        life = self.live.get(obj["id"])
+        if life is not None:
+            life.obj = obj
+            return
+        life = _Life(_timestamp(obj, "timestamp") or entry.time, entry.number, obj, self.top, listed=listed)
+        self.steps.append(life)
+        self.live[obj["id"]] = life
+        self.top = life.node = _Node(life, self.top)
+
+    def take_out(self, entry: _Entry, lives: List[_Life], by: str, to: str) -> None:
+        for life in lives:
+            life.rewound = entry.number
+            del self.live[life.obj["id"]]
+        self.steps.append(_Rewind(entry.time, entry.number, by, to, [life.obj["id"] for life in lives]))
+
+    def rewind(self, entry: _Entry, to: str) -> None:
+        """Gemini CLI's ``$rewindTo``: the message *to* and every one after it out; an id no
+        message has takes out the whole conversation, as Gemini CLI reads it."""
+        if to not in self.live:
+            reason = f"$rewindTo {to[:60]!r}: no message has that id; the whole conversation is taken out"
+            self.problems.append(Problem(entry.file, entry.number, reason))
+        taken: List[_Life] = []
+        while self.top is not None and (not taken or taken[-1].obj["id"] != to):
+            taken.append(self.top.life)
+            self.top = self.top.rest
+        self.take_out(entry, taken[::-1], "$rewindTo", to)
+
+    def update(self, entry: _Entry, values: Dict[str, Any], replace: bool) -> None:
+        """Metadata (the first line, or a ``$set``); its ``messages`` are the conversation
+        (a ``$set`` replaces it: those it leaves out are taken out)."""
+        self.metadata.update({key: value for key, value in values.items() if key != "messages"})
+        messages = values.get("messages")
+        if type(messages) is not list:
+            return
+        before = self.live
+        if replace:
+            self.live, self.top = {}, None
+        for obj in messages:
+            if type(obj) is not dict or type(obj.get("id")) is not str:
+                self.problems.append(Problem(entry.file, entry.number, "a message without an id in messages"))
+                continue
+            kept = before.pop(obj["id"], None) if replace else None
+            if kept is not None:
+                self.live[obj["id"]] = kept
+                self.top = _Node(kept, self.top)
+            self.message(entry, obj, listed=True)
+        if replace and before:
+            self.live.update(before)  # take_out deletes them from live
+            self.take_out(entry, list(before.values()), "$set", "")
+
+
+def _gemini_parts(content: Any) -> List[Any]:
+    """Gemini's ``PartListUnion``: a string, a part, or a list of both, as a list of parts."""
+    if type(content) is str:
+        return [{"text": content}] if content else []
+    if type(content) is dict:
+        return [content]
+    return (
+        [{"text": part} if type(part) is str else part for part in content] if type(content) is list else []
+    )
+
+
+def _gemini_block(part: Any) -> Optional[Dict[str, Any]]:
+    """The Gemini part *part* as an agentgo block; ``None`` when it has none."""
+    if type(part) is not dict:
+        return None
+    try:
+        if type(part.get("text")) is str:
+            text = part["text"]
+            return dict(
+                session.thinking_block(text) if part.get("thought") is True else session.text_block(text)
+            )
+        call = part.get("functionCall")
+        if type(call) is dict and type(call.get("name")) is str:
+            ident, args, signature = call.get("id"), call.get("args"), part.get("thoughtSignature")
+            return dict(
+                session.tool_call_block(
+                    ident if type(ident) is str else "",
+                    call["name"],
+                    args if args is not None else {},
+                    thought_signature=signature if type(signature) is str else "",
+                )
+            )
+        data = part.get("inlineData") or part.get("fileData")
+        if type(data) is dict and str(data.get("mimeType")).startswith("image/"):
+            if "fileUri" in data:
+                return dict(session.image_block(url=data["fileUri"], mime_type=data["mimeType"]))
+            return dict(session.image_block(data=data.get("data"), mime_type=data["mimeType"]))
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return None
+
+
+def _gemini_mapped(parts: List[Any]) -> Tuple[List[Any], List[Any]]:
+    """The blocks of *parts*, and the parts agentgo has no form for, as they were."""
+    blocks: List[Any] = []
+    kept: List[Any] = []
+    for part in parts:
+        block = _gemini_block(part)
+        if block is not None:
+            blocks.append(block)
+        else:
+            kept.append(part)
+    return blocks, kept
+
+
+def _gemini_blocks(obj: Dict[str, Any]) -> Tuple[List[Any], List[Any]]:
+    """A Gemini CLI message's blocks: its ``thoughts`` (unless its content holds them), its
+    content, and the calls of its ``toolCalls`` its content does not hold; and the parts
+    agentgo has no form for, as they were."""
+    parts = _gemini_parts(obj.get("content"))
+    blocks: List[Any] = []
+    thoughts = obj.get("thoughts")
+    if not any(type(part) is dict and part.get("thought") is True for part in parts):
+        for thought in thoughts if type(thoughts) is list else []:
+            if type(thought) is dict and type(thought.get("description")) is str:
+                subject = thought.get("subject")
+                text = f"**{subject}** {thought['description']}" if type(subject) is str and subject else ""
+                blocks.append(session.thinking_block(text or thought["description"]))
+    mapped, kept = _gemini_mapped(parts)
+    blocks += mapped
+    called = {block["tool_call"]["id"] for block in blocks if block["type"] == "toolCall"}
+    for record in _gemini_tool_calls(obj):
+        block = _gemini_block({"functionCall": record}) if record["id"] not in called else None
+        if block is not None:
+            blocks.append(block)
+    return blocks, kept
+
+
+def _gemini_tool_calls(obj: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The ``toolCalls`` records of a message that name their call and tool."""
+    calls = obj.get("toolCalls")
+    return [
+        call
+        for call in (calls if type(calls) is list else [])
+        if type(call) is dict
+        and type(call.get("id")) is str
+        and call["id"]
+        and type(call.get("name")) is str
+        and call["name"]
+    ]
+
+
+def _gemini_usage(tokens: Any, model: str) -> Optional[Dict[str, Any]]:
+    """Gemini's token counts as agentgo's usage, as Gemini reports them: ``input`` is the
+    prompt's (cached tokens included), ``cache_read`` the cached ones, ``output`` the
+    candidates', ``total_tokens`` Gemini's total (thoughts and tool-use prompt included)."""
+    if type(tokens) is not dict:
+        return None
+    usage: Dict[str, Any] = {}
+    for key, source in (
+        ("input", "input"),
+        ("output", "output"),
+        ("cache_read", "cached"),
+        ("total_tokens", "total"),
+    ):
+        value = tokens.get(source)
+        if type(value) is int and 0 <= value < 1 << 62:
+            usage[key] = value
+    if not usage:
+        return None
+    usage["provider"] = "gcp.gen_ai"
+    if model:
+        usage["model"] = model
+    return usage
+
+
+def _gemini_response(part: Any) -> Tuple[str, Any, bool]:
+    """A ``functionResponse`` part's call id, its result (the ``output`` or ``error`` text
+    where it is one, else the response) and whether it is an error."""
+    answer = part.get("functionResponse") if type(part) is dict else None
+    if type(answer) is not dict or type(answer.get("id")) is not str or not answer["id"]:
+        return "", None, False
+    response = answer.get("response")
+    if type(response) is dict and type(response.get("output")) is str:
+        return answer["id"], response["output"], False
+    if type(response) is dict and type(response.get("error")) is str:
+        return answer["id"], response["error"], True
+    return answer["id"], response, False
+
+
+def _gemini_tool_message(part: Any, time: datetime, failed: bool = False) -> Optional[Message]:
+    """The tool-role message of a ``functionResponse`` part (``None`` when it is none)."""
+    call_id, result, is_error = _gemini_response(part)
+    if not call_id:
+        return None
+    text = result if type(result) is str else json.dumps(result, ensure_ascii=False)
+    return session.tool_result(call_id, text, is_error=is_error or failed, timestamp=time)
+
+
+@dataclass
+class _GeminiAgents:
+    """A Gemini CLI session's sub-agent files, in the folder named by its session id beside
+    it (``<agent id>.jsonl``, older ones ``.json``), and those a tool call ran."""
+
+    folder: str
+    limit: int  # the longest line read
+    names: List[str] = field(default_factory=list)
+    used: List[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, source: str, session_id: str, limit: int) -> _GeminiAgents:
+        if re.fullmatch(r"[A-Za-z0-9_-]+", session_id) is None:
+            return cls("", limit)
+        found = cls(os.path.join(os.path.dirname(source), session_id), limit)
+        with contextlib.suppress(OSError):
+            names = set(os.listdir(found.folder))
+            older = {name for name in names if name.endswith(".json") and f"{name}l" not in names}
+            found.names = sorted(name for name in names if name.endswith(".jsonl") or name in older)
+        return found
+
+    def file(self, agent_id: Any) -> Optional[str]:
+        """The file of the sub-agent *agent_id*, unless none or already written."""
+        for name in (f"{agent_id}.jsonl", f"{agent_id}.json"):
+            if name in self.names and name not in self.used:
+                self.used.append(name)
+                return name
+        return None
+
+
+class _GeminiConversation:
+    """A replayed Gemini CLI session written in its order: prompts as turns, each ``gemini``
+    message with a model as a model call whose request is the conversation before it then,
+    tool calls, the UI's notices, and rewinds.  A sub-agent's conversation is written nested:
+    its ids begin with *prefix*, its calls are children of *parent* (the tool call that ran
+    it, if known), and it has no turns or ``message_end`` of its own."""
+
+    def __init__(
+        self,
+        writer: _Writer,
+        tally: _Tally,
+        answered: Set[str],
+        agents: _GeminiAgents,
+        parent: Optional[Execution] = None,
+        prefix: str = "",
+    ) -> None:
+        self.writer = writer
+        self.tally = tally
+        self.answered = answered  # the calls whose results a user record holds
+        self.written: Set[str] = set()  # the calls whose results were written as messages
+        self.agents = agents
+        self.parent = parent
+        self.prefix = prefix
+        self.calls = 0
+        self.tool_ids: Dict[str, int] = {}  # how many tool calls of each id were written
+        self.clock = _EPOCH  # the time of the last thing written
+        self.node: Optional[_Node] = None  # the conversation written last,
+        self.history: List[Message] = []  # and its messages
+
+    def execution(self, name: str, kind: str) -> Execution:
+        parent_id = self.parent.id if self.parent is not None else ""
+        turn = self.parent.turn_index if self.parent is not None else self.writer.turn
+        return Execution(self.prefix + name, kind, parent_id, turn)
+
+    def follow(self, life: _Life) -> None:
+        """The conversation *life* ends made the one written: the messages before it are those
+        written last, unless a rewind or ``$set`` came between (then they are walked again)."""
+        if life.below is not self.node:
+            self.history = _context(life.below)
+        self.node = life.node
+
+    def step(self, step: Union[_Life, _Rewind]) -> None:
+        if isinstance(step, _Rewind):
+            details = {"by": step.by, "to": step.to, "taken_out": step.taken, "source_line": step.line}
+            self.writer.record("rewind", step.time, details=details)
+            return
+        self.follow(step)
+        kind = step.obj.get("type")
+        if kind in ("user", "gemini") and type(step.obj.get("content")) not in (str, list, dict, type(None)):
+            reason = "a message whose content is neither text, a part nor a list of parts"
+            self.tally.problems.append(Problem("", step.line, reason))
+        elif kind == "user":
+            self.user(step)
+        elif kind == "gemini":
+            self.gemini(step)
+        elif kind in _GEMINI_UI:
+            details = {"type": kind, "id": step.obj["id"], "content": step.obj.get("content")}
+            details.update({"rewound": True} if step.rewound else {})
+            self.writer.record("ui_message", step.time, details=details)
+        else:
+            self.tally.problems.append(
+                Problem("", step.line, f"a message of unknown type {str(kind)[:40]!r}")
+            )
+        self.clock = max(self.clock, step.time)
+
+    def message(self, life: _Life, message: Message, execution: Optional[Execution] = None) -> None:
+        if life.rewound:
+            message.metadata = {**(message.metadata or {}), "rewound": True}
+        if not self.prefix:
+            self.writer.record(
+                "message_end", message.timestamp or life.time, execution=execution, message=message
+            )
+        life.messages.append(message)
+        self.history.append(message)
+
+    def user(self, life: _Life) -> None:
+        parts = _gemini_parts(life.obj.get("content"))
+        rest = [part for part in parts if not _gemini_response(part)[0]]
+        for part in parts:
+            self.result(life, part, life.time)
+        if rest or not parts:  # a prompt, unless the record holds tool results only
+            blocks, kept = _gemini_mapped(rest)
+            if len(rest) == len(parts) and not self.prefix:
+                self.writer.next_turn(life.time)
+            metadata = _metadata(kept, id=life.obj["id"])
+            self.message(life, Message("user", blocks, metadata=metadata, timestamp=life.time))
+
+    def gemini(self, life: _Life) -> None:
+        obj = life.obj
+        model = obj.get("model") if type(obj.get("model")) is str else ""
+        blocks, kept = _gemini_blocks(obj)
+        calls = _gemini_tool_calls(obj)
+        stop = "toolUse" if calls else "stop" if model else ""
+        tokens = obj.get("tokens") if type(obj.get("tokens")) is dict else None
+        metadata = _metadata(kept, id=obj["id"], tokens=tokens, synthetic=not model)
+        usage = _gemini_usage(tokens, model or "")
+        message = Message("assistant", blocks, stop, usage, metadata, life.time)  # type: ignore[arg-type]
+        execution = None
+        if model:
+            self.calls += 1
+            execution = self.execution(f"model-{self.calls}", "model")
+            extra = {"model": model, "rebuilt": "from the Gemini CLI session file", "unknown": _UNKNOWN}
+            request = ModelRequest(list(self.history), (), CallConfig(extra=extra))
+            asked = min(self.clock, life.time) if self.clock is not _EPOCH else life.time
+            self.writer.record("model_exec_start", asked, execution=execution)
+            self.writer.record("model_request", asked, execution=execution, request=request)
+            self.writer.record("model_exec_end", life.time, execution=execution, message=message)
+        self.message(life, message, execution)
+        for call in calls:
+            self.tool(life, call)
+
+    def tool(self, life: _Life, call: Dict[str, Any]) -> None:
+        """A ``toolCalls`` record: the tool call, ended when its status is final; its result
+        a tool message unless a user record holds it."""
+        self.tool_ids[call["id"]] = self.tool_ids.get(call["id"], 0) + 1
+        again = self.tool_ids[call["id"]]  # a record written again after a rewind took it out
+        execution = self.execution(call["id"] + (f"#{again}" if again > 1 else ""), "tool")
+        self.writer.tool_calls += 1
+        args = call.get("args") if call.get("args") is not None else {}
+        self.writer.record(
+            "tool_exec_start",
+            life.time,
+            execution=execution,
+            tool_id=call["id"],
+            tool=call["name"],
+            args=args,
+        )
+        status = call.get("status")
+        if status not in ("success", *_GEMINI_FAILED):
+            return  # still running when the file was last written
+        agent = self.agents.file(call.get("agentId")) if type(call.get("agentId")) is str else None
+        if agent is not None:
+            self.sub_agent(agent, execution, f"{execution.id}/")
+        failed = status in _GEMINI_FAILED
+        self.writer.tool_errors += failed
+        found, result = _gemini_result(call)
+        details = {key: value for key, value in call.items() if key not in ("id", "name", "args", "result")}
+        ended = _timestamp(call, "timestamp") or life.time
+        self.clock = max(self.clock, ended)
+        self.writer.record(
+            "tool_exec_end",
+            ended,
+            execution=execution,
+            tool_id=call["id"],
+            tool=call["name"],
+            result=result,
+            details=details,
+            is_error=failed,
+        )
+        if call["id"] not in self.answered:
+            self.result(life, found, ended, failed, execution)
+
+    def result(
+        self,
+        life: _Life,
+        part: Any,
+        time: datetime,
+        failed: bool = False,
+        execution: Optional[Execution] = None,
+    ) -> None:
+        """The tool message of the ``functionResponse`` *part*, unless its call's result was
+        written (a resumed older session lists the results its calls' records hold)."""
+        message = _gemini_tool_message(part, time, failed)
+        if message is not None and (message.metadata or {})["tool_call_id"] not in self.written:
+            self.written.add((message.metadata or {})["tool_call_id"])
+            self.message(life, message, execution)
+
+    def sub_agent(self, name: str, parent: Optional[Execution], prefix: str) -> None:
+        """The sub-agent file *name*: its calls nested under *parent*, their ids after *prefix*."""
+        label = f"{os.path.basename(self.agents.folder)}/{name}"
+        try:
+            lines = _gemini_lines(os.path.join(self.agents.folder, name), label, self.agents.limit)
+        except (OSError, UnknownFormatError) as exc:
+            self.tally.problems.append(Problem(label, 1, str(exc)[:200]))
+            return
+        self.tally.add(lines)
+        replay = _replay(lines)
+        self.tally.problems += replay.problems
+        nested = _GeminiConversation(
+            self.writer, self.tally, _answered(replay.steps), self.agents, parent, prefix
+        )
+        for step in replay.steps:
+            nested.step(step)
+
+
+def _gemini_result(call: Dict[str, Any]) -> Tuple[Any, Any]:
+    """A ``toolCalls`` record's ``functionResponse`` part for its call (``None`` when its
+    result holds none) and its result: the response's output or error, else as recorded."""
+    given = call.get("result")
+    if type(given) is str:  # older versions: the output alone
+        given = {"functionResponse": {"id": call["id"], "name": call["name"], "response": {"output": given}}}
+    parts = _gemini_parts(given)
+    found = next((part for part in parts if _gemini_response(part)[0] == call["id"]), None)
+    return found, _gemini_response(found)[1] if found is not None else call.get("result")
+
+
+def _context(node: Optional[_Node]) -> List[Message]:
+    """The messages of the conversation *node* ends, first to last."""
+    lives: List[_Life] = []
+    while node is not None:
+        lives.append(node.life)
+        node = node.rest
+    return [message for life in reversed(lives) for message in life.messages]
+
+
+def _answered(steps: List[Union[_Life, _Rewind]]) -> Set[str]:
+    """The tool calls whose results a user record of its own holds (Gemini CLI records them so
+    since May 2026; a resumed older session's list of messages holds results its calls'
+    records hold too)."""
+    return {
+        _gemini_response(part)[0]
+        for step in steps
+        if isinstance(step, _Life) and step.obj.get("type") == "user" and not step.listed
+        for part in _gemini_parts(step.obj.get("content"))
+    } - {""}
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite)
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
+
+
+def _whole_file(path: str, label: str) -> _Lines:
+    """An older Gemini CLI session file, one JSON document (``session-*.json``): its metadata
+    as the first entry, then each message as an entry numbered by the line it begins on.
+    ``ValueError`` when the document is not whole."""
+    with open(path, "rb") as file:
+        raw = file.read()
+    lines = _Lines(path, label, size=len(raw))
+    text = raw.decode("utf-8")
+    at = _skip_space(text, 0)
+    if text[at : at + 1] != "{":
+        raise ValueError(f"{path}: not a JSON object")
+    metadata: Dict[str, Any] = {}
+    messages: List[Tuple[int, Any]] = []
+    at = _skip_space(text, at + 1)
+    while text[at : at + 1] != "}":
+        key, at = _DECODER.raw_decode(text, _skip_space(text, at))
+        at = _skip_space(text, at)
+        if text[at : at + 1] != ":":
+            raise ValueError(f"line {text.count(chr(10), 0, at) + 1}: expected ':'")
+        at = _skip_space(text, at + 1)
+        if key == "messages" and text[at : at + 1] == "[":
+            at = _skip_space(text, at + 1)
+            while text[at : at + 1] != "]":
+                value, end = _DECODER.raw_decode(text, at)
+                messages.append((at, value))
+                at = _skip_space(text, end)
+                at = _skip_space(text, at + 1) if text[at : at + 1] == "," else at
+            at += 1
+        else:
+            metadata[key], at = _DECODER.raw_decode(text, at)
+        at = _skip_space(text, at)
+        at = _skip_space(text, at + 1) if text[at : at + 1] == "," else at
+    start = _timestamp(metadata, "startTime") or _EPOCH
+    lines.entries.append(_Entry(label, 1, metadata, start))
+    line, counted = 1, 0
+    for offset, value in messages:
+        line += text.count("\n", counted, offset)
+        counted = offset
+        if type(value) is not dict:
+            lines.problems.append(Problem(label, line, "not a JSON object"))
+            continue
+        lines.entries.append(_Entry(label, line, value, _timestamp(value, "timestamp") or start))
+    return lines
+
+
+def _gemini_lines(source: str, label: str, limit: int) -> _Lines:
+    """A Gemini CLI session file read: JSON Lines, or an older version's one JSON document."""
+    with open(source, "rb") as file:
+        first = next((raw for raw in _raw_lines(file, limit) if raw.strip()), b"")
+    if first.strip() == b"{":
+        try:
+            return _whole_file(source, label)
+        except (ValueError, RecursionError) as exc:
+            raise UnknownFormatError(
+                f"{source}: a Gemini CLI session file that is not whole JSON: {exc}"
+            ) from None
+    lines = _read_lines(source, label, limit, "timestamp")
+    start = _timestamp(lines.entries[0].obj, "startTime") if lines.entries else None
+    if start is not None and start < lines.entries[0].time:  # the session began before its first message
+        lines.entries[0] = lines.entries[0]._replace(time=start)
+    return lines
+
+
+def _replay(lines: _Lines) -> _Replay:
+    replay = _Replay()
+    for entry in lines.entries:
+        replay.entry(entry)
+    return replay
+
+
+def _gemini_cli(source: str, limit: int) -> _Plan:
+    """The plan of a Gemini CLI session file's import: the session as it stood at the end,
+    what rewinds took out kept, marked, and out of later requests."""
+    lines = _gemini_lines(source, "", limit)
+    replay = _replay(lines)
+    meta = replay.metadata
+    given = meta.get("sessionId")
+    agents = _GeminiAgents.of(source, given if type(given) is str else "", limit)
+    files = {os.path.basename(source): lines.size}
+    for name in agents.names:
+        with contextlib.suppress(OSError):
+            files[f"{given}/{name}"] = os.path.getsize(os.path.join(agents.folder, name))
+    provenance = {
+        "format": "gemini-cli",
+        "source": source,
+        "source_session_id": given
+        if type(given) is str and given
+        else os.path.splitext(os.path.basename(source))[0],
+        "project_hash": _first_text(meta.get("projectHash")),
+        "kind": _first_text(meta.get("kind")),
+        "summary": _first_text(meta.get("summary")),
+        "directories": _distinct(iter(meta["directories"])) if type(meta.get("directories")) is list else [],
+        "files": files,
+    }
+
+    def body(writer: _Writer, tally: _Tally) -> None:
+        tally.add(lines)
+        tally.problems += replay.problems
+        conversation = _GeminiConversation(writer, tally, _answered(replay.steps), agents)
+        for step in replay.steps:
+            conversation.step(step)
+        for name in agents.names:  # sub-agents no tool call names: calls of their own
+            if name not in agents.used:
+                conversation.sub_agent(name, None, f"{os.path.splitext(name)[0]}/")
+
+    return _Plan(lines, provenance, body)
+
+
 # ---------------------------------------------------------------------------- importing
 
 
 _IMPORTERS: Dict[str, Callable[[str, int], _Plan]] = {
     "claude-code": _claude_code,
     "codex": _codex,
+    "gemini-cli": _gemini_cli,
     "claude-trace": _claude_trace,
 }
 
@@ -1730,15 +2378,19 @@ def _note(tally: _Tally, tail_bytes: int) -> Dict[str, Any]:
 
 def _sources(paths: List[str]) -> Iterator[str]:
     """Each session file of *paths*: a file as given, a folder's ``.jsonl`` files (sub-agent
-    files aside, which their session brings in), in name order."""
+    files aside, which their session brings in: Claude Code's ``subagents/``, the folders in
+    Gemini CLI's ``chats/``) and older Gemini CLI ``session-*.json`` files (unless Gemini CLI
+    made the ``.jsonl`` of one, which holds it all), in name order."""
     for path in paths:
         if not os.path.isdir(path):
             yield path
             continue
         for folder, folders, names in os.walk(path):
-            folders[:] = sorted(name for name in folders if name != "subagents")
+            inner = os.path.basename(folder) == "chats"  # Gemini CLI's: its sub-agents' folders
+            folders[:] = sorted(name for name in folders if name != "subagents" and not inner)
             for name in sorted(names):
-                if name.endswith(".jsonl") and not name.startswith("."):
+                older = name.startswith("session-") and name.endswith(".json") and f"{name}l" not in names
+                if (name.endswith(".jsonl") or older) and not name.startswith("."):
                     yield os.path.join(folder, name)
 
 

@@ -46,6 +46,12 @@ CODEX_BARE = (
 CODEX_HOSTILE = (
     FIXTURES / "hostile" / "rollout-2025-11-20T12-00-00-0199aaaa-bbbb-7ccc-8ddd-eeeeffff0000.jsonl"
 )
+GEMINI_ID = "7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+GEMINI = FIXTURES / "gemini-cli" / "chats" / "session-2026-03-02T09-00-7c1d2e3f.jsonl"
+GEMINI_OLDER = FIXTURES / "gemini-cli" / "chats" / "session-2025-11-20T14-30-0a1b2c3d.json"
+GEMINI_HOSTILE = FIXTURES / "gemini-cli" / "hostile" / "session-2026-03-03T08-00-5e6f7a8b.jsonl"
+GEMINI_AGENTS = FIXTURES / "gemini-cli" / "agents" / "chats" / "session-2026-04-20T10-00-3b4c5d6e.jsonl"
+GEMINI_AGENTS_ID = "3b4c5d6e-7f80-4192-a3b4-c5d6e7f80912"
 
 
 def imported(tmp_path: Path, source: Path) -> List[Record]:
@@ -704,11 +710,324 @@ def test_a_trace_error_fails_the_call_and_no_response_leaves_it_unfinished(tmp_p
     ]
 
 
+# ---------------------------------------------------------------------------- Gemini CLI
+
+
+def conversation(request: Dict[str, Any]) -> List[List[Any]]:
+    """A request's messages, each as [role, the text of each block...]."""
+    return [[message["value"]["role"], *texts(message)] for message in request["messages"]]
+
+
+def test_gemini_records_of_one_id_are_one_message_the_last_version_winning(tmp_path: Path) -> None:
+    records = imported(tmp_path, GEMINI)
+    ends = of(records, "model_exec_end", "model-1")
+    assert len(ends) == 1 and len(of(records, "model_exec_start", "model-1")) == 1
+    message = data(ends[0]).message["value"]
+    # the record's first version had no toolCalls; the second one, with them, wins
+    assert texts(message) == ["**Listing** I will list the directory.", "toolCall"]
+    assert message["content"][1]["tool_call"] == {
+        "id": "list_directory-1-a",
+        "name": "list_directory",
+        "args": {"dir_path": "."},
+    }
+    assert message["stop_reason"] == "toolUse" and message["metadata"]["id"] == "g1"
+    assert len([r for r in of(records, "message_end") if "List the files here" in str(r.data)]) == 1
+
+
+def test_gemini_usage_is_kept_as_gemini_reports_it(tmp_path: Path) -> None:
+    records = imported(tmp_path, GEMINI)
+    message = data(of(records, "model_exec_end", "model-2")[0]).message["value"]
+    assert message["usage"] == {
+        "input": 1300,  # promptTokenCount: the cached tokens are part of it
+        "output": 12,
+        "cache_read": 1024,
+        "total_tokens": 1312,
+        "provider": "gcp.gen_ai",
+        "model": "gemini-2.5-pro",
+    }
+    first = data(of(records, "model_exec_end", "model-1")[0]).message["value"]
+    assert first["usage"]["total_tokens"] == 1255  # input 1200 + output 20 + thoughts 35
+    assert first["metadata"]["tokens"] == {
+        "input": 1200,
+        "output": 20,
+        "cached": 0,
+        "thoughts": 35,
+        "tool": 0,
+        "total": 1255,
+    }
+    usage = session.summarize(tmp_path / f"{GEMINI.stem}.out.jsonl").usage
+    # every call Gemini billed, the rewound ones (model-3, model-4) included
+    assert usage["input"] == 1200 + 1300 + 1350 + 1400 + 1500
+    assert usage["cache_read"] == 1024 * 3
+
+
+def test_gemini_tool_calls_end_with_their_status_and_each_result_is_one_message(tmp_path: Path) -> None:
+    records = imported(tmp_path, GEMINI)
+    listed = data(of(records, "tool_exec_end", "list_directory-1-a")[0])
+    assert (listed.tool, listed.result, listed.is_error) == ("list_directory", "README.md\nsrc", False)
+    assert listed.details["status"] == "success" and listed.details["resultDisplay"] == "Listed 2 item(s)."
+    started = data(of(records, "tool_exec_start", "list_directory-1-a")[0])
+    assert started.args == {"dir_path": "."}
+    denied = data(of(records, "tool_exec_end", "run_shell_command-2-b")[0])
+    assert (denied.result, denied.is_error) == ("Tool execution denied by policy.", True)
+    results = [data(r).message["value"] for r in of(records, "message_end")]
+    tools = [m["metadata"]["tool_call_id"] for m in results if m["role"] == "tool"]
+    # the result is in the call's record and in a user record: one tool message each
+    assert tools == ["list_directory-1-a", "run_shell_command-2-b"]
+    summary = of(records, "agent_end")[0].data["summary"]
+    assert (summary["tool_calls"], summary["tool_errors"]) == (2, 1)
+
+
+def test_a_gemini_rewind_keeps_its_calls_but_not_in_later_requests(tmp_path: Path) -> None:
+    records = imported(tmp_path, GEMINI)
+    rewind = of(records, "rewind")
+    assert [r.data["details"] for r in rewind] == [
+        {"by": "$rewindTo", "to": "u3", "taken_out": ["u3", "g3", "u4", "g4", "w1"], "source_line": 16}
+    ]
+    assert [call(r).id for r in of(records, "model_exec_end")] == [f"model-{n}" for n in range(1, 6)]
+    rewound = [data(r).message["value"] for r in of(records, "message_end") if r.seq < rewind[0].seq]
+    assert [m["metadata"].get("rewound", False) for m in rewound] == [False] * 4 + [True] * 4
+    request = request_of(of(records, "model_request", "model-5")[0])
+    assert conversation(request) == [
+        ["user", "List the files here"],
+        ["assistant", "**Listing** I will list the directory.", "toolCall"],
+        ["tool", "README.md\nsrc"],
+        ["assistant", "Two entries: README.md and the src folder."],
+        ["user", "Describe this picture instead", "image"],
+    ]
+    assert request["messages"][-1]["value"]["content"][1]["image"]["mime_type"] == "image/png"
+
+
+def test_gemini_notices_are_recorded_apart_from_the_conversation(tmp_path: Path) -> None:
+    records = imported(tmp_path, GEMINI)
+    notices = [r.data["details"] for r in of(records, "ui_message")]
+    assert [(n["type"], n["id"]) for n in notices] == [("info", "i1"), ("warning", "w1"), ("error", "e1")]
+    assert [n.get("rewound", False) for n in notices] == [False, True, False]  # w1 came after u3
+    assert notices[2]["content"] == "[API Error: You exceeded your current quota.]"
+    assert not [r for r in of(records, "message_end") if "Loop detection" in str(r.data)]
+    last = data(of(records, "message_end")[-1]).message["value"]
+    assert texts(last) == ["thanks"]  # a last prompt no request sent is still recorded
+
+
+def test_gemini_requests_are_rebuilt_and_say_what_is_unknown(tmp_path: Path) -> None:
+    records = imported(tmp_path, GEMINI)
+    for record in of(records, "model_request"):
+        request = request_of(record)
+        assert request["tools"] == []
+        assert request["config"]["extra"]["unknown"] == ["system prompt", "tool definitions", "parameters"]
+        assert request["config"]["extra"]["rebuilt"] == "from the Gemini CLI session file"
+    assert (
+        request_of(of(records, "model_request", "model-5")[0])["config"]["extra"]["model"]
+        == "gemini-2.5-flash"
+    )
+
+
+def test_gemini_provenance_names_the_session_project_and_summary(tmp_path: Path) -> None:
+    records = imported(tmp_path, GEMINI)
+    assert records[0].session_id == GEMINI_ID.replace("-", "")
+    provenance = of(records, "import")[0].data["details"]
+    assert provenance["format"] == "gemini-cli"
+    assert provenance["source_session_id"] == GEMINI_ID
+    assert provenance["project_hash"].startswith("9f86d081")
+    assert provenance["summary"] == "Listed the files and described a picture"  # a later $set
+    assert (provenance["kind"], provenance["files"]) == ("main", {GEMINI.name: GEMINI.stat().st_size})
+    assert records[1].time == "2026-03-02T09:00:00.000000Z"  # the session's startTime
+
+
+def test_an_older_gemini_session_file_of_one_json_document_is_imported(tmp_path: Path) -> None:
+    report = session_import.import_session(GEMINI_OLDER, tmp_path / "out.jsonl")
+    assert (report.format, report.lines, report.not_understood) == ("gemini-cli", 4, ())
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert data(of(records, "tool_exec_end", "read_file-1")[0]).result == "buy milk"
+    request = request_of(of(records, "model_request", "model-2")[0])
+    # no user record held the tool's result then: it comes from the call's record
+    assert conversation(request) == [
+        ["user", "What is in notes.txt?"],
+        ["assistant", "**Reading** I need to read the file.", "toolCall"],
+        ["tool", "buy milk"],
+    ]
+    assert of(records, "import")[0].data["details"]["summary"] == "Read notes.txt"
+
+
+def test_an_older_gemini_session_file_names_the_line_of_what_it_cannot_read(tmp_path: Path) -> None:
+    text = GEMINI_OLDER.read_text()
+    odd = tmp_path / "session-odd.json"
+    odd.write_text(text.replace('"messages": [\n', '"messages": [\n    5,\n', 1))
+    report = session_import.import_session(odd, tmp_path / "odd.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [(7, "not a JSON object")]
+    cut = tmp_path / "session-cut.json"
+    cut.write_text(text[: len(text) // 2])
+    with pytest.raises(session_import.UnknownFormatError, match=r"not whole JSON: .*line \d+ column"):
+        session_import.import_session(cut, tmp_path / "cut.jsonl")
+    assert sorted(os.listdir(tmp_path)) == ["odd.jsonl", "session-cut.json", "session-odd.json"]
+
+
+def test_a_hostile_gemini_file_is_imported_as_gemini_cli_reads_it(tmp_path: Path) -> None:
+    report = session_import.import_session(GEMINI_HOSTILE, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason[:27]) for p in report.not_understood] == [
+        (4, "not JSON: Invalid control c"),  # a line cut in the middle of a string
+        (9, "$rewindTo 'no-such-message'"),
+    ]
+    assert report.tail_bytes == 82
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert [r.data["details"]["taken_out"] for r in of(records, "rewind")] == [
+        ["c", "d"],
+        ["a", "b", "d"],  # an id no message has: all of it, as Gemini CLI reads it
+        ["f"],  # a $set of messages that leaves f out
+    ]
+    # d, written again after the rewind that took it out, is a message of its own again
+    again = request_of(of(records, "model_request", "model-3")[0])
+    assert conversation(again) == [["user", "first"], ["assistant", "one"]]
+    assert texts(data(of(records, "model_exec_end", "model-3")[0]).message) == ["two, again"]
+    assert conversation(request_of(of(records, "model_request", "model-4")[0])) == [["user", "third"]]
+    assert session.summarize(tmp_path / "out.jsonl").gaps == []
+
+
+def test_a_gemini_call_written_again_after_its_rewind_is_a_call_of_its_own(tmp_path: Path) -> None:
+    ran = {"id": "t1", "name": "ls", "args": {}, "result": "a.txt", "status": "success"}
+    answer = {"id": "g", "type": "gemini", "content": "", "model": "m", "toolCalls": [ran]}
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            {"sessionId": "s", "projectHash": "p", "startTime": "2026-03-03T08:00:00Z"},
+            {"id": "u", "type": "user", "content": "go", "timestamp": "2026-03-03T08:00:01Z"},
+            answer,
+            {"$rewindTo": "g"},
+            answer,  # the same record again: Gemini CLI puts it back at the end
+            {"id": "x", "type": "user", "content": 5},  # content neither text nor parts
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (6, "a message whose content is neither text, a part nor a list of parts")
+    ]
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert [call(r).id for r in of(records, "tool_exec_end")] == ["t1", "t1#2"]
+    assert [data(r).result for r in of(records, "tool_exec_end")] == ["a.txt", "a.txt"]
+    assert session.summarize(tmp_path / "out.jsonl").gaps == []
+
+
+def test_a_resumed_older_gemini_session_has_each_tool_result_once_where_it_was(tmp_path: Path) -> None:
+    older = json.loads(GEMINI_OLDER.read_text())
+    messages = older.pop("messages")
+    response = {  # what Gemini CLI's resume makes of the call's record, listed by its $set
+        "id": "m2_response",
+        "type": "user",
+        "content": messages[1]["toolCalls"][0]["result"],
+        "timestamp": "2026-04-11T08:00:00Z",
+    }
+    listed = [messages[0], messages[1], response, messages[2]]
+    prompt = {"id": "m4", "type": "user", "content": "and now?", "timestamp": "2026-04-11T08:00:01Z"}
+    answer = {**messages[2], "id": "m5", "content": "Nothing else.", "timestamp": "2026-04-11T08:00:02Z"}
+    source = write_lines(
+        tmp_path / "session-resumed.jsonl",
+        [older, *messages, {"$set": {"messages": listed}}, prompt, answer],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert conversation(request_of(of(records, "model_request", "model-3")[0])) == [
+        ["user", "What is in notes.txt?"],
+        ["assistant", "**Reading** I need to read the file.", "toolCall"],
+        ["tool", "buy milk"],
+        ["assistant", "It says: buy milk."],
+        ["user", "and now?"],
+    ]
+    roles = [data(r).message["value"]["role"] for r in of(records, "message_end")]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+
+
+def test_a_gemini_sub_agent_file_is_nested_under_the_tool_call_that_ran_it(tmp_path: Path) -> None:
+    records = imported(tmp_path, GEMINI_AGENTS)
+    start = of(records, "tool_exec_start", "codebase_investigator-1-c")[0].seq
+    end = of(records, "tool_exec_end", "codebase_investigator-1-c")[0].seq
+    nested = [
+        r for r in records if r.data.get("execution", {}).get("parent_id") == "codebase_investigator-1-c"
+    ]
+    assert {call(r).id for r in nested} == {
+        "codebase_investigator-1-c/model-1",
+        "codebase_investigator-1-c/grep_search-1-d",
+        "codebase_investigator-1-c/model-2",
+    }
+    assert all(start < r.seq < end for r in nested)
+    assert not [r for r in nested if r.type == "message_end"]  # not mixed into the conversation
+    request = request_of(of(records, "model_request", "codebase_investigator-1-c/model-2")[0])
+    assert conversation(request) == [
+        ["user", "Find the TODOs"],
+        ["assistant", "toolCall"],
+        ["tool", "a.py:3: # TODO\nb.py:9: # TODO"],
+    ]
+    # an older sub-agent file no tool call names (agentId came later): calls of their own
+    older = "a2222222-3333-4444-8555-666666666666/model-1"
+    assert data(of(records, "model_exec_end", older)[0]).message["value"]["usage"]["input"] == 200
+    usage = session.summarize(tmp_path / f"{GEMINI_AGENTS.stem}.out.jsonl").usage
+    assert usage["input"] == 900 + 1000 + 300 + 400 + 200
+    assert set(of(records, "import")[0].data["details"]["files"]) == {
+        GEMINI_AGENTS.name,
+        f"{GEMINI_AGENTS_ID}/a1111111-2222-4333-8444-555555555555.jsonl",
+        f"{GEMINI_AGENTS_ID}/a2222222-3333-4444-8555-666666666666.json",
+    }
+
+
+def test_into_reads_gemini_sub_agents_with_their_session_and_again_when_they_grow(tmp_path: Path) -> None:
+    chats, archive = tmp_path / "chats", tmp_path / "archive"
+    shutil.copytree(GEMINI_AGENTS.parent, chats)
+    first = run("import", str(chats), "--into", str(archive))
+    assert first.returncode == 0, first.stderr
+    assert os.listdir(archive) == [f"{GEMINI_AGENTS.stem}.jsonl"]  # the sub-agents are in it
+    agent = chats / GEMINI_AGENTS_ID / "a1111111-2222-4333-8444-555555555555.jsonl"
+    with open(agent, "a") as file:
+        file.write('{"$set":{"lastUpdated":"2026-04-20T10:00:45.000Z"}}\n')
+    grown = run("import", str(chats), "--into", str(archive))
+    assert grown.returncode == 0 and f"{chats / GEMINI_AGENTS.name}: imported 16 lines" in grown.stdout
+
+
+def test_gemini_files_are_detected_and_from_forces_the_format(tmp_path: Path) -> None:
+    for source in (GEMINI, GEMINI_OLDER, GEMINI_HOSTILE):
+        assert session_import._detect(str(source)) == "gemini-cli"
+    for source in (CLAUDE_CODE, CLAUDE_TRACE, TORN):
+        assert session_import._detect(str(source)) != "gemini-cli"
+    headless = write_lines(tmp_path / "headless.jsonl", [json.loads(GEMINI.read_text().splitlines()[1])])
+    assert session_import._detect(str(headless)) == "gemini-cli"  # a message record, no metadata line
+    forced = run("import", str(GEMINI), "-o", str(tmp_path / "forced.jsonl"), "--from", "gemini-cli")
+    assert forced.returncode == 0 and "(gemini-cli)" in forced.stdout
+    wrong = session_import.import_session(CLAUDE_TRACE, tmp_path / "wrong.jsonl", format="gemini-cli")
+    assert wrong.format == "gemini-cli" and [p.line for p in wrong.not_understood] == [1, 2, 3, 4, 5]
+
+
+def test_into_takes_an_older_gemini_file_unless_gemini_cli_made_its_jsonl(tmp_path: Path) -> None:
+    chats, archive = tmp_path / "chats", tmp_path / "archive"
+    shutil.copytree(FIXTURES / "gemini-cli" / "chats", chats)
+    (chats / "logs.json").write_text("[]")  # Gemini CLI's other files are not sessions
+    first = run("import", str(tmp_path / "chats"), "--into", str(archive))
+    assert first.returncode == 0, first.stderr
+    assert sorted(os.listdir(archive)) == [f"{GEMINI_OLDER.stem}.jsonl", f"{GEMINI.stem}.jsonl"]
+    again = run("import", str(chats), "--into", str(archive))
+    assert again.returncode == 0 and again.stdout.count(": unchanged -> ") == 2
+    migrated = chats / f"{GEMINI_OLDER.name}l"  # what Gemini CLI writes when it resumes one
+    migrated.write_text(GEMINI.read_text().replace(GEMINI_ID, "0a1b2c3d-1111-4222-8333-444455556666"))
+    grown = run("import", str(chats), "--into", str(archive))
+    assert grown.returncode == 0, grown.stderr
+    assert f"{migrated}: imported" in grown.stdout and f"{GEMINI_OLDER}:" not in grown.stdout
+
+
 # ---------------------------------------------------------------------------- command line
 
 
 @pytest.mark.parametrize(
-    "source", [CLAUDE_CODE, CLAUDE_TRACE, TORN, CODEX, CODEX_OLDER, CODEX_BARE, CODEX_HOSTILE]
+    "source",
+    [
+        CLAUDE_CODE,
+        CLAUDE_TRACE,
+        TORN,
+        CODEX,
+        CODEX_OLDER,
+        CODEX_BARE,
+        CODEX_HOSTILE,
+        GEMINI,
+        GEMINI_OLDER,
+        GEMINI_HOSTILE,
+        GEMINI_AGENTS,
+    ],
 )
 def test_an_import_gives_the_same_bytes_each_time(tmp_path: Path, source: Path) -> None:
     session_import.import_session(source, tmp_path / "a.jsonl")
@@ -717,7 +1036,10 @@ def test_an_import_gives_the_same_bytes_each_time(tmp_path: Path, source: Path) 
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl"]  # no temporary file left
 
 
-@pytest.mark.parametrize("source", [CLAUDE_CODE, CLAUDE_TRACE, CODEX, CODEX_BARE, CODEX_HOSTILE])
+@pytest.mark.parametrize(
+    "source",
+    [CLAUDE_CODE, CLAUDE_TRACE, CODEX, CODEX_BARE, CODEX_HOSTILE, GEMINI, GEMINI_OLDER, GEMINI_AGENTS],
+)
 def test_validate_summary_show_html_export_and_otlp_read_an_import(tmp_path: Path, source: Path) -> None:
     out = tmp_path / "out.jsonl"
     done = run("import", str(source), "-o", str(out))
@@ -734,7 +1056,12 @@ def test_validate_summary_show_html_export_and_otlp_read_an_import(tmp_path: Pat
         done = run(*words)
         assert done.returncode == 0, (words, done.stderr)
     page = (tmp_path / "page.html").read_text()
-    assert {CLAUDE_CODE: "Find the TODOs", CODEX: "Two files: README.md and src."}.get(source, "") in page
+    expected = {
+        CLAUDE_CODE: "Find the TODOs",
+        CODEX: "Two files: README.md and src.",
+        GEMINI: "Describe this picture instead",
+    }
+    assert expected.get(source, "") in page
     assert run("validate", str(out)).stdout.startswith(f"{out}: ok, ")
 
 
@@ -743,7 +1070,9 @@ def test_a_source_of_no_known_format_exits_1_naming_it(tmp_path: Path, name: str
     source = FIXTURES / "hostile" / name
     done = run("import", str(source), "-o", str(tmp_path / "out.jsonl"))
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.startswith(f"{source}: of no known format (claude-code, codex, claude-trace)")
+    assert done.stderr.startswith(
+        f"{source}: of no known format (claude-code, codex, gemini-cli, claude-trace)"
+    )
     assert os.listdir(tmp_path) == []
 
 
