@@ -5308,7 +5308,7 @@ _EXPORT_COMMANDS = {  # session_export.py's, by name, for the list of commands w
     "otlp": "send sessions' runs and calls to an OpenTelemetry backend as spans (OTLP/HTTP)",
 }
 _IMPORT_COMMANDS = {  # session_import.py's
-    "import": "bring in sessions other tools recorded (Claude Code, Codex CLI, claude-trace) as sessions",
+    "import": "bring in sessions other tools recorded (Claude Code, Codex, Gemini CLI, claude-trace)",
 }
 _DIFF_COMMANDS = {  # session_diff.py's
     "diff": "compare two sessions: the first difference, explained, and each run's figures",
