@@ -318,10 +318,12 @@ class _Writer:
         self.turn_open = False
         self.tool_calls = 0
         self.tool_errors = 0
+        self.latest = time
         self.record("agent_start", time)
 
     def record(self, kind: str, time: datetime, **fields: Any) -> None:
         assert self.run is not None
+        self.latest = max(self.latest, time)
         self.run.record(Event(kind, timestamp=time, **fields))
 
     def next_turn(self, time: datetime) -> None:
@@ -336,8 +338,10 @@ class _Writer:
             self.turn_open = False
 
     def finish(self, time: datetime, end_reason: str = "") -> None:
-        """The current run ended at *time* (*end_reason*: why, where the source says)."""
+        """The current run ended at *time*, or at its latest record if that is later (a
+        sub-agent's file can end after its session's); *end_reason*: why, where the source says."""
         assert self.run is not None
+        time = max(time, self.latest)
         self.end_turn(time)
         summary = RunSummary(self.turn, self.tool_calls, self.tool_errors, end_reason)
         self.record("agent_end", time, summary=summary)

@@ -1034,6 +1034,9 @@ def test_an_import_gives_the_same_bytes_each_time(tmp_path: Path, source: Path) 
     session_import.import_session(source, tmp_path / "b.jsonl")
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl"]  # no temporary file left
+    records = list(session.iter_records(tmp_path / "a.jsonl"))
+    for end in of(records, "agent_end"):  # a run ends after everything in it (its sub-agents too)
+        assert all(r.time <= end.time for r in records if r.run_id == end.run_id and r.type != "run_close")
 
 
 @pytest.mark.parametrize(
