@@ -44,7 +44,6 @@ import bisect
 import dataclasses
 import difflib
 import functools
-import itertools
 import json
 from array import array
 from datetime import datetime
@@ -105,27 +104,34 @@ class _Run:
 
 
 class _Texts:
-    """Each distinct message text once, shared by both files, so that two equal requests
-    hold the same objects and compare at the speed of their references; and which of them
-    are system messages."""
+    """Each distinct message text once, shared by both files, known by its number: a request's
+    messages are an array of numbers, so two equal requests compare at the speed of memory;
+    and which of them are system messages."""
 
     def __init__(self) -> None:
-        self.texts: Dict[str, str] = {}
-        self.system: Set[str] = set()
+        self.numbers: Dict[str, int] = {}
+        self.texts: List[str] = []
+        self.system: Set[int] = set()
 
-    def text(self, message: Any) -> str:
+    def number(self, message: Any) -> int:
         text = _canonical(_without_times(message))
-        text = self.texts.setdefault(text, text)
-        if _role(message) == "system":
-            self.system.add(text)
-        return text
+        number = self.numbers.setdefault(text, len(self.texts))
+        if number == len(self.texts):
+            self.texts.append(text)
+            if _role(message) == "system":
+                self.system.add(number)
+        return number
 
-    def split(self, texts: Sequence[str]) -> Tuple[List[str], List[str]]:
-        """*texts* as the system messages and the others."""
-        return [t for t in texts if t in self.system], [t for t in texts if t not in self.system]
+    def split(self, numbers: Sequence[int]) -> Tuple[List[int], List[int]]:
+        """*numbers* as the system messages and the others."""
+        return [n for n in numbers if n in self.system], [n for n in numbers if n not in self.system]
+
+    def readable(self, value: Any) -> str:
+        """A reply or a message (its number) as ``_readable`` shows it; other values as they are."""
+        return _readable(self.texts[value]) if isinstance(value, int) else value
 
 
-_Messages = Callable[[], List[str]]  # a request's messages, listed when compared
+_Messages = Callable[[], "array[int]"]  # a request's messages, listed when compared
 
 
 class _Trouble(Exception):
@@ -159,7 +165,7 @@ class _Source:
         self.damage: Optional[session.FormatError] = None
         self.texts = texts
         self._message_seqs = array("q")  # of the file's version-2 message records, and ...
-        self._message_texts: List[str] = []  # ... their texts
+        self._message_numbers = array("q")  # ... their texts' numbers
         self._tool_lists: Dict[int, str] = {}  # seq of a tools record -> its canonical text
 
     def runs(self) -> Iterator[_Run]:
@@ -184,8 +190,13 @@ class _Source:
                 if current is not None:
                     yield current
                 current = _Run(current.position + 1 if current else 0, record.run_id or "")
-            if current is not None:
+            if current is None:
+                continue
+            try:
                 self._take(current, record)
+            except session.FormatError as exc:  # a value of the wrong type: damage, as the reader's
+                self.damage = session.FormatError(exc.reason, self.path, exc.line, exc.offset)
+                break
         if current is not None:
             yield current
 
@@ -209,76 +220,111 @@ class _Source:
         run.last_time = record.time
         if record.type not in _COMPARED:
             return
+        key = session._execution_key(record)
+        if key is not None and record.run_id is not None:
+            self._take_call(run, record, _checked(record), key)
+            return
         data = EventData.from_record(record)
-        ref = record.ref
-        if data.execution is not None and ref is not None:
-            self._take_call(run, record, data, ref)
-        elif record.type == "agent_end":
+        if record.type == "agent_end":
             run.outcome["end"] = (data.summary.end_reason if data.summary else "") or ""
             if data.error:
                 run.outcome["error"] = _canonical(data.error)
         elif record.type == "error" and data.error:
             run.outcome["error"] = _canonical(data.error)
 
-    def _take_call(self, run: _Run, record: Record, data: EventData, ref: CallRef) -> None:
-        execution = data.execution
-        assert execution is not None
-        call = run.by_id.get(ref.execution_id)
+    def _take_call(self, run: _Run, record: Record, data: Dict[str, Any], key: Tuple[str, int]) -> None:
+        execution_id, number = key
+        call = run.by_id.get(execution_id)
         if call is None:
-            call = run.by_id[ref.execution_id] = _Call(execution.kind, "", execution.turn_index, [])
+            execution = data["execution"]  # its kind and turn checked with its key
+            call = _Call(execution["kind"], "", execution.get("turn_index", 0), [])
             run.calls.append(call)
-        attempt = next((a for a in call.attempts if a.ref == ref), None)
+            run.by_id[execution_id] = call
+        attempt = next((a for a in call.attempts if a.ref.attempt == number), None)
         if attempt is None:
-            attempt = _Attempt(ref)
+            attempt = _Attempt(CallRef(record.session_id, record.run_id or "", execution_id, number))
             call.attempts.append(attempt)
-        call.name = call.name or data.tool
-        if record.type == "model_request" and data.request is not None:
-            attempt.parts.update(self._request_parts(record.data))
+        call.name = call.name or data.get("tool", "")
+        if record.type == "model_request" and "request" in data:
+            attempt.parts.update(self._request_parts(data))
         elif record.type == "model_exec_end":
-            attempt.parts["reply"] = _reply(data)
-            attempt.error = str(data.error.get("message", "")) if data.error else ""
-            usage = _usage(data.message)
-            run.tokens += sum(v for k, v in usage.items() if k in ("input", "output") and isinstance(v, int))
-            cost = usage.get("cost")
-            run.cost += cost.get("total", 0.0) if isinstance(cost, dict) else 0.0
+            self._take_reply(run, attempt, data)
         elif record.type == "tool_exec_start":
-            attempt.parts["arguments"] = _canonical(data.args)
+            attempt.parts["arguments"] = _canonical(data.get("args"))
         elif record.type == "tool_exec_end":
-            outcome = {"result": data.result, "is_error": data.is_error, "error": data.error}
+            outcome = {
+                k: data.get(k, False if k == "is_error" else None) for k in ("result", "is_error", "error")
+            }
             attempt.parts["result"] = _canonical(outcome)
         elif record.type == "context_compacted":
-            attempt.parts["compaction"] = _canonical(data.compaction)
+            attempt.parts["compaction"] = _canonical(data.get("compaction"))
+
+    def _take_reply(self, run: _Run, attempt: _Attempt, data: Dict[str, Any]) -> None:
+        """A model call's end: its reply (as the message is in the requests that follow, so a
+        message's number), or its error; and its usage, into the run's figures."""
+        error, message = data.get("error"), data.get("message")
+        if error is None:
+            attempt.parts["reply"] = self.texts.number(message)
+        else:
+            partial = _without_times(data.get("partial_message"))
+            attempt.parts["reply"] = _canonical({"error": error, "partial_message": partial})
+            attempt.error = str(error.get("message", ""))
+        usage = _usage(message)
+        run.tokens += sum(v for k, v in usage.items() if k in ("input", "output") and type(v) is int)
+        cost = usage.get("cost")
+        total = cost.get("total", 0.0) if isinstance(cost, dict) else 0.0
+        run.cost += total if type(total) in (int, float) else 0.0
 
     def _pool(self, record: Record) -> None:
         """Keep a version-2 message or tool list record, which later requests refer to."""
         if record.type == "message":
             self._message_seqs.append(record.seq)
-            self._message_texts.append(self.texts.text(record.data.get("message")))
+            self._message_numbers.append(self.texts.number(record.data.get("message")))
         else:
             self._tool_lists[record.seq] = _canonical(record.data.get("tools") or [])
 
     def _request_parts(self, data: Dict[str, Any]) -> Dict[str, Any]:
         """A request's parts: version 1 holds its messages and tools, version 2 refers to
         earlier records (its messages are kept as those references, and listed when compared)."""
-        request = data.get("request") or {}
+        request = data["request"]
         messages: _Messages
         if "messages" in data:
             ranges = [(first, last) for first, last in data["messages"]]
             messages = functools.partial(self._referred, ranges)
             tools = self._tool_lists.get(data.get("tools", -1), _canonical([]))
         else:
-            texts = [self.texts.text(m) for m in request.get("messages") or ()]
-            messages = functools.partial(list, texts)
+            listed = request.get("messages") or ()
+            each = listed if type(listed) is list else [listed]  # not a list: one message unlike any
+            numbers = array("q", [self.texts.number(m) for m in each])
+            messages = functools.partial(array, "q", numbers)
             tools = _canonical(request.get("tools") or [])
         return {"messages": messages, "tools": tools, "config": _canonical(request.get("config"))}
 
-    def _referred(self, ranges: Sequence[Tuple[int, int]]) -> List[str]:
-        """The texts of the message records in the seq *ranges* (checked by the reader)."""
-        seqs, texts = self._message_seqs, self._message_texts
-        spans = (
-            texts[bisect.bisect_left(seqs, first) : bisect.bisect_right(seqs, last)] for first, last in ranges
-        )
-        return list(itertools.chain.from_iterable(spans))
+    def _referred(self, ranges: Sequence[Tuple[int, int]]) -> array[int]:
+        """The numbers of the message records in the seq *ranges* (checked by the reader)."""
+        seqs, numbers = self._message_seqs, self._message_numbers
+        listed = array("q")
+        for first, last in ranges:
+            listed += numbers[bisect.bisect_left(seqs, first) : bisect.bisect_right(seqs, last)]
+        return listed
+
+
+# The data keys compared, and the JSON types the format gives them (EventData.from_record's).
+_CHECKED = {
+    key: session._EVENT_DATA_KINDS[key]
+    for key in ("request", "message", "error", "partial_message", "tool", "is_error")
+}
+
+
+def _checked(record: Record) -> Dict[str, Any]:
+    """*record*'s data, the keys compared being of their types (else ``EventData.from_record``
+    raises the ``FormatError`` that names the first that is not)."""
+    data = record.data
+    for key in _CHECKED.keys() & data.keys():
+        kind = _CHECKED[key]
+        if kind is not None and type(data[key]) is not kind:
+            EventData.from_record(record)
+    return data
 
 
 def _selected(run: _Run, selector: str) -> bool:
@@ -324,12 +370,6 @@ def _without_times(message: Any) -> Any:
     return {**message, "value": kept}
 
 
-def _reply(data: EventData) -> str:
-    if data.error is None:  # as the message is in the requests that follow
-        return _canonical(_without_times(data.message))
-    return _canonical({"error": data.error, "partial_message": _without_times(data.partial_message)})
-
-
 # ---------------------------------------------------------------------------- alignment
 
 
@@ -361,7 +401,7 @@ class _Said:
     message differences it has shown (later requests of the run carry them again)."""
 
     texts: _Texts
-    seen: Set[Tuple[Tuple[str, ...], Tuple[str, ...]]] = dataclasses.field(default_factory=set)
+    seen: Set[Tuple[Tuple[Any, ...], Tuple[Any, ...]]] = dataclasses.field(default_factory=set)
 
 
 def _short(run: Optional[_Run]) -> str:
@@ -461,7 +501,7 @@ def _diff_call(at: str, a: _Call, b: _Call, said: _Said) -> Iterator[Difference]
             continue
         if part == "reply" and value_a is not None and value_b is not None:
             said.seen.add(((value_a,), (value_b,)))  # the requests that follow carry it again
-            value_a, value_b = _readable(value_a), _readable(value_b)
+            value_a, value_b = said.texts.readable(value_a), said.texts.readable(value_b)
         yield Difference(part, here, last_a.ref, last_b.ref, value_a, value_b)
 
 
@@ -471,9 +511,9 @@ def _diff_request_messages(
     messages: Tuple[Optional[_Messages], Optional[_Messages]],
     said: _Said,
 ) -> Iterator[Difference]:
-    """A request's system messages, then its others (equal texts are one object: two equal
-    requests compare at the speed of their references)."""
-    a, b = (listed() if listed else [] for listed in messages)
+    """A request's system messages, then its others (each message a number: two equal
+    requests compare at the speed of memory)."""
+    a, b = (listed() if listed else array("q") for listed in messages)
     if a == b:
         return
     (system_a, others_a), (system_b, others_b) = said.texts.split(a), said.texts.split(b)
@@ -491,7 +531,7 @@ def _diff_messages(
     here: str,
     part: str,
     refs: Tuple[CallRef, CallRef],
-    texts: Tuple[Sequence[str], Sequence[str]],
+    texts: Tuple[Sequence[int], Sequence[int]],
     said: _Said,
 ) -> Iterator[Difference]:
     """A request's messages: each run of added, removed or changed messages is one difference,
@@ -509,8 +549,8 @@ def _diff_messages(
         said.seen.add((tuple(a[a1:a2]), tuple(b[b1:b2])))
         what = {"insert": "added", "delete": "removed", "replace": "changed"}[op]
         place = f"request {part} {a1 + 1}" if a2 > a1 else f"request {part} {b1 + 1} in B"
-        text_a = "\n".join(_readable(m) for m in a[a1:a2]) if a2 > a1 else None
-        text_b = "\n".join(_readable(m) for m in b[b1:b2]) if b2 > b1 else None
+        text_a = "\n".join(said.texts.readable(m) for m in a[a1:a2]) if a2 > a1 else None
+        text_b = "\n".join(said.texts.readable(m) for m in b[b1:b2]) if b2 > b1 else None
         yield Difference(f"{name} {what}", f"{here}: {place}", *refs, text_a, text_b)
 
 
