@@ -47,13 +47,19 @@ import functools
 import json
 from array import array
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple
 
 import session
 from session import CallRef, EventData, Record, _Command
 
 _SHORT_ID = 8  # characters of a run id in the report
 _SHORT_TEXT = 100  # a text at most this long, on one line, is shown whole on each side
+_IGNORABLE = {  # --ignore-NAME: what else is ignored
+    "config": "the requests' config (max tokens, thinking, tool choice, response format, extra)",
+    "tools": "the tool declarations the requests offer",
+    "system": "the system prompt (the requests' messages of role system)",
+    "model": "the model and provider named in the replies' usage",
+}
 
 
 # ---------------------------------------------------------------------------- what is compared
@@ -106,15 +112,16 @@ class _Run:
 class _Texts:
     """Each distinct message text once, shared by both files, known by its number: a request's
     messages are an array of numbers, so two equal requests compare at the speed of memory;
-    and which of them are system messages."""
+    and which of them are system messages.  It also keeps what ``--ignore-*`` ignores."""
 
-    def __init__(self) -> None:
+    def __init__(self, ignored: FrozenSet[str] = frozenset()) -> None:
+        self.ignored = ignored
         self.numbers: Dict[str, int] = {}
         self.texts: List[str] = []
         self.system: Set[int] = set()
 
     def number(self, message: Any) -> int:
-        text = _canonical(_without_times(message))
+        text = _canonical(_without_times(message, "model" not in self.ignored))
         number = self.numbers.setdefault(text, len(self.texts))
         if number == len(self.texts):
             self.texts.append(text)
@@ -266,7 +273,7 @@ class _Source:
         if error is None:
             attempt.parts["reply"] = self.texts.number(message)
         else:
-            partial = _without_times(data.get("partial_message"))
+            partial = _without_times(data.get("partial_message"), "model" not in self.texts.ignored)
             attempt.parts["reply"] = _canonical({"error": error, "partial_message": partial})
             attempt.error = str(error.get("message", ""))
         usage = _usage(message)
@@ -357,14 +364,14 @@ def _usage(message: Any) -> Dict[str, Any]:
     return usage if isinstance(usage, dict) else {}
 
 
-def _without_times(message: Any) -> Any:
+def _without_times(message: Any, keep_model: bool) -> Any:
     """*message* without what differs between recordings: its time and its usage (but the
-    model and provider named in the usage are kept: another model is a difference)."""
+    model and provider named in the usage are kept if *keep_model*: another model is a difference)."""
     value = _message_value(message)
     if value is None:
         return message
     kept = {k: v for k, v in value.items() if k not in ("timestamp", "usage")}
-    model = {k: v for k, v in _usage(message).items() if k in ("model", "provider")}
+    model = {k: v for k, v in _usage(message).items() if keep_model and k in ("model", "provider")}
     if model:
         kept["model"] = model
     return {**message, "value": kept}
@@ -415,8 +422,7 @@ def _position(a: Optional[_Run], b: Optional[_Run]) -> int:
     return run.position + 1
 
 
-def _first_ref(run: Optional[_Run], turn: Optional[int] = None) -> Optional[CallRef]:
-    calls = [c for c in run.calls if turn is None or c.turn == turn] if run else []
+def _first_ref(calls: Sequence[_Call]) -> Optional[CallRef]:
     return calls[0].attempts[0].ref if calls else None
 
 
@@ -425,19 +431,20 @@ def diff_runs(a: Optional[_Run], b: Optional[_Run], texts: _Texts) -> Iterator[D
     where = f"run {_position(a, b)} ({_short(a)} / {_short(b)})"
     if a is None or b is None:
         side = "A" if b is None else "B"
-        yield Difference("run", f"{where}: only in {side}", _first_ref(a), _first_ref(b), None, None)
+        first_a, first_b = (_first_ref(run.calls if run else ()) for run in (a, b))
+        yield Difference("run", f"{where}: only in {side}", first_a, first_b, None, None)
         return
     turns_a, turns_b = _by_turn(a.calls), _by_turn(b.calls)
     said = _Said(texts)
-    for turn in sorted(set(turns_a) | set(turns_b)):
-        at = f"{where}, turn {turn}"
-        if turn not in turns_a or turn not in turns_b:
-            side = "A" if turn in turns_a else "B"
-            yield Difference(
-                "turn", f"{at}: only in {side}", _first_ref(a, turn), _first_ref(b, turn), None, None
-            )
+    for turn_a, turn_b in _paired_turns(turns_a, turns_b):
+        at = f"{where}, turn {turn_a if turn_a == turn_b else f'{_turn(turn_a)} / {_turn(turn_b)}'}"
+        if turn_a is None or turn_b is None:
+            side, calls = ("A", turns_a[turn_a]) if turn_a is not None else ("B", turns_b[turn_b or 0])
+            first_a, first_b = (_first_ref(calls if side == s else ()) for s in "AB")
+            listed = ", ".join(_label(call) for call in calls)
+            yield Difference("turn", f"{at}: only in {side} ({listed})", first_a, first_b, None, None)
             continue
-        yield from _diff_turn(at, turns_a[turn], turns_b[turn], said)
+        yield from _diff_turn(at, turns_a[turn_a], turns_b[turn_b], said)
     if a.outcome != b.outcome:
         text_a, text_b = _canonical(a.outcome), _canonical(b.outcome)
         yield Difference("run outcome", f"{where}: its end (outside any call)", None, None, text_a, text_b)
@@ -448,6 +455,34 @@ def _by_turn(calls: Sequence[_Call]) -> Dict[int, List[_Call]]:
     for call in calls:
         turns.setdefault(call.turn, []).append(call)
     return turns
+
+
+def _turn(number: Optional[int]) -> str:
+    return "-" if number is None else str(number)
+
+
+def _paired_turns(
+    turns_a: Dict[int, List[_Call]], turns_b: Dict[int, List[_Call]]
+) -> Iterator[Tuple[Optional[int], Optional[int]]]:
+    """The turns of two runs paired in order: by their calls (kinds, tools and arguments)
+    where those are alike, else by position within a stretch that differs; a turn left over
+    there is on one side only (and the turns after it still pair)."""
+    numbers_a, numbers_b = sorted(turns_a), sorted(turns_b)
+    keys_a = [_turn_key(turns_a[n]) for n in numbers_a]
+    keys_b = [_turn_key(turns_b[n]) for n in numbers_b]
+    same = 0  # the turns alike at the start need no matching (two equal runs: all of them)
+    while same < min(len(keys_a), len(keys_b)) and keys_a[same] == keys_b[same]:
+        yield numbers_a[same], numbers_b[same]
+        same += 1
+    matcher = difflib.SequenceMatcher(None, keys_a[same:], keys_b[same:], autojunk=False)
+    for _, a1, a2, b1, b2 in matcher.get_opcodes():
+        for i in range(max(a2 - a1, b2 - b1)):
+            turn_a = numbers_a[same + a1 + i] if a1 + i < a2 else None
+            yield turn_a, numbers_b[same + b1 + i] if b1 + i < b2 else None
+
+
+def _turn_key(calls: Sequence[_Call]) -> Tuple[Tuple[str, str, str], ...]:
+    return tuple((c.kind, c.name, c.attempts[-1].parts.get("arguments", "")) for c in calls)
 
 
 def _keys(calls: Sequence[_Call]) -> List[Tuple[str, str, int]]:
@@ -497,7 +532,7 @@ def _diff_call(at: str, a: _Call, b: _Call, said: _Said) -> Iterator[Difference]
         if part == "messages":
             yield from _diff_request_messages(here, (last_a.ref, last_b.ref), (value_a, value_b), said)
             continue
-        if value_a == value_b:
+        if value_a == value_b or part in said.texts.ignored:
             continue
         if part == "reply" and value_a is not None and value_b is not None:
             said.seen.add(((value_a,), (value_b,)))  # the requests that follow carry it again
@@ -517,7 +552,8 @@ def _diff_request_messages(
     if a == b:
         return
     (system_a, others_a), (system_b, others_b) = said.texts.split(a), said.texts.split(b)
-    yield from _diff_messages(here, "system prompt", refs, (system_a, system_b), said)
+    if "system" not in said.texts.ignored:
+        yield from _diff_messages(here, "system prompt", refs, (system_a, system_b), said)
     yield from _diff_messages(here, "messages", refs, (others_a, others_b), said)
 
 
@@ -679,7 +715,7 @@ def _diff_command(args: Any) -> int:
         args.usage_error("--run is given at most twice (A's run, then B's)")
     select_a = selectors[0] if selectors else None
     select_b = selectors[-1] if selectors else None
-    texts = _Texts()
+    texts = _Texts(frozenset(name for name in _IGNORABLE if getattr(args, f"ignore_{name}")))
     a = _Source(args.file, args.max_line_bytes, select_a, texts)
     b = _Source(args.b, args.max_line_bytes, select_b, texts)
     try:
@@ -719,6 +755,8 @@ def _diff_options(sub: Any) -> None:
     )
     sub.add_argument("--all", action="store_true", help="list every difference (default: the first)")
     sub.add_argument("--json", action="store_true", help="print one JSON object (default: text)")
+    for name, what in _IGNORABLE.items():
+        sub.add_argument(f"--ignore-{name}", action="store_true", help=f"ignore {what}")
 
 
 COMMANDS = [  # what python -m session takes from this module
