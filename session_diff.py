@@ -45,6 +45,8 @@ import dataclasses
 import difflib
 import functools
 import json
+import os
+import sys
 from array import array
 from datetime import datetime
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple
@@ -377,6 +379,20 @@ def _without_times(message: Any, keep_model: bool) -> Any:
     return {**message, "value": kept}
 
 
+def _readable(text: str) -> str:
+    """A message's canonical JSON as a person reads it: its role, then each text block's text
+    as written and any other block as JSON."""
+    message = json.loads(text)
+    value = _message_value(message)
+    if value is None:
+        return text
+    lines = [f"[{value.get('role', '')}]"]
+    for block in value.get("content") or ():
+        is_text = isinstance(block, dict) and block.get("type") == "text"
+        lines.append(str(block.get("text", "")) if is_text else _canonical(block))
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------- alignment
 
 
@@ -390,6 +406,7 @@ class Difference:
     b: Optional[CallRef]
     a_text: Optional[str]
     b_text: Optional[str]
+    pair: int = 0  # the index of its pair of runs (set by compare)
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -495,21 +512,30 @@ def _keys(calls: Sequence[_Call]) -> List[Tuple[str, str, int]]:
     return keys
 
 
-def _diff_turn(at: str, calls_a: List[_Call], calls_b: List[_Call], said: _Said) -> Iterator[Difference]:
+def _paired_calls(
+    calls_a: List[_Call], calls_b: List[_Call]
+) -> Iterator[Tuple[Optional[_Call], Optional[_Call]]]:
+    """The calls of two paired turns, paired by kind, tool and order; a call left over is on
+    one side only (and the calls after it still pair)."""
     matcher = difflib.SequenceMatcher(None, _keys(calls_a), _keys(calls_b), autojunk=False)
     for op, a1, a2, b1, b2 in matcher.get_opcodes():
         if op == "equal":
-            for call_a, call_b in zip(calls_a[a1:a2], calls_b[b1:b2]):
-                yield from _diff_call(at, call_a, call_b, said)
+            yield from zip(calls_a[a1:a2], calls_b[b1:b2])
             continue
-        for call in calls_a[a1:a2]:
-            yield Difference(
-                "missing call", f"{at}: {_label(call)} only in A", call.attempts[0].ref, None, None, None
-            )
-        for call in calls_b[b1:b2]:
-            yield Difference(
-                "missing call", f"{at}: {_label(call)} only in B", None, call.attempts[0].ref, None, None
-            )
+        yield from ((call, None) for call in calls_a[a1:a2])
+        yield from ((None, call) for call in calls_b[b1:b2])
+
+
+def _diff_turn(at: str, calls_a: List[_Call], calls_b: List[_Call], said: _Said) -> Iterator[Difference]:
+    for call_a, call_b in _paired_calls(calls_a, calls_b):
+        if call_a is not None and call_b is not None:
+            yield from _diff_call(at, call_a, call_b, said)
+            continue
+        call, side = (call_a, "A") if call_a is not None else (call_b, "B")
+        assert call is not None
+        ref = call.attempts[0].ref
+        ref_a, ref_b = (ref, None) if side == "A" else (None, ref)
+        yield Difference("missing call", f"{at}: {_label(call)} only in {side}", ref_a, ref_b, None, None)
 
 
 def _label(call: _Call) -> str:
@@ -590,20 +616,6 @@ def _diff_messages(
         yield Difference(f"{name} {what}", f"{here}: {place}", *refs, text_a, text_b)
 
 
-def _readable(text: str) -> str:
-    """A message's canonical JSON as a person reads it: its role, then each text block's text
-    as written and any other block as JSON."""
-    message = json.loads(text)
-    value = _message_value(message)
-    if value is None:
-        return text
-    lines = [f"[{value.get('role', '')}]"]
-    for block in value.get("content") or ():
-        is_text = isinstance(block, dict) and block.get("type") == "text"
-        lines.append(str(block.get("text", "")) if is_text else _canonical(block))
-    return "\n".join(lines)
-
-
 # ---------------------------------------------------------------------------- comparison
 
 
@@ -614,6 +626,7 @@ class Comparison:
     differences: List[Difference]
     runs: List[Tuple[Optional[_Run], Optional[_Run]]]
     damage: List[Tuple[str, session.FormatError]]
+    rows: List[List[Tuple[Optional[int], Optional[int]]]]  # per pair of runs, if asked: see _aligned
 
 
 def _summary_only(run: Optional[_Run]) -> Optional[_Run]:
@@ -624,25 +637,48 @@ def _summary_only(run: Optional[_Run]) -> Optional[_Run]:
     return dataclasses.replace(run, calls=calls)
 
 
-def compare(a: _Source, b: _Source, every: bool) -> Comparison:
+def _aligned(a: Optional[_Run], b: Optional[_Run]) -> List[Tuple[Optional[int], Optional[int]]]:
+    """The calls of two runs side by side, as they are compared: pairs of indexes into each
+    run's calls (None: no call on that side)."""
+    index = {id(call): i for run in (a, b) if run for i, call in enumerate(run.calls)}
+    turns_a, turns_b = (_by_turn(run.calls) if run else {} for run in (a, b))
+    rows = []
+    for turn_a, turn_b in _paired_turns(turns_a, turns_b):
+        calls_a = turns_a[turn_a] if turn_a is not None else []
+        calls_b = turns_b[turn_b] if turn_b is not None else []
+        for call_a, call_b in _paired_calls(calls_a, calls_b):
+            rows.append((index[id(call_a)] if call_a else None, index[id(call_b)] if call_b else None))
+    return rows
+
+
+def compare(a: _Source, b: _Source, every: bool, aligned: bool = False) -> Comparison:
     """Compare *a* and *b* run by run, holding one run of each at a time; stop at the first
-    difference unless *every*."""
+    difference unless *every*; with *aligned*, keep each pair's calls side by side."""
     found: List[Difference] = []
     runs: List[Tuple[Optional[_Run], Optional[_Run]]] = []
+    rows = []
     runs_a, runs_b = a.runs(), b.runs()
     while True:
         run_a, run_b = next(runs_a, None), next(runs_b, None)
         if run_a is None and run_b is None:
             break
         for difference in diff_runs(run_a, run_b, a.texts):
+            difference.pair = len(runs)
             if every or not found:
                 found.append(difference)
         runs.append((_summary_only(run_a), _summary_only(run_b)))
+        if aligned:
+            rows.append(_aligned(run_a, run_b))
     damage = [(s.path, s.damage) for s in (a, b) if s.damage is not None]
-    return Comparison(found, runs, damage)
+    return Comparison(found, runs, damage, rows)
 
 
 # ---------------------------------------------------------------------------- report
+
+
+def _lines(text: Optional[str]) -> List[str]:
+    """*text*'s lines, split at line feeds only (other separators are shown, escaped)."""
+    return text.split("\n") if text else []
 
 
 def _text_lines(difference: Difference) -> List[str]:
@@ -652,7 +688,7 @@ def _text_lines(difference: Difference) -> List[str]:
         return []
     if max(len(a or ""), len(b or "")) <= _SHORT_TEXT and "\n" not in (a or "") + (b or ""):
         return [f"  A: {a if a is not None else '(nothing)'}", f"  B: {b if b is not None else '(nothing)'}"]
-    lines_a, lines_b = (a or "").splitlines(), (b or "").splitlines()
+    lines_a, lines_b = _lines(a), _lines(b)
     body = difflib.unified_diff(lines_a, lines_b, "A", "B", n=1, lineterm="")
     return ["  " + line for line in body]
 
@@ -702,11 +738,162 @@ def _run_lines(a: Optional[_Run], b: Optional[_Run]) -> List[str]:
     ]
 
 
+_SAID = ("same", "different", "same up to the damage")  # by status
+
+
+def _damage_text(path: str, error: session.FormatError) -> str:
+    return f"{path}:{error.line}: {error.reason} (offset {error.offset}); compared up to this line"
+
+
 def _status(comparison: Comparison) -> int:
     """0 the same; 1 different; 2 the same as far as a damaged file goes."""
     if comparison.differences:
         return 1
     return 2 if comparison.damage else 0
+
+
+# ---------------------------------------------------------------------------- page
+
+_PAGE_LINE = 2000  # characters of a line of a differing text shown, at most
+_PAGE_LINES = 400  # lines of one side's differing text shown, at most
+
+# The page's only style; it has no script (its Content-Security-Policy, session_export's, allows none).
+_PAGE_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1400px;padding:0 1em}
+table{border-collapse:collapse;width:100%;table-layout:fixed;margin:.3em 0 1em}
+th,td{border:1px solid #ccc;padding:.2em .4em;vertical-align:top;text-align:left;overflow-wrap:anywhere}
+th.n,td.n{width:4em}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0;font:12px/1.35 ui-monospace,monospace}
+.only{background:#ffd6a5}
+.none{color:#777;font-style:italic}
+tr.differs td{background:#fff3cd}
+tr.differs td .only{background:#ffd6a5}
+.mark{background:#fdd;color:#900;font-size:85%}
+"""
+
+
+def _page_lines(text: Optional[str], marked: List[bool], h: Callable[[str], str]) -> str:
+    """One side's differing text in a ``<pre>``, each line on that side only marked."""
+    if text is None:
+        return '<span class="none">(nothing)</span>'
+    shown = []
+    for line, only in list(zip(_lines(text), marked))[:_PAGE_LINES]:
+        more = len(line) - _PAGE_LINE
+        body = h(line[:_PAGE_LINE]) + (f" … ({more} more characters)" if more > 0 else "")
+        shown.append(f'<span class="only">{body}</span>' if only else body)
+    left = len(marked) - _PAGE_LINES
+    shown += [f'<span class="none">… {left} more lines</span>'] if left > 0 else []
+    return "<pre>" + "\n".join(shown) + "</pre>"
+
+
+def _marks(a: Optional[str], b: Optional[str]) -> Tuple[List[bool], List[bool]]:
+    """Which lines of each side are on that side only: those the report's line diff marks
+    (a short text, shown whole in the report, is one line)."""
+    lines_a, lines_b = _lines(a), _lines(b)
+    marks_a, marks_b = [True] * len(lines_a), [True] * len(lines_b)
+    for op, a1, a2, b1, b2 in difflib.SequenceMatcher(None, lines_a, lines_b).get_opcodes():
+        if op == "equal":
+            marks_a[a1:a2] = [False] * (a2 - a1)
+            marks_b[b1:b2] = [False] * (b2 - b1)
+    return marks_a, marks_b
+
+
+def _page_difference(number: int, difference: Difference, h: Callable[[str], str]) -> str:
+    marks_a, marks_b = _marks(difference.a_text, difference.b_text)
+    return (
+        f'<section class="difference" id="difference-{number}"><h3>{number}. {h(difference.what)}'
+        f" at {h(difference.where)}</h3>\n<table><tr><th>A: {h(_ref_text(difference.a))}</th>"
+        f"<th>B: {h(_ref_text(difference.b))}</th></tr>\n"
+        f"<tr><td>{_page_lines(difference.a_text, marks_a, h)}</td>"
+        f"<td>{_page_lines(difference.b_text, marks_b, h)}</td></tr></table></section>\n"
+    )
+
+
+def _page_call(call: Optional[_Call], h: Callable[[str], str]) -> str:
+    if call is None:
+        return '<td><span class="none">(none)</span></td>'
+    attempts = f" · {len(call.attempts)} attempts" if len(call.attempts) > 1 else ""
+    return f"<td>turn {call.turn} · {h(_label(call))}{attempts}</td>"
+
+
+def _page_rows(comparison: Comparison, pair: int, start: int, h: Callable[[str], str]) -> str:
+    """The calls of one pair of runs side by side from row *start*, each row that a
+    difference names marked and linked to it."""
+    run_a, run_b = comparison.runs[pair]
+    named: Dict[Tuple[str, str], List[int]] = {}
+    for number, difference in enumerate(comparison.differences, 1):
+        for side, ref in (("a", difference.a), ("b", difference.b)):
+            if difference.pair == pair and ref is not None:
+                named.setdefault((side, ref.execution_id), []).append(number)
+    rows = ['<table><tr><th class="n">#</th><th>A</th><th>B</th></tr>']
+    for index_a, index_b in comparison.rows[pair][start:]:
+        call_a = run_a.calls[index_a] if run_a and index_a is not None else None
+        call_b = run_b.calls[index_b] if run_b and index_b is not None else None
+        numbers = sorted(
+            set(named.get(("a", call_a.attempts[0].ref.execution_id), []) if call_a else [])
+            | set(named.get(("b", call_b.attempts[0].ref.execution_id), []) if call_b else [])
+        )
+        links = " ".join(f'<a href="#difference-{n}">{n}</a>' for n in numbers)
+        mark = ' class="differs"' if numbers or call_a is None or call_b is None else ""
+        cells = _page_call(call_a, h) + _page_call(call_b, h)
+        rows.append(f'<tr{mark}><td class="n">{links}</td>{cells}</tr>')
+    return "\n".join(rows) + "</table>\n"
+
+
+def _first_row(comparison: Comparison) -> Tuple[int, int]:
+    """The pair of runs and the row of its calls where the first difference is (a difference
+    outside any call: after the pair's last row)."""
+    first = comparison.differences[0]
+    refs = {(side, ref.execution_id) for side, ref in (("a", first.a), ("b", first.b)) if ref is not None}
+    run_a, run_b = comparison.runs[first.pair]
+    for row, (index_a, index_b) in enumerate(comparison.rows[first.pair]):
+        here = [("a", run_a, index_a), ("b", run_b, index_b)]
+        ids = {
+            (side, run.calls[i].attempts[0].ref.execution_id)
+            for side, run, i in here
+            if run and i is not None
+        }
+        if ids & refs:
+            return first.pair, row
+    return first.pair, len(comparison.rows[first.pair])
+
+
+def _page_calls(comparison: Comparison, h: Callable[[str], str]) -> str:
+    """Each pair of runs from the first difference on: its figures and its calls side by side."""
+    if not comparison.differences:
+        return ""
+    first_pair, first_row = _first_row(comparison)
+    parts = ['<section id="calls"><h2>The runs side by side, from the first difference on</h2>\n']
+    if first_pair or first_row:
+        parts.append(
+            f"<p>{first_pair} pairs of runs and {first_row} pairs of calls alike before it, not shown.</p>\n"
+        )
+    for pair in range(first_pair, len(comparison.runs)):
+        figures = "\n".join(_run_lines(*comparison.runs[pair]))
+        start = first_row if pair == first_pair else 0
+        parts.append(
+            f"<h3>run {pair + 1}</h3>\n<pre>{h(figures)}</pre>\n{_page_rows(comparison, pair, start, h)}"
+        )
+    return "".join(parts) + "</section>\n"
+
+
+def _page(comparison: Comparison, paths: Tuple[str, str], export: Any) -> str:
+    """The page: the files, what was found, every difference with each side's text (the lines
+    on one side only marked), and the runs side by side from the first difference on."""
+    h = export._h
+    said = _SAID[_status(comparison)]
+    damage = "".join(f"<p>{h(_damage_text(path, error))}</p>\n" for path, error in comparison.damage)
+    found = len(comparison.differences)
+    differences = "".join(_page_difference(n, d, h) for n, d in enumerate(comparison.differences, 1))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{export._content_policy(_PAGE_STYLE)}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>diff: {said}</title>\n<style>{_PAGE_STYLE}</style></head>\n<body>\n"
+        f"<header><h1>{said}</h1>\n<p>A: <code>{h(paths[0])}</code><br>B: <code>{h(paths[1])}</code></p>\n"
+        f'{damage}</header>\n<section id="differences"><h2>{session._count(found, "difference")}</h2>\n'
+        f"{differences}</section>\n{_page_calls(comparison, h)}</body></html>\n"
+    )
 
 
 def _diff_command(args: Any) -> int:
@@ -715,33 +902,68 @@ def _diff_command(args: Any) -> int:
         args.usage_error("--run is given at most twice (A's run, then B's)")
     select_a = selectors[0] if selectors else None
     select_b = selectors[-1] if selectors else None
+    if args.output is not None and not args.html:
+        args.usage_error("-o/--output is the page's, with --html")
+    if args.html and args.json:
+        args.usage_error("--html and --json are one or the other")
     texts = _Texts(frozenset(name for name in _IGNORABLE if getattr(args, f"ignore_{name}")))
     a = _Source(args.file, args.max_line_bytes, select_a, texts)
     b = _Source(args.b, args.max_line_bytes, select_b, texts)
     try:
-        comparison = compare(a, b, args.all)
+        export = _page_module(args)
+        comparison = compare(a, b, args.all or args.html, aligned=args.html)
+        for path, error in comparison.damage:
+            session._print_error(_damage_text(path, error))
+        if export is not None:
+            _publish_page(args, comparison, export)
     except _Trouble as exc:
         session._print_error(f"{args.prog} diff: {exc}")
         return 2
-    for path, error in comparison.damage:
-        session._print_error(
-            f"{path}:{error.line}: {error.reason} (offset {error.offset}); compared up to this line"
-        )
     status = _status(comparison)
     if args.json:
-        first = comparison.differences[0].to_json() if comparison.differences else None
-        report: Dict[str, Any] = {"same": status == 0, "first": first}
-        if args.all:
-            report["differences"] = [d.to_json() for d in comparison.differences]
-        report["damaged"] = [
-            {"file": path, "line": e.line, "offset": e.offset} for path, e in comparison.damage
-        ]
-        session._print_json(report)
-        return status
-    session._print_text("same" if status == 0 else "different" if status == 1 else "same up to the damage")
-    for line in _report_lines(comparison, args.all):
-        session._print_text(line)
+        _print_json_report(comparison, args.all)
+    elif not args.html:
+        _print_report(comparison, args.all)
     return status
+
+
+def _print_json_report(comparison: Comparison, every: bool) -> None:
+    first = comparison.differences[0].to_json() if comparison.differences else None
+    report: Dict[str, Any] = {"same": _status(comparison) == 0, "first": first}
+    if every:
+        report["differences"] = [d.to_json() for d in comparison.differences]
+    report["damaged"] = [{"file": path, "line": e.line, "offset": e.offset} for path, e in comparison.damage]
+    session._print_json(report)
+
+
+def _print_report(comparison: Comparison, every: bool) -> None:
+    session._print_text(_SAID[_status(comparison)])
+    for line in _report_lines(comparison, every):
+        session._print_text(line)
+
+
+def _page_module(args: Any) -> Any:
+    """``session_export``, whose safety rules the page follows, with ``--html`` (else None)."""
+    if not args.html:
+        return None
+    export = session._companion("session_export")
+    if export is None:
+        raise _Trouble("--html needs session_export.py beside session.py (the wheel installs both)")
+    return export
+
+
+def _publish_page(args: Any, comparison: Comparison, export: Any) -> None:
+    """The page to stdout, or to ``-o`` as the ``html`` command writes its page (whole or not
+    at all, never over either session)."""
+    page = _page(comparison, (args.file, args.b), export).encode("utf-8")
+    if args.output is None:
+        sys.stdout.flush()
+        export._output_step(lambda: sys.stdout.buffer.write(page))
+        return
+    for path in (args.file, args.b):
+        if os.path.exists(args.output) and os.path.samefile(args.output, path):
+            raise _Trouble(f"will not write the page over the session {path}")
+    export._publish(args.output, lambda out: export._output_step(lambda: out.write(page)))
 
 
 def _diff_options(sub: Any) -> None:
@@ -755,6 +977,12 @@ def _diff_options(sub: Any) -> None:
     )
     sub.add_argument("--all", action="store_true", help="list every difference (default: the first)")
     sub.add_argument("--json", action="store_true", help="print one JSON object (default: text)")
+    sub.add_argument(
+        "--html",
+        action="store_true",
+        help="write a page: every difference, the two sessions side by side from the first on",
+    )
+    sub.add_argument("-o", "--output", metavar="PAGE", help="with --html: the page's file (default: stdout)")
     for name, what in _IGNORABLE.items():
         sub.add_argument(f"--ignore-{name}", action="store_true", help=f"ignore {what}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -407,3 +408,111 @@ def test_diff_runs_as_a_command_and_says_when_its_module_is_missing(tmp_path: Pa
         "diff: needs session_diff.py beside session.py"
         " (the wheel installs both; a vendored copy needs both files)\n"
     )
+
+
+def page_parts(page: str) -> Any:
+    from test_session_export import PageParts
+
+    parts = PageParts()
+    parts.feed(page)
+    return parts
+
+
+def reported(out: str) -> List[Tuple[str, List[str], List[str]]]:
+    """Each difference of a text report with --all: its title, and the lines it gives as A's
+    only and B's only (a short text's whole line; a line diff's - and + lines)."""
+    found: List[Tuple[str, List[str], List[str]]] = []
+    for line in out.splitlines():
+        if line.startswith("difference "):
+            found.append((line.split(": ", 1)[1], [], []))
+        elif found and line.startswith(("  A: ", "  B: ")):
+            if line[5:] != "(nothing)":
+                (found[-1][1] if line[2] == "A" else found[-1][2]).append(line[5:])
+        elif (
+            found and line[2:3] in "-+" and not line.startswith(("  ---", "  +++")) and line.startswith("  ")
+        ):
+            (found[-1][1] if line[2] == "-" else found[-1][2]).append(line[3:])
+    return found
+
+
+def test_html_page_marks_the_differences_the_report_names_in_chromium(tmp_path: Path, capsys: Any) -> None:
+    from test_session_export import WebDriver
+
+    a = record(tmp_path / "a.jsonl", system="Be brief.\nCite files.", compaction=False)
+    b = record(
+        tmp_path / "b.jsonl",
+        ("How long is session.py, and what is beside it?", "And the tests?"),
+        system="Be thorough.\nCite files.",
+        compaction=False,
+        count_lines=lambda path: 7,
+    )
+    page = tmp_path / "page.html"
+    assert diff(capsys, str(a), str(b), "--html", "-o", str(page)) == (1, "", "")
+    status, out, _ = diff(capsys, str(a), str(b), "--all")
+    expected = reported(out)
+    assert status == 1 and len(expected) > 3
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        shown = browser.run(
+            "return [...document.querySelectorAll('section.difference')].map(s => ["
+            "s.querySelector('h3').textContent.replace(/^[0-9]+[.] /, ''),"
+            "[...s.querySelectorAll('td:nth-child(1) .only')].map(e => e.textContent),"
+            "[...s.querySelectorAll('td:nth-child(2) .only')].map(e => e.textContent)])"
+        )
+        assert [tuple(item) for item in shown] == expected
+        first = browser.run("return document.querySelector('#calls tr.differs a').getAttribute('href')")
+        assert first == "#difference-1"  # the calls side by side start at the first difference
+        assert browser.run("return performance.getEntriesByType('resource').length") == 0
+    finally:
+        browser.close()
+    status, out, _ = diff(capsys, str(a), str(a), "--html")  # to stdout, and exits as the report
+    assert status == 0 and "<h1>same</h1>" in out and "0 differences" in out
+
+
+def test_html_page_shows_hostile_texts_as_text_and_runs_nothing_in_chromium(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from test_session_export import HOSTILE_NAME, PAYLOADS, PWN, WebDriver, csp_hash
+
+    attacks = " ".join(PAYLOADS[:6]) + " \u202egnp.exe\u200b \x1b[31mred \u2028\u2029"
+    questions = ("How long is session.py, and what is beside it?", f"tests? {attacks}")
+    a = record(tmp_path / "a.jsonl", questions, compaction=False)
+    b = record(
+        tmp_path / HOSTILE_NAME,
+        (questions[0], f"tests! {attacks}"),
+        compaction=False,
+        count_lines=lambda path: attacks,
+    )
+    page = tmp_path / "page.html"
+    assert diff(capsys, str(a), str(b), "--html", "-o", str(page))[0] == 1
+    text = page.read_text(encoding="utf-8")
+    parts = page_parts(text)
+    (style,) = parts.texts["style"]
+    assert [tag for tag, _ in parts.elements][:4] == ["html", "head", "meta", "meta"]
+    assert parts.elements[3][1] == {
+        "http-equiv": "Content-Security-Policy",
+        "content": f"default-src 'none'; style-src {csp_hash(style)}; img-src data:; "
+        "base-uri 'none'; form-action 'none'",
+    }
+    for tag, attrs in parts.elements:
+        assert tag not in ("script", "img", "iframe", "svg", "link") and "src" not in attrs, (tag, attrs)
+        assert not [name for name in attrs if name.startswith("on") or name == "style"], (tag, attrs)
+        assert re.fullmatch(r"#difference-\d+", attrs.get("href") or "#difference-1"), attrs
+    for char in "\u202e\u200b\x1b\u2028\u2029":
+        assert char not in text and f"[U+{ord(char):04X}]" in text
+    unprotected = tmp_path / "no-csp.html"
+    unprotected.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", text), encoding="utf-8"
+    )
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        for copy in (page, unprotected):  # by escaping alone, and with the policy too
+            browser.page("POST", "/url", {"url": copy.as_uri()})
+            assert browser.run(f"return {PWN} === undefined")
+            assert browser.run("return document.querySelectorAll('script,img,iframe,svg').length") == 0
+            assert browser.run("return performance.getEntriesByType('resource').length") == 0
+            body = browser.run("return document.body.textContent")
+            assert PAYLOADS[0] in body and PAYLOADS[3] in body and str(b) in body  # shown as text
+    finally:
+        browser.close()
