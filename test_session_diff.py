@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import pytest
+
 import session
 from session import AgentState, Event, Execution, Message
 
@@ -516,3 +518,39 @@ def test_html_page_shows_hostile_texts_as_text_and_runs_nothing_in_chromium(
             assert PAYLOADS[0] in body and PAYLOADS[3] in body and str(b) in body  # shown as text
     finally:
         browser.close()
+
+
+def test_html_page_exits_as_the_report_and_never_overwrites_a_session(tmp_path: Path, capsys: Any) -> None:
+    a, b = record(tmp_path / "a.jsonl"), record(tmp_path / "b.jsonl")
+    whole = b.read_bytes()
+    b.write_bytes(whole + b"garbage\n")
+    page = tmp_path / "page.html"
+    status, out, err = diff(capsys, str(a), str(b), "--html", "-o", str(page))
+    assert (status, out, err.count("\n")) == (2, "", 1) and "compared up to this line" in err
+    assert "<h1>same up to the damage</h1>" in page.read_text(encoding="utf-8")
+    status, out, err = diff(capsys, str(a), str(b), "--html", "-o", str(b))
+    assert (status, out, b.read_bytes()) == (2, "", whole + b"garbage\n")
+    assert err.endswith(f"diff: will not write the page over the session {b}\n")
+    with pytest.raises(SystemExit) as usage:
+        session.main(["diff", str(a), str(a), "-o", str(page)])
+    assert usage.value.code == 2 and "-o/--output is the page's, with --html" in capsys.readouterr().err
+
+
+def test_html_page_needs_session_export_beside_session_py(tmp_path: Path) -> None:
+    a = record(tmp_path / "a.jsonl")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for module in ("session.py", "session_diff.py"):
+        (alone / module).write_bytes((HERE / module).read_bytes())
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(alone / "session.py"), "diff", str(a), str(a), "--html"],
+        capture_output=True,
+        text=True,
+        cwd=alone,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.endswith(
+        "diff: --html needs session_export.py beside session.py (the wheel installs both)\n"
+    )
+    plain = [sys.executable, "-I", "-S", str(alone / "session.py"), "diff", str(a), str(a)]
+    assert subprocess.run(plain, capture_output=True, cwd=alone).returncode == 0  # the report needs it not
