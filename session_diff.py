@@ -28,9 +28,11 @@ ignored: session and run ids, times, durations, seq numbers, message timestamps,
 cost, retry delays, the order in which the parallel tool calls of a turn ended, the format
 version, checkpoints and turn bookkeeping.
 
-Runs are aligned by position, calls turn by turn: model calls and compactions by their order
-within the turn, tool calls by name and order.  A retry is an extra attempt of its call, and a
-call or a run on one side only is one difference, not a shift of everything after it.
+Runs are aligned by position; their turns in order, by their calls (kinds, tools and
+arguments); calls within a turn, model calls and compactions by their order, tool calls by
+name and order.  A retry is an extra attempt of its call, and a call, a turn or a run on one
+side only is one difference, not a shift of everything after it.  ``--ignore-*`` ignores
+more; ``--html`` writes a page with ``session_export``'s safety rules.
 
 Both files are read as they stream, one run of each at a time: what is held is that run's
 calls and each distinct message text once, shared by both files; a version-2 request is held
