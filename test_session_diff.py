@@ -554,3 +554,19 @@ def test_html_page_needs_session_export_beside_session_py(tmp_path: Path) -> Non
     )
     plain = [sys.executable, "-I", "-S", str(alone / "session.py"), "diff", str(a), str(a)]
     assert subprocess.run(plain, capture_output=True, cwd=alone).returncode == 0  # the report needs it not
+
+
+def test_a_value_of_the_wrong_type_is_damage_not_a_crash(tmp_path: Path, capsys: Any) -> None:
+    """validate takes a tool name that is a number (the reader checks the envelope); diff,
+    which compares it, stops there as at a bad line, and says so."""
+    a = parallel(tmp_path / "a.jsonl", ("t1", "t2"))
+    b = tmp_path / "b.jsonl"
+    lines = a.read_text(encoding="utf-8").splitlines(keepends=True)
+    line = next(n for n, text in enumerate(lines) if '"type":"tool_exec_start"' in text)
+    lines[line] = lines[line].replace('"tool":"list_files"', '"tool":5')
+    b.write_text("".join(lines), encoding="utf-8")
+    status, out, err = diff(capsys, str(a), str(b))
+    offset = len("".join(lines[:line]).encode())
+    reason = "data.tool must be a string, found an integer"
+    assert status == 1 and err == f"{b}:{line + 1}: {reason} (offset {offset}); compared up to this line\n"
+    assert "first difference: missing call at run 1 (" in out  # what the damage hid is missing
