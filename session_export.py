@@ -634,6 +634,22 @@ def _h(text: str, inline: bool = False) -> str:
     return hidden.sub(_mark, escaped) if hidden.search(escaped) else escaped
 
 
+def _content_policy(style: str, script: str = "") -> str:
+    """The Content-Security-Policy of a page whose only style is *style* and only script
+    *script* (none if empty): nothing else runs, loads or submits, but pictures in data: URLs."""
+    import base64
+    import hashlib
+
+    def digest(text: str) -> str:
+        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+    scripts = f"script-src {digest(script)}; " if script else ""
+    return (
+        f"default-src 'none'; {scripts}style-src {digest(style)}; img-src data:; "
+        "base-uri 'none'; form-action 'none'"
+    )
+
+
 def _script_json(value: Any) -> str:
     """JSON that cannot end or confuse the ``<script>`` element holding it."""
     text = json.dumps(value, ensure_ascii=True, sort_keys=True)  # also escapes U+2028, U+2029
@@ -2101,18 +2117,8 @@ class _Page:
     # -- the page
 
     def render(self, source: BinaryIO, max_line_bytes: int) -> None:
-        import base64
-        import hashlib
-
         style, script = _PAGE_STYLE, _PAGE_SCRIPT
-
-        def digest(text: str) -> str:
-            return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
-
-        policy = (
-            f"default-src 'none'; script-src {digest(script)}; style-src {digest(style)}; img-src data:; "
-            "base-uri 'none'; form-action 'none'"
-        )
+        policy = _content_policy(style, script)
         summary = self.summary
         self.out.write(
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'

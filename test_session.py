@@ -341,7 +341,7 @@ def test_module_reads_top_to_bottom_in_functions_of_60_lines_at_most(module: str
         if isinstance(f, ast.FunctionDef)
     }
     assert (later, {where: size for where, size in sizes.items() if size > 60}) == ([], {})
-    assert max(sizes.values()) > 30  # the check can fail
+    assert max(sizes.values()) > 20  # the check can fail (each module has functions of some length)
 
 
 RECORDERS = sorted((HERE / "recorders").glob("session_*.py"))

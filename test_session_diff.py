@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
 
 import session
 from session import AgentState, Event, Execution, Message
@@ -36,15 +41,25 @@ def record(
     system: str = "",
     max_tokens: int = 1024,
     count_lines: Optional[Any] = None,
+    model_name: str = "",
+    described: str = "Count the lines of a file",
+    hesitant: bool = False,
+    parallel: bool = False,
 ) -> Path:
-    """A session of the example loop, one run per question, varied as asked."""
+    """A session of the example loop, one run per question, varied as asked: *model_name* in
+    each reply's usage, *described* the count_lines tool, a *hesitant* model that looks at a
+    folder first (one turn more), tools run *parallel* (all started, then ended last first)."""
     loop = _example()
     loop.CONFIG = session.CallConfig(max_tokens=max_tokens, thinking_level="low")
+    loop.TOOLS[1] = {**loop.TOOLS[1], "description": described}
     if not compaction:
         loop.compact = lambda run, state, turn: None
     if count_lines is not None:
         loop.TOOL_FUNCTIONS["count_lines"] = count_lines
+    if parallel:
+        loop.run_tools = functools.partial(run_tools_in_parallel, loop)
     model = loop.ScriptedModel()
+    model.generate = functools.partial(generate, model, loop, model_name, hesitant)
     model.calls = 0 if retry else 1  # the first call is rate limited
     state = AgentState([Message("system", [session.text_block(system)])] if system else [])
     with session.create(path, version=version) as s:
@@ -52,6 +67,52 @@ def record(
             with s.begin_run() as run:
                 loop.agent_loop(run, model, state, question, [])
     return path
+
+
+def generate(model: Any, loop: Any, name: str, hesitant: bool, messages: List[Message]) -> Message:
+    """The example's scripted model, naming *name* in its usage; if *hesitant*, its third
+    call (the second turn's) lists the examples folder first."""
+    if hesitant and model.calls == 2:
+        model.calls += 1
+        return Message("assistant", [loop.tool_call("call-x", "list_files", folder="examples")], "toolUse")
+    reply: Message = loop.ScriptedModel.generate(model, messages)
+    if name:
+        reply.usage = {**(reply.usage or {}), "model": name}
+    return reply
+
+
+def run_tools_in_parallel(
+    loop: Any, run: session.Run, response: Message, turn: int, timeline: Any
+) -> List[Message]:
+    """The example's tool calls of *response*, recorded as its run_tools does, but all
+    started, then ended last first."""
+    calls = [b["tool_call"] for b in response.content or () if b["type"] == "toolCall"]
+    executions = [Execution(c["id"], "tool", parent_id=f"model-{turn}", turn_index=turn) for c in calls]
+    for call, execution in zip(calls, executions):
+        name, args = call["name"], call["args"]
+        run.record(Event("tool_exec_start", execution=execution, tool_id=call["id"], tool=name, args=args))
+    results = []
+    for call, execution in reversed(list(zip(calls, executions))):
+        name, args = call["name"], call["args"]
+        error: Optional[OSError] = None
+        try:
+            output = f"{args.get('path', args.get('folder'))}: {loop.TOOL_FUNCTIONS[name](**args)}"
+        except OSError as exc:
+            output, error = f"error: {exc.strerror}", exc
+        run.record(
+            Event(
+                "tool_exec_end",
+                execution=execution,
+                tool_id=call["id"],
+                tool=name,
+                result={"output": output},
+                is_error=error is not None,
+                error=error,
+                disposition="continue",
+            )
+        )
+        results.append(session.tool_result(call["id"], output, is_error=error is not None))
+    return results[::-1]  # in the order of the calls, as the model reads them
 
 
 def parallel(
@@ -175,12 +236,89 @@ def test_an_extra_retry_names_the_call_and_the_extra_attempt(tmp_path: Path, cap
     assert [d["what"] for d in report["differences"]] == ["retry"]  # not a shift of later calls
 
 
-def test_a_missing_compaction_is_one_missing_call(tmp_path: Path, capsys: Any) -> None:
+def test_a_missing_compaction_is_named_first(tmp_path: Path, capsys: Any) -> None:
+    """Without it, B's model answers at once: A's turn (the compaction, the model asking for
+    a tool, the tool) is one turn on one side only, and the answers pair."""
     a, b = record(tmp_path / "a.jsonl"), record(tmp_path / "b.jsonl", compaction=False)
-    status, report = diff_json(capsys, str(a), str(b))
+    status, report = diff_json(capsys, str(a), str(b), "--all")
     first = report["first"]
-    assert status == 1 and first["what"] == "missing call" and first["b"] is None
-    assert first["a"]["execution_id"].startswith("compact-") and "only in A" in first["where"]
+    assert status == 1 and first["what"] == "turn" and first["b"] is None
+    assert (
+        first["a"]["execution_id"] == "compact-1" and "turn 1 / -: only in A (compact call" in first["where"]
+    )
+    assert [d["what"] for d in report["differences"]][1:] == ["message added", "message removed", "reply"]
+    assert all("turn 2 / 1, model call" in d["where"] for d in report["differences"][1:])
+
+
+def test_a_turn_on_one_side_only_is_one_difference(tmp_path: Path, capsys: Any) -> None:
+    """B's model looks at a folder first: its turn 2 is extra, and its turns 3 and 4 pair with
+    A's 2 and 3 (their requests carry B's extra messages, said once)."""
+    question = ("How long is session.py, and what is beside it?",)
+    a = record(tmp_path / "a.jsonl", question, compaction=False)
+    b = record(tmp_path / "b.jsonl", question, compaction=False, hesitant=True)
+    status, report = diff_json(capsys, str(a), str(b), "--all")
+    differences = report["differences"]
+    assert status == 1 and [d["what"] for d in differences] == ["turn", "message added"]
+    assert differences[0]["where"].endswith(
+        "turn - / 2: only in B (model call model-2, tool call list_files call-x)"
+    )
+    assert differences[0]["a"] is None and differences[0]["b"]["execution_id"] == "model-2"
+    assert "turn 2 / 3, model call model-2 / model-3" in differences[1]["where"]
+    assert "examples" in differences[1]["b_text"] and differences[1]["a_text"] is None
+
+
+def test_tool_calls_run_in_parallel_and_ending_in_another_order_are_the_same(
+    tmp_path: Path, capsys: Any
+) -> None:
+    a = record(tmp_path / "a.jsonl", parallel=True, compaction=False)
+    ends = [r.data["execution"]["id"] for r in session.iter_records(a) if r.type == "tool_exec_end"]
+    assert ends[:2] == ["call-2", "call-1"]  # turn 1's, last first
+    b = record(tmp_path / "b.jsonl", compaction=False)  # one after the other
+    assert diff_json(capsys, str(a), str(b))[0] == 0
+
+
+def test_ignore_options_widen_what_is_ignored_each_its_own(tmp_path: Path, capsys: Any) -> None:
+    kept: Dict[str, Any] = {
+        "model_name": "m-1",
+        "compaction": False,
+    }  # a compaction would drop the system prompt
+    base = record(tmp_path / "a.jsonl", **kept)
+    varied = {
+        "config": record(tmp_path / "config.jsonl", **{**kept, "max_tokens": 2048}),
+        "tools": record(tmp_path / "tools.jsonl", **{**kept, "described": "Count lines"}),
+        "system": record(tmp_path / "system.jsonl", **{**kept, "system": "Be brief."}),
+        "model": record(tmp_path / "model.jsonl", **{**kept, "model_name": "m-2"}),
+    }
+    whats = {"config": "config", "tools": "tools", "system": "system prompt added", "model": "reply"}
+    for name, path in varied.items():
+        status, report = diff_json(capsys, str(base), str(path), "--all")
+        # the second run's first request carries the first run's replies: from another model
+        also = {"message changed"} if name == "model" else set()
+        assert status == 1 and {d["what"] for d in report["differences"]} == {whats[name], *also}, name
+        assert diff_json(capsys, str(base), str(path), f"--ignore-{name}")[0] == 0, name
+        others = [f"--ignore-{other}" for other in varied if other != name]
+        assert diff_json(capsys, str(base), str(path), *others)[1]["first"]["what"] == whats[name]
+
+
+def test_two_imported_claude_code_sessions(tmp_path: Path, capsys: Any) -> None:
+    import session_import
+
+    project = tmp_path / "project"
+    shutil.copytree(HERE / "testdata" / "import" / "claude-code" / "project", project)
+    source = next(project.glob("*.jsonl"))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    session_import.import_session(source, a)
+    assert diff_json(capsys, str(a), str(a)) == (0, {"same": True, "first": None, "damaged": []})
+    source.write_text(
+        source.read_text().replace("README.md\\nsession.py", "README.md\\nsession.py\\nnotes.txt")
+    )
+    session_import.import_session(source, b)
+    status, report = diff_json(capsys, str(a), str(b), "--all")
+    first = report["first"]
+    assert status == 1 and first["what"] == "result" and first["a"]["execution_id"] == "toolu_01"
+    assert "notes.txt" in first["b_text"] and "notes.txt" not in first["a_text"]
+    # the next request carries the result as a tool message (said once in the run)
+    assert [d["what"] for d in report["differences"]] == ["result", "message changed"]
 
 
 def test_another_config_is_a_difference(tmp_path: Path, capsys: Any) -> None:
@@ -272,3 +410,163 @@ def test_diff_runs_as_a_command_and_says_when_its_module_is_missing(tmp_path: Pa
         "diff: needs session_diff.py beside session.py"
         " (the wheel installs both; a vendored copy needs both files)\n"
     )
+
+
+def page_parts(page: str) -> Any:
+    from test_session_export import PageParts
+
+    parts = PageParts()
+    parts.feed(page)
+    return parts
+
+
+def reported(out: str) -> List[Tuple[str, List[str], List[str]]]:
+    """Each difference of a text report with --all: its title, and the lines it gives as A's
+    only and B's only (a short text's whole line; a line diff's - and + lines)."""
+    found: List[Tuple[str, List[str], List[str]]] = []
+    for line in out.splitlines():
+        if line.startswith("difference "):
+            found.append((line.split(": ", 1)[1], [], []))
+        elif found and line.startswith(("  A: ", "  B: ")):
+            if line[5:] != "(nothing)":
+                (found[-1][1] if line[2] == "A" else found[-1][2]).append(line[5:])
+        elif (
+            found and line[2:3] in "-+" and not line.startswith(("  ---", "  +++")) and line.startswith("  ")
+        ):
+            (found[-1][1] if line[2] == "-" else found[-1][2]).append(line[3:])
+    return found
+
+
+def test_html_page_marks_the_differences_the_report_names_in_chromium(tmp_path: Path, capsys: Any) -> None:
+    from test_session_export import WebDriver
+
+    a = record(tmp_path / "a.jsonl", system="Be brief.\nCite files.", compaction=False)
+    b = record(
+        tmp_path / "b.jsonl",
+        ("How long is session.py, and what is beside it?", "And the tests?"),
+        system="Be thorough.\nCite files.",
+        compaction=False,
+        count_lines=lambda path: 7,
+    )
+    page = tmp_path / "page.html"
+    assert diff(capsys, str(a), str(b), "--html", "-o", str(page)) == (1, "", "")
+    status, out, _ = diff(capsys, str(a), str(b), "--all")
+    expected = reported(out)
+    assert status == 1 and len(expected) > 3
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        browser.page("POST", "/url", {"url": page.as_uri()})
+        shown = browser.run(
+            "return [...document.querySelectorAll('section.difference')].map(s => ["
+            "s.querySelector('h3').textContent.replace(/^[0-9]+[.] /, ''),"
+            "[...s.querySelectorAll('td:nth-child(1) .only')].map(e => e.textContent),"
+            "[...s.querySelectorAll('td:nth-child(2) .only')].map(e => e.textContent)])"
+        )
+        assert [tuple(item) for item in shown] == expected
+        first = browser.run("return document.querySelector('#calls tr.differs a').getAttribute('href')")
+        assert first == "#difference-1"  # the calls side by side start at the first difference
+        assert browser.run("return performance.getEntriesByType('resource').length") == 0
+    finally:
+        browser.close()
+    status, out, _ = diff(capsys, str(a), str(a), "--html")  # to stdout, and exits as the report
+    assert status == 0 and "<h1>same</h1>" in out and "0 differences" in out
+
+
+def test_html_page_shows_hostile_texts_as_text_and_runs_nothing_in_chromium(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from test_session_export import HOSTILE_NAME, PAYLOADS, PWN, WebDriver, csp_hash
+
+    attacks = " ".join(PAYLOADS[:6]) + " \u202egnp.exe\u200b \x1b[31mred \u2028\u2029"
+    questions = ("How long is session.py, and what is beside it?", f"tests? {attacks}")
+    a = record(tmp_path / "a.jsonl", questions, compaction=False)
+    b = record(
+        tmp_path / HOSTILE_NAME,
+        (questions[0], f"tests! {attacks}"),
+        compaction=False,
+        count_lines=lambda path: attacks,
+    )
+    page = tmp_path / "page.html"
+    assert diff(capsys, str(a), str(b), "--html", "-o", str(page))[0] == 1
+    text = page.read_text(encoding="utf-8")
+    parts = page_parts(text)
+    (style,) = parts.texts["style"]
+    assert [tag for tag, _ in parts.elements][:4] == ["html", "head", "meta", "meta"]
+    assert parts.elements[3][1] == {
+        "http-equiv": "Content-Security-Policy",
+        "content": f"default-src 'none'; style-src {csp_hash(style)}; img-src data:; "
+        "base-uri 'none'; form-action 'none'",
+    }
+    for tag, attrs in parts.elements:
+        assert tag not in ("script", "img", "iframe", "svg", "link") and "src" not in attrs, (tag, attrs)
+        assert not [name for name in attrs if name.startswith("on") or name == "style"], (tag, attrs)
+        assert re.fullmatch(r"#difference-\d+", attrs.get("href") or "#difference-1"), attrs
+    for char in "\u202e\u200b\x1b\u2028\u2029":
+        assert char not in text and f"[U+{ord(char):04X}]" in text
+    unprotected = tmp_path / "no-csp.html"
+    unprotected.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", text), encoding="utf-8"
+    )
+    browser = WebDriver(tmp_path / "profile")
+    try:
+        for copy in (page, unprotected):  # by escaping alone, and with the policy too
+            browser.page("POST", "/url", {"url": copy.as_uri()})
+            assert browser.run(f"return {PWN} === undefined")
+            assert browser.run("return document.querySelectorAll('script,img,iframe,svg').length") == 0
+            assert browser.run("return performance.getEntriesByType('resource').length") == 0
+            body = browser.run("return document.body.textContent")
+            assert PAYLOADS[0] in body and PAYLOADS[3] in body and str(b) in body  # shown as text
+    finally:
+        browser.close()
+
+
+def test_html_page_exits_as_the_report_and_never_overwrites_a_session(tmp_path: Path, capsys: Any) -> None:
+    a, b = record(tmp_path / "a.jsonl"), record(tmp_path / "b.jsonl")
+    whole = b.read_bytes()
+    b.write_bytes(whole + b"garbage\n")
+    page = tmp_path / "page.html"
+    status, out, err = diff(capsys, str(a), str(b), "--html", "-o", str(page))
+    assert (status, out, err.count("\n")) == (2, "", 1) and "compared up to this line" in err
+    assert "<h1>same up to the damage</h1>" in page.read_text(encoding="utf-8")
+    status, out, err = diff(capsys, str(a), str(b), "--html", "-o", str(b))
+    assert (status, out, b.read_bytes()) == (2, "", whole + b"garbage\n")
+    assert err.endswith(f"diff: will not write the page over the session {b}\n")
+    with pytest.raises(SystemExit) as usage:
+        session.main(["diff", str(a), str(a), "-o", str(page)])
+    assert usage.value.code == 2 and "-o/--output is the page's, with --html" in capsys.readouterr().err
+
+
+def test_html_page_needs_session_export_beside_session_py(tmp_path: Path) -> None:
+    a = record(tmp_path / "a.jsonl")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for module in ("session.py", "session_diff.py"):
+        (alone / module).write_bytes((HERE / module).read_bytes())
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(alone / "session.py"), "diff", str(a), str(a), "--html"],
+        capture_output=True,
+        text=True,
+        cwd=alone,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.endswith(
+        "diff: --html needs session_export.py beside session.py (the wheel installs both)\n"
+    )
+    plain = [sys.executable, "-I", "-S", str(alone / "session.py"), "diff", str(a), str(a)]
+    assert subprocess.run(plain, capture_output=True, cwd=alone).returncode == 0  # the report needs it not
+
+
+def test_a_value_of_the_wrong_type_is_damage_not_a_crash(tmp_path: Path, capsys: Any) -> None:
+    """validate takes a tool name that is a number (the reader checks the envelope); diff,
+    which compares it, stops there as at a bad line, and says so."""
+    a = parallel(tmp_path / "a.jsonl", ("t1", "t2"))
+    b = tmp_path / "b.jsonl"
+    lines = a.read_text(encoding="utf-8").splitlines(keepends=True)
+    line = next(n for n, text in enumerate(lines) if '"type":"tool_exec_start"' in text)
+    lines[line] = lines[line].replace('"tool":"list_files"', '"tool":5')
+    b.write_text("".join(lines), encoding="utf-8")
+    status, out, err = diff(capsys, str(a), str(b))
+    offset = len("".join(lines[:line]).encode())
+    reason = "data.tool must be a string, found an integer"
+    assert status == 1 and err == f"{b}:{line + 1}: {reason} (offset {offset}); compared up to this line\n"
+    assert "first difference: missing call at run 1 (" in out  # what the damage hid is missing

@@ -6,7 +6,7 @@
 Both sessions are ``growth.py``'s conversation (a context that grows by about 2 KB a turn,
 one model call and one tool call per turn), recorded twice in format version 2: the same
 conversation, so ``diff`` reads and compares every call of both (exit 0).  "validate" is
-``session.main(["validate", "--jobs", "1", A, B])``, "diff" ``session.main(["diff", A, B])``,
+``session.main(["validate", A, B])``, "diff" ``session.main(["diff", A, B])``,
 each in this process with its output thrown away, in CPU seconds (``time.process_time``,
 so that other work on the machine counts less); the ratio is the median of interleaved
 pairs.  "diff peak" is the peak resident memory of a process of its own that imports
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             growth.record(path, 2, script)
         validates, diffs, ratios = [], [], []
         for _ in range(args.pairs):
-            validates.append(cpu(["validate", "--jobs", "1", str(a), str(b)]))
+            validates.append(cpu(["validate", str(a), str(b)]))
             diffs.append(cpu(["diff", str(a), str(b)]))
             ratios.append(diffs[-1] / validates[-1])
         peak = peak_kb(a, b)
