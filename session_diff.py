@@ -309,7 +309,11 @@ class _Source:
             numbers = array("q", [self.texts.number(m) for m in each])
             messages = functools.partial(array, "q", numbers)
             tools = _canonical(request.get("tools") or [])
-        return {"messages": messages, "tools": tools, "config": _canonical(request.get("config"))}
+        return {
+            "messages": messages,
+            "tools": tools,
+            "config": _canonical(_without_ids(request.get("config"))),
+        }
 
     def _referred(self, ranges: Sequence[Tuple[int, int]]) -> array[int]:
         """The numbers of the message records in the seq *ranges* (checked by the reader)."""
@@ -344,6 +348,16 @@ def _selected(run: _Run, selector: str) -> bool:
     if len(selector) <= 4 and selector.isascii() and selector.isdigit():
         return run.position + 1 == int(selector)
     return run.run_id.startswith(selector)
+
+
+_CONFIG_IDS = ("session_id", "prompt_cache_key")  # a config's ids, which differ between recordings
+
+
+def _without_ids(config: Any) -> Any:
+    """A request's *config* without the ids a provider keys its session or cache by."""
+    if type(config) is not dict:
+        return config
+    return {key: value for key, value in config.items() if key not in _CONFIG_IDS}
 
 
 def _canonical(value: Any) -> str:

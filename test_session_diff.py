@@ -45,12 +45,16 @@ def record(
     described: str = "Count the lines of a file",
     hesitant: bool = False,
     parallel: bool = False,
+    ids: str = "",
 ) -> Path:
     """A session of the example loop, one run per question, varied as asked: *model_name* in
     each reply's usage, *described* the count_lines tool, a *hesitant* model that looks at a
-    folder first (one turn more), tools run *parallel* (all started, then ended last first)."""
+    folder first (one turn more), tools run *parallel* (all started, then ended last first),
+    *ids* the config's session id and prompt cache key."""
     loop = _example()
-    loop.CONFIG = session.CallConfig(max_tokens=max_tokens, thinking_level="low")
+    loop.CONFIG = session.CallConfig(
+        max_tokens=max_tokens, thinking_level="low", session_id=ids, prompt_cache_key=ids
+    )
     loop.TOOLS[1] = {**loop.TOOLS[1], "description": described}
     if not compaction:
         loop.compact = lambda run, state, turn: None
@@ -317,8 +321,11 @@ def test_two_imported_claude_code_sessions(tmp_path: Path, capsys: Any) -> None:
     first = report["first"]
     assert status == 1 and first["what"] == "result" and first["a"]["execution_id"] == "toolu_01"
     assert "notes.txt" in first["b_text"] and "notes.txt" not in first["a_text"]
-    # the next request carries the result as a tool message (said once in the run)
-    assert [d["what"] for d in report["differences"]] == ["result", "message changed"]
+    # the next request carries the result as a tool message (said once in each run: the
+    # fixture's rewind made a second run, whose context holds the first one's result)
+    differences = report["differences"]
+    assert [d["what"] for d in differences] == ["result", "message changed", "message changed"]
+    assert differences[1]["a"]["run_id"] != differences[2]["a"]["run_id"]
 
 
 def test_another_config_is_a_difference(tmp_path: Path, capsys: Any) -> None:
@@ -327,6 +334,12 @@ def test_another_config_is_a_difference(tmp_path: Path, capsys: Any) -> None:
     first = report["first"]
     assert status == 1 and first["what"] == "config"
     assert '"max_tokens":1024' in first["a_text"] and '"max_tokens":2048' in first["b_text"]
+
+
+def test_the_configs_session_id_and_prompt_cache_key_are_ignored(tmp_path: Path, capsys: Any) -> None:
+    a, b = record(tmp_path / "a.jsonl", ids="sess-a"), record(tmp_path / "b.jsonl", ids="sess-b")
+    assert '"session_id":"sess-a"' in a.read_text()  # written, and not compared
+    assert diff(capsys, str(a), str(b))[0] == 0
 
 
 def test_an_extra_run_is_one_difference(tmp_path: Path, capsys: Any) -> None:
