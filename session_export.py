@@ -2750,7 +2750,7 @@ COMMANDS = [  # what python -m session takes from this module
 # and the version followed), encoded here as OTLP's ExportTraceServiceRequest, in protobuf or
 # in OTLP/JSON, and sent over HTTP.  A file is read twice: first to check it (only the complete
 # records of a valid file are exported, as ``export`` does), then to send each call's span as the
-# call ends, so that what is held stays bounded whatever the file's length.
+# call ends, so that what is held grows with the calls of the longest run, not the file's length.
 
 _OTLP_PROTOCOLS = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 _OTLP_REQUEST_BYTES = 4 << 20  # spans per request, encoded, at most (a bigger span goes alone)
