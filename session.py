@@ -4518,9 +4518,10 @@ class _Summarizer:
         self.usage: Dict[str, int] = {}
         self.uninterpreted = 0
         self.replies = 0  # model_exec_end records of a call that succeeded
-        # the latest run's calls, (the gap kind an unfinished one is, (execution id, attempt)),
-        # and their execution ids: kept for that run only (ids are run-local)
-        self.started: Set[Tuple[str, Tuple[str, int]]] = set()
+        # the latest run's calls, (the gap kind an unfinished one is, execution id, attempt) (flat:
+        # a tuple within each would be kept too), and their execution ids: kept for that run only
+        # (ids are run-local)
+        self.started: Set[Tuple[str, str, int]] = set()
         self.ids: Set[str] = set()
 
     def __call__(self, record: Record) -> None:
@@ -4575,13 +4576,13 @@ class _Summarizer:
         parent = record.data["execution"].get("parent_id", "")
         if parent and parent not in self.ids:
             run.open_gaps.setdefault(("unknown_parent", call), record.seq)
-        self.started.add((opens, call))
+        self.started.add((opens, *call))
         self.ids.add(call[0])
 
     def _close(self, run: _RunState, opened: str, call: Tuple[str, int], seq: int) -> None:
         """Note the end, at *seq*, of *call*: of an open call, or a gap of an impossible history."""
         if run.open_gaps.pop((opened, call), None) is None:
-            kind = "call_ended_twice" if (opened, call) in self.started else "call_end_without_start"
+            kind = "call_ended_twice" if (opened, *call) in self.started else "call_end_without_start"
             run.open_gaps.setdefault((kind, call), seq)
 
     def _add_usage(self, message: Any) -> None:

@@ -34,6 +34,7 @@ OpenTelemetry spans.
 
 from __future__ import annotations
 
+import array
 import bisect
 import builtins
 import contextlib
@@ -2799,7 +2800,7 @@ COMMANDS = [  # what python -m session takes from this module
 # and the version followed), encoded here as OTLP's ExportTraceServiceRequest, in protobuf or
 # in OTLP/JSON, and sent over HTTP.  A file is read twice: first to check it (only the complete
 # records of a valid file are exported, as ``export`` does), then to send each call's span as the
-# call ends, so that what is held stays bounded whatever the file's length.
+# call ends, so that what is held grows with the calls of the longest run, not the file's length.
 
 _OTLP_PROTOCOLS = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 _OTLP_REQUEST_BYTES = 4 << 20  # spans per request, encoded, at most (a bigger span goes alone)
@@ -2965,11 +2966,15 @@ class _OtlpRun:
         self.asked = False  # whether its first model request was read
         self.input: Optional[_OtlpMessage] = None  # the newest user message of that request
         self.answer: Dict[str, Any] = {}  # the message of its latest model call that answered
+        # what is kept of its calls once their spans are out (execution ids are run-local, and
+        # no record of a run comes after its run_close): 8-byte span ids, let go with the run
+        self.started: Set[bytes] = set()  # of each attempt that started (ended, or under way)
+        self.latest: Dict[bytes, int] = {}  # of each execution id: its latest attempt that started
 
 
 class _Traces:
     """The spans of one session file, each made as its call (or run) ends: only the calls and
-    runs under way are held, and the keys of those that ended."""
+    runs under way are held, and the span ids of the current run's calls."""
 
     def __init__(self, name: str, content: bool, salt: str, max_line_bytes: int) -> None:
         self._content = _Contents(name, max_line_bytes) if content else None
@@ -2978,8 +2983,6 @@ class _Traces:
         self._time = 0  # of the latest record whose time could be read
         self._runs: Dict[str, _OtlpRun] = {}
         self._calls: Dict[Tuple[str, str, int], _OtlpCall] = {}  # under way
-        self._ended: Set[bytes] = set()  # the span ids of the calls whose span was made
-        self._latest: Dict[bytes, int] = {}  # the span id of (run, execution id) -> latest attempt
         self._compacted = False  # whether the session's context was compacted yet
 
     def add(self, record: Record) -> List[_OtlpSpan]:
@@ -2991,6 +2994,8 @@ class _Traces:
         if self._content is not None:
             self._content.add(record)
         if record.type == "run_start":
+            for before in self._runs.values():  # left open: the reader lets none of its records come
+                before.started, before.latest = set(), {}
             self._runs[record.run_id] = _OtlpRun(record.run_id, self._time)
         run = self._runs.get(record.run_id)  # the reader checks that the run was started
         if run is None:
@@ -3021,7 +3026,7 @@ class _Traces:
         key = (record.run_id, execution.id, execution.attempt)
         call = self._calls.get(key)
         if call is None:
-            if self._span_id(*key) in self._ended:
+            if self._span_id(*key) in self._runs[record.run_id].started:
                 return []  # a record after its end: nothing its span shows
             call = self._calls[key] = self._new_call(record.run_id, execution)
         call.last = self._time
@@ -3031,7 +3036,6 @@ class _Traces:
         self._take(record, call)
         if not ends or record.type != ends[-1]:
             return []  # under way still (or of a kind not known to end: at the file's end)
-        self._ended.add(call.span_id)
         return [self._call_span(record.run_id, self._calls.pop(key))]
 
     def _take(self, record: Record, call: _OtlpCall) -> None:
@@ -3062,18 +3066,20 @@ class _Traces:
     def _new_call(self, run_id: str, execution: Execution) -> _OtlpCall:
         """The call's span, under its parent's latest attempt (or the run), linked to the
         attempt before it."""
+        run = self._runs[run_id]
         parent = self._span_id(run_id)
-        parent_attempt = self._latest.get(self._span_id(run_id, execution.parent_id))
+        parent_attempt = run.latest.get(self._span_id(run_id, execution.parent_id))
         if execution.parent_id and parent_attempt is not None:
             parent = self._span_id(run_id, execution.parent_id, parent_attempt)
         span_id = self._span_id(run_id, execution.id, execution.attempt)
         call = _OtlpCall(execution, span_id, parent, self._time)
         call.compacted = self._compacted
         before = self._span_id(run_id, execution.id, execution.attempt - 1)
-        if before in self._ended or (run_id, execution.id, execution.attempt - 1) in self._calls:
+        if before in run.started:
             call.links.append(before)
-        key = self._span_id(run_id, execution.id)  # 8 bytes: what is kept of each call is small
-        self._latest[key] = max(self._latest.get(key, 0), execution.attempt)
+        run.started.add(span_id)
+        key = self._span_id(run_id, execution.id)
+        run.latest[key] = max(run.latest.get(key, 0), execution.attempt)
         return call
 
     def _span_id(self, run_id: str, *call: Any) -> bytes:
@@ -3345,8 +3351,8 @@ class _Contents:
     def __init__(self, name: str, max_line_bytes: int) -> None:
         self._name = name
         self._max_line_bytes = max_line_bytes
-        self._seqs: List[int] = []  # of the message records, in order
-        self._offsets: List[int] = []  # of the same records
+        self._seqs = array.array("q")  # of the message records, in order (8 bytes each)
+        self._offsets = array.array("q")  # of the same records
         self._system: List[int] = []  # where the system messages are among them
         self._kept: Dict[int, _OtlpMessage] = {}  # by seq, the latest used last
         self._kept_size = 0
@@ -3623,10 +3629,11 @@ def _span_proto(span: _OtlpSpan) -> bytes:
 
 def _request_proto(resource: _Attributes, spans: List[bytes]) -> bytes:
     """ExportTraceServiceRequest: resource_spans 1 (resource 1, scope_spans 2 (scope 1,
-    spans 2))."""
-    scope = _field(1, b"session.py") + _field(2, __version__.encode())
-    scope_spans = _field(1, scope) + b"".join(spans)
-    return _field(1, _field(1, _attributes_proto(1, resource)) + _field(2, scope_spans))
+    spans 2)), the spans copied once (the request is what they weigh, not a few times that)."""
+    scope = _field(1, _field(1, b"session.py") + _field(2, __version__.encode()))
+    scope_spans = len(scope) + sum(len(span) for span in spans)
+    head = _field(1, _attributes_proto(1, resource)) + b"\x12" + _varint(scope_spans) + scope  # field 2
+    return b"".join([b"\x0a", _varint(len(head) + scope_spans - len(scope)), head, *spans])  # field 1
 
 
 # OTLP/JSON: protobuf's JSON mapping, but ids in hex and enums as integers (the OTLP spec).
@@ -3671,7 +3678,9 @@ def _request_json(resource: _Attributes, spans: List[bytes]) -> bytes:
     )
     scope = json.dumps({"name": "session.py", "version": __version__}, separators=(",", ":"))
     head = f'{{"resourceSpans":[{{"resource":{attributes},"scopeSpans":[{{"scope":{scope},"spans":['
-    return head.encode() + b",".join(spans) + b"]}]}]}"
+    parts = [b","] * (2 * len(spans) - 1)  # the spans copied once, with a comma between two
+    parts[::2] = spans
+    return b"".join([head.encode(), *parts, b"]}]}]}"])
 
 
 # ---------------------------------------------------------------------------- OTLP/HTTP

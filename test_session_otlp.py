@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import gzip
 import http.server
 import json
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -623,6 +625,51 @@ def test_memory_stays_bounded_whatever_the_files_length(tmp_path: Path, content:
         assert spans == 1 + 2 * calls
     small, large = peaks
     assert large < small * 1.5 + (1 << 20), peaks  # the file grew by 4 * 100 * 16 KB
+
+
+def span_ids_held(root: object) -> int:
+    """How many 8-byte span ids the objects reachable from *root* hold (classes, modules and
+    functions not followed: they are not what *root* keeps)."""
+    seen: Set[int] = set()
+    stack, count = [root], 0
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, (type, types.ModuleType, types.FunctionType)):
+            continue
+        seen.add(id(item))
+        if type(item) is bytes:
+            count += len(item) == 8
+        else:
+            stack += gc.get_referents(item)
+    return count
+
+
+def test_the_ids_held_are_those_of_one_run_however_many_runs_the_file_holds(tmp_path: Path) -> None:
+    """What is kept of a call once its span is out (to find the parent of a later call and link
+    a retry to the attempt before it) is let go with its run: through an export of 40 runs of
+    10 model and 10 tool calls each, the span ids held stay those of one run (an id per attempt
+    and per execution id, and a few of the calls under way), never the file's 800."""
+    path = tmp_path / "runs.jsonl"
+    with session.create(path) as s:
+        for _ in range(40):
+            with s.begin_run() as run:
+                for n in range(10):
+                    model, tool = Execution(f"m{n}", "model"), Execution(f"c{n}", "tool", parent_id=f"m{n}")
+                    run.record(Event("model_exec_start", execution=model))
+                    run.record(Event("model_exec_end", execution=model, message=Message("assistant", [])))
+                    run.record(Event("tool_exec_start", execution=tool, tool="read", tool_id=f"c{n}"))
+                    run.record(Event("tool_exec_end", execution=tool, tool="read", result="r"))
+    traces = session_export._Traces(str(path), True, "", 1 << 20)
+    held, spans = [], []
+    for record in session.iter_records(path, resolve=False):
+        spans += traces.add(record)
+        held.append(span_ids_held(traces))
+    spans += traces.rest()
+    assert len(spans) == 40 * 21 and not list(traces.rest())
+    parents = {span.span_id: span.name for span in spans}
+    tools = [span for span in spans if span.name == "execute_tool read"]
+    assert len(tools) == 400 and all(parents[span.parent_id] == "chat" for span in tools)
+    assert max(held) <= 2 * 20 + 4, max(held)
 
 
 CONTENT: Tuple[str, ...] = ("gen_ai.input", "gen_ai.output", "gen_ai.system", "gen_ai.tool.definitions")
