@@ -53,6 +53,7 @@ from session import CallConfig, Event, Execution, Message, ModelRequest, RunSumm
 from session import (
     _IMPORT_COMMANDS,
     _MAX_LINE_BYTES,
+    _CodecFault,
     _Command,
     _new_id,
     _parse_rfc3339,
@@ -150,6 +151,26 @@ class _Lines:
     blank: int = 0
 
 
+class _Tally:
+    """What an import read: lines, the unmapped ones per type, the ones not understood."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.unmapped: Dict[str, int] = {}
+        self.problems: List[Problem] = []
+        self.files: Dict[str, int] = {}
+
+    def add(self, lines: _Lines) -> None:
+        self.lines += len(lines.entries) + len(lines.problems) + lines.blank
+        self.problems += lines.problems
+        self.files[lines.label or os.path.basename(lines.path)] = lines.size
+        if lines.blank:
+            self.skip("(blank)", lines.blank)
+
+    def skip(self, kind: str, count: int = 1) -> None:
+        self.unmapped[kind] = self.unmapped.get(kind, 0) + count
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not strict JSON")
 
@@ -171,14 +192,18 @@ def _parsed(raw: bytes) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+def _time(text: str) -> Optional[datetime]:
+    """The RFC 3339 time *text* in UTC, ``None`` when it is none (or beyond years 1 to 9999
+    there)."""
+    try:
+        return _parse_rfc3339(text).astimezone(timezone.utc)
+    except (_CodecFault, ValueError, OverflowError):
+        return None
+
+
 def _timestamp(obj: Dict[str, Any], key: str) -> Optional[datetime]:
     text = obj.get(key)
-    if type(text) is not str:
-        return None
-    try:
-        return _parse_rfc3339(text)
-    except (ValueError, OverflowError):
-        return None
+    return _time(text) if type(text) is str else None
 
 
 def _read_lines(path: str, label: str, max_line_bytes: int, time_key: str) -> _Lines:
@@ -298,11 +323,23 @@ class _Writer:
         self.turn_open = False
         self.tool_calls = 0
         self.tool_errors = 0
+        self.tool_ids: Set[str] = set()
         self.record("agent_start", time)
 
     def record(self, kind: str, time: datetime, **fields: Any) -> None:
         assert self.run is not None
         self.run.record(Event(kind, timestamp=time, **fields))
+
+    def new_tool(self, execution_id: str, tally: _Tally, entry: _Entry) -> bool:
+        """Whether *execution_id* is no tool call's of this run yet (then it is one, counted);
+        else the call of *entry* that uses it again is not understood."""
+        if execution_id in self.tool_ids:
+            problem = f"a tool call id used before ({execution_id[:60]})"
+            tally.problems.append(Problem(entry.file, entry.number, problem))
+            return False
+        self.tool_ids.add(execution_id)
+        self.tool_calls += 1
+        return True
 
     def next_turn(self, time: datetime) -> None:
         self.end_turn(time)
@@ -499,7 +536,7 @@ def _parent(entry: _Entry) -> Any:
     parent = entry.obj.get("parentUuid")
     if parent is None and entry.obj.get("subtype") == "compact_boundary":
         parent = entry.obj.get("logicalParentUuid")
-    return parent
+    return parent if type(parent) is str else None
 
 
 def _is_prompt(obj: Dict[str, Any]) -> bool:
@@ -634,26 +671,6 @@ class _SubAgents:
                 n for n in os.listdir(self.folder) if n.startswith("agent-") and n.endswith(".jsonl")
             )
         return []
-
-
-class _Tally:
-    """What an import read: lines, the unmapped ones per type, the ones not understood."""
-
-    def __init__(self) -> None:
-        self.lines = 0
-        self.unmapped: Dict[str, int] = {}
-        self.problems: List[Problem] = []
-        self.files: Dict[str, int] = {}
-
-    def add(self, lines: _Lines) -> None:
-        self.lines += len(lines.entries) + len(lines.problems) + lines.blank
-        self.problems += lines.problems
-        self.files[lines.label or os.path.basename(lines.path)] = lines.size
-        if lines.blank:
-            self.skip("(blank)", lines.blank)
-
-    def skip(self, kind: str, count: int = 1) -> None:
-        self.unmapped[kind] = self.unmapped.get(kind, 0) + count
 
 
 class _Conversation:
@@ -791,7 +808,7 @@ class _Conversation:
         self.history.append(message)
         for block in message.content or []:
             if block["type"] == "toolCall":
-                self.tool_start(block["tool_call"], last.time)
+                self.tool_start(block["tool_call"], last)
 
     def failed_call(self, entry: _Entry) -> None:
         """The API error *entry* that ended a call (Claude Code's synthetic error message, or
@@ -803,13 +820,14 @@ class _Conversation:
         self.writer.record("model_request", entry.time, execution=execution, request=self.request(""))
         self.writer.record("model_exec_end", entry.time, execution=execution, error=_api_error(entry.obj))
 
-    def tool_start(self, call: session.ToolCall, time: datetime) -> None:
+    def tool_start(self, call: session.ToolCall, entry: _Entry) -> None:
         tool_id, name = call["id"], call["name"]
-        execution = self.execution("tool", tool_id or f"tool-{len(self.tools) + 1}")
+        execution = self.execution("tool", tool_id or f"tool-{self.writer.tool_calls + 1}")
+        if not self.writer.new_tool(execution.id, self.tally, entry):
+            return
         self.tools[tool_id] = (execution, name)
-        self.writer.tool_calls += 1
         self.writer.record(
-            "tool_exec_start", time, execution=execution, tool_id=tool_id, tool=name, args=call["args"]
+            "tool_exec_start", entry.time, execution=execution, tool_id=tool_id, tool=name, args=call["args"]
         )
 
     def user(self, entry: _Entry) -> None:
@@ -833,8 +851,14 @@ class _Conversation:
             self.history.append(message)
 
     def tool_end(self, raw: Dict[str, Any], entry: _Entry) -> None:
+        """The result *raw* of a tool call of this branch; a result of no call open before it
+        (its call on another branch, or ended already) is not understood."""
         tool_id = raw["tool_use_id"]
-        execution, name = self.tools.pop(tool_id, (self.execution("tool", tool_id), ""))
+        if tool_id not in self.tools:
+            problem = f"result of no call open before it ({tool_id[:60]})"
+            self.tally.problems.append(Problem(entry.file, entry.number, problem))
+            return
+        execution, name = self.tools.pop(tool_id)
         result = entry.obj.get("toolUseResult")
         if name in _AGENT_TOOLS:
             agent = self.agents.file(tool_id, result.get("agentId") if type(result) is dict else None)
@@ -963,10 +987,7 @@ def _seconds(value: Any, fallback: datetime) -> datetime:
     if type(value) in (int, float):
         with contextlib.suppress(OverflowError, OSError, ValueError):
             return datetime.fromtimestamp(value, timezone.utc)
-    if type(value) is str:
-        with contextlib.suppress(ValueError, OverflowError):
-            return _parse_rfc3339(value)
-    return fallback
+    return (_time(value) if type(value) is str else None) or fallback
 
 
 def _apply_delta(block: Dict[str, Any], delta: Dict[str, Any], partial: List[str]) -> None:
@@ -1094,9 +1115,10 @@ class _Trace:
         self.writer.record("model_request", asked, execution=execution, request=_trace_request(body))
         response = entry.obj.get("response")
         if type(response) is dict:  # no response: the call stays unfinished
-            self.response(response, execution, _seconds(response.get("timestamp"), entry.time))
+            self.response(response, execution, entry)
 
-    def response(self, response: Dict[str, Any], execution: Execution, time: datetime) -> None:
+    def response(self, response: Dict[str, Any], execution: Execution, entry: _Entry) -> None:
+        time = _seconds(response.get("timestamp"), entry.time)
         status = response.get("status_code")
         message = _response_message(response) if status == 200 or status is None else None
         if message is None:
@@ -1108,9 +1130,10 @@ class _Trace:
         for block in answer.content or []:
             if block["type"] == "toolCall":
                 call = block["tool_call"]
-                tool = Execution(call["id"] or f"tool-{len(self.tools) + 1}", "tool")
+                tool = Execution(call["id"] or f"tool-{self.writer.tool_calls + 1}", "tool")
+                if not self.writer.new_tool(tool.id, self.tally, entry):
+                    continue
                 self.tools[call["id"]] = (tool, call["name"])
-                self.writer.tool_calls += 1
                 self.writer.record(
                     "tool_exec_start",
                     time,
@@ -1491,15 +1514,16 @@ class _Rollout:
         self.history.append(message)
         for block in message.content or []:
             if block["type"] == "toolCall":
-                self.tool_start(block["tool_call"], last.time)
+                self.tool_start(block["tool_call"], last)
 
-    def tool_start(self, call: session.ToolCall, time: datetime) -> None:
+    def tool_start(self, call: session.ToolCall, entry: _Entry) -> None:
         execution = Execution(call["id"], "tool", "", self.writer.turn)
+        if not self.writer.new_tool(execution.id, self.tally, entry):
+            return
         self.tools[call["id"]] = (execution, call["name"])
-        self.writer.tool_calls += 1
         self.writer.record(
             "tool_exec_start",
-            time,
+            entry.time,
             execution=execution,
             tool_id=call["id"],
             tool=call["name"],

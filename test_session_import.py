@@ -883,3 +883,100 @@ def test_hostile_transcripts_are_imported_as_far_as_they_make_sense(tmp_path: Pa
     assert data(of(records, "tool_exec_end", "t1")[0]).result == big
     assert texts(data(of(records, "message_end")[-1]).message) == ["a last prompt no request sent"]
     assert [call(r).id for r in of(records, "model_exec_end")] == ["model-1", "model-2"]
+
+
+# ---------------------------------------------------------------------------- odd and hostile sources
+
+
+def gaps_of(path: Path) -> List[str]:
+    return [gap.kind for gap in session.summarize(path).gaps]
+
+
+@pytest.mark.parametrize("stamp", ["not a time", "", "2026-13-45T99:00:00Z", "0001-01-01T00:00:00+01:00"])
+def test_a_timestamp_that_is_no_time_takes_the_previous_lines(tmp_path: Path, stamp: str) -> None:
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi", timestamp="2026-03-01T10:00:01Z"),
+            line("a1", "u1", "assistant", [{"type": "text", "text": "hello"}], timestamp=stamp),
+        ],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    ends = of(list(session.iter_records(tmp_path / "out.jsonl")), "model_exec_end")
+    assert [r.time for r in ends] == ["2026-03-01T10:00:01.000000Z"]
+
+
+def test_a_trace_time_that_is_no_time_is_read_as_none(tmp_path: Path) -> None:
+    pairs = [json.loads(text) for text in CLAUDE_TRACE.read_text().splitlines()]
+    del pairs[0]["request"]["timestamp"], pairs[0]["response"]["timestamp"]
+    session_import.import_session(write_lines(tmp_path / "log.jsonl", pairs), tmp_path / "none.jsonl")
+    pairs[0]["request"]["timestamp"] = "yesterday"
+    pairs[0]["response"]["timestamp"] = "9999-12-31T23:59:59-01:00"
+    session_import.import_session(write_lines(tmp_path / "log.jsonl", pairs), tmp_path / "odd.jsonl")
+    times = [[r.time for r in session.iter_records(tmp_path / name)] for name in ("odd.jsonl", "none.jsonl")]
+    assert times[0] == times[1]
+
+
+def test_a_parent_uuid_that_is_no_string_follows_no_line(tmp_path: Path) -> None:
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            line("a1", {"uuid": "u1"}, "assistant", [{"type": "text", "text": "o"}]),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert report.not_understood == () and not gaps_of(tmp_path / "out.jsonl")
+
+
+def test_a_tool_result_of_no_open_call_is_named_not_ended_again(tmp_path: Path) -> None:
+    use = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]
+    result = [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            line("a1", "u1", "assistant", use),
+            line("r1", "a1", "user", result),
+            line("r2", "a1", "user", result),  # the same result again
+            line("r3", "r1", "user", [{"type": "tool_result", "tool_use_id": "t9", "content": "?"}]),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (4, "result of no call open before it (t1)"),
+        (5, "result of no call open before it (t9)"),
+    ]
+    assert gaps_of(tmp_path / "out.jsonl") == []
+    assert len(of(list(session.iter_records(tmp_path / "out.jsonl")), "tool_exec_end")) == 1
+
+
+def test_a_tool_call_id_used_again_starts_no_second_call(tmp_path: Path) -> None:
+    use = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            line("a1", "u1", "assistant", use, id="m1"),
+            line("r1", "a1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]),
+            line("a2", "r1", "assistant", use, id="m2"),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [(4, "a tool call id used before (t1)")]
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert len(of(records, "tool_exec_start")) == 1
+    assert of(records, "agent_end")[0].data["summary"]["tool_calls"] == 1
+
+
+def test_codex_a_call_id_used_again_starts_no_second_call(tmp_path: Path) -> None:
+    lines = CODEX.read_text().splitlines(keepends=True)
+    call = next(n for n, text in enumerate(lines) if '"function_call"' in text)
+    source = tmp_path / "rollout.jsonl"
+    source.write_text("".join([*lines, lines[call]]))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (len(lines) + 1, "a tool call id used before (call_1)")
+    ]
+    starts = of(list(session.iter_records(tmp_path / "out.jsonl")), "tool_exec_start")
+    assert [data(r).tool_id for r in starts] == ["call_1", "call_2", "call_3"]
