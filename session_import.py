@@ -702,7 +702,7 @@ class _Conversation:
     def write(self, lines: _Lines) -> None:
         """The conversation of *lines*: each branch the user rewound from a run of its own
         (in the session's file, not a sub-agent's), then the branch it ended on."""
-        entries = lines.entries
+        entries = self.unique(lines.entries)
         if self.parent is None:
             entries = [entry for entry in entries if not self.sidechain(entry)]
         ended = _EPOCH
@@ -714,6 +714,25 @@ class _Conversation:
                 self.rewind(branch.fork, ended, branch.lines[0].time)
             self.branch(branch.lines)
             ended = branch.lines[-1].time
+
+    def unique(self, entries: List[_Entry]) -> List[_Entry]:
+        """*entries* but those with the ``uuid`` of a line before them: a copy of that line is
+        counted, another line named (neither is read twice into the conversation)."""
+        first: Dict[str, _Entry] = {}
+        kept: List[_Entry] = []
+        for entry in entries:
+            key = entry.obj.get("uuid")
+            earlier = first.get(key) if type(key) is str else None
+            if earlier is None:
+                kept.append(entry)
+                if type(key) is str:
+                    first[key] = entry
+            elif earlier.obj == entry.obj:
+                self.tally.skip("copy of an earlier line")
+            else:
+                problem = f"the uuid of line {earlier.number} again"
+                self.tally.problems.append(Problem(entry.file, entry.number, problem))
+        return kept
 
     def sidechain(self, entry: _Entry) -> bool:
         """Whether *entry* is a conversation line of a sidechain in the session's file (older

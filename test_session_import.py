@@ -980,3 +980,21 @@ def test_codex_a_call_id_used_again_starts_no_second_call(tmp_path: Path) -> Non
     ]
     starts = of(list(session.iter_records(tmp_path / "out.jsonl")), "tool_exec_start")
     assert [data(r).tool_id for r in starts] == ["call_1", "call_2", "call_3"]
+
+
+def test_a_line_with_the_uuid_of_a_line_before_it_is_not_read_twice(tmp_path: Path) -> None:
+    answer = line("a1", "u1", "assistant", [{"type": "text", "text": "hello"}])
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            answer,
+            answer,  # a copy
+            line("a1", "u1", "assistant", [{"type": "text", "text": "other"}]),  # another line, same uuid
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [(4, "the uuid of line 2 again")]
+    assert report.unmapped == {"copy of an earlier line": 1}
+    ends = of(list(session.iter_records(tmp_path / "out.jsonl")), "model_exec_end")
+    assert [texts(data(r).message) for r in ends] == [["hello"]]
