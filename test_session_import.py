@@ -10,11 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 import session
 import session_import
@@ -998,3 +1001,171 @@ def test_a_line_with_the_uuid_of_a_line_before_it_is_not_read_twice(tmp_path: Pa
     assert report.unmapped == {"copy of an earlier line": 1}
     ends = of(list(session.iter_records(tmp_path / "out.jsonl")), "model_exec_end")
     assert [texts(data(r).message) for r in ends] == [["hello"]]
+
+
+# ---------------------------------------------------------------------------- fuzzing the fixtures
+
+ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(1 << 70), max_value=1 << 70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),  # lone surrogates and NULs included
+    st.sampled_from(
+        [
+            "2026-03-01T09:59:59Z",  # back in time
+            "0001-01-01T00:00:00+01:00",
+            "9999-12-31T23:59:59-01:00",
+            "u1",
+            "a5",
+            "toolu_01",
+            "call_1",
+            "msg_01",
+            "tool_result",
+            "tool_use",
+            "function_call",
+            "message",
+            {"type": "tool_result", "tool_use_id": "toolu_01", "content": "x"},
+            {"type": "tool_use", "id": "toolu_01", "name": "Bash", "input": {}},
+            {"type": "brand_new_block"},
+        ]
+    ),
+    st.lists(st.integers(), max_size=3),
+    st.integers(1, 200).map(lambda depth: json.loads("[" * depth + "]" * depth)),
+)
+EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(["drop", "copy", "swap", "set", "delete", "cut"]),
+        st.integers(0, 1 << 16),
+        st.integers(0, 1 << 16),
+        ODD_VALUES,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def edit_value(value: Any, path: int, new: Any) -> Any:
+    """*value* with one of its values, chosen by *path*, set to *new* (``...``: deleted)."""
+    if not isinstance(value, (dict, list)) or not value:
+        return value if new is ... else new
+    key = (sorted(value) if isinstance(value, dict) else range(len(value)))[path % len(value)]
+    if path % 4 and isinstance(value[key], (dict, list)):
+        value[key] = edit_value(value[key], path // 4, new)
+    elif new is ...:
+        del value[key]
+    else:
+        value[key] = new
+    return value
+
+
+def edit_line(raw: bytes, path: int, new: Any) -> bytes:
+    try:
+        obj = json.loads(raw)
+    except ValueError:  # a line cut before
+        return raw
+    obj = edit_value(obj, path, json.loads(json.dumps(new)) if new is not ... else new)  # a copy
+    return json.dumps(obj).encode("utf-8", "surrogatepass") + b"\n"
+
+
+def edited(lines: List[bytes], edits: List[Any]) -> List[bytes]:
+    """*lines* (each ending with a newline) changed by *edits*: lines dropped, copied,
+    swapped, cut, their values set to odd ones or deleted."""
+    lines = list(lines)
+    for kind, at, other, value in edits:
+        if not lines:
+            break
+        n, m = at % len(lines), other % len(lines)
+        if kind == "drop":
+            del lines[n]
+        elif kind == "copy":
+            lines.insert(m, lines[n])
+        elif kind == "swap":
+            lines[n], lines[m] = lines[m], lines[n]
+        elif kind == "cut":
+            lines[n] = lines[n][: m % len(lines[n])] + b"\n"
+        else:
+            lines[n] = edit_line(lines[n], other, ... if kind == "delete" else value)
+    return lines
+
+
+def encoded(lines: List[bytes], form: str) -> bytes:
+    """*lines* as a file: as they are, with a byte order mark, CRLF line ends, a NUL byte in
+    a line, or a torn last line."""
+    text = b"".join(lines)
+    return {
+        "plain": text,
+        "bom": b"\xef\xbb\xbf" + text,
+        "crlf": text.replace(b"\n", b"\r\n"),
+        "nul": text.replace(b"}", b"}\x00", 1),
+        "torn": text[: max(0, len(text) - 7)],
+    }[form]
+
+
+IMPOSSIBLE = {"call_ended_twice", "call_end_without_start", "unknown_parent"}
+
+
+def lines_in(data: bytes) -> int:
+    return data.count(b"\n") + (not data.endswith(b"\n") and bool(data))
+
+
+def check_import(source: Path, kind: str, folder: Path) -> None:
+    """An import of *source* (of format *kind*, ``""``: detected) either of no known format
+    (detected) or a file that validates, tells a possible history, starts each call once,
+    accounts for every line read, and is the same bytes each time."""
+    out, again = folder / "out.jsonl", folder / "again.jsonl"
+    try:
+        report = session_import.import_session(source, out, format=kind or None)
+    except session_import.UnknownFormatError:
+        assert not kind
+        return
+    session.read(out, lambda record: None)
+    summary = session.summarize(out)
+    assert not IMPOSSIBLE & {gap.kind for gap in summary.gaps}, summary.gaps
+    records = list(session.iter_records(out))
+    starts = [
+        (r.run_id, r.type, call(r).id, call(r).attempt)
+        for r in records
+        if r.type in ("model_exec_start", "tool_exec_start")
+    ]
+    assert len(starts) == len(set(starts))
+    note = of(records, "import_note")[0].data["details"]
+    read = lines_in(source.read_bytes()) - bool(report.tail_bytes)
+    agent = source.parent / SESSION_ID / "subagents" / "agent-a1b2c3.jsonl"
+    if agent.exists() and "sub-agent file no tool call ran" not in note["unmapped"]:
+        read += lines_in(agent.read_bytes())
+    assert note["lines"] == report.lines == read
+    assert sum(note["unmapped"].values()) + len(note["not_understood"]) <= report.lines
+    session_import.import_session(source, again, format=kind or None)
+    assert out.read_bytes() == again.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("fixture", "kind"),
+    [
+        (CLAUDE_CODE, "claude-code"),
+        (CLAUDE_TRACE, "claude-trace"),
+        (CODEX, "codex"),
+        (CODEX_OLDER, "codex"),
+        (CODEX_BARE, "codex"),
+    ],
+)
+@hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@hypothesis.given(
+    edits=EDITS,
+    form=st.sampled_from(["plain", "plain", "bom", "crlf", "nul", "torn"]),
+    detect=st.booleans(),
+)
+def test_an_edited_fixture_imports_as_a_possible_history_or_not_at_all(
+    fixture: Path, kind: str, edits: List[Any], form: str, detect: bool
+) -> None:
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        source = folder / fixture.name
+        if fixture == CLAUDE_CODE:  # with its sub-agent, edited too
+            shutil.copytree(fixture.parent / SESSION_ID, folder / SESSION_ID)
+            agent = folder / SESSION_ID / "subagents" / "agent-a1b2c3.jsonl"
+            agent.write_bytes(b"".join(edited(agent.read_bytes().splitlines(keepends=True), edits[::-1])))
+        lines = fixture.read_bytes().splitlines(keepends=True)
+        source.write_bytes(encoded(edited(lines, edits), form))
+        check_import(source, "" if detect else kind, folder)
