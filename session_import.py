@@ -1818,7 +1818,17 @@ def _unchanged(source: str, output: str, kind: Optional[str], limit: int) -> boo
     now = _IMPORTERS[found](source, limit).provenance
     if provenance.get("source_session_id") != now["source_session_id"]:
         raise ValueError(f"{output}: exists and is the import of another session")
-    return bool(provenance.get("files") == now["files"])
+    return _as_before(output, provenance.get("files"), now["files"])
+
+
+def _as_before(output: str, before: Any, now: Dict[str, int]) -> bool:
+    """Whether the files of a source are as *before* (their sizes then), else grown;
+    ``ValueError`` when one is smaller or gone (a source cut short, or another source of
+    that name), whose import at *output* would then hold less than the one there."""
+    for name, size in before.items() if type(before) is dict else ():
+        if type(size) is int and now.get(name, -1) < size:
+            raise ValueError(f"{output}: holds {name} as {size} bytes, more than the source has now")
+    return bool(before == now)
 
 
 def _import_one(args: Any, source: str, output: str, replace: bool) -> bool:

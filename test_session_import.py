@@ -1169,3 +1169,21 @@ def test_an_edited_fixture_imports_as_a_possible_history_or_not_at_all(
         lines = fixture.read_bytes().splitlines(keepends=True)
         source.write_bytes(encoded(edited(lines, edits), form))
         check_import(source, "" if detect else kind, folder)
+
+
+def test_into_never_replaces_an_archive_with_less_of_its_source(tmp_path: Path) -> None:
+    # two claude-trace logs of the same second in two folders: the same archive name
+    first, second = tmp_path / "a" / CLAUDE_TRACE.name, tmp_path / "b" / CLAUDE_TRACE.name
+    for path, lines in ((first, 5), (second, 2)):
+        path.parent.mkdir()
+        path.write_text("".join(CLAUDE_TRACE.read_text().splitlines(keepends=True)[:lines]))
+    archive = tmp_path / "archive"
+    assert run("import", str(first.parent), "--into", str(archive)).returncode == 0
+    kept = (archive / CLAUDE_TRACE.name).read_bytes()
+    done = run("import", str(second.parent), "--into", str(archive))
+    assert done.returncode == 1
+    assert (
+        f"holds {CLAUDE_TRACE.name} as {first.stat().st_size} bytes, more than the source has now"
+        in done.stderr
+    )
+    assert (archive / CLAUDE_TRACE.name).read_bytes() == kept
