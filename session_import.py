@@ -185,11 +185,31 @@ def _finite(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite)  # built once
 
 
+_MAX_DEPTH = 200  # levels of arrays and objects a line may nest: the writer encodes that on any stack
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether *value* nests arrays and objects more than *limit* levels deep (not recursing)."""
+    stack = [(value, 1)] if type(value) in (dict, list) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if type(item) is dict else item
+        stack += [(child, depth + 1) for child in children if type(child) in (dict, list)]
+    return False
+
+
 def _parsed(raw: bytes) -> Any:
+    """The JSON value of *raw*; ``ValueError`` when it is none, or nests deeper than the
+    writer can write."""
     try:
-        return _DECODER.decode(raw.decode("utf-8-sig"))
+        value = _DECODER.decode(raw.decode("utf-8-sig"))
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    if raw.count(b"[") + raw.count(b"{") > _MAX_DEPTH and _deeper_than(value, _MAX_DEPTH):
+        raise ValueError("nested too deeply")
+    return value
 
 
 def _time(text: str) -> Optional[datetime]:
@@ -1404,7 +1424,7 @@ def _codex_blocks(item: Dict[str, Any]) -> Tuple[List[Any], List[Any]]:
     if kind == "message":
         return _codex_content(item.get("content"))
     if kind == "reasoning":
-        parts = [*(item.get("summary") or []), *(item.get("content") or [])]
+        parts = [part for key in ("summary", "content") if type(item.get(key)) is list for part in item[key]]
         texts = [part.get("text") for part in parts if type(part) is dict]
         return [session.thinking_block(text) for text in texts if type(text) is str], []
     call = _codex_call(item) if kind in _CODEX_OUTPUTS else None

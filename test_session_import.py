@@ -1031,7 +1031,7 @@ ODD_VALUES = st.one_of(
         ]
     ),
     st.lists(st.integers(), max_size=3),
-    st.integers(1, 200).map(lambda depth: json.loads("[" * depth + "]" * depth)),
+    st.integers(1, 700).map(lambda depth: json.loads("[" * depth + "]" * depth)),
 )
 EDITS = st.lists(
     st.tuples(
@@ -1187,3 +1187,33 @@ def test_into_never_replaces_an_archive_with_less_of_its_source(tmp_path: Path) 
         in done.stderr
     )
     assert (archive / CLAUDE_TRACE.name).read_bytes() == kept
+
+
+@pytest.mark.parametrize("depth", [195, 450, 900])
+def test_a_line_nested_deeper_than_the_writer_writes_is_named(tmp_path: Path, depth: int) -> None:
+    deep = json.loads("[" * depth + "]" * depth)
+    use = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]
+    result = [{"type": "tool_result", "tool_use_id": "t1", "content": [deep]}]
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            line("a1", "u1", "assistant", use),
+            line("r1", "a1", "user", result),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    deeper = depth > 195
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (3, "not JSON: nested too deeply")
+    ] * deeper
+    assert len(of(list(session.iter_records(tmp_path / "out.jsonl")), "tool_exec_end")) == (not deeper)
+
+
+def test_codex_reasoning_whose_summary_is_no_list_is_read_as_empty(tmp_path: Path) -> None:
+    lines = [json.loads(text) for text in CODEX.read_text().splitlines()]
+    reasoning = next(obj for obj in lines if obj["payload"].get("type") == "reasoning")
+    reasoning["payload"].update(summary="a text", content=5)
+    session_import.import_session(write_lines(tmp_path / "rollout.jsonl", lines), tmp_path / "out.jsonl")
+    first = data(of(list(session.iter_records(tmp_path / "out.jsonl")), "model_exec_end", "model-1")[0])
+    assert texts(first.message) == ["toolCall"]
