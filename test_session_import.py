@@ -943,14 +943,24 @@ def test_a_tool_result_of_no_open_call_is_named_not_ended_again(tmp_path: Path) 
             line("r1", "a1", "user", result),
             line("r2", "a1", "user", result),  # the same result again
             line("r3", "r1", "user", [{"type": "tool_result", "tool_use_id": "t9", "content": "?"}]),
+            line("a2", "r1", "assistant", [{"type": "tool_use", "id": "t2", "name": "Bash", "input": {}}]),
+            line("u2", "a1", "user", "back before the result: a rewind", timestamp="2026-03-01T10:00:05Z"),
+            line(
+                "r4",
+                "u2",
+                "user",
+                [{"type": "tool_result", "tool_use_id": "t2", "content": "late"}],
+                timestamp="2026-03-01T10:00:06Z",
+            ),
         ],
     )
     report = session_import.import_session(source, tmp_path / "out.jsonl")
     assert [(p.line, p.reason) for p in report.not_understood] == [
         (4, "result of no call open before it (t1)"),
         (5, "result of no call open before it (t9)"),
+        (8, "result of no call open before it (t2)"),  # its call is on the branch rewound from
     ]
-    assert gaps_of(tmp_path / "out.jsonl") == []
+    assert gaps_of(tmp_path / "out.jsonl") == ["tool_call_unfinished"]  # t2, in the run rewound from
     assert len(of(list(session.iter_records(tmp_path / "out.jsonl")), "tool_exec_end")) == 1
 
 
@@ -1014,6 +1024,7 @@ ODD_VALUES = st.one_of(
     st.sampled_from(
         [
             "2026-03-01T09:59:59Z",  # back in time
+            "\ud800 a lone surrogate",
             "0001-01-01T00:00:00+01:00",
             "9999-12-31T23:59:59-01:00",
             "u1",
