@@ -213,12 +213,13 @@ def _parsed(raw: bytes) -> Any:
 
 
 def _time(text: str) -> Optional[datetime]:
-    """The RFC 3339 time *text* in UTC, ``None`` when it is none (or beyond years 1 to 9999
-    there)."""
+    """The RFC 3339 time *text*, ``None`` when it is none (or beyond years 1 to 9999 in UTC)."""
     try:
-        return _parse_rfc3339(text).astimezone(timezone.utc)
+        time = _parse_rfc3339(text)
+        time.astimezone(timezone.utc)  # the writer's
     except (_CodecFault, ValueError, OverflowError):
         return None
+    return time
 
 
 def _timestamp(obj: Dict[str, Any], key: str) -> Optional[datetime]:
