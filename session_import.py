@@ -1139,9 +1139,10 @@ class _Trace:
         self.tally = tally
         self.calls = 0
         self.tools: Dict[str, Tuple[Execution, str]] = {}
+        self.logged: Dict[str, List[Dict[str, Any]]] = {}  # the pairs read, by their logged_at
 
     def pair(self, entry: _Entry) -> None:
-        kind = _trace_kind(entry.obj)
+        kind = _trace_kind(entry.obj) or self.copy(entry)
         if kind:
             self.tally.skip(kind)
             return
@@ -1156,6 +1157,15 @@ class _Trace:
         response = entry.obj.get("response")
         if type(response) is dict:  # no response: the call stays unfinished
             self.response(response, execution, entry)
+
+    def copy(self, entry: _Entry) -> str:
+        """``"copy of an earlier line"`` when *entry* is a pair read before (the same request
+        logged at the same time, never two calls), else ``""``."""
+        pairs = self.logged.setdefault(repr(entry.obj.get("logged_at")), [])
+        if entry.obj in pairs:
+            return "copy of an earlier line"
+        pairs.append(entry.obj)
+        return ""
 
     def response(self, response: Dict[str, Any], execution: Execution, entry: _Entry) -> None:
         time = _seconds(response.get("timestamp"), entry.time)

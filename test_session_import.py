@@ -1228,3 +1228,14 @@ def test_codex_reasoning_whose_summary_is_no_list_is_read_as_empty(tmp_path: Pat
     session_import.import_session(write_lines(tmp_path / "rollout.jsonl", lines), tmp_path / "out.jsonl")
     first = data(of(list(session.iter_records(tmp_path / "out.jsonl")), "model_exec_end", "model-1")[0])
     assert texts(first.message) == ["toolCall"]
+
+
+def test_a_copy_of_a_trace_pair_is_counted_not_billed_twice(tmp_path: Path) -> None:
+    lines = CLAUDE_TRACE.read_text().splitlines(keepends=True)
+    source = tmp_path / CLAUDE_TRACE.name
+    source.write_text("".join([lines[0], *lines]))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert report.unmapped["copy of an earlier line"] == 1
+    imported(tmp_path, CLAUDE_TRACE)
+    usage = session.summarize(tmp_path / "out.jsonl").usage
+    assert usage == session.summarize(tmp_path / f"{CLAUDE_TRACE.stem}.out.jsonl").usage
