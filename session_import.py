@@ -53,6 +53,7 @@ from session import CallConfig, Event, Execution, Message, ModelRequest, RunSumm
 from session import (
     _IMPORT_COMMANDS,
     _MAX_LINE_BYTES,
+    _CodecFault,
     _Command,
     _new_id,
     _parse_rfc3339,
@@ -150,6 +151,26 @@ class _Lines:
     blank: int = 0
 
 
+class _Tally:
+    """What an import read: lines, the unmapped ones per type, the ones not understood."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.unmapped: Dict[str, int] = {}
+        self.problems: List[Problem] = []
+        self.files: Dict[str, int] = {}
+
+    def add(self, lines: _Lines) -> None:
+        self.lines += len(lines.entries) + len(lines.problems) + lines.blank
+        self.problems += lines.problems
+        self.files[lines.label or os.path.basename(lines.path)] = lines.size
+        if lines.blank:
+            self.skip("(blank)", lines.blank)
+
+    def skip(self, kind: str, count: int = 1) -> None:
+        self.unmapped[kind] = self.unmapped.get(kind, 0) + count
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not strict JSON")
 
@@ -164,21 +185,46 @@ def _finite(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite)  # built once
 
 
+_MAX_DEPTH = 200  # levels of arrays and objects a line may nest: the writer encodes that on any stack
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether *value* nests arrays and objects more than *limit* levels deep (not recursing)."""
+    stack = [(value, 1)] if type(value) in (dict, list) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if type(item) is dict else item
+        stack += [(child, depth + 1) for child in children if type(child) in (dict, list)]
+    return False
+
+
 def _parsed(raw: bytes) -> Any:
+    """The JSON value of *raw*; ``ValueError`` when it is none, or nests deeper than the
+    writer can write."""
     try:
-        return _DECODER.decode(raw.decode("utf-8-sig"))
+        value = _DECODER.decode(raw.decode("utf-8-sig"))
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    if raw.count(b"[") + raw.count(b"{") > _MAX_DEPTH and _deeper_than(value, _MAX_DEPTH):
+        raise ValueError("nested too deeply")
+    return value
+
+
+def _time(text: str) -> Optional[datetime]:
+    """The RFC 3339 time *text*, ``None`` when it is none (or beyond years 1 to 9999 in UTC)."""
+    try:
+        time = _parse_rfc3339(text)
+        time.astimezone(timezone.utc)  # the writer's
+    except (_CodecFault, ValueError, OverflowError):
+        return None
+    return time
 
 
 def _timestamp(obj: Dict[str, Any], key: str) -> Optional[datetime]:
     text = obj.get(key)
-    if type(text) is not str:
-        return None
-    try:
-        return _parse_rfc3339(text)
-    except (ValueError, OverflowError):
-        return None
+    return _time(text) if type(text) is str else None
 
 
 def _read_lines(path: str, label: str, max_line_bytes: int, time_key: str) -> _Lines:
@@ -319,12 +365,24 @@ class _Writer:
         self.tool_calls = 0
         self.tool_errors = 0
         self.latest = time
+        self.tool_ids: Set[str] = set()
         self.record("agent_start", time)
 
     def record(self, kind: str, time: datetime, **fields: Any) -> None:
         assert self.run is not None
         self.latest = max(self.latest, time)
         self.run.record(Event(kind, timestamp=time, **fields))
+
+    def new_tool(self, execution_id: str, tally: _Tally, entry: _Entry) -> bool:
+        """Whether *execution_id* is no tool call's of this run yet (then it is one, counted);
+        else the call of *entry* that uses it again is not understood."""
+        if execution_id in self.tool_ids:
+            problem = f"a tool call id used before ({execution_id[:60]})"
+            tally.problems.append(Problem(entry.file, entry.number, problem))
+            return False
+        self.tool_ids.add(execution_id)
+        self.tool_calls += 1
+        return True
 
     def next_turn(self, time: datetime) -> None:
         self.end_turn(time)
@@ -523,7 +581,7 @@ def _parent(entry: _Entry) -> Any:
     parent = entry.obj.get("parentUuid")
     if parent is None and entry.obj.get("subtype") == "compact_boundary":
         parent = entry.obj.get("logicalParentUuid")
-    return parent
+    return parent if type(parent) is str else None
 
 
 def _is_prompt(obj: Dict[str, Any]) -> bool:
@@ -660,26 +718,6 @@ class _SubAgents:
         return []
 
 
-class _Tally:
-    """What an import read: lines, the unmapped ones per type, the ones not understood."""
-
-    def __init__(self) -> None:
-        self.lines = 0
-        self.unmapped: Dict[str, int] = {}
-        self.problems: List[Problem] = []
-        self.files: Dict[str, int] = {}
-
-    def add(self, lines: _Lines) -> None:
-        self.lines += len(lines.entries) + len(lines.problems) + lines.blank
-        self.problems += lines.problems
-        self.files[lines.label or os.path.basename(lines.path)] = lines.size
-        if lines.blank:
-            self.skip("(blank)", lines.blank)
-
-    def skip(self, kind: str, count: int = 1) -> None:
-        self.unmapped[kind] = self.unmapped.get(kind, 0) + count
-
-
 class _Conversation:
     """One Claude Code conversation (the session's, or a sub-agent's nested under the tool call
     that ran it) written as model calls, tool calls and messages."""
@@ -709,7 +747,7 @@ class _Conversation:
     def write(self, lines: _Lines) -> None:
         """The conversation of *lines*: each branch the user rewound from a run of its own
         (in the session's file, not a sub-agent's), then the branch it ended on."""
-        entries = lines.entries
+        entries = self.unique(lines.entries)
         if self.parent is None:
             entries = [entry for entry in entries if not self.sidechain(entry)]
         ended = _EPOCH
@@ -721,6 +759,25 @@ class _Conversation:
                 self.rewind(branch.fork, ended, branch.lines[0].time)
             self.branch(branch.lines)
             ended = branch.lines[-1].time
+
+    def unique(self, entries: List[_Entry]) -> List[_Entry]:
+        """*entries* but those with the ``uuid`` of a line before them: a copy of that line is
+        counted, another line named (neither is read twice into the conversation)."""
+        first: Dict[str, _Entry] = {}
+        kept: List[_Entry] = []
+        for entry in entries:
+            key = entry.obj.get("uuid")
+            earlier = first.get(key) if type(key) is str else None
+            if earlier is None:
+                kept.append(entry)
+                if type(key) is str:
+                    first[key] = entry
+            elif earlier.obj == entry.obj:
+                self.tally.skip("copy of an earlier line")
+            else:
+                problem = f"the uuid of line {earlier.number} again"
+                self.tally.problems.append(Problem(entry.file, entry.number, problem))
+        return kept
 
     def sidechain(self, entry: _Entry) -> bool:
         """Whether *entry* is a conversation line of a sidechain in the session's file (older
@@ -815,7 +872,7 @@ class _Conversation:
         self.history.append(message)
         for block in message.content or []:
             if block["type"] == "toolCall":
-                self.tool_start(block["tool_call"], last.time)
+                self.tool_start(block["tool_call"], last)
 
     def failed_call(self, entry: _Entry) -> None:
         """The API error *entry* that ended a call (Claude Code's synthetic error message, or
@@ -827,13 +884,14 @@ class _Conversation:
         self.writer.record("model_request", entry.time, execution=execution, request=self.request(""))
         self.writer.record("model_exec_end", entry.time, execution=execution, error=_api_error(entry.obj))
 
-    def tool_start(self, call: session.ToolCall, time: datetime) -> None:
+    def tool_start(self, call: session.ToolCall, entry: _Entry) -> None:
         tool_id, name = call["id"], call["name"]
-        execution = self.execution("tool", tool_id or f"tool-{len(self.tools) + 1}")
+        execution = self.execution("tool", tool_id or f"tool-{self.writer.tool_calls + 1}")
+        if not self.writer.new_tool(execution.id, self.tally, entry):
+            return
         self.tools[tool_id] = (execution, name)
-        self.writer.tool_calls += 1
         self.writer.record(
-            "tool_exec_start", time, execution=execution, tool_id=tool_id, tool=name, args=call["args"]
+            "tool_exec_start", entry.time, execution=execution, tool_id=tool_id, tool=name, args=call["args"]
         )
 
     def user(self, entry: _Entry) -> None:
@@ -857,8 +915,14 @@ class _Conversation:
             self.history.append(message)
 
     def tool_end(self, raw: Dict[str, Any], entry: _Entry) -> None:
+        """The result *raw* of a tool call of this branch; a result of no call open before it
+        (its call on another branch, or ended already) is not understood."""
         tool_id = raw["tool_use_id"]
-        execution, name = self.tools.pop(tool_id, (self.execution("tool", tool_id), ""))
+        if tool_id not in self.tools:
+            problem = f"result of no call open before it ({tool_id[:60]})"
+            self.tally.problems.append(Problem(entry.file, entry.number, problem))
+            return
+        execution, name = self.tools.pop(tool_id)
         result = entry.obj.get("toolUseResult")
         if name in _AGENT_TOOLS:
             agent = self.agents.file(tool_id, result.get("agentId") if type(result) is dict else None)
@@ -987,10 +1051,7 @@ def _seconds(value: Any, fallback: datetime) -> datetime:
     if type(value) in (int, float):
         with contextlib.suppress(OverflowError, OSError, ValueError):
             return datetime.fromtimestamp(value, timezone.utc)
-    if type(value) is str:
-        with contextlib.suppress(ValueError, OverflowError):
-            return _parse_rfc3339(value)
-    return fallback
+    return (_time(value) if type(value) is str else None) or fallback
 
 
 def _apply_delta(block: Dict[str, Any], delta: Dict[str, Any], partial: List[str]) -> None:
@@ -1102,9 +1163,10 @@ class _Trace:
         self.tally = tally
         self.calls = 0
         self.tools: Dict[str, Tuple[Execution, str]] = {}
+        self.logged: Dict[str, List[Dict[str, Any]]] = {}  # the pairs read, by their logged_at
 
     def pair(self, entry: _Entry) -> None:
-        kind = _trace_kind(entry.obj)
+        kind = _trace_kind(entry.obj) or self.copy(entry)
         if kind:
             self.tally.skip(kind)
             return
@@ -1118,9 +1180,19 @@ class _Trace:
         self.writer.record("model_request", asked, execution=execution, request=_trace_request(body))
         response = entry.obj.get("response")
         if type(response) is dict:  # no response: the call stays unfinished
-            self.response(response, execution, _seconds(response.get("timestamp"), entry.time))
+            self.response(response, execution, entry)
 
-    def response(self, response: Dict[str, Any], execution: Execution, time: datetime) -> None:
+    def copy(self, entry: _Entry) -> str:
+        """``"copy of an earlier line"`` when *entry* is a pair read before (the same request
+        logged at the same time, never two calls), else ``""``."""
+        pairs = self.logged.setdefault(repr(entry.obj.get("logged_at")), [])
+        if entry.obj in pairs:
+            return "copy of an earlier line"
+        pairs.append(entry.obj)
+        return ""
+
+    def response(self, response: Dict[str, Any], execution: Execution, entry: _Entry) -> None:
+        time = _seconds(response.get("timestamp"), entry.time)
         status = response.get("status_code")
         message = _response_message(response) if status == 200 or status is None else None
         if message is None:
@@ -1132,9 +1204,10 @@ class _Trace:
         for block in answer.content or []:
             if block["type"] == "toolCall":
                 call = block["tool_call"]
-                tool = Execution(call["id"] or f"tool-{len(self.tools) + 1}", "tool")
+                tool = Execution(call["id"] or f"tool-{self.writer.tool_calls + 1}", "tool")
+                if not self.writer.new_tool(tool.id, self.tally, entry):
+                    continue
                 self.tools[call["id"]] = (tool, call["name"])
-                self.writer.tool_calls += 1
                 self.writer.record(
                     "tool_exec_start",
                     time,
@@ -1386,7 +1459,7 @@ def _codex_blocks(item: Dict[str, Any]) -> Tuple[List[Any], List[Any]]:
     if kind == "message":
         return _codex_content(item.get("content"))
     if kind == "reasoning":
-        parts = [*(item.get("summary") or []), *(item.get("content") or [])]
+        parts = [part for key in ("summary", "content") if type(item.get(key)) is list for part in item[key]]
         texts = [part.get("text") for part in parts if type(part) is dict]
         return [session.thinking_block(text) for text in texts if type(text) is str], []
     call = _codex_call(item) if kind in _CODEX_OUTPUTS else None
@@ -1515,15 +1588,16 @@ class _Rollout:
         self.history.append(message)
         for block in message.content or []:
             if block["type"] == "toolCall":
-                self.tool_start(block["tool_call"], last.time)
+                self.tool_start(block["tool_call"], last)
 
-    def tool_start(self, call: session.ToolCall, time: datetime) -> None:
+    def tool_start(self, call: session.ToolCall, entry: _Entry) -> None:
         execution = Execution(call["id"], "tool", "", self.writer.turn)
+        if not self.writer.new_tool(execution.id, self.tally, entry):
+            return
         self.tools[call["id"]] = (execution, call["name"])
-        self.writer.tool_calls += 1
         self.writer.record(
             "tool_exec_start",
-            time,
+            entry.time,
             execution=execution,
             tool_id=call["id"],
             tool=call["name"],
@@ -2431,7 +2505,20 @@ def _unchanged(source: str, output: str, kind: Optional[str], limit: int) -> boo
     now = _IMPORTERS[found](source, limit).provenance
     if provenance.get("source_session_id") != now["source_session_id"]:
         raise ValueError(f"{output}: exists and is the import of another session")
-    return bool(provenance.get("files") == now["files"])
+    return _as_before(output, provenance.get("files"), now["files"], os.path.basename(source))
+
+
+def _as_before(output: str, before: Any, now: Dict[str, int], name_now: str) -> bool:
+    """Whether the files of a source are as *before* (their sizes then), else grown or in a
+    file named otherwise (*name_now*: Gemini CLI's ``.jsonl`` of an older ``.json``);
+    ``ValueError`` when one is smaller or gone (a source cut short, or another source of
+    that name), whose import at *output* would then hold less than the one there."""
+    if type(before) is dict and name_now not in before:
+        return False
+    for name, size in before.items() if type(before) is dict else ():
+        if type(size) is int and now.get(name, -1) < size:
+            raise ValueError(f"{output}: holds {name} as {size} bytes, more than the source has now")
+    return bool(before == now)
 
 
 def _import_one(args: Any, source: str, output: str, replace: bool) -> bool:

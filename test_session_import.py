@@ -10,11 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 import session
 import session_import
@@ -1215,3 +1218,356 @@ def test_hostile_transcripts_are_imported_as_far_as_they_make_sense(tmp_path: Pa
     assert data(of(records, "tool_exec_end", "t1")[0]).result == big
     assert texts(data(of(records, "message_end")[-1]).message) == ["a last prompt no request sent"]
     assert [call(r).id for r in of(records, "model_exec_end")] == ["model-1", "model-2"]
+
+
+# ---------------------------------------------------------------------------- odd and hostile sources
+
+
+def gaps_of(path: Path) -> List[str]:
+    return [gap.kind for gap in session.summarize(path).gaps]
+
+
+@pytest.mark.parametrize("stamp", ["not a time", "", "2026-13-45T99:00:00Z", "0001-01-01T00:00:00+01:00"])
+def test_a_timestamp_that_is_no_time_takes_the_previous_lines(tmp_path: Path, stamp: str) -> None:
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi", timestamp="2026-03-01T10:00:01Z"),
+            line("a1", "u1", "assistant", [{"type": "text", "text": "hello"}], timestamp=stamp),
+        ],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    ends = of(list(session.iter_records(tmp_path / "out.jsonl")), "model_exec_end")
+    assert [r.time for r in ends] == ["2026-03-01T10:00:01.000000Z"]
+
+
+def test_a_trace_time_that_is_no_time_is_read_as_none(tmp_path: Path) -> None:
+    pairs = [json.loads(text) for text in CLAUDE_TRACE.read_text().splitlines()]
+    del pairs[0]["request"]["timestamp"], pairs[0]["response"]["timestamp"]
+    session_import.import_session(write_lines(tmp_path / "log.jsonl", pairs), tmp_path / "none.jsonl")
+    pairs[0]["request"]["timestamp"] = "yesterday"
+    pairs[0]["response"]["timestamp"] = "9999-12-31T23:59:59-01:00"
+    session_import.import_session(write_lines(tmp_path / "log.jsonl", pairs), tmp_path / "odd.jsonl")
+    times = [[r.time for r in session.iter_records(tmp_path / name)] for name in ("odd.jsonl", "none.jsonl")]
+    assert times[0] == times[1]
+
+
+def test_a_parent_uuid_that_is_no_string_follows_no_line(tmp_path: Path) -> None:
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            line("a1", {"uuid": "u1"}, "assistant", [{"type": "text", "text": "o"}]),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert report.not_understood == () and not gaps_of(tmp_path / "out.jsonl")
+
+
+def test_a_tool_result_of_no_open_call_is_named_not_ended_again(tmp_path: Path) -> None:
+    use = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]
+    result = [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            line("a1", "u1", "assistant", use),
+            line("r1", "a1", "user", result),
+            line("r2", "a1", "user", result),  # the same result again
+            line("r3", "r1", "user", [{"type": "tool_result", "tool_use_id": "t9", "content": "?"}]),
+            line("a2", "r1", "assistant", [{"type": "tool_use", "id": "t2", "name": "Bash", "input": {}}]),
+            line("u2", "a1", "user", "back before the result: a rewind", timestamp="2026-03-01T10:00:05Z"),
+            line(
+                "r4",
+                "u2",
+                "user",
+                [{"type": "tool_result", "tool_use_id": "t2", "content": "late"}],
+                timestamp="2026-03-01T10:00:06Z",
+            ),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (4, "result of no call open before it (t1)"),
+        (5, "result of no call open before it (t9)"),
+        (8, "result of no call open before it (t2)"),  # its call is on the branch rewound from
+    ]
+    assert gaps_of(tmp_path / "out.jsonl") == ["tool_call_unfinished"]  # t2, in the run rewound from
+    assert len(of(list(session.iter_records(tmp_path / "out.jsonl")), "tool_exec_end")) == 1
+
+
+def test_a_tool_call_id_used_again_starts_no_second_call(tmp_path: Path) -> None:
+    use = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            line("a1", "u1", "assistant", use, id="m1"),
+            line("r1", "a1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]),
+            line("a2", "r1", "assistant", use, id="m2"),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [(4, "a tool call id used before (t1)")]
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    assert len(of(records, "tool_exec_start")) == 1
+    assert of(records, "agent_end")[0].data["summary"]["tool_calls"] == 1
+
+
+def test_codex_a_call_id_used_again_starts_no_second_call(tmp_path: Path) -> None:
+    lines = CODEX.read_text().splitlines(keepends=True)
+    call = next(n for n, text in enumerate(lines) if '"function_call"' in text)
+    source = tmp_path / "rollout.jsonl"
+    source.write_text("".join([*lines, lines[call]]))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (len(lines) + 1, "a tool call id used before (call_1)")
+    ]
+    starts = of(list(session.iter_records(tmp_path / "out.jsonl")), "tool_exec_start")
+    assert [data(r).tool_id for r in starts] == ["call_1", "call_2", "call_3"]
+
+
+def test_a_line_with_the_uuid_of_a_line_before_it_is_not_read_twice(tmp_path: Path) -> None:
+    answer = line("a1", "u1", "assistant", [{"type": "text", "text": "hello"}])
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            answer,
+            answer,  # a copy
+            line("a1", "u1", "assistant", [{"type": "text", "text": "other"}]),  # another line, same uuid
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert [(p.line, p.reason) for p in report.not_understood] == [(4, "the uuid of line 2 again")]
+    assert report.unmapped == {"copy of an earlier line": 1}
+    ends = of(list(session.iter_records(tmp_path / "out.jsonl")), "model_exec_end")
+    assert [texts(data(r).message) for r in ends] == [["hello"]]
+
+
+# ---------------------------------------------------------------------------- fuzzing the fixtures
+
+ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(1 << 70), max_value=1 << 70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),  # lone surrogates and NULs included
+    st.sampled_from(
+        [
+            "2026-03-01T09:59:59Z",  # back in time
+            "\ud800 a lone surrogate",
+            "0001-01-01T00:00:00+01:00",
+            "9999-12-31T23:59:59-01:00",
+            "u1",
+            "a5",
+            "toolu_01",
+            "call_1",
+            "msg_01",
+            "tool_result",
+            "tool_use",
+            "function_call",
+            "message",
+            {"type": "tool_result", "tool_use_id": "toolu_01", "content": "x"},
+            {"type": "tool_use", "id": "toolu_01", "name": "Bash", "input": {}},
+            {"type": "brand_new_block"},
+        ]
+    ),
+    st.lists(st.integers(), max_size=3),
+    st.integers(1, 700).map(lambda depth: json.loads("[" * depth + "]" * depth)),
+)
+EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(["drop", "copy", "swap", "set", "delete", "cut"]),
+        st.integers(0, 1 << 16),
+        st.integers(0, 1 << 16),
+        ODD_VALUES,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def edit_value(value: Any, path: int, new: Any) -> Any:
+    """*value* with one of its values, chosen by *path*, set to *new* (``...``: deleted)."""
+    if not isinstance(value, (dict, list)) or not value:
+        return value if new is ... else new
+    key = (sorted(value) if isinstance(value, dict) else range(len(value)))[path % len(value)]
+    if path % 4 and isinstance(value[key], (dict, list)):
+        value[key] = edit_value(value[key], path // 4, new)
+    elif new is ...:
+        del value[key]
+    else:
+        value[key] = new
+    return value
+
+
+def edit_line(raw: bytes, path: int, new: Any) -> bytes:
+    try:
+        obj = json.loads(raw)
+    except ValueError:  # a line cut before
+        return raw
+    obj = edit_value(obj, path, json.loads(json.dumps(new)) if new is not ... else new)  # a copy
+    return json.dumps(obj).encode("utf-8", "surrogatepass") + b"\n"
+
+
+def edited(lines: List[bytes], edits: List[Any]) -> List[bytes]:
+    """*lines* (each ending with a newline) changed by *edits*: lines dropped, copied,
+    swapped, cut, their values set to odd ones or deleted."""
+    lines = list(lines)
+    for kind, at, other, value in edits:
+        if not lines:
+            break
+        n, m = at % len(lines), other % len(lines)
+        if kind == "drop":
+            del lines[n]
+        elif kind == "copy":
+            lines.insert(m, lines[n])
+        elif kind == "swap":
+            lines[n], lines[m] = lines[m], lines[n]
+        elif kind == "cut":
+            lines[n] = lines[n][: m % len(lines[n])] + b"\n"
+        else:
+            lines[n] = edit_line(lines[n], other, ... if kind == "delete" else value)
+    return lines
+
+
+def encoded(lines: List[bytes], form: str) -> bytes:
+    """*lines* as a file: as they are, with a byte order mark, CRLF line ends, a NUL byte in
+    a line, or a torn last line."""
+    text = b"".join(lines)
+    return {
+        "plain": text,
+        "bom": b"\xef\xbb\xbf" + text,
+        "crlf": text.replace(b"\n", b"\r\n"),
+        "nul": text.replace(b"}", b"}\x00", 1),
+        "torn": text[: max(0, len(text) - 7)],
+    }[form]
+
+
+IMPOSSIBLE = {"call_ended_twice", "call_end_without_start", "unknown_parent"}
+
+
+def lines_in(data: bytes) -> int:
+    return data.count(b"\n") + (not data.endswith(b"\n") and bool(data))
+
+
+def check_import(source: Path, kind: str, folder: Path) -> None:
+    """An import of *source* (of format *kind*, ``""``: detected) either of no known format
+    (detected) or a file that validates, tells a possible history, starts each call once,
+    accounts for every line read, and is the same bytes each time."""
+    out, again = folder / "out.jsonl", folder / "again.jsonl"
+    try:
+        report = session_import.import_session(source, out, format=kind or None)
+    except session_import.UnknownFormatError:
+        assert not kind
+        return
+    session.read(out, lambda record: None)
+    summary = session.summarize(out)
+    assert not IMPOSSIBLE & {gap.kind for gap in summary.gaps}, summary.gaps
+    records = list(session.iter_records(out))
+    starts = [
+        (r.run_id, r.type, call(r).id, call(r).attempt)
+        for r in records
+        if r.type in ("model_exec_start", "tool_exec_start")
+    ]
+    assert len(starts) == len(set(starts))
+    note = of(records, "import_note")[0].data["details"]
+    read = lines_in(source.read_bytes()) - bool(report.tail_bytes)
+    agent = source.parent / SESSION_ID / "subagents" / "agent-a1b2c3.jsonl"
+    if agent.exists() and "sub-agent file no tool call ran" not in note["unmapped"]:
+        read += lines_in(agent.read_bytes())
+    assert note["lines"] == report.lines == read
+    assert sum(note["unmapped"].values()) + len(note["not_understood"]) <= report.lines
+    session_import.import_session(source, again, format=kind or None)
+    assert out.read_bytes() == again.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("fixture", "kind"),
+    [
+        (CLAUDE_CODE, "claude-code"),
+        (CLAUDE_TRACE, "claude-trace"),
+        (CODEX, "codex"),
+        (CODEX_OLDER, "codex"),
+        (CODEX_BARE, "codex"),
+    ],
+)
+@hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@hypothesis.given(
+    edits=EDITS,
+    form=st.sampled_from(["plain", "plain", "bom", "crlf", "nul", "torn"]),
+    detect=st.booleans(),
+)
+def test_an_edited_fixture_imports_as_a_possible_history_or_not_at_all(
+    fixture: Path, kind: str, edits: List[Any], form: str, detect: bool
+) -> None:
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        source = folder / fixture.name
+        if fixture == CLAUDE_CODE:  # with its sub-agent, edited too
+            shutil.copytree(fixture.parent / SESSION_ID, folder / SESSION_ID)
+            agent = folder / SESSION_ID / "subagents" / "agent-a1b2c3.jsonl"
+            agent.write_bytes(b"".join(edited(agent.read_bytes().splitlines(keepends=True), edits[::-1])))
+        lines = fixture.read_bytes().splitlines(keepends=True)
+        source.write_bytes(encoded(edited(lines, edits), form))
+        check_import(source, "" if detect else kind, folder)
+
+
+def test_into_never_replaces_an_archive_with_less_of_its_source(tmp_path: Path) -> None:
+    # two claude-trace logs of the same second in two folders: the same archive name
+    first, second = tmp_path / "a" / CLAUDE_TRACE.name, tmp_path / "b" / CLAUDE_TRACE.name
+    for path, lines in ((first, 5), (second, 2)):
+        path.parent.mkdir()
+        path.write_text("".join(CLAUDE_TRACE.read_text().splitlines(keepends=True)[:lines]))
+    archive = tmp_path / "archive"
+    assert run("import", str(first.parent), "--into", str(archive)).returncode == 0
+    kept = (archive / CLAUDE_TRACE.name).read_bytes()
+    done = run("import", str(second.parent), "--into", str(archive))
+    assert done.returncode == 1
+    assert (
+        f"holds {CLAUDE_TRACE.name} as {first.stat().st_size} bytes, more than the source has now"
+        in done.stderr
+    )
+    assert (archive / CLAUDE_TRACE.name).read_bytes() == kept
+
+
+@pytest.mark.parametrize("depth", [195, 450, 900])
+def test_a_line_nested_deeper_than_the_writer_writes_is_named(tmp_path: Path, depth: int) -> None:
+    deep = json.loads("[" * depth + "]" * depth)
+    use = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]
+    result = [{"type": "tool_result", "tool_use_id": "t1", "content": [deep]}]
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "hi"),
+            line("a1", "u1", "assistant", use),
+            line("r1", "a1", "user", result),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    deeper = depth > 195
+    assert [(p.line, p.reason) for p in report.not_understood] == [
+        (3, "not JSON: nested too deeply")
+    ] * deeper
+    assert len(of(list(session.iter_records(tmp_path / "out.jsonl")), "tool_exec_end")) == (not deeper)
+
+
+def test_codex_reasoning_whose_summary_is_no_list_is_read_as_empty(tmp_path: Path) -> None:
+    lines = [json.loads(text) for text in CODEX.read_text().splitlines()]
+    reasoning = next(obj for obj in lines if obj["payload"].get("type") == "reasoning")
+    reasoning["payload"].update(summary="a text", content=5)
+    session_import.import_session(write_lines(tmp_path / "rollout.jsonl", lines), tmp_path / "out.jsonl")
+    first = data(of(list(session.iter_records(tmp_path / "out.jsonl")), "model_exec_end", "model-1")[0])
+    assert texts(first.message) == ["toolCall"]
+
+
+def test_a_copy_of_a_trace_pair_is_counted_not_billed_twice(tmp_path: Path) -> None:
+    lines = CLAUDE_TRACE.read_text().splitlines(keepends=True)
+    source = tmp_path / CLAUDE_TRACE.name
+    source.write_text("".join([lines[0], *lines]))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert report.unmapped["copy of an earlier line"] == 1
+    imported(tmp_path, CLAUDE_TRACE)
+    usage = session.summarize(tmp_path / "out.jsonl").usage
+    assert usage == session.summarize(tmp_path / f"{CLAUDE_TRACE.stem}.out.jsonl").usage
