@@ -1191,7 +1191,10 @@ class _PageOut:
         self._end = b""
 
     def write(self, *parts: str) -> None:
-        data = "".join(parts).encode()
+        self.put("".join(parts).encode())
+
+    def put(self, data: bytes) -> None:
+        """*data*, already encoded: a card is held once, as the bytes it is written as."""
         self._parts.append(data)
         self.size += len(data)
 
@@ -1200,8 +1203,8 @@ class _PageOut:
         self._parts.append(b"")
         return len(self._parts) - 1
 
-    def fill(self, place: int, text: str) -> None:
-        self._parts[place] = text.encode()
+    def fill(self, place: int, *parts: bytes) -> None:
+        self._parts[place] = b"".join(parts)
         self.size += len(self._parts[place])
 
     def ending(self, text: str) -> None:
@@ -1211,10 +1214,12 @@ class _PageOut:
 
     def release(self, link: Callable[[re.Match[bytes]], bytes]) -> None:
         """Write the page, each link mark made what *link* returns for it, and its ending."""
-        for data in [*self._parts, self._end]:
+        self._parts.append(self._end)
+        self._parts.reverse()  # each part let go once written: the page is held once, not twice
+        while self._parts:
+            data = self._parts.pop()
             resolved = _LINKS.sub(link, data) if b"\x00" in data else data
             _output_step(lambda: self._out.write(resolved))  # noqa: B023 (called at once)
-        self._parts = []
 
 
 def _kind(attempt: _Attempt) -> str:
@@ -2153,24 +2158,28 @@ class _Page:
         items = self.facts.items
         gaps = _left_out(cards)
         for n, (start, end) in enumerate(gaps, 1):
-            cards[start] = self.cut_note(n, items[start:end])
+            cards[start] = self.cut_note(n, items[start:end]).encode()
             left = _count(end - start, "step")
-            steps[start] = f'<p class="cut">{left} left out here: see <a href="#cut-{n}">below</a></p>\n'
-        self.out.fill(self.cut_place, self.cut_summary(gaps))
-        self.out.fill(
-            self.talk_place, f'<section id="conversation"><h2>conversation</h2>\n{"".join(steps)}</section>\n'
-        )
-        write(*(card for card in cards if card is not None))
+            steps[start] = (
+                f'<p class="cut">{left} left out here: see <a href="#cut-{n}">below</a></p>\n'.encode()
+            )
+        self.out.fill(self.cut_place, self.cut_summary(gaps).encode())
+        talk = b'<section id="conversation"><h2>conversation</h2>\n'
+        self.out.fill(self.talk_place, talk, *steps, b"</section>\n")
+        del steps
+        for card in cards:
+            if card is not None:
+                self.out.put(card)
         write("</section>\n")
 
-    def choose(self, source: BinaryIO, max_line_bytes: int) -> Tuple[List[Optional[str]], List[str]]:
+    def choose(self, source: BinaryIO, max_line_bytes: int) -> Tuple[List[Optional[bytes]], List[bytes]]:
         """Each item's card, or None where the page leaves it out, and its conversation step:
         the first and the last item, then every failed call, then the others from both ends
         inwards, as long as the page is within its budget (the end is where failures usually
         are)."""
         items = self.facts.items
-        cards: List[Optional[str]] = [None] * len(items)
-        steps = [""] * len(items)
+        cards: List[Optional[bytes]] = [None] * len(items)
+        steps = [b""] * len(items)
         ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
         failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
         used = self.out.size
@@ -2183,8 +2192,8 @@ class _Page:
                 places = zip(item.seqs, item.offsets) if isinstance(item, _Attempt) else [item]
                 records = [self.read(source, max_line_bytes, seq, offset) for seq, offset in places]
                 card = self.card(item, records) if isinstance(item, _Attempt) else self.lone(records[0])
-                cards[n], steps[n] = card, self.talk.step(item, records)
-                used += len(card.encode()) + len(steps[n].encode())
+                cards[n], steps[n] = card.encode(), self.talk.step(item, records).encode()
+                used += len(cards[n] or b"") + len(steps[n])
                 self.anchors.update(_item_seqs(item))
         return cards, steps
 
@@ -2313,7 +2322,7 @@ def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
     return item.seqs[0] if isinstance(item, _Attempt) else item[0]
 
 
-def _left_out(cards: List[Optional[str]]) -> List[Tuple[int, int]]:
+def _left_out(cards: List[Optional[bytes]]) -> List[Tuple[int, int]]:
     """The runs of cards left out (None), as (start, end) indexes."""
     gaps: List[Tuple[int, int]] = []
     for n, card in enumerate(cards):
@@ -2351,7 +2360,7 @@ def _html_command(args: Any) -> int:
         return 2
     try:
         with builtins.open(args.file, "rb", _READ_BUFFER) as source:
-            facts = _Facts(_Index(source, keep=True))  # requests as written: see _Facts._digests
+            facts = _Facts(_Index(source))  # its cards read the messages they show again
             damage = None
             try:
                 result = _read_file(args.file, args.max_line_bytes, facts, source, None, facts.index)
