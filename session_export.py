@@ -2120,7 +2120,8 @@ class _Page:
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
+            f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style>\n"
+            f"<script>{script}</script></head>\n<body>\n"  # early: it acts on what is parsed so far
         )
         inputs = {
             seq: [whole.parts, whole.previous, whole.settings] for seq, whole in self.facts.inputs.items()
@@ -2133,7 +2134,7 @@ class _Page:
         }
         self.out.ending(
             f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
-            f"<script>{script}</script>\n</body></html>\n"
+            "</body></html>\n"
         )
         self.cut_place = _Header(self.commands, self.facts, summary, self.out, self.damage).header()
         self.talk_place = self.out.later()  # the conversation, once the cards are chosen
@@ -2487,6 +2488,8 @@ body:has(#show-model:not(:checked)) :is(.card,.step).model{display:none}
 body:has(#show-tool:not(:checked)) :is(.card,.step).tool{display:none}
 body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.other){display:none}
 .miss{display:none}
+html[data-js] #search[hidden],html[data-js] #matches[hidden]{display:inline}
+html[data-js] #keys[hidden]{display:block}
 .whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
 .input>ol{padding-left:2em;margin:.2em 0}.input>div{border-top:1px dotted #ccd}
 .step{margin:.25em 0;padding:.15em .5em;border-left:3px solid #ccd}.step.tool{border-left-color:#6bb38a}
@@ -2503,7 +2506,8 @@ details.id>summary code{overflow-wrap:normal}
 .skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
 kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
 :focus{outline:2px solid #35557a}
-@media (max-width:700px){#keys{display:none}.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
+@media (max-width:700px){#keys,html[data-js] #keys[hidden]{display:none}
+.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
 :root{color-scheme:light dark}
 @media (prefers-color-scheme:dark){body,.filters,.skip:focus{color:#e6e6e6;background:#121212}
 a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6e6e6}
@@ -2524,27 +2528,39 @@ _PAGE_SCRIPT = """
 "use strict";
 document.documentElement.setAttribute("data-js", "on");
 (function () {
-  var box = document.getElementById("search");
-  var count = document.getElementById("matches");
-  var items = document.querySelectorAll("#conversation .step, .card, .rec");
-  var calls = document.querySelectorAll("#conversation .step:not(.flow)");
-  var errors = document.querySelectorAll("#conversation .step.fail");
-  var texts = null, hits = [], timer = 0, current = null;
-  box.hidden = count.hidden = document.getElementById("keys").hidden = false;
+  // This script runs from the page's head, before the body is parsed: each handler is the
+  // document's and looks up what it acts on when it acts, so that search, filters and keys
+  // work on what is parsed so far while a long page loads, and on the rest as it comes.
+  var ITEMS = "#conversation .step, .card, .rec";
+  var texts = new WeakMap(), hits = [], done = 0, query = null, timer = 0, current = null, data = null;
+  function loading() {
+    return document.readyState === "loading";
+  }
+  // -- search: each step, card and record that misses the query is hidden (.miss)
   function filter() {
-    var query = box.value.toLowerCase();
-    if (texts === null) {
-      texts = [];
-      for (var i = 0; i < items.length; i++) texts.push(items[i].textContent.toLowerCase());
+    clearTimeout(timer);
+    var box = document.getElementById("search"), count = document.getElementById("matches");
+    if (box.value.toLowerCase() !== query) {
+      query = box.value.toLowerCase();
+      hits = [];
+      done = 0;
     }
-    hits = [];
-    for (var j = 0; j < items.length; j++) {
-      var miss = query !== "" && texts[j].indexOf(query) < 0;
+    var items = document.querySelectorAll(ITEMS);
+    var end = loading() ? items.length - 1 : items.length;  // the last may not be whole yet
+    for (var j = done; j < end; j++) {
+      var text = texts.get(items[j]);
+      if (text === undefined) {
+        text = items[j].textContent.toLowerCase();
+        texts.set(items[j], text);
+      }
+      var miss = query !== "" && text.indexOf(query) < 0;
       items[j].classList.toggle("miss", miss);
       if (query !== "" && !miss) hits.push(items[j]);
     }
+    done = Math.max(end, done);
     count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
     highlight(query);
+    if (loading() && query !== "") timer = setTimeout(filter, 500);  // what is parsed meanwhile
   }
   function highlight(query) {
     if (!window.CSS || !CSS.highlights || typeof Highlight === "undefined") return;
@@ -2576,6 +2592,7 @@ document.documentElement.setAttribute("data-js", "on");
     from.push(text.length);
     return from;
   }
+  // -- moving: to the next or previous of a list, of those shown
   function go(list, step) {
     var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
     if (shown.length === 0) return -1;
@@ -2606,37 +2623,46 @@ document.documentElement.setAttribute("data-js", "on");
     var n = go(hits, step);
     var noun = hits.length === 1 ? " match" : " matches";
     if (n < 0) return;
-    unfold(current, box.value.toLowerCase());
-    count.textContent = (n + 1) + " of " + hits.length + noun;
+    unfold(current, query);
+    document.getElementById("matches").textContent = (n + 1) + " of " + hits.length + noun;
   }
-  box.addEventListener("input", function () {
-    clearTimeout(timer);
-    timer = setTimeout(filter, 120);
-  });
-  box.addEventListener("change", filter);
-  document.addEventListener("keydown", function (event) {
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
-    if (event.target === box) {
-      if (event.key === "Enter") {
-        event.preventDefault();
-        clearTimeout(timer);
-        filter();
-        match(event.shiftKey ? -1 : 1);
-      } else if (event.key === "Escape") {
-        box.blur();
-      }
-      return;
+  function searched(event) {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      filter();
+      match(event.shiftKey ? -1 : 1);
+    } else if (event.key === "Escape") {
+      event.target.blur();
     }
-    if (event.target.tagName === "INPUT") return;
+  }
+  function moved(event) {
+    var calls = "#conversation .step:not(.flow)", errors = "#conversation .step.fail";
     var moves = {j: [calls, 1], k: [calls, -1], e: [errors, 1], E: [errors, -1]};
-    if (moves[event.key]) go(moves[event.key][0], moves[event.key][1]);
+    if (moves[event.key]) go(document.querySelectorAll(moves[event.key][0]), moves[event.key][1]);
     else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
-    else if (event.key === "/") box.focus();
+    else if (event.key === "/") document.getElementById("search").focus();
     else if (event.key === "i") whole();
     else return;
     event.preventDefault();
+  }
+  document.addEventListener("input", function (event) {
+    if (event.target.id !== "search") return;
+    clearTimeout(timer);
+    timer = setTimeout(filter, 120);
   });
-  var inputs = JSON.parse(document.getElementById("session-data").textContent).inputs;
+  document.addEventListener("change", function (event) {
+    if (event.target.id === "search") filter();
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.id === "search") searched(event);
+    else if (event.target.tagName !== "INPUT") moved(event);
+  });
+  // -- a call's whole input: copies of the messages its card and earlier ones show
+  function inputs() {
+    if (data === null) data = JSON.parse(document.getElementById("session-data").textContent).inputs;
+    return data;
+  }
   function places(seq) {
     var out = [], tasks = [[seq, 0, Infinity]];
     while (tasks.length) {
@@ -2645,7 +2671,7 @@ document.documentElement.setAttribute("data-js", "on");
         out.push(task);
         continue;
       }
-      var parts = inputs[task[0]][0], previous = inputs[task[0]][1], at = 0, todo = [];
+      var parts = inputs()[task[0]][0], previous = inputs()[task[0]][1], at = 0, todo = [];
       for (var i = 0; i < parts.length && at < task[2]; i++) {
         var part = parts[i], size = typeof part === "string" ? 1 : part[1] - part[0];
         var from = Math.max(task[1], at), to = Math.min(task[2], at + size);
@@ -2672,12 +2698,16 @@ document.documentElement.setAttribute("data-js", "on");
   }
   function fill(whole) {
     if (whole.querySelector(".input")) return;
+    if (loading()) {  // its messages and their places come later in the page
+      document.addEventListener("DOMContentLoaded", function () { fill(whole); });
+      return;
+    }
     var seq = whole.id.slice(6), list = document.createElement("ol"), box = document.createElement("div");
     var shown = places(seq);
     for (var i = 0; i < shown.length; i++) list.appendChild(copy("msg-" + shown[i], "this message", "li"));
     box.className = "input";
     box.appendChild(list);
-    box.appendChild(copy("set-" + inputs[seq][2], "the tools and config", "div"));
+    box.appendChild(copy("set-" + inputs()[seq][2], "the tools and config", "div"));
     whole.querySelector(".places").hidden = true;
     whole.appendChild(box);
   }
@@ -2692,6 +2722,7 @@ document.documentElement.setAttribute("data-js", "on");
     input.open = true;
     input.scrollIntoView();
   }
+  // -- the fragment's folded target opened, and everything folded opened to print
   function reveal() {
     var id = location.hash.slice(1);
     try {
@@ -2703,7 +2734,7 @@ document.documentElement.setAttribute("data-js", "on");
     if (target && target.tagName === "DETAILS") target.open = true;
   }
   window.addEventListener("hashchange", reveal);
-  reveal();
+  document.addEventListener("DOMContentLoaded", reveal);
   window.addEventListener("beforeprint", function () {
     var folded = document.querySelectorAll("details");
     for (var i = 0; i < folded.length; i++) folded[i].open = true;

@@ -730,7 +730,7 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
     assert parts.elements[3][1]["http-equiv"] == "Content-Security-Policy"
     policy = parts.elements[3][1]["content"] or ""
     (style,) = parts.texts["style"]
-    data, script = parts.texts["script"]
+    script, data = parts.texts["script"]  # the script in the head, the data at the end
     assert policy == (
         f"default-src 'none'; script-src {csp_hash(script)}; style-src {csp_hash(style)}; img-src data:; "
         "base-uri 'none'; form-action 'none'"
