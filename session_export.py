@@ -2546,18 +2546,18 @@ document.documentElement.setAttribute("data-js", "on");
       done = 0;
     }
     var items = document.querySelectorAll(ITEMS);
-    var end = loading() ? items.length - 1 : items.length;  // the last may not be whole yet
-    for (var j = done; j < end; j++) {
+    var whole = loading() ? items.length - 1 : items.length;  // the last may not be whole yet
+    for (var j = done; j < items.length; j++) {
       var text = texts.get(items[j]);
       if (text === undefined) {
         text = items[j].textContent.toLowerCase();
-        texts.set(items[j], text);
+        if (j < whole) texts.set(items[j], text);
       }
       var miss = query !== "" && text.indexOf(query) < 0;
       items[j].classList.toggle("miss", miss);
-      if (query !== "" && !miss) hits.push(items[j]);
+      if (query !== "" && !miss && j < whole) hits.push(items[j]);
     }
-    done = Math.max(end, done);
+    done = Math.max(whole, done);
     count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
     highlight(query);
     if (loading() && query !== "") timer = setTimeout(filter, 500);  // what is parsed meanwhile

@@ -835,7 +835,8 @@ class WebDriver:
 
     ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
 
-    def __init__(self, profile: Path) -> None:
+    def __init__(self, profile: Path, load: str = "normal") -> None:
+        """*load*: the WebDriver page load strategy, "none" to act on a page while it loads."""
         need("chromedriver", "the page's filters and search are tried in a real browser")
         import socket
 
@@ -853,7 +854,9 @@ class WebDriver:
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
         flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
         options = {"binary": shutil.which("chromium"), "args": [*flags, f"--user-data-dir={profile}"]}
-        capabilities = {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options}}
+        capabilities = {
+            "alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options, "pageLoadStrategy": load}
+        }
         self.id = self.call("POST", "/session", {"capabilities": capabilities})["sessionId"]
 
     def call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
@@ -2057,3 +2060,71 @@ def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path
         assert browser.run(matches) == f"{first % 22 + 1} of 22 matches"
     finally:
         browser.close()
+
+
+class HeldPage:
+    """*page* served over HTTP from this process: its first *split* bytes at once, the rest
+    once released, so that a browser holds it half parsed until then."""
+
+    def __init__(self, page: bytes, split: int) -> None:
+        import http.server
+
+        gate = self.gate = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path != "/page.html":
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                with contextlib.suppress(OSError):  # the browser may leave before the end
+                    self.wfile.write(page[:split])
+                    self.wfile.flush()
+                    gate.wait(60)
+                    self.wfile.write(page[split:])
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/page.html"
+
+    def close(self) -> None:
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_html_page_searches_and_moves_while_it_loads_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    long_session(path, 300)
+    page = html_page(path).encode()
+    held = HeldPage(page, page.index(b" turn 150</div>"))  # half the conversation, no card yet
+    browser = WebDriver(tmp_path / "profile", load="none")
+    loading = "return document.readyState === 'loading'"
+    matches = "return document.getElementById('matches').textContent"
+    try:
+        browser.page("POST", "/url", {"url": held.url})
+        ready = "var box = document.getElementById('search'); return !!box && !!box.offsetParent"
+        assert browser.until(lambda: browser.run(ready)) and browser.run(loading)
+        browser.keys("j")  # the first call, in the conversation parsed so far
+        assert "reply of m1" in browser.run("return document.activeElement.textContent")
+        browser.keys("e")  # the first failed call
+        assert "failure 50" in browser.run("return document.activeElement.textContent")
+        browser.keys("/found 12")  # found 12, 120 to 129: in the steps parsed so far
+        assert browser.until(lambda: browser.run(matches) == "11 matches")
+        assert browser.visible("#conversation .step") == 11 and browser.run(loading)
+        browser.keys("\ue007")  # Enter: the next match, below the failed call
+        assert re.fullmatch("[0-9]+ of 11 matches", browser.run(matches))
+        assert "found 12" in browser.run("return document.activeElement.textContent")
+        held.gate.set()  # the rest of the page: the filter takes it as it comes
+        assert browser.until(lambda: browser.run(matches) == "22 matches")  # and the cards'
+        assert not browser.run(loading) and browser.visible("#conversation .step") == 11
+        assert browser.visible(".card") == 11
+    finally:
+        browser.close()
+        held.close()
