@@ -2487,7 +2487,7 @@ body:has(#only-errors:checked) :is(.card,.rec,.step):not(.fail){display:none}
 body:has(#show-model:not(:checked)) :is(.card,.step).model{display:none}
 body:has(#show-tool:not(:checked)) :is(.card,.step).tool{display:none}
 body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.other){display:none}
-.miss{display:none}
+.miss{display:none}.card,.step{content-visibility:auto;contain-intrinsic-size:auto 5em}
 html[data-js] #search[hidden],html[data-js] #matches[hidden]{display:inline}
 html[data-js] #keys[hidden]{display:block}
 .whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
@@ -2533,6 +2533,7 @@ document.documentElement.setAttribute("data-js", "on");
   // work on what is parsed so far while a long page loads, and on the rest as it comes.
   var ITEMS = "#conversation .step, .card, .rec";
   var texts = new WeakMap(), hits = [], done = 0, query = null, timer = 0, current = null, data = null;
+  var marks = null, marked = 0, left = 0;  // the matches highlighted: of hits[0:marked], at most 2000
   function loading() {
     return document.readyState === "loading";
   }
@@ -2543,7 +2544,12 @@ document.documentElement.setAttribute("data-js", "on");
     if (box.value.toLowerCase() !== query) {
       query = box.value.toLowerCase();
       hits = [];
-      done = 0;
+      done = marked = 0;
+      left = query === "" ? 0 : 2000;
+      if (window.CSS && CSS.highlights && typeof Highlight !== "undefined") {
+        marks = new Highlight();
+        CSS.highlights.set("search", marks);
+      }
     }
     var items = document.querySelectorAll(ITEMS);
     var whole = loading() ? items.length - 1 : items.length;  // the last may not be whole yet
@@ -2559,15 +2565,13 @@ document.documentElement.setAttribute("data-js", "on");
     }
     done = Math.max(whole, done);
     count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
-    highlight(query);
+    highlight();
     if (loading() && query !== "") timer = setTimeout(filter, 500);  // what is parsed meanwhile
   }
-  function highlight(query) {
-    if (!window.CSS || !CSS.highlights || typeof Highlight === "undefined") return;
-    CSS.highlights.delete("search");
-    var marks = new Highlight(), left = query === "" ? 0 : 2000;
-    for (var i = 0; i < hits.length && left > 0; i++) {
-      var walker = document.createTreeWalker(hits[i], NodeFilter.SHOW_TEXT);
+  function highlight() {
+    // The matches of the hits found since the last call (as a page loads), while any are left.
+    for (; marks && marked < hits.length && left > 0; marked++) {
+      var walker = document.createTreeWalker(hits[marked], NodeFilter.SHOW_TEXT);
       for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
         var text = node.data.toLowerCase(), from = text.length === node.length ? null : origins(node.data);
         for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
@@ -2581,7 +2585,6 @@ document.documentElement.setAttribute("data-js", "on");
         }
       }
     }
-    CSS.highlights.set("search", marks);
   }
   function origins(text) {
     // Where each character of text's lower case comes from in text: "\u0130" has two.

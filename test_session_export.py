@@ -1897,6 +1897,7 @@ def test_html_page_shows_each_calls_whole_input_in_chromium(tmp_path: Path) -> N
         cut.write_text(html_page(long, "--max-bytes", "60000"), encoding="utf-8")
         browser.page("POST", "/url", {"url": cut.as_uri()})
         last = browser.run("return [...document.querySelectorAll('details.whole')].pop().id")
+        browser.run(f"document.getElementById('{last}').scrollIntoView()")  # its card drawn: in view
         browser.page("POST", f"/element/{browser.element(f'#{last} > summary')}/click", {})
         assert browser.until(lambda: bool(browser.run(f"return !!document.querySelector('#{last} .input')")))
         pairs = "li => [li.className, li.textContent]"
