@@ -194,6 +194,7 @@ def open_times(counts: List[int]) -> None:
                     search.append(opened(browser, page.as_uri(), "search"))
                     loaded.append(parsed(browser))
                     keys.append(opened(browser, page.as_uri(), "keys"))
+                parsed(browser)  # the last load's page whole
                 nodes = browser.run("return document.getElementsByTagName('*').length")
             finally:
                 browser.close()
