@@ -2129,3 +2129,25 @@ def test_html_page_searches_and_moves_while_it_loads_in_chromium(tmp_path: Path)
     finally:
         browser.close()
         held.close()
+
+
+def test_html_page_holds_the_page_not_the_messages_it_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:  # version 2: a record per message
+        context = []
+        for turn in range(24):  # 24 MB of messages, each sent by every later request
+            context.append(say(f"{turn} " + "x" * (1 << 20)))
+            model_call(run, f"m{turn}", context)
+    measure = (
+        "import sys, tracemalloc; sys.path.insert(0, sys.argv[1]); import session; tracemalloc.start()\n"
+        "assert session.main(['html', sys.argv[2], '-o', sys.argv[3]]) == 0\n"
+        "print(tracemalloc.get_traced_memory()[1])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", measure, str(MODULE.parent), str(path), str(tmp_path / "page.html")],
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) < 12 << 20  # a few copies of one 1 MB line, parsed, and the page
+    assert (tmp_path / "page.html").stat().st_size < 1 << 20
