@@ -1799,7 +1799,10 @@ def test_html_page_conversation_shows_tool_output_as_text_folded_after_its_first
     browser = WebDriver(tmp_path / "profile")
     try:
         browser.page("POST", "/url", {"url": copy.as_uri()})
-        shown = "return document.querySelector('#conversation .pair').innerText"
+        # as it reads in view (innerText is the drawn text; a step is drawn as it nears the view)
+        shown = (
+            "var e = document.querySelector('#conversation .pair'); e.scrollIntoView(); return e.innerText"
+        )
         assert "7  Record 7" in browser.run(shown) and "19  Record 19" not in browser.run(shown)
         browser.page("POST", f"/element/{browser.element('#conversation .more summary')}/click", {})
         assert "    19  Record 19" in browser.run(shown)
