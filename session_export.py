@@ -1208,7 +1208,10 @@ class _PageOut:
         self._end = b""
 
     def write(self, *parts: str) -> None:
-        data = "".join(parts).encode()
+        self.put("".join(parts).encode())
+
+    def put(self, data: bytes) -> None:
+        """*data*, already encoded: a card is held once, as the bytes it is written as."""
         self._parts.append(data)
         self.size += len(data)
 
@@ -1217,8 +1220,8 @@ class _PageOut:
         self._parts.append(b"")
         return len(self._parts) - 1
 
-    def fill(self, place: int, text: str) -> None:
-        self._parts[place] = text.encode()
+    def fill(self, place: int, *parts: bytes) -> None:
+        self._parts[place] = b"".join(parts)
         self.size += len(self._parts[place])
 
     def ending(self, text: str) -> None:
@@ -1228,10 +1231,12 @@ class _PageOut:
 
     def release(self, link: Callable[[re.Match[bytes]], bytes]) -> None:
         """Write the page, each link mark made what *link* returns for it, and its ending."""
-        for data in [*self._parts, self._end]:
+        self._parts.append(self._end)
+        self._parts.reverse()  # each part let go once written: the page is held once, not twice
+        while self._parts:
+            data = self._parts.pop()
             resolved = _LINKS.sub(link, data) if b"\x00" in data else data
             _output_step(lambda: self._out.write(resolved))  # noqa: B023 (called at once)
-        self._parts = []
 
 
 def _kind(attempt: _Attempt) -> str:
@@ -2125,7 +2130,8 @@ class _Page:
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style></head>\n<body>\n"
+            f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style>\n"
+            f"<script>{script}</script></head>\n<body>\n"  # early: it acts on what is parsed so far
         )
         inputs = {
             seq: [whole.parts, whole.previous, whole.settings] for seq, whole in self.facts.inputs.items()
@@ -2138,7 +2144,7 @@ class _Page:
         }
         self.out.ending(
             f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
-            f"<script>{script}</script>\n</body></html>\n"
+            "</body></html>\n"
         )
         self.cut_place = _Header(self.commands, self.facts, summary, self.out, self.damage).header()
         self.talk_place = self.out.later()  # the conversation, once the cards are chosen
@@ -2163,24 +2169,28 @@ class _Page:
         items = self.facts.items
         gaps = _left_out(cards)
         for n, (start, end) in enumerate(gaps, 1):
-            cards[start] = self.cut_note(n, items[start:end])
+            cards[start] = self.cut_note(n, items[start:end]).encode()
             left = _count(end - start, "step")
-            steps[start] = f'<p class="cut">{left} left out here: see <a href="#cut-{n}">below</a></p>\n'
-        self.out.fill(self.cut_place, self.cut_summary(gaps))
-        self.out.fill(
-            self.talk_place, f'<section id="conversation"><h2>conversation</h2>\n{"".join(steps)}</section>\n'
-        )
-        write(*(card for card in cards if card is not None))
+            steps[start] = (
+                f'<p class="cut">{left} left out here: see <a href="#cut-{n}">below</a></p>\n'.encode()
+            )
+        self.out.fill(self.cut_place, self.cut_summary(gaps).encode())
+        talk = b'<section id="conversation"><h2>conversation</h2>\n'
+        self.out.fill(self.talk_place, talk, *steps, b"</section>\n")
+        del steps
+        for card in cards:
+            if card is not None:
+                self.out.put(card)
         write("</section>\n")
 
-    def choose(self, source: BinaryIO, max_line_bytes: int) -> Tuple[List[Optional[str]], List[str]]:
+    def choose(self, source: BinaryIO, max_line_bytes: int) -> Tuple[List[Optional[bytes]], List[bytes]]:
         """Each item's card, or None where the page leaves it out, and its conversation step:
         the first and the last item, then every failed call, then the others from both ends
         inwards, as long as the page is within its budget (the end is where failures usually
         are)."""
         items = self.facts.items
-        cards: List[Optional[str]] = [None] * len(items)
-        steps = [""] * len(items)
+        cards: List[Optional[bytes]] = [None] * len(items)
+        steps = [b""] * len(items)
         ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
         failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
         used = self.out.size
@@ -2193,8 +2203,8 @@ class _Page:
                 places = zip(item.seqs, item.offsets) if isinstance(item, _Attempt) else [item]
                 records = [self.read(source, max_line_bytes, seq, offset) for seq, offset in places]
                 card = self.card(item, records) if isinstance(item, _Attempt) else self.lone(records[0])
-                cards[n], steps[n] = card, self.talk.step(item, records)
-                used += len(card.encode()) + len(steps[n].encode())
+                cards[n], steps[n] = card.encode(), self.talk.step(item, records).encode()
+                used += len(cards[n] or b"") + len(steps[n])
                 self.anchors.update(_item_seqs(item))
         return cards, steps
 
@@ -2368,7 +2378,7 @@ def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
     return item.seqs[0] if isinstance(item, _Attempt) else item[0]
 
 
-def _left_out(cards: List[Optional[str]]) -> List[Tuple[int, int]]:
+def _left_out(cards: List[Optional[bytes]]) -> List[Tuple[int, int]]:
     """The runs of cards left out (None), as (start, end) indexes."""
     gaps: List[Tuple[int, int]] = []
     for n, card in enumerate(cards):
@@ -2406,7 +2416,7 @@ def _html_command(args: Any) -> int:
         return 2
     try:
         with builtins.open(args.file, "rb", _READ_BUFFER) as source:
-            facts = _Facts(_Index(source, keep=True))  # requests as written: see _Facts._digests
+            facts = _Facts(_Index(source))  # its cards read the messages they show again
             damage = None
             try:
                 result = _read_file(args.file, args.max_line_bytes, facts, source, None, facts.index)
@@ -2532,7 +2542,9 @@ body:has(#only-errors:checked) :is(.card,.rec,.step):not(.fail){display:none}
 body:has(#show-model:not(:checked)) :is(.card,.step).model{display:none}
 body:has(#show-tool:not(:checked)) :is(.card,.step).tool{display:none}
 body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.other){display:none}
-.miss{display:none}
+.miss{display:none}.card,.step{content-visibility:auto;contain-intrinsic-size:auto 5em}
+html[data-js] #search[hidden],html[data-js] #matches[hidden]{display:inline}
+html[data-js] #keys[hidden]{display:block}
 .whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
 .input>ol{padding-left:2em;margin:.2em 0}.input>div{border-top:1px dotted #ccd}
 .step{margin:.25em 0;padding:.15em .5em;border-left:3px solid #ccd}.step.tool{border-left-color:#6bb38a}
@@ -2549,7 +2561,8 @@ details.id>summary code{overflow-wrap:normal}
 .skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
 kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
 :focus{outline:2px solid #35557a}
-@media (max-width:700px){#keys{display:none}.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
+@media (max-width:700px){#keys,html[data-js] #keys[hidden]{display:none}
+.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
 :root{color-scheme:light dark}
 @media (prefers-color-scheme:dark){body,.filters,.skip:focus{color:#e6e6e6;background:#121212}
 a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6e6e6}
@@ -2570,34 +2583,50 @@ _PAGE_SCRIPT = """
 "use strict";
 document.documentElement.setAttribute("data-js", "on");
 (function () {
-  var box = document.getElementById("search");
-  var count = document.getElementById("matches");
-  var items = document.querySelectorAll("#conversation .step, .card, .rec");
-  var calls = document.querySelectorAll("#conversation .step:not(.flow)");
-  var errors = document.querySelectorAll("#conversation .step.fail");
-  var texts = null, hits = [], timer = 0, current = null;
-  box.hidden = count.hidden = document.getElementById("keys").hidden = false;
-  function filter() {
-    var query = box.value.toLowerCase();
-    if (texts === null) {
-      texts = [];
-      for (var i = 0; i < items.length; i++) texts.push(items[i].textContent.toLowerCase());
-    }
-    hits = [];
-    for (var j = 0; j < items.length; j++) {
-      var miss = query !== "" && texts[j].indexOf(query) < 0;
-      items[j].classList.toggle("miss", miss);
-      if (query !== "" && !miss) hits.push(items[j]);
-    }
-    count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
-    highlight(query);
+  // This script runs from the page's head, before the body is parsed: each handler is the
+  // document's and looks up what it acts on when it acts, so that search, filters and keys
+  // work on what is parsed so far while a long page loads, and on the rest as it comes.
+  var ITEMS = "#conversation .step, .card, .rec";
+  var texts = new WeakMap(), hits = [], done = 0, query = null, timer = 0, current = null, data = null;
+  var marks = null, marked = 0, left = 0;  // the matches highlighted: of hits[0:marked], at most 2000
+  function loading() {
+    return document.readyState === "loading";
   }
-  function highlight(query) {
-    if (!window.CSS || !CSS.highlights || typeof Highlight === "undefined") return;
-    CSS.highlights.delete("search");
-    var marks = new Highlight(), left = query === "" ? 0 : 2000;
-    for (var i = 0; i < hits.length && left > 0; i++) {
-      var walker = document.createTreeWalker(hits[i], NodeFilter.SHOW_TEXT);
+  // -- search: each step, card and record that misses the query is hidden (.miss)
+  function filter() {
+    clearTimeout(timer);
+    var box = document.getElementById("search"), count = document.getElementById("matches");
+    if (box.value.toLowerCase() !== query) {
+      query = box.value.toLowerCase();
+      hits = [];
+      done = marked = 0;
+      left = query === "" ? 0 : 2000;
+      if (window.CSS && CSS.highlights && typeof Highlight !== "undefined") {
+        marks = new Highlight();
+        CSS.highlights.set("search", marks);
+      }
+    }
+    var items = document.querySelectorAll(ITEMS);
+    var whole = loading() ? items.length - 1 : items.length;  // the last may not be whole yet
+    for (var j = done; j < items.length; j++) {
+      var text = texts.get(items[j]);
+      if (text === undefined) {
+        text = items[j].textContent.toLowerCase();
+        if (j < whole) texts.set(items[j], text);
+      }
+      var miss = query !== "" && text.indexOf(query) < 0;
+      items[j].classList.toggle("miss", miss);
+      if (query !== "" && !miss && j < whole) hits.push(items[j]);
+    }
+    done = Math.max(whole, done);
+    count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
+    highlight();
+    if (loading() && query !== "") timer = setTimeout(filter, 500);  // what is parsed meanwhile
+  }
+  function highlight() {
+    // The matches of the hits found since the last call (as a page loads), while any are left.
+    for (; marks && marked < hits.length && left > 0; marked++) {
+      var walker = document.createTreeWalker(hits[marked], NodeFilter.SHOW_TEXT);
       for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
         var text = node.data.toLowerCase(), from = text.length === node.length ? null : origins(node.data);
         for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
@@ -2611,7 +2640,6 @@ document.documentElement.setAttribute("data-js", "on");
         }
       }
     }
-    CSS.highlights.set("search", marks);
   }
   function origins(text) {
     // Where each character of text's lower case comes from in text: "\u0130" has two.
@@ -2622,6 +2650,7 @@ document.documentElement.setAttribute("data-js", "on");
     from.push(text.length);
     return from;
   }
+  // -- moving: to the next or previous of a list, of those shown
   function go(list, step) {
     var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
     if (shown.length === 0) return -1;
@@ -2652,37 +2681,46 @@ document.documentElement.setAttribute("data-js", "on");
     var n = go(hits, step);
     var noun = hits.length === 1 ? " match" : " matches";
     if (n < 0) return;
-    unfold(current, box.value.toLowerCase());
-    count.textContent = (n + 1) + " of " + hits.length + noun;
+    unfold(current, query);
+    document.getElementById("matches").textContent = (n + 1) + " of " + hits.length + noun;
   }
-  box.addEventListener("input", function () {
-    clearTimeout(timer);
-    timer = setTimeout(filter, 120);
-  });
-  box.addEventListener("change", filter);
-  document.addEventListener("keydown", function (event) {
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
-    if (event.target === box) {
-      if (event.key === "Enter") {
-        event.preventDefault();
-        clearTimeout(timer);
-        filter();
-        match(event.shiftKey ? -1 : 1);
-      } else if (event.key === "Escape") {
-        box.blur();
-      }
-      return;
+  function searched(event) {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      filter();
+      match(event.shiftKey ? -1 : 1);
+    } else if (event.key === "Escape") {
+      event.target.blur();
     }
-    if (event.target.tagName === "INPUT") return;
+  }
+  function moved(event) {
+    var calls = "#conversation .step:not(.flow)", errors = "#conversation .step.fail";
     var moves = {j: [calls, 1], k: [calls, -1], e: [errors, 1], E: [errors, -1]};
-    if (moves[event.key]) go(moves[event.key][0], moves[event.key][1]);
+    if (moves[event.key]) go(document.querySelectorAll(moves[event.key][0]), moves[event.key][1]);
     else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
-    else if (event.key === "/") box.focus();
+    else if (event.key === "/") document.getElementById("search").focus();
     else if (event.key === "i") whole();
     else return;
     event.preventDefault();
+  }
+  document.addEventListener("input", function (event) {
+    if (event.target.id !== "search") return;
+    clearTimeout(timer);
+    timer = setTimeout(filter, 120);
   });
-  var inputs = JSON.parse(document.getElementById("session-data").textContent).inputs;
+  document.addEventListener("change", function (event) {
+    if (event.target.id === "search") filter();
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.id === "search") searched(event);
+    else if (event.target.tagName !== "INPUT") moved(event);
+  });
+  // -- a call's whole input: copies of the messages its card and earlier ones show
+  function inputs() {
+    if (data === null) data = JSON.parse(document.getElementById("session-data").textContent).inputs;
+    return data;
+  }
   function places(seq) {
     var out = [], tasks = [[seq, 0, Infinity]];
     while (tasks.length) {
@@ -2691,7 +2729,7 @@ document.documentElement.setAttribute("data-js", "on");
         out.push(task);
         continue;
       }
-      var parts = inputs[task[0]][0], previous = inputs[task[0]][1], at = 0, todo = [];
+      var parts = inputs()[task[0]][0], previous = inputs()[task[0]][1], at = 0, todo = [];
       for (var i = 0; i < parts.length && at < task[2]; i++) {
         var part = parts[i], size = typeof part === "string" ? 1 : part[1] - part[0];
         var from = Math.max(task[1], at), to = Math.min(task[2], at + size);
@@ -2718,12 +2756,16 @@ document.documentElement.setAttribute("data-js", "on");
   }
   function fill(whole) {
     if (whole.querySelector(".input")) return;
+    if (loading()) {  // its messages and their places come later in the page
+      document.addEventListener("DOMContentLoaded", function () { fill(whole); });
+      return;
+    }
     var seq = whole.id.slice(6), list = document.createElement("ol"), box = document.createElement("div");
     var shown = places(seq);
     for (var i = 0; i < shown.length; i++) list.appendChild(copy("msg-" + shown[i], "this message", "li"));
     box.className = "input";
     box.appendChild(list);
-    box.appendChild(copy("set-" + inputs[seq][2], "the tools and config", "div"));
+    box.appendChild(copy("set-" + inputs()[seq][2], "the tools and config", "div"));
     whole.querySelector(".places").hidden = true;
     whole.appendChild(box);
   }
@@ -2738,6 +2780,7 @@ document.documentElement.setAttribute("data-js", "on");
     input.open = true;
     input.scrollIntoView();
   }
+  // -- the fragment's folded target opened, and everything folded opened to print
   function reveal() {
     var id = location.hash.slice(1);
     try {
@@ -2749,7 +2792,7 @@ document.documentElement.setAttribute("data-js", "on");
     if (target && target.tagName === "DETAILS") target.open = true;
   }
   window.addEventListener("hashchange", reveal);
-  reveal();
+  document.addEventListener("DOMContentLoaded", reveal);
 })();
 """
 

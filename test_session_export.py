@@ -731,7 +731,7 @@ def test_html_page_structure_is_safe_by_construction(tmp_path: Path) -> None:
     assert parts.elements[3][1]["http-equiv"] == "Content-Security-Policy"
     policy = parts.elements[3][1]["content"] or ""
     (style,) = parts.texts["style"]
-    data, script = parts.texts["script"]
+    script, data = parts.texts["script"]  # the script in the head, the data at the end
     assert policy == (
         f"default-src 'none'; script-src {csp_hash(script)}; style-src {csp_hash(style)}; img-src data:; "
         "base-uri 'none'; form-action 'none'"
@@ -836,7 +836,8 @@ class WebDriver:
 
     ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
 
-    def __init__(self, profile: Path) -> None:
+    def __init__(self, profile: Path, load: str = "normal") -> None:
+        """*load*: the WebDriver page load strategy, "none" to act on a page while it loads."""
         need("chromedriver", "the page's filters and search are tried in a real browser")
         import socket
 
@@ -854,7 +855,9 @@ class WebDriver:
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
         flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
         options = {"binary": shutil.which("chromium"), "args": [*flags, f"--user-data-dir={profile}"]}
-        capabilities = {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options}}
+        capabilities = {
+            "alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options, "pageLoadStrategy": load}
+        }
         self.id = self.call("POST", "/session", {"capabilities": capabilities})["sessionId"]
 
     def call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
@@ -1881,7 +1884,10 @@ def test_html_page_conversation_shows_tool_output_as_text_folded_after_its_first
     browser = WebDriver(tmp_path / "profile")
     try:
         browser.page("POST", "/url", {"url": copy.as_uri()})
-        shown = "return document.querySelector('#conversation .pair').innerText"
+        # as it reads in view (innerText is the drawn text; a step is drawn as it nears the view)
+        shown = (
+            "var e = document.querySelector('#conversation .pair'); e.scrollIntoView(); return e.innerText"
+        )
         assert "7  Record 7" in browser.run(shown) and "19  Record 19" not in browser.run(shown)
         browser.page("POST", f"/element/{browser.element('#conversation .more summary')}/click", {})
         assert "    19  Record 19" in browser.run(shown)
@@ -1979,6 +1985,7 @@ def test_html_page_shows_each_calls_whole_input_in_chromium(tmp_path: Path) -> N
         cut.write_text(html_page(long, "--max-bytes", "60000"), encoding="utf-8")
         browser.page("POST", "/url", {"url": cut.as_uri()})
         last = browser.run("return [...document.querySelectorAll('details.whole')].pop().id")
+        browser.run(f"document.getElementById('{last}').scrollIntoView()")  # its card drawn: in view
         browser.page("POST", f"/element/{browser.element(f'#{last} > summary')}/click", {})
         assert browser.until(lambda: bool(browser.run(f"return !!document.querySelector('#{last} .input')")))
         pairs = "li => [li.className, li.textContent]"
@@ -2142,3 +2149,93 @@ def test_html_page_of_300_turns_is_found_around_by_keyboard_in_chromium(tmp_path
         assert browser.run(matches) == f"{first % 22 + 1} of 22 matches"
     finally:
         browser.close()
+
+
+class HeldPage:
+    """*page* served over HTTP from this process: its first *split* bytes at once, the rest
+    once released, so that a browser holds it half parsed until then."""
+
+    def __init__(self, page: bytes, split: int) -> None:
+        import http.server
+
+        gate = self.gate = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path != "/page.html":
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                with contextlib.suppress(OSError):  # the browser may leave before the end
+                    self.wfile.write(page[:split])
+                    self.wfile.flush()
+                    gate.wait(60)
+                    self.wfile.write(page[split:])
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/page.html"
+
+    def close(self) -> None:
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_html_page_searches_and_moves_while_it_loads_in_chromium(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    long_session(path, 300)
+    page = html_page(path).encode()
+    held = HeldPage(page, page.index(b" turn 150</div>"))  # half the conversation, no card yet
+    browser = WebDriver(tmp_path / "profile", load="none")
+    loading = "return document.readyState === 'loading'"
+    matches = "return document.getElementById('matches').textContent"
+    try:
+        browser.page("POST", "/url", {"url": held.url})
+        ready = "var box = document.getElementById('search'); return !!box && !!box.offsetParent"
+        assert browser.until(lambda: browser.run(ready)) and browser.run(loading)
+        browser.keys("j")  # the first call, in the conversation parsed so far
+        assert "reply of m1" in browser.run("return document.activeElement.textContent")
+        browser.keys("e")  # the first failed call
+        assert "failure 50" in browser.run("return document.activeElement.textContent")
+        browser.keys("/found 12")  # found 12, 120 to 129: in the steps parsed so far
+        assert browser.until(lambda: browser.run(matches) == "11 matches")
+        assert browser.visible("#conversation .step") == 11 and browser.run(loading)
+        browser.keys("\ue007")  # Enter: the next match, below the failed call
+        assert re.fullmatch("[0-9]+ of 11 matches", browser.run(matches))
+        assert "found 12" in browser.run("return document.activeElement.textContent")
+        held.gate.set()  # the rest of the page: the filter takes it as it comes
+        assert browser.until(lambda: browser.run(matches) == "22 matches")  # and the cards'
+        assert not browser.run(loading) and browser.visible("#conversation .step") == 11
+        assert browser.visible(".card") == 11
+    finally:
+        browser.close()
+        held.close()
+
+
+def test_html_page_holds_the_page_not_the_messages_it_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:  # version 2: a record per message
+        context = []
+        for turn in range(24):  # 24 MB of messages, each sent by every later request
+            context.append(say(f"{turn} " + "x" * (1 << 20)))
+            model_call(run, f"m{turn}", context)
+    measure = (
+        "import sys, tracemalloc; sys.path.insert(0, sys.argv[1]); import session; tracemalloc.start()\n"
+        "assert session.main(['html', sys.argv[2], '-o', sys.argv[3]]) == 0\n"
+        "print(tracemalloc.get_traced_memory()[1])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", measure, str(MODULE.parent), str(path), str(tmp_path / "page.html")],
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) < 12 << 20  # a few copies of one 1 MB line, parsed, and the page
+    assert (tmp_path / "page.html").stat().st_size < 1 << 20

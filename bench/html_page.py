@@ -3,19 +3,24 @@
     python3 bench/html_page.py              # a ~230 MB session: every model request sends the whole context
     python3 bench/html_page.py 0.1          # a tenth of that: a smoke test
     python3 bench/html_page.py --version 1  # the same size in format version 1
+    python3 bench/html_page.py --memory 1000 3000 10000 20000  # peak memory at these turns
 
 The session is made at run time, in format version 2 (each message written once: 230 MB is
 some 30,000 turns) or 1 (each request writes every message again: 230 MB is some 400 turns),
 under a temporary folder and removed afterwards.  Both
 commands run as a user runs them (a new interpreter each time); the figure that counts is the
 ratio of their median times (wall clock and CPU), measured in the same run, with the page's
-size.  Unix only (CPU time of child processes).
+size.  Unix only (CPU time of child processes).  With ``--memory``, the session is made with
+each number of turns, and ``html`` runs alone on each in a new process and says its peak
+resident memory (``ru_maxrss``, the interpreter included; the session is made in a process
+of its own, since a process forked from a large one starts with its peak).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import resource
 import statistics
 import subprocess
@@ -36,14 +41,15 @@ TEXT = "The quick brown fox jumps over the lazy dog; sphinx of black quartz, jud
 TOOLS = [{"name": "read_file", "description": "Read a file", "parameters": {"path": "string"}}]
 
 
-def build(path: Path, target: int, version: int) -> int:
-    """Turns of question, tool call and result until the file holds *target* bytes; each
-    model request carries every message so far, as an agent without compaction sends it."""
+def build(path: Path, target: int, version: int, turns: int = 0) -> int:
+    """Turns of question, tool call and result until the file holds *target* bytes (or,
+    given *turns*, that many turns); each model request carries every message so far, as an
+    agent without compaction sends it."""
     messages: List[session.Message] = []
     turn = 0
     with session.create(path, version=version) as s, s.begin_run() as run:
         run.record(session.Event("agent_start", timestamp=T0))
-        while path.stat().st_size < target:
+        while turn < turns if turns else path.stat().st_size < target:
             turn += 1
             moment = T0 + dt.timedelta(seconds=turn * 10)
             run.record(session.Event("turn_start", turn_index=turn, timestamp=moment))
@@ -94,11 +100,45 @@ def seconds(*args: str) -> Tuple[float, float]:
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
+def peak(*args: str) -> float:
+    """The peak resident memory of one command, in MB, in a process of its own."""
+    command = [sys.executable, "-m", "session", *args]
+    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    assert child.returncode == 0, command
+    return usage.ru_maxrss / 1024  # KiB on Linux
+
+
+def memory(counts: List[int]) -> None:
+    print("turns | file | page | html peak | validate peak")
+    for turns in counts:
+        with tempfile.TemporaryDirectory() as folder:
+            path, page = Path(folder) / "big.jsonl", Path(folder) / "big.html"
+            # made in a process of its own: a child forked from this one would count its memory
+            made = [sys.executable, __file__, "--build", str(path), str(turns)]
+            subprocess.run(made, check=True)
+            html = peak("html", str(path), "-o", str(page))
+            validate = peak("validate", str(path))
+            size, shown = path.stat().st_size / 1e6, page.stat().st_size / 1e6
+            print(
+                f"{turns:,} | {size:.0f} MB | {shown:.1f} MB | {html:.0f} MB | {validate:.0f} MB", flush=True
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--memory", type=int, nargs="+", help="peak memory of html at these turns")
     parser.add_argument("scale", nargs="?", type=float, default=1.0, help="of 230 MB (default: 1)")
     parser.add_argument("--version", type=int, choices=(1, 2), default=2, help="format version (default: 2)")
+    parser.add_argument("--build", nargs=2, help=argparse.SUPPRESS)  # one session of --memory's
     args = parser.parse_args()
+    if args.build:
+        build(Path(args.build[0]), 0, 2, int(args.build[1]))
+        return 0
+    if args.memory:
+        memory(args.memory)
+        return 0
     with tempfile.TemporaryDirectory() as folder:
         path, page = Path(folder) / "big.jsonl", Path(folder) / "big.html"
         turns = build(path, int(230e6 * args.scale), args.version)

@@ -1,6 +1,8 @@
-"""How responsive the html page's search is on 3,000 cards, in headless Chromium.
+"""How responsive the html page's search is on 3,000 cards, in headless Chromium; and how
+soon a page is interactive after it starts to load.
 
-    python3 bench/html_search.py        # needs chromium and chromedriver on PATH
+    python3 bench/html_search.py                 # needs chromium and chromedriver on PATH
+    python3 bench/html_search.py --open 300 3000  # how soon search and keys work, at these turns
 
 The session (1,500 turns: a model call and a tool call each, 3,000 cards) is made at run
 time under a temporary folder.  Chromium is driven through chromedriver's WebDriver protocol
@@ -8,6 +10,14 @@ time under a temporary folder.  Chromium is driven through chromedriver's WebDri
 ten keystrokes typed into the search to the page showing the count of their matches (the
 search waits for a pause of 120 ms in typing, then filters), as a ratio of the page load,
 medians of interleaved repetitions.
+
+With ``--open``, the session is ``html_page.py``'s (each request carries the whole context)
+at each number of turns, and the page is opened without waiting for it to load: the figures
+are the times from the navigation's start (``performance.now()`` in the page) until a word
+typed into the search as soon as the box shows (``/`` and the word, as key presses) has its
+first match shown in the conversation, until ``j`` (pressed until it does) has focused the
+conversation's first call, and until the whole page is parsed (``DOMContentLoaded``):
+medians of three loads each.
 """
 
 from __future__ import annotations
@@ -58,9 +68,9 @@ def build(path: Path, turns: int) -> None:
 
 
 class Browser:
-    """Headless Chromium under chromedriver."""
+    """Headless Chromium under chromedriver; with *wait* False, a navigation returns at once."""
 
-    def __init__(self, profile: Path) -> None:
+    def __init__(self, profile: Path, wait: bool = True) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -82,6 +92,8 @@ class Browser:
         ]
         options = {"binary": shutil.which("chromium"), "args": flags}
         capabilities = {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options}}
+        if not wait:
+            capabilities["alwaysMatch"]["pageLoadStrategy"] = "none"
         self.id = self.call("POST", "/session", {"capabilities": capabilities})["sessionId"]
 
     def call(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Any:
@@ -121,7 +133,81 @@ def search(browser: Browser, text: str, expected: str) -> float:
     return time.perf_counter() - start
 
 
+FIRST_MATCH = """
+var word = arguments[0], count = document.getElementById("matches");
+if (!count || !/^[1-9][0-9,]* match/.test(count.textContent)) return null;
+var steps = document.querySelectorAll("#conversation .step:not(.miss)");
+for (var i = 0; i < steps.length; i++) if (steps[i].textContent.indexOf(word) >= 0) return performance.now();
+return null;
+"""
+
+
+def press(browser: Browser, keys: str) -> None:
+    presses = [{"type": kind, "value": key} for key in keys for kind in ("keyDown", "keyUp")]
+    browser.page("POST", "/actions", {"actions": [{"type": "key", "id": "k", "actions": presses}]})
+
+
+def opened(browser: Browser, url: str, what: str) -> float:
+    """Milliseconds from the start of loading *url* until *what* works: "search" or "keys"."""
+    browser.page("POST", "/url", {"url": "about:blank"})
+    browser.page("POST", "/url", {"url": url})
+    box = "var b = document.getElementById('search');"
+    box += " return location.href === arguments[0] && !!b && !!b.offsetParent"
+    while not browser.page("POST", "/execute/sync", {"script": box, "args": [url]}):
+        pass
+    if what == "keys":
+        focused = "return document.activeElement.matches('#conversation .step') ? performance.now() : null"
+        while True:
+            press(browser, "j")
+            at = browser.run(focused)
+            if at is not None:
+                return float(at)
+    press(browser, "/quartz")  # as a person types (WebDriver's element typing waits for the load)
+    while True:
+        at = browser.page("POST", "/execute/sync", {"script": FIRST_MATCH, "args": ["quartz"]})
+        if at is not None:
+            return float(at)
+
+
+def parsed(browser: Browser) -> float:
+    """Milliseconds from the navigation's start to the end of DOMContentLoaded, once it came."""
+    script = "var n = performance.getEntriesByType('navigation')[0]; return n && n.domContentLoadedEventEnd"
+    while not browser.run(script):
+        time.sleep(0.1)
+    return float(browser.run(script))
+
+
+def open_times(counts: List[int]) -> None:
+    import html_page
+
+    print("turns | page | nodes | first match of a search | j | DOMContentLoaded")
+    for turns in counts:
+        with tempfile.TemporaryDirectory() as folder:
+            path, page = Path(folder) / "s.jsonl", Path(folder) / "s.html"
+            html_page.build(path, 0, 2, turns)
+            command = [sys.executable, "-m", "session", "html", str(path), "-o", str(page)]
+            subprocess.run(command, cwd=ROOT, check=True)
+            browser = Browser(Path(folder) / "profile", wait=False)
+            try:
+                search, keys, loaded = [], [], []
+                for _ in range(3):
+                    search.append(opened(browser, page.as_uri(), "search"))
+                    loaded.append(parsed(browser))
+                    keys.append(opened(browser, page.as_uri(), "keys"))
+                parsed(browser)  # the last load's page whole
+                nodes = browser.run("return document.getElementsByTagName('*').length")
+            finally:
+                browser.close()
+            size = page.stat().st_size / 1e6
+            times = [statistics.median(figures) / 1000 for figures in (search, keys, loaded)]
+            figures = " | ".join(f"{t:.2f} s" for t in times)
+            print(f"{turns:,} | {size:.1f} MB | {nodes:,} | {figures}")
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--open"]:
+        open_times([int(count) for count in sys.argv[2:]])
+        return 0
     with tempfile.TemporaryDirectory() as folder:
         path, page = Path(folder) / "s.jsonl", Path(folder) / "s.html"
         build(path, 1500)
