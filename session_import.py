@@ -384,6 +384,16 @@ class _Writer:
         self.tool_calls += 1
         return True
 
+    def tool_end(
+        self, time: datetime, execution: Execution, tool_id: str, name: str, result: Any, **more: Any
+    ) -> None:
+        """The end of the tool call *execution*, its failures counted (*more*: ``is_error``,
+        ``details``)."""
+        self.tool_errors += bool(more.get("is_error"))
+        self.record(
+            "tool_exec_end", time, execution=execution, tool_id=tool_id, tool=name, result=result, **more
+        )
+
     def next_turn(self, time: datetime) -> None:
         self.end_turn(time)
         self.turn += 1
@@ -928,18 +938,10 @@ class _Conversation:
             agent = self.agents.file(tool_id, result.get("agentId") if type(result) is dict else None)
             if agent is not None:
                 self.sub_agent(agent, execution)
-        is_error = raw.get("is_error") is True
-        self.writer.tool_errors += is_error
         details = {"tool_use_result": result} if result is not None else None
-        self.writer.record(
-            "tool_exec_end",
-            entry.time,
-            execution=execution,
-            tool_id=tool_id,
-            tool=name,
-            result=raw.get("content", ""),
-            details=details,
-            is_error=is_error,
+        is_error = raw.get("is_error") is True
+        self.writer.tool_end(
+            entry.time, execution, tool_id, name, raw.get("content", ""), details=details, is_error=is_error
         )
         message = _tool_message(raw, entry.time)
         if self.parent is None:
@@ -1225,15 +1227,8 @@ class _Trace:
             if _is_tool_result(raw) and raw["tool_use_id"] in self.tools:
                 execution, name = self.tools.pop(raw["tool_use_id"])
                 is_error = raw.get("is_error") is True
-                self.writer.tool_errors += is_error
-                self.writer.record(
-                    "tool_exec_end",
-                    time,
-                    execution=execution,
-                    tool_id=raw["tool_use_id"],
-                    tool=name,
-                    result=raw.get("content", ""),
-                    is_error=is_error,
+                self.writer.tool_end(
+                    time, execution, raw["tool_use_id"], name, raw.get("content", ""), is_error=is_error
                 )
 
 
@@ -1654,15 +1649,8 @@ class _Rollout:
         execution, name = self.tools.pop(call_id)
         message = _codex_message(payload, entry.time)
         is_error = bool(message.metadata and message.metadata.get("is_error"))
-        self.writer.tool_errors += is_error
-        self.writer.record(
-            "tool_exec_end",
-            entry.time,
-            execution=execution,
-            tool_id=call_id,
-            tool=name,
-            result=payload.get("output", ""),
-            is_error=is_error,
+        self.writer.tool_end(
+            entry.time, execution, call_id, name, payload.get("output", ""), is_error=is_error
         )
         self.writer.record("message_end", entry.time, execution=execution, message=message)
         self.history.append(message)
@@ -2178,20 +2166,12 @@ class _GeminiConversation:
         if agent is not None:
             self.sub_agent(agent, execution, f"{execution.id}/")
         failed = status in _GEMINI_FAILED
-        self.writer.tool_errors += failed
         found, result = _gemini_result(call)
         details = {key: value for key, value in call.items() if key not in ("id", "name", "args", "result")}
         ended = _timestamp(call, "timestamp") or life.time
         self.clock = max(self.clock, ended)
-        self.writer.record(
-            "tool_exec_end",
-            ended,
-            execution=execution,
-            tool_id=call["id"],
-            tool=call["name"],
-            result=result,
-            details=details,
-            is_error=failed,
+        self.writer.tool_end(
+            ended, execution, call["id"], call["name"], result, details=details, is_error=failed
         )
         if call["id"] not in self.answered:
             self.result(life, found, ended, failed, execution)
