@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,27 +32,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import growth  # noqa: E402 - after the path above
+import measure  # noqa: E402
 
 import session  # noqa: E402
-
-PEAK = """
-import os, resource, sys
-sys.path.insert(0, sys.argv[1])
-import session
-try:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    linux = True
-except OSError:
-    linux = False
-status = session.main(["diff", sys.argv[2], sys.argv[3], "--json"])
-if linux:
-    with open("/proc/self/status") as f:
-        kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-else:
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1 if sys.platform != "darwin" else 1024)
-print(kb, status, file=sys.stderr)
-"""
 
 
 def cpu(argv: List[str]) -> float:
@@ -67,13 +48,9 @@ def cpu(argv: List[str]) -> float:
 
 
 def peak_kb(a: Path, b: Path) -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", PEAK, str(ROOT), str(a), str(b)], capture_output=True, text=True, check=True
-    )
-    kb, status = done.stderr.split()
-    if status != "0":
-        raise RuntimeError(f"diff in its own process: exit status {status}")
-    return int(kb)
+    work = 'import session\nstatus = session.main(["diff", sys.argv[2], sys.argv[3], "--json"])\n'
+    work += 'assert status == 0, f"diff in its own process: exit status {status}"'
+    return measure.peak_kb(work, str(a), str(b))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,28 +30,13 @@ from typing import Any, Dict, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-import session_import  # noqa: E402 - after the path above
+import measure  # noqa: E402 - after the path above
+
+import session_import  # noqa: E402
 
 SESSION = "0b1c2d3e-4f50-4617-8899-aabbccddeeff"
-PEAK = """
-import os, resource, sys
-sys.path.insert(0, sys.argv[1])
-import session_import
-try:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    linux = True
-except OSError:
-    linux = False
-session_import.import_session(sys.argv[2], sys.argv[3])
-if linux:
-    with open("/proc/self/status") as f:
-        kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-else:
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1 if sys.platform != "darwin" else 1024)
-print(kb, file=sys.stderr)
-"""
 
 
 def lines(turns: int) -> Iterator[Dict[str, Any]]:
@@ -163,14 +147,10 @@ def imported(path: Path, folder: str) -> float:
 
 def peak_kb(path: Path, folder: str) -> int:
     output = Path(folder, "peak.jsonl")
-    done = subprocess.run(
-        [sys.executable, "-c", PEAK, str(ROOT), str(path), str(output)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    work = "import session_import\nsession_import.import_session(sys.argv[2], sys.argv[3])"
+    kb = measure.peak_kb(work, str(path), str(output))
     output.unlink()
-    return int(done.stderr.split()[0])
+    return kb
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any, Callable, Dict, Sequence
 
@@ -39,6 +42,37 @@ def timed(work: Callable[[], Any]) -> float:
     start = time.perf_counter()
     work()
     return time.perf_counter() - start
+
+
+_PEAK = """
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak so far (start-up, the imports) set aside
+    linux = True
+except OSError:
+    linux = False
+%s
+if linux:
+    with open("/proc/self/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+else:
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1 if sys.platform != "darwin" else 1024)
+print(kb, file=sys.stderr)
+"""
+
+
+def peak_kb(work: str, *args: str) -> int:
+    """The peak resident memory, in KiB, of a process of its own that runs the statements
+    *work* (after its imports, with the project's folder on ``sys.path`` and *args* as
+    ``sys.argv[2:]``). Linux: ``VmHWM`` after ``5`` is written to ``/proc/self/clear_refs``;
+    elsewhere ``ru_maxrss``, which includes start-up."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK % work, root, *args], capture_output=True, text=True, check=True
+    )
+    return int(done.stderr.split()[-1])
 
 
 T0 = dt.datetime(2026, 12, 2, 9, 27, 36, 123456, tzinfo=dt.timezone.utc)
