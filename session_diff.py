@@ -50,7 +50,6 @@ import json
 import os
 import sys
 from array import array
-from datetime import datetime
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple
 
 import session
@@ -103,13 +102,13 @@ class _Run:
     first_time: str = ""
     last_time: str = ""
 
-    def seconds(self) -> float:
+    def seconds(self) -> Optional[float]:
+        """From its first record to its last (None if a time is not RFC 3339 with an offset:
+        the reader takes any string)."""
         try:
-            start, end = (
-                datetime.fromisoformat(t.replace("Z", "+00:00")) for t in (self.first_time, self.last_time)
-            )
-        except ValueError:  # a time as written, not checked by the reader
-            return 0.0
+            start, end = (session._parse_rfc3339(t) for t in (self.first_time, self.last_time))
+        except session._CodecFault:
+            return None
         return (end - start).total_seconds()
 
 
@@ -568,6 +567,8 @@ def _diff_call(at: str, a: _Call, b: _Call, said: _Said) -> Iterator[Difference]
         texts = [_attempts_text(call) for call in (a, b)]
         side = "B" if more is b else "A"
         yield Difference("retry", f"{here}: an extra attempt in {side}", refs[0], refs[1], texts[0], texts[1])
+    for earlier_a, earlier_b in zip(a.attempts[:-1], b.attempts[:-1]):
+        yield from _diff_ends(here, earlier_a, earlier_b, said.texts)
     last_a, last_b = a.attempts[-1], b.attempts[-1]
     for part in list(last_a.parts) + [p for p in last_b.parts if p not in last_a.parts]:
         value_a, value_b = last_a.parts.get(part), last_b.parts.get(part)
@@ -580,6 +581,16 @@ def _diff_call(at: str, a: _Call, b: _Call, said: _Said) -> Iterator[Difference]
             said.seen.add(((value_a,), (value_b,)))  # the requests that follow carry it again
             value_a, value_b = said.texts.readable(value_a), said.texts.readable(value_b)
         yield Difference(part, here, last_a.ref, last_b.ref, value_a, value_b)
+
+
+def _diff_ends(here: str, a: _Attempt, b: _Attempt, texts: _Texts) -> Iterator[Difference]:
+    """Two paired attempts before their calls' last: how each ended (a retried attempt's
+    error, its type and message), which the last attempts do not repeat."""
+    for part in ("reply", "result"):
+        value_a, value_b = a.parts.get(part), b.parts.get(part)
+        if value_a != value_b:
+            at = f"{here}: attempt {a.ref.attempt} / {b.ref.attempt}"
+            yield Difference(part, at, a.ref, b.ref, texts.readable(value_a), texts.readable(value_b))
 
 
 def _diff_request_messages(
@@ -739,8 +750,12 @@ def _tools(run: Optional[_Run]) -> str:
     return " ".join(c.name for c in run.calls if c.kind == "tool") or "(none)"
 
 
+def _rounded(value: Optional[float], digits: int) -> Optional[float]:
+    return None if value is None else round(value, digits)
+
+
 def _run_lines(a: Optional[_Run], b: Optional[_Run]) -> List[str]:
-    def each(figure: Callable[[_Run], float]) -> Tuple[Optional[float], Optional[float]]:
+    def each(figure: Callable[[_Run], Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
         return (figure(a) if a else None, figure(b) if b else None)
 
     return [
@@ -750,7 +765,7 @@ def _run_lines(a: Optional[_Run], b: Optional[_Run]) -> List[str]:
         f"          B: {_tools(b)}",
         _figure("tokens", *each(lambda run: run.tokens)),
         _figure("cost", *each(lambda run: round(run.cost, 6)), " USD"),
-        _figure("time", *each(lambda run: round(run.seconds(), 3)), " s"),
+        _figure("time", *each(lambda run: _rounded(run.seconds(), 3)), " s"),
     ]
 
 

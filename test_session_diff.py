@@ -240,6 +240,20 @@ def test_an_extra_retry_names_the_call_and_the_extra_attempt(tmp_path: Path, cap
     assert [d["what"] for d in report["differences"]] == ["retry"]  # not a shift of later calls
 
 
+def test_a_retried_attempts_other_error_is_a_difference(tmp_path: Path, capsys: Any) -> None:
+    """Both sides retry once and then agree: the first attempt's error (its type and message)
+    is still compared, at that attempt."""
+    a = record(tmp_path / "a.jsonl")
+    b = tmp_path / "b.jsonl"
+    said = "429 Too Many Requests: retry after 10 ms"
+    b.write_text(a.read_text(encoding="utf-8").replace(said, "503 Service Unavailable"), encoding="utf-8")
+    status, report = diff_json(capsys, str(a), str(b))
+    first = report["first"]
+    assert status == 1 and first["what"] == "reply" and first["where"].endswith(": attempt 1 / 1")
+    assert (first["a"]["execution_id"], first["a"]["attempt"], first["b"]["attempt"]) == ("model-1", 1, 1)
+    assert said in first["a_text"] and "503 Service Unavailable" in first["b_text"]
+
+
 def test_a_missing_compaction_is_named_first(tmp_path: Path, capsys: Any) -> None:
     """Without it, B's model answers at once: A's turn (the compaction, the model asking for
     a tool, the tool) is one turn on one side only, and the answers pair."""
@@ -395,6 +409,18 @@ def test_a_damaged_file_is_compared_up_to_its_damage(tmp_path: Path, capsys: Any
     assert err == f"{b}:{line}: {reason}; compared up to this line\n"
     c = record(tmp_path / "c.jsonl", count_lines=lambda path: 7)
     assert diff(capsys, str(c), str(b))[0] == 1  # a difference before the damage is a difference
+
+
+def test_a_time_without_an_offset_shows_no_duration(tmp_path: Path, capsys: Any) -> None:
+    """The reader takes any string as a time: a run whose times cannot be subtracted (one
+    without an offset, one not a time) has no time figure, and the report is still printed."""
+    a, b = record(tmp_path / "a.jsonl"), tmp_path / "b.jsonl"
+    lines = a.read_text(encoding="utf-8").splitlines(keepends=True)
+    last = json.loads(lines[-1])
+    lines[-1] = json.dumps({**last, "time": "2026-01-01T00:00:00"}) + "\n"
+    b.write_text("".join(lines), encoding="utf-8")
+    status, out, err = diff(capsys, str(a), str(b))
+    assert (status, err) == (0, "") and re.search(r"\n  time    [0-9.]+ s / -\n$", out)
 
 
 def test_hostile_texts_are_escaped_for_the_terminal(tmp_path: Path, capsys: Any) -> None:
