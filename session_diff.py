@@ -159,6 +159,7 @@ _COMPARED = frozenset(
         "tool_exec_end",
         "context_prepare_start",
         "context_compacted",
+        "context_prepare_end",
         "agent_end",
         "error",
     )
@@ -268,6 +269,8 @@ class _Source:
             attempt.parts["result"] = _canonical(outcome)
         elif record.type == "context_compacted":
             attempt.parts["compaction"] = _canonical(data.get("compaction"))
+        elif record.type.startswith("context_prepare") and data.get("error") is not None:
+            attempt.parts["error"] = _canonical(data["error"])  # a compaction that failed
 
     def _take_reply(self, run: _Run, attempt: _Attempt, data: Dict[str, Any]) -> None:
         """A model call's end: its reply (as the message is in the requests that follow, so a

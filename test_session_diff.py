@@ -268,6 +268,23 @@ def test_a_missing_compaction_is_named_first(tmp_path: Path, capsys: Any) -> Non
     assert all("turn 2 / 1, model call" in d["where"] for d in report["differences"][1:])
 
 
+def test_a_compaction_that_failed_otherwise_is_a_difference(tmp_path: Path, capsys: Any) -> None:
+    """A compaction's error is on its context_prepare_end: another message is a difference."""
+    a = record(tmp_path / "a.jsonl")
+    failed = []
+    for reason in ("summary too long", "model refused"):
+        records = [json.loads(line) for line in a.read_text(encoding="utf-8").splitlines()]
+        for r in records:
+            if r["type"] == "context_prepare_end":
+                r["data"]["error"] = {"message": reason, "type": "CompactionError"}
+        failed.append(tmp_path / f"{reason}.jsonl")
+        failed[-1].write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    status, report = diff_json(capsys, *map(str, failed))
+    first = report["first"]
+    assert status == 1 and first["what"] == "error" and first["a"]["execution_id"] == "compact-1"
+    assert "summary too long" in first["a_text"] and "model refused" in first["b_text"]
+
+
 def test_a_turn_on_one_side_only_is_one_difference(tmp_path: Path, capsys: Any) -> None:
     """B's model looks at a folder first: its turn 2 is extra, and its turns 3 and 4 pair with
     A's 2 and 3 (their requests carry B's extra messages, said once)."""
