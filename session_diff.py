@@ -35,8 +35,9 @@ side only is one difference, not a shift of everything after it.  ``--ignore-*``
 more; ``--html`` writes a page with ``session_export``'s safety rules.
 
 Both files are read as they stream, one run of each at a time: what is held is that run's
-calls and each distinct message text once, shared by both files; a version-2 request is held
-as its references to message records (see docs/cli.md).  ``python -m session diff`` runs
+calls and a digest of each distinct message text, shared by both files (a text is read again
+from its file where a difference shows it); a version-2 request is held as its references to
+message records (see docs/cli.md).  ``python -m session diff`` runs
 what is here when this file lies beside ``session.py`` (the wheel installs both).  Standard library only.
 """
 
@@ -46,6 +47,7 @@ import bisect
 import dataclasses
 import difflib
 import functools
+import hashlib
 import json
 import os
 import sys
@@ -112,25 +114,39 @@ class _Run:
         return (end - start).total_seconds()
 
 
+# Where a message text was first read: its digest, the file, the offset of the record that
+# holds it, and the keys to the message in that record's data.
+_Place = Tuple[bytes, str, int, Tuple[Any, ...]]
+
+
 class _Texts:
-    """Each distinct message text once, shared by both files, known by its number: a request's
+    """Each distinct message text known by its number, shared by both files: a request's
     messages are an array of numbers, so two equal requests compare at the speed of memory;
-    and which of them are system messages.  It also keeps what ``--ignore-*`` ignores."""
+    and which of them are system messages.  A text is held as its digest and its place, and
+    read again from there when a difference shows it, so that memory does not grow with the
+    texts of the runs already compared.  It also keeps what ``--ignore-*`` ignores."""
 
-    def __init__(self, ignored: FrozenSet[str] = frozenset()) -> None:
+    def __init__(self, ignored: FrozenSet[str], max_line_bytes: int) -> None:
         self.ignored = ignored
-        self.numbers: Dict[str, int] = {}
-        self.texts: List[str] = []
+        self.max_line_bytes = max_line_bytes
+        self.numbers: Dict[bytes, int] = {}
+        self.places: List[_Place] = []
         self.system: Set[int] = set()
+        self._line: Tuple[Tuple[str, int], Any] = (("", -1), None)  # the last record read again
 
-    def number(self, message: Any) -> int:
-        text = _canonical(_without_times(message, "model" not in self.ignored))
-        number = self.numbers.setdefault(text, len(self.texts))
-        if number == len(self.texts):
-            self.texts.append(text)
+    def number(self, message: Any, path: str, offset: int, keys: Tuple[Any, ...]) -> int:
+        """*message*'s number; it is at *keys* in the data of the record at *offset* of *path*."""
+        digest = self._digest(message)
+        number = self.numbers.setdefault(digest, len(self.places))
+        if number == len(self.places):
+            self.places.append((digest, path, offset, keys))
             if _role(message) == "system":
                 self.system.add(number)
         return number
+
+    def _digest(self, message: Any) -> bytes:
+        text = _canonical(_without_times(message, "model" not in self.ignored))
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=32).digest()
 
     def split(self, numbers: Sequence[int]) -> Tuple[List[int], List[int]]:
         """*numbers* as the system messages and the others."""
@@ -138,7 +154,29 @@ class _Texts:
 
     def readable(self, value: Any) -> str:
         """A reply or a message (its number) as ``_readable`` shows it; other values as they are."""
-        return _readable(self.texts[value]) if isinstance(value, int) else value
+        if not isinstance(value, int):
+            return value  # type: ignore[no-any-return]
+        digest, path, offset, keys = self.places[value]
+        message = self._read_again(path, offset, keys)
+        if message is None or self._digest(message) != digest:
+            return f"(the message is no longer at offset {offset} of {path}: the file changed)"
+        return _readable(_canonical(_without_times(message, "model" not in self.ignored)))
+
+    def _read_again(self, path: str, offset: int, keys: Tuple[Any, ...]) -> Any:
+        if self._line[0] != (path, offset):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    self._line = ((path, offset), json.loads(f.readline(self.max_line_bytes + 1))["data"])
+            except (OSError, ValueError, LookupError, TypeError):
+                return None
+        value = self._line[1]
+        for key in keys:
+            try:
+                value = value[key]
+            except (LookupError, TypeError):
+                return None
+        return value
 
 
 _Messages = Callable[[], "array[int]"]  # a request's messages, listed when compared
@@ -257,9 +295,9 @@ class _Source:
             call.attempts.append(attempt)
         call.name = call.name or data.get("tool", "")
         if record.type == "model_request" and "request" in data:
-            attempt.parts.update(self._request_parts(data))
+            attempt.parts.update(self._request_parts(data, record.offset))
         elif record.type == "model_exec_end":
-            self._take_reply(run, attempt, data)
+            self._take_reply(run, attempt, data, record.offset)
         elif record.type == "tool_exec_start":
             attempt.parts["arguments"] = _canonical(data.get("args"))
         elif record.type == "tool_exec_end":
@@ -272,12 +310,12 @@ class _Source:
         elif record.type.startswith("context_prepare") and data.get("error") is not None:
             attempt.parts["error"] = _canonical(data["error"])  # a compaction that failed
 
-    def _take_reply(self, run: _Run, attempt: _Attempt, data: Dict[str, Any]) -> None:
+    def _take_reply(self, run: _Run, attempt: _Attempt, data: Dict[str, Any], offset: int) -> None:
         """A model call's end: its reply (as the message is in the requests that follow, so a
         message's number), or its error; and its usage, into the run's figures."""
         error, message = data.get("error"), data.get("message")
         if error is None:
-            attempt.parts["reply"] = self.texts.number(message)
+            attempt.parts["reply"] = self.texts.number(message, self.path, offset, ("message",))
         else:
             partial = _without_times(data.get("partial_message"), "model" not in self.texts.ignored)
             attempt.parts["reply"] = _canonical({"error": error, "partial_message": partial})
@@ -292,11 +330,12 @@ class _Source:
         """Keep a version-2 message or tool list record, which later requests refer to."""
         if record.type == "message":
             self._message_seqs.append(record.seq)
-            self._message_numbers.append(self.texts.number(record.data.get("message")))
+            number = self.texts.number(record.data.get("message"), self.path, record.offset, ("message",))
+            self._message_numbers.append(number)
         else:
             self._tool_lists[record.seq] = _canonical(record.data.get("tools") or [])
 
-    def _request_parts(self, data: Dict[str, Any]) -> Dict[str, Any]:
+    def _request_parts(self, data: Dict[str, Any], offset: int) -> Dict[str, Any]:
         """A request's parts: version 1 holds its messages and tools, version 2 refers to
         earlier records (its messages are kept as those references, and listed when compared)."""
         request = data["request"]
@@ -306,9 +345,9 @@ class _Source:
             messages = functools.partial(self._referred, ranges)
             tools = self._tool_lists.get(data.get("tools", -1), _canonical([]))
         else:
-            listed = request.get("messages") or ()
-            each = listed if type(listed) is list else [listed]  # not a list: one message unlike any
-            numbers = array("q", [self.texts.number(m) for m in each])
+            listed, at = request.get("messages", []), ("request", "messages")  # not a list: one message
+            places = [(m, (*at, i)) for i, m in enumerate(listed)] if type(listed) is list else [(listed, at)]
+            numbers = array("q", [self.texts.number(m, self.path, offset, keys) for m, keys in places])
             messages = functools.partial(array, "q", numbers)
             tools = _canonical(request.get("tools") or [])
         return {
@@ -940,7 +979,7 @@ def _diff_command(args: Any) -> int:
         args.usage_error("-o/--output is the page's, with --html")
     if args.html and args.json:
         args.usage_error("--html and --json are one or the other")
-    texts = _Texts(frozenset(name for name in _IGNORABLE if getattr(args, f"ignore_{name}")))
+    texts = _Texts(frozenset(n for n in _IGNORABLE if getattr(args, f"ignore_{n}")), args.max_line_bytes)
     a = _Source(args.file, args.max_line_bytes, select_a, texts)
     b = _Source(args.b, args.max_line_bytes, select_b, texts)
     try:

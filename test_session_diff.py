@@ -9,12 +9,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 import session
+import session_diff
 from session import AgentState, Event, Execution, Message
 
 HERE = Path(__file__).resolve().parent
@@ -382,6 +384,48 @@ def test_an_extra_run_is_one_difference(tmp_path: Path, capsys: Any) -> None:
     first = report["first"]
     assert first["a"] is None and first["b"]["run_id"] == refs(b)[-1].run_id
     assert first["where"].startswith("run 3 (- / ") and first["where"].endswith(": only in B")
+
+
+def test_memory_does_not_grow_with_the_texts_of_runs_already_compared(tmp_path: Path, capsys: Any) -> None:
+    """Forty runs, each with its own 200 KB message: diff's peak (traced by tracemalloc) stays
+    under the 8 MB those texts make, as it holds a digest of each, not the text."""
+
+    def forty_runs(path: Path) -> str:
+        with session.create(path) as s:
+            for number in range(40):
+                with s.begin_run() as run:
+                    model = Execution("model-1", "model", turn_index=1)
+                    asked = Message("user", [session.text_block(f"{number}:" + "x" * 200_000)])
+                    run.record(Event("model_exec_start", execution=model))
+                    run.record(Event("model_request", execution=model, request=session.ModelRequest([asked])))
+                    reply = Message("assistant", [session.text_block("ok")], "stop")
+                    run.record(Event("model_exec_end", execution=model, message=reply))
+        return str(path)
+
+    a, b = forty_runs(tmp_path / "a.jsonl"), forty_runs(tmp_path / "b.jsonl")
+    tracemalloc.start()
+    try:
+        status = session.main(["diff", a, b, "--json"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert status == 0 and json.loads(capsys.readouterr().out)["same"] is True
+    assert peak < 40 * 200_000
+
+
+def test_a_message_is_read_again_to_be_shown_and_a_file_changed_since_is_said_so(tmp_path: Path) -> None:
+    a = record(tmp_path / "a.jsonl")
+    asked, answered = [r for r in session.iter_records(a, resolve=False) if r.type == "message"][:2]
+    texts = session_diff._Texts(frozenset(), session._MAX_LINE_BYTES)
+    number, other = (
+        texts.number(r.data["message"], str(a), r.offset, ("message",)) for r in (asked, answered)
+    )
+    assert texts.readable(number) == "[user]\nHow long is session.py, and what is beside it?"
+    changed = a.read_text(encoding="utf-8").replace("How long", "How LONG")  # at the same offsets
+    a.write_text(changed, encoding="utf-8")
+    assert texts.readable(other).startswith("[assistant]\nLet me look around.")  # the next record read
+    said = f"(the message is no longer at offset {asked.offset} of {a}: the file changed)"
+    assert texts.readable(number) == said
 
 
 def test_run_reads_up_to_four_digits_as_a_position_and_a_longer_start_as_a_run_id(
