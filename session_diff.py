@@ -98,7 +98,7 @@ class _Run:
     run_id: str
     calls: List[_Call] = dataclasses.field(default_factory=list)
     by_id: Dict[str, _Call] = dataclasses.field(default_factory=dict, repr=False)
-    outcome: Dict[str, str] = dataclasses.field(default_factory=dict)
+    outcome: Dict[str, Any] = dataclasses.field(default_factory=dict)  # its end, its errors
     tokens: int = 0
     cost: float = 0.0
     first_time: str = ""
@@ -279,7 +279,7 @@ class _Source:
             if data.error:
                 run.outcome["error"] = _canonical(data.error)
         elif record.type == "error" and data.error:
-            run.outcome["error"] = _canonical(data.error)
+            run.outcome.setdefault("errors", []).append(data.error)  # each, in order
 
     def _take_call(self, run: _Run, record: Record, data: Dict[str, Any], key: Tuple[str, int]) -> None:
         execution_id, number = key

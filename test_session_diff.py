@@ -375,6 +375,21 @@ def test_the_configs_session_id_and_prompt_cache_key_are_ignored(tmp_path: Path,
     assert diff(capsys, str(a), str(b))[0] == 0
 
 
+def test_each_error_of_a_run_outside_its_calls_is_compared(tmp_path: Path, capsys: Any) -> None:
+    """A run that recorded two errors is not the same as one that recorded only its last."""
+    files = []
+    for name, errors in (("a", ["disk full", "gave up"]), ("b", ["gave up"])):
+        with session.create(tmp_path / f"{name}.jsonl") as s, s.begin_run() as run:
+            for error in errors:
+                run.record(Event("error", error=error))
+            run.record(Event("agent_end", summary=session.RunSummary(end_reason="error")))
+        files.append(str(tmp_path / f"{name}.jsonl"))
+    status, report = diff_json(capsys, *files)
+    assert (
+        status == 1 and report["first"]["what"] == "run outcome" and "disk full" in report["first"]["a_text"]
+    )
+
+
 def test_an_extra_run_is_one_difference(tmp_path: Path, capsys: Any) -> None:
     two = ("How long is session.py, and what is beside it?", "And how long are the tests?")
     a = record(tmp_path / "a.jsonl", two)
