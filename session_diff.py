@@ -223,11 +223,14 @@ class _Source:
         if self.selector is None:
             yield from runs
             return
-        chosen = [run for run in runs if _selected(run, self.selector)]
-        if len(chosen) != 1:
-            found = "no run" if not chosen else f"{len(chosen)} runs"
+        chosen, matched = None, 0  # the first run that matches is held, the others counted
+        for run in runs:
+            if _selected(run, self.selector):
+                chosen, matched = chosen or run, matched + 1
+        if chosen is None or matched > 1:
+            found = "no run" if chosen is None else f"{matched} runs"
             raise _Trouble(f"{self.path}: {found} matches --run {self.selector}")
-        yield chosen[0]
+        yield chosen
 
     def _all_runs(self) -> Iterator[_Run]:
         current: Optional[_Run] = None

@@ -457,6 +457,27 @@ def test_run_reads_up_to_four_digits_as_a_position_and_a_longer_start_as_a_run_i
     assert diff(capsys, str(path), str(path), "--run", "3")[0] == 2  # no third run
 
 
+def test_run_matching_several_runs_holds_only_the_first(tmp_path: Path, capsys: Any) -> None:
+    """Forty runs, each with a 200 KB tool result, all matched by one start of a run id: the
+    trouble is said with the peak (traced by tracemalloc) under the 8 MB those results make."""
+    path = tmp_path / "a.jsonl"
+    with session.create(path) as s:
+        for number in range(40):
+            with s.begin_run(run_id=f"abcdef{number:026}") as run:
+                tool = Execution("t1", "tool", turn_index=1)
+                run.record(Event("tool_exec_start", execution=tool, tool_id="t1", tool="read", args={}))
+                result = {"output": f"{number}:" + "x" * 200_000}
+                run.record(Event("tool_exec_end", execution=tool, tool_id="t1", tool="read", result=result))
+    tracemalloc.start()
+    try:
+        status, out, err = diff(capsys, str(path), str(path), "--run", "abcdef")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (status, out, err) == (2, "", f"python -m session diff: {path}: 40 runs matches --run abcdef\n")
+    assert peak < 40 * 200_000
+
+
 def test_run_picks_two_runs_of_one_file(tmp_path: Path, capsys: Any) -> None:
     a = record(tmp_path / "a.jsonl", ("How long are the tests?", "How long are the tests?"))
     second = refs(a)[-1].run_id
