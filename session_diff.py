@@ -760,9 +760,40 @@ def _text_lines(difference: Difference) -> List[str]:
         return []
     if max(len(a or ""), len(b or "")) <= _SHORT_TEXT and "\n" not in (a or "") + (b or ""):
         return [f"  A: {a if a is not None else '(nothing)'}", f"  B: {b if b is not None else '(nothing)'}"]
-    lines_a, lines_b = _lines(a), _lines(b)
-    body = difflib.unified_diff(lines_a, lines_b, "A", "B", n=1, lineterm="")
-    return ["  " + line for line in body]
+    return ["  " + line for line in _unified(_lines(a), _lines(b))]
+
+
+_DIFF_LINES = 2000  # lines of a side past which texts are not line-diffed (difflib is quadratic)
+
+
+def _middle(a: Sequence[str], b: Sequence[str]) -> Tuple[int, int]:
+    """How many lines two texts share at their start, and then at their end."""
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    return start, end
+
+
+def _unified(a: List[str], b: List[str]) -> List[str]:
+    """A unified line diff with one line of context; past ``_DIFF_LINES`` lines on a side,
+    one hunk from the first line that differs to the last, each side cut at that many lines."""
+    if max(len(a), len(b)) <= _DIFF_LINES:
+        return list(difflib.unified_diff(a, b, "A", "B", n=1, lineterm=""))
+    start, end = _middle(a, b)
+    before, after = a[max(start - 1, 0) : start], a[len(a) - end :][:1]
+    ranges = [
+        f"{start - len(before) + 1},{len(before) + len(side) - start - end + len(after)}" for side in (a, b)
+    ]
+    body = [" " + line for line in before]
+    for sign, side in (("-", a), ("+", b)):
+        middle = side[start : len(side) - end]
+        body += [sign + line for line in middle[:_DIFF_LINES]]
+        left = len(middle) - _DIFF_LINES
+        body += [f"\\ {left} more lines not shown"] if left > 0 else []
+    return ["--- A", "+++ B", f"@@ -{ranges[0]} +{ranges[1]} @@", *body, *(" " + line for line in after)]
 
 
 def _ref_text(ref: Optional[CallRef]) -> str:
@@ -867,6 +898,12 @@ def _marks(a: Optional[str], b: Optional[str]) -> Tuple[List[bool], List[bool]]:
     (a short text, shown whole in the report, is one line)."""
     lines_a, lines_b = _lines(a), _lines(b)
     marks_a, marks_b = [True] * len(lines_a), [True] * len(lines_b)
+    if max(len(lines_a), len(lines_b)) > _DIFF_LINES:  # as _unified: the start and end shared
+        start, end = _middle(lines_a, lines_b)
+        for marks in (marks_a, marks_b):
+            marks[:start] = [False] * start
+            marks[len(marks) - end :] = [False] * end
+        return marks_a, marks_b
     for op, a1, a2, b1, b2 in difflib.SequenceMatcher(None, lines_a, lines_b).get_opcodes():
         if op == "equal":
             marks_a[a1:a2] = [False] * (a2 - a1)

@@ -520,6 +520,28 @@ def test_a_time_without_an_offset_shows_no_duration(tmp_path: Path, capsys: Any)
     assert (status, err) == (0, "") and re.search(r"\n  time    [0-9.]+ s / -\n$", out)
 
 
+def test_long_texts_are_shown_from_where_they_differ_without_a_quadratic_line_diff(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Two prompts of 5,000 lines, every other one changed: past 2,000 lines a side, no
+    difflib (quadratic there: minutes for 100,000 such lines), but one hunk from the first line
+    that differs to the last, each side cut at 2,000 lines; the page marks those lines."""
+    lines = [f"line {n}" for n in range(5000)]
+    a = record(tmp_path / "a.jsonl", ("\n".join(lines),))
+    b = record(tmp_path / "b.jsonl", ("\n".join(f"{x}!" if n % 2 == 0 else x for n, x in enumerate(lines)),))
+    status, out, _ = diff(capsys, str(a), str(b))
+    shown = out.split("\n  @@ ", 1)[1].split("\nrun 1: ")[0].splitlines()
+    assert (
+        status == 1
+        and shown[0] == "-1,5001 +1,5001 @@"
+        and shown[1:4] == ["   [user]", "  -line 0", "  -line 1"]
+    )
+    assert shown[2002:2005] == ["  \\ 2999 more lines not shown", "  +line 0!", "  +line 1"]
+    assert shown[4003:] == ["  \\ 2999 more lines not shown", "   line 4999"]
+    marks_a, marks_b = session_diff._marks(*("\n".join(["[user]", *text]) for text in (lines, lines[:1])))
+    assert marks_a == [False, False] + [True] * 4999 and marks_b == [False, False]
+
+
 def test_hostile_texts_are_escaped_for_the_terminal(tmp_path: Path, capsys: Any) -> None:
     a = record(tmp_path / "a.jsonl", ("tests?\x1b]0;pwned\x07", "x"))
     b = record(tmp_path / "b.jsonl", ("tests?\u202eevil", "x"))
