@@ -486,6 +486,7 @@ class _Said:
 
     texts: _Texts
     seen: Set[Tuple[Tuple[Any, ...], Tuple[Any, ...]]] = dataclasses.field(default_factory=set)
+    last: Dict[str, Tuple[Sequence[int], Sequence[int]]] = dataclasses.field(default_factory=dict)
 
 
 def _short(run: Optional[_Run]) -> str:
@@ -669,15 +670,22 @@ def _diff_messages(
     said: _Said,
 ) -> Iterator[Difference]:
     """A request's messages: each run of added, removed or changed messages is one difference,
-    said once in a run (the requests that follow carry it again)."""
+    said once in a run (the requests that follow carry it again).  Where both requests extend
+    the last ones compared (a context that grows), only what they add is matched: matching
+    whole requests would be quadratic in each, as runs that differ all along have them."""
     a, b = texts
+    last_a, last_b = said.last.get(part, ((), ()))
+    said.last[part] = (a, b)
     if a == b:
         return
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    grown = a[: len(last_a)] == last_a and b[: len(last_b)] == last_b
+    skip_a, skip_b = (len(last_a), len(last_b)) if grown else (0, 0)
+    matcher = difflib.SequenceMatcher(None, a[skip_a:], b[skip_b:], autojunk=False)
     name = "system prompt" if part == "system prompt" else "message"
     for op, a1, a2, b1, b2 in matcher.get_opcodes():
         if op == "equal":
             continue
+        a1, a2, b1, b2 = a1 + skip_a, a2 + skip_a, b1 + skip_b, b2 + skip_b
         if (tuple(a[a1:a2]), tuple(b[b1:b2])) in said.seen:
             continue
         said.seen.add((tuple(a[a1:a2]), tuple(b[b1:b2])))

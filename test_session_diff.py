@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.util
 import json
@@ -388,6 +389,47 @@ def test_each_error_of_a_run_outside_its_calls_is_compared(tmp_path: Path, capsy
     assert (
         status == 1 and report["first"]["what"] == "run outcome" and "disk full" in report["first"]["a_text"]
     )
+
+
+def test_requests_that_differ_all_along_are_matched_by_what_each_adds(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """200 turns whose tool results differ at each (say, a time in each): each request is
+    matched from where the last one ended, not whole (quadratic in it, so cubic over a run:
+    minutes at 1,000 turns); difflib's find_longest_match is counted, each difference said once."""
+
+    def turns(path: Path, said: str) -> str:
+        context = [Message("user", [session.text_block("go")])]
+        with session.create(path) as s, s.begin_run() as run:
+            for turn in range(1, 201):
+                model = Execution(f"model-{turn}", "model", turn_index=turn)
+                run.record(Event("model_exec_start", execution=model))
+                run.record(
+                    Event("model_request", execution=model, request=session.ModelRequest(list(context)))
+                )
+                reply = Message("assistant", [session.tool_call_block(f"c{turn}", "read", {})], "toolUse")
+                run.record(Event("model_exec_end", execution=model, message=reply))
+                tool = Execution(f"c{turn}", "tool", parent_id=f"model-{turn}", turn_index=turn)
+                run.record(Event("tool_exec_start", execution=tool, tool_id=f"c{turn}", tool="read", args={}))
+                result = {"output": f"{said} {turn}"}
+                run.record(
+                    Event("tool_exec_end", execution=tool, tool_id=f"c{turn}", tool="read", result=result)
+                )
+                context += [reply, session.tool_result(f"c{turn}", f"{said} {turn}")]
+        return str(path)
+
+    a, b = turns(tmp_path / "a.jsonl", "at 10:00"), turns(tmp_path / "b.jsonl", "at 11:00")
+    matched = []
+    find = difflib.SequenceMatcher.find_longest_match
+    monkeypatch.setattr(
+        difflib.SequenceMatcher, "find_longest_match", lambda *args: matched.append(1) or find(*args)
+    )
+    status, report = diff_json(capsys, a, b, "--all")
+    assert status == 1 and [d["what"] for d in report["differences"]] == [
+        "result",
+        "message changed",
+    ] * 199 + ["result"]
+    assert len(matched) < 5 * 200
 
 
 def test_an_extra_run_is_one_difference(tmp_path: Path, capsys: Any) -> None:
