@@ -742,10 +742,11 @@ def compare(a: _Source, b: _Source, every: bool, aligned: bool = False) -> Compa
         run_a, run_b = next(runs_a, None), next(runs_b, None)
         if run_a is None and run_b is None:
             break
-        for difference in diff_runs(run_a, run_b, a.texts):
+        for difference in diff_runs(run_a, run_b, a.texts) if every or not found else ():
             difference.pair = len(runs)
-            if every or not found:
-                found.append(difference)
+            found.append(difference)
+            if not every:
+                break  # the differences after the first are not looked for (their texts cost)
         runs.append((_summary_only(run_a), _summary_only(run_b)))
         if aligned:
             rows.append(_aligned(run_a, run_b))
