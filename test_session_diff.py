@@ -421,9 +421,12 @@ def test_requests_that_differ_all_along_are_matched_by_what_each_adds(
     a, b = turns(tmp_path / "a.jsonl", "at 10:00"), turns(tmp_path / "b.jsonl", "at 11:00")
     matched = []
     find = difflib.SequenceMatcher.find_longest_match
-    monkeypatch.setattr(
-        difflib.SequenceMatcher, "find_longest_match", lambda *args: matched.append(1) or find(*args)
-    )
+
+    def counted(*args: Any) -> Any:
+        matched.append(args)
+        return find(*args)
+
+    monkeypatch.setattr(difflib.SequenceMatcher, "find_longest_match", counted)
     status, report = diff_json(capsys, a, b, "--all")
     assert status == 1 and [d["what"] for d in report["differences"]] == [
         "result",
