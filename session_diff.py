@@ -35,8 +35,9 @@ side only is one difference, not a shift of everything after it.  ``--ignore-*``
 more; ``--html`` writes a page with ``session_export``'s safety rules.
 
 Both files are read as they stream, one run of each at a time: what is held is that run's
-calls and each distinct message text once, shared by both files; a version-2 request is held
-as its references to message records (see docs/cli.md).  ``python -m session diff`` runs
+calls and a digest of each distinct message text, shared by both files (a text is read again
+from its file where a difference shows it); a version-2 request is held as its references to
+message records (see docs/cli.md).  ``python -m session diff`` runs
 what is here when this file lies beside ``session.py`` (the wheel installs both).  Standard library only.
 """
 
@@ -46,11 +47,11 @@ import bisect
 import dataclasses
 import difflib
 import functools
+import hashlib
 import json
 import os
 import sys
 from array import array
-from datetime import datetime
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple
 
 import session
@@ -97,41 +98,55 @@ class _Run:
     run_id: str
     calls: List[_Call] = dataclasses.field(default_factory=list)
     by_id: Dict[str, _Call] = dataclasses.field(default_factory=dict, repr=False)
-    outcome: Dict[str, str] = dataclasses.field(default_factory=dict)
+    outcome: Dict[str, Any] = dataclasses.field(default_factory=dict)  # its end, its errors
     tokens: int = 0
     cost: float = 0.0
     first_time: str = ""
     last_time: str = ""
 
-    def seconds(self) -> float:
+    def seconds(self) -> Optional[float]:
+        """From its first record to its last (None if a time is not RFC 3339 with an offset:
+        the reader takes any string)."""
         try:
-            start, end = (
-                datetime.fromisoformat(t.replace("Z", "+00:00")) for t in (self.first_time, self.last_time)
-            )
-        except ValueError:  # a time as written, not checked by the reader
-            return 0.0
+            start, end = (session._parse_rfc3339(t) for t in (self.first_time, self.last_time))
+        except session._CodecFault:
+            return None
         return (end - start).total_seconds()
 
 
+# Where a message text was first read: its digest, the file, the offset of the record that
+# holds it, and the keys to the message in that record's data.
+_Place = Tuple[bytes, str, int, Tuple[Any, ...]]
+
+
 class _Texts:
-    """Each distinct message text once, shared by both files, known by its number: a request's
+    """Each distinct message text known by its number, shared by both files: a request's
     messages are an array of numbers, so two equal requests compare at the speed of memory;
-    and which of them are system messages.  It also keeps what ``--ignore-*`` ignores."""
+    and which of them are system messages.  A text is held as its digest and its place, and
+    read again from there when a difference shows it, so that memory does not grow with the
+    texts of the runs already compared.  It also keeps what ``--ignore-*`` ignores."""
 
-    def __init__(self, ignored: FrozenSet[str] = frozenset()) -> None:
+    def __init__(self, ignored: FrozenSet[str], max_line_bytes: int) -> None:
         self.ignored = ignored
-        self.numbers: Dict[str, int] = {}
-        self.texts: List[str] = []
+        self.max_line_bytes = max_line_bytes
+        self.numbers: Dict[bytes, int] = {}
+        self.places: List[_Place] = []
         self.system: Set[int] = set()
+        self._line: Tuple[Tuple[str, int], Any] = (("", -1), None)  # the last record read again
 
-    def number(self, message: Any) -> int:
-        text = _canonical(_without_times(message, "model" not in self.ignored))
-        number = self.numbers.setdefault(text, len(self.texts))
-        if number == len(self.texts):
-            self.texts.append(text)
+    def number(self, message: Any, path: str, offset: int, keys: Tuple[Any, ...]) -> int:
+        """*message*'s number; it is at *keys* in the data of the record at *offset* of *path*."""
+        digest = self._digest(message)
+        number = self.numbers.setdefault(digest, len(self.places))
+        if number == len(self.places):
+            self.places.append((digest, path, offset, keys))
             if _role(message) == "system":
                 self.system.add(number)
         return number
+
+    def _digest(self, message: Any) -> bytes:
+        text = _canonical(_without_times(message, "model" not in self.ignored))
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=32).digest()
 
     def split(self, numbers: Sequence[int]) -> Tuple[List[int], List[int]]:
         """*numbers* as the system messages and the others."""
@@ -139,7 +154,29 @@ class _Texts:
 
     def readable(self, value: Any) -> str:
         """A reply or a message (its number) as ``_readable`` shows it; other values as they are."""
-        return _readable(self.texts[value]) if isinstance(value, int) else value
+        if not isinstance(value, int):
+            return value  # type: ignore[no-any-return]
+        digest, path, offset, keys = self.places[value]
+        message = self._read_again(path, offset, keys)
+        if message is None or self._digest(message) != digest:
+            return f"(the message is no longer at offset {offset} of {path}: the file changed)"
+        return _readable(_canonical(_without_times(message, "model" not in self.ignored)))
+
+    def _read_again(self, path: str, offset: int, keys: Tuple[Any, ...]) -> Any:
+        if self._line[0] != (path, offset):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    self._line = ((path, offset), json.loads(f.readline(self.max_line_bytes + 1))["data"])
+            except (OSError, ValueError, LookupError, TypeError):
+                return None
+        value = self._line[1]
+        for key in keys:
+            try:
+                value = value[key]
+            except (LookupError, TypeError):
+                return None
+        return value
 
 
 _Messages = Callable[[], "array[int]"]  # a request's messages, listed when compared
@@ -160,6 +197,7 @@ _COMPARED = frozenset(
         "tool_exec_end",
         "context_prepare_start",
         "context_compacted",
+        "context_prepare_end",
         "agent_end",
         "error",
     )
@@ -185,11 +223,14 @@ class _Source:
         if self.selector is None:
             yield from runs
             return
-        chosen = [run for run in runs if _selected(run, self.selector)]
-        if len(chosen) != 1:
-            found = "no run" if not chosen else f"{len(chosen)} runs"
+        chosen, matched = None, 0  # the first run that matches is held, the others counted
+        for run in runs:
+            if _selected(run, self.selector):
+                chosen, matched = chosen or run, matched + 1
+        if chosen is None or matched > 1:
+            found = "no run" if chosen is None else f"{matched} runs"
             raise _Trouble(f"{self.path}: {found} matches --run {self.selector}")
-        yield chosen[0]
+        yield chosen
 
     def _all_runs(self) -> Iterator[_Run]:
         current: Optional[_Run] = None
@@ -241,7 +282,7 @@ class _Source:
             if data.error:
                 run.outcome["error"] = _canonical(data.error)
         elif record.type == "error" and data.error:
-            run.outcome["error"] = _canonical(data.error)
+            run.outcome.setdefault("errors", []).append(data.error)  # each, in order
 
     def _take_call(self, run: _Run, record: Record, data: Dict[str, Any], key: Tuple[str, int]) -> None:
         execution_id, number = key
@@ -257,9 +298,9 @@ class _Source:
             call.attempts.append(attempt)
         call.name = call.name or data.get("tool", "")
         if record.type == "model_request" and "request" in data:
-            attempt.parts.update(self._request_parts(data))
+            attempt.parts.update(self._request_parts(data, record.offset))
         elif record.type == "model_exec_end":
-            self._take_reply(run, attempt, data)
+            self._take_reply(run, attempt, data, record.offset)
         elif record.type == "tool_exec_start":
             attempt.parts["arguments"] = _canonical(data.get("args"))
         elif record.type == "tool_exec_end":
@@ -269,13 +310,15 @@ class _Source:
             attempt.parts["result"] = _canonical(outcome)
         elif record.type == "context_compacted":
             attempt.parts["compaction"] = _canonical(data.get("compaction"))
+        elif record.type.startswith("context_prepare") and data.get("error") is not None:
+            attempt.parts["error"] = _canonical(data["error"])  # a compaction that failed
 
-    def _take_reply(self, run: _Run, attempt: _Attempt, data: Dict[str, Any]) -> None:
+    def _take_reply(self, run: _Run, attempt: _Attempt, data: Dict[str, Any], offset: int) -> None:
         """A model call's end: its reply (as the message is in the requests that follow, so a
         message's number), or its error; and its usage, into the run's figures."""
         error, message = data.get("error"), data.get("message")
         if error is None:
-            attempt.parts["reply"] = self.texts.number(message)
+            attempt.parts["reply"] = self.texts.number(message, self.path, offset, ("message",))
         else:
             partial = _without_times(data.get("partial_message"), "model" not in self.texts.ignored)
             attempt.parts["reply"] = _canonical({"error": error, "partial_message": partial})
@@ -290,11 +333,12 @@ class _Source:
         """Keep a version-2 message or tool list record, which later requests refer to."""
         if record.type == "message":
             self._message_seqs.append(record.seq)
-            self._message_numbers.append(self.texts.number(record.data.get("message")))
+            number = self.texts.number(record.data.get("message"), self.path, record.offset, ("message",))
+            self._message_numbers.append(number)
         else:
             self._tool_lists[record.seq] = _canonical(record.data.get("tools") or [])
 
-    def _request_parts(self, data: Dict[str, Any]) -> Dict[str, Any]:
+    def _request_parts(self, data: Dict[str, Any], offset: int) -> Dict[str, Any]:
         """A request's parts: version 1 holds its messages and tools, version 2 refers to
         earlier records (its messages are kept as those references, and listed when compared)."""
         request = data["request"]
@@ -304,9 +348,9 @@ class _Source:
             messages = functools.partial(self._referred, ranges)
             tools = self._tool_lists.get(data.get("tools", -1), _canonical([]))
         else:
-            listed = request.get("messages") or ()
-            each = listed if type(listed) is list else [listed]  # not a list: one message unlike any
-            numbers = array("q", [self.texts.number(m) for m in each])
+            listed, at = request.get("messages", []), ("request", "messages")  # not a list: one message
+            places = [(m, (*at, i)) for i, m in enumerate(listed)] if type(listed) is list else [(listed, at)]
+            numbers = array("q", [self.texts.number(m, self.path, offset, keys) for m, keys in places])
             messages = functools.partial(array, "q", numbers)
             tools = _canonical(request.get("tools") or [])
         return {
@@ -442,6 +486,7 @@ class _Said:
 
     texts: _Texts
     seen: Set[Tuple[Tuple[Any, ...], Tuple[Any, ...]]] = dataclasses.field(default_factory=set)
+    last: Dict[str, Tuple[Sequence[int], Sequence[int]]] = dataclasses.field(default_factory=dict)
 
 
 def _short(run: Optional[_Run]) -> str:
@@ -568,6 +613,8 @@ def _diff_call(at: str, a: _Call, b: _Call, said: _Said) -> Iterator[Difference]
         texts = [_attempts_text(call) for call in (a, b)]
         side = "B" if more is b else "A"
         yield Difference("retry", f"{here}: an extra attempt in {side}", refs[0], refs[1], texts[0], texts[1])
+    for earlier_a, earlier_b in zip(a.attempts[:-1], b.attempts[:-1]):
+        yield from _diff_ends(here, earlier_a, earlier_b, said.texts)
     last_a, last_b = a.attempts[-1], b.attempts[-1]
     for part in list(last_a.parts) + [p for p in last_b.parts if p not in last_a.parts]:
         value_a, value_b = last_a.parts.get(part), last_b.parts.get(part)
@@ -580,6 +627,16 @@ def _diff_call(at: str, a: _Call, b: _Call, said: _Said) -> Iterator[Difference]
             said.seen.add(((value_a,), (value_b,)))  # the requests that follow carry it again
             value_a, value_b = said.texts.readable(value_a), said.texts.readable(value_b)
         yield Difference(part, here, last_a.ref, last_b.ref, value_a, value_b)
+
+
+def _diff_ends(here: str, a: _Attempt, b: _Attempt, texts: _Texts) -> Iterator[Difference]:
+    """Two paired attempts before their calls' last: how each ended (a retried attempt's
+    error, its type and message), which the last attempts do not repeat."""
+    for part in ("reply", "result"):
+        value_a, value_b = a.parts.get(part), b.parts.get(part)
+        if value_a != value_b:
+            at = f"{here}: attempt {a.ref.attempt} / {b.ref.attempt}"
+            yield Difference(part, at, a.ref, b.ref, texts.readable(value_a), texts.readable(value_b))
 
 
 def _diff_request_messages(
@@ -613,15 +670,22 @@ def _diff_messages(
     said: _Said,
 ) -> Iterator[Difference]:
     """A request's messages: each run of added, removed or changed messages is one difference,
-    said once in a run (the requests that follow carry it again)."""
+    said once in a run (the requests that follow carry it again).  Where both requests extend
+    the last ones compared (a context that grows), only what they add is matched: matching
+    whole requests would be quadratic in each, as runs that differ all along have them."""
     a, b = texts
+    last_a, last_b = said.last.get(part, ((), ()))
+    said.last[part] = (a, b)
     if a == b:
         return
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    grown = a[: len(last_a)] == last_a and b[: len(last_b)] == last_b
+    skip_a, skip_b = (len(last_a), len(last_b)) if grown else (0, 0)
+    matcher = difflib.SequenceMatcher(None, a[skip_a:], b[skip_b:], autojunk=False)
     name = "system prompt" if part == "system prompt" else "message"
     for op, a1, a2, b1, b2 in matcher.get_opcodes():
         if op == "equal":
             continue
+        a1, a2, b1, b2 = a1 + skip_a, a2 + skip_a, b1 + skip_b, b2 + skip_b
         if (tuple(a[a1:a2]), tuple(b[b1:b2])) in said.seen:
             continue
         said.seen.add((tuple(a[a1:a2]), tuple(b[b1:b2])))
@@ -678,10 +742,11 @@ def compare(a: _Source, b: _Source, every: bool, aligned: bool = False) -> Compa
         run_a, run_b = next(runs_a, None), next(runs_b, None)
         if run_a is None and run_b is None:
             break
-        for difference in diff_runs(run_a, run_b, a.texts):
+        for difference in diff_runs(run_a, run_b, a.texts) if every or not found else ():
             difference.pair = len(runs)
-            if every or not found:
-                found.append(difference)
+            found.append(difference)
+            if not every:
+                break  # the differences after the first are not looked for (their texts cost)
         runs.append((_summary_only(run_a), _summary_only(run_b)))
         if aligned:
             rows.append(_aligned(run_a, run_b))
@@ -704,9 +769,40 @@ def _text_lines(difference: Difference) -> List[str]:
         return []
     if max(len(a or ""), len(b or "")) <= _SHORT_TEXT and "\n" not in (a or "") + (b or ""):
         return [f"  A: {a if a is not None else '(nothing)'}", f"  B: {b if b is not None else '(nothing)'}"]
-    lines_a, lines_b = _lines(a), _lines(b)
-    body = difflib.unified_diff(lines_a, lines_b, "A", "B", n=1, lineterm="")
-    return ["  " + line for line in body]
+    return ["  " + line for line in _unified(_lines(a), _lines(b))]
+
+
+_DIFF_LINES = 2000  # lines of a side past which texts are not line-diffed (difflib is quadratic)
+
+
+def _middle(a: Sequence[str], b: Sequence[str]) -> Tuple[int, int]:
+    """How many lines two texts share at their start, and then at their end."""
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    return start, end
+
+
+def _unified(a: List[str], b: List[str]) -> List[str]:
+    """A unified line diff with one line of context; past ``_DIFF_LINES`` lines on a side,
+    one hunk from the first line that differs to the last, each side cut at that many lines."""
+    if max(len(a), len(b)) <= _DIFF_LINES:
+        return list(difflib.unified_diff(a, b, "A", "B", n=1, lineterm=""))
+    start, end = _middle(a, b)
+    before, after = a[max(start - 1, 0) : start], a[len(a) - end :][:1]
+    ranges = [
+        f"{start - len(before) + 1},{len(before) + len(side) - start - end + len(after)}" for side in (a, b)
+    ]
+    body = [" " + line for line in before]
+    for sign, side in (("-", a), ("+", b)):
+        middle = side[start : len(side) - end]
+        body += [sign + line for line in middle[:_DIFF_LINES]]
+        left = len(middle) - _DIFF_LINES
+        body += [f"\\ {left} more lines not shown"] if left > 0 else []
+    return ["--- A", "+++ B", f"@@ -{ranges[0]} +{ranges[1]} @@", *body, *(" " + line for line in after)]
 
 
 def _ref_text(ref: Optional[CallRef]) -> str:
@@ -739,8 +835,12 @@ def _tools(run: Optional[_Run]) -> str:
     return " ".join(c.name for c in run.calls if c.kind == "tool") or "(none)"
 
 
+def _rounded(value: Optional[float], digits: int) -> Optional[float]:
+    return None if value is None else round(value, digits)
+
+
 def _run_lines(a: Optional[_Run], b: Optional[_Run]) -> List[str]:
-    def each(figure: Callable[[_Run], float]) -> Tuple[Optional[float], Optional[float]]:
+    def each(figure: Callable[[_Run], Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
         return (figure(a) if a else None, figure(b) if b else None)
 
     return [
@@ -750,7 +850,7 @@ def _run_lines(a: Optional[_Run], b: Optional[_Run]) -> List[str]:
         f"          B: {_tools(b)}",
         _figure("tokens", *each(lambda run: run.tokens)),
         _figure("cost", *each(lambda run: round(run.cost, 6)), " USD"),
-        _figure("time", *each(lambda run: round(run.seconds(), 3)), " s"),
+        _figure("time", *each(lambda run: _rounded(run.seconds(), 3)), " s"),
     ]
 
 
@@ -807,6 +907,12 @@ def _marks(a: Optional[str], b: Optional[str]) -> Tuple[List[bool], List[bool]]:
     (a short text, shown whole in the report, is one line)."""
     lines_a, lines_b = _lines(a), _lines(b)
     marks_a, marks_b = [True] * len(lines_a), [True] * len(lines_b)
+    if max(len(lines_a), len(lines_b)) > _DIFF_LINES:  # as _unified: the start and end shared
+        start, end = _middle(lines_a, lines_b)
+        for marks in (marks_a, marks_b):
+            marks[:start] = [False] * start
+            marks[len(marks) - end :] = [False] * end
+        return marks_a, marks_b
     for op, a1, a2, b1, b2 in difflib.SequenceMatcher(None, lines_a, lines_b).get_opcodes():
         if op == "equal":
             marks_a[a1:a2] = [False] * (a2 - a1)
@@ -922,7 +1028,7 @@ def _diff_command(args: Any) -> int:
         args.usage_error("-o/--output is the page's, with --html")
     if args.html and args.json:
         args.usage_error("--html and --json are one or the other")
-    texts = _Texts(frozenset(name for name in _IGNORABLE if getattr(args, f"ignore_{name}")))
+    texts = _Texts(frozenset(n for n in _IGNORABLE if getattr(args, f"ignore_{n}")), args.max_line_bytes)
     a = _Source(args.file, args.max_line_bytes, select_a, texts)
     b = _Source(args.b, args.max_line_bytes, select_b, texts)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.util
 import json
@@ -9,12 +10,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 import session
+import session_diff
 from session import AgentState, Event, Execution, Message
 
 HERE = Path(__file__).resolve().parent
@@ -240,6 +243,20 @@ def test_an_extra_retry_names_the_call_and_the_extra_attempt(tmp_path: Path, cap
     assert [d["what"] for d in report["differences"]] == ["retry"]  # not a shift of later calls
 
 
+def test_a_retried_attempts_other_error_is_a_difference(tmp_path: Path, capsys: Any) -> None:
+    """Both sides retry once and then agree: the first attempt's error (its type and message)
+    is still compared, at that attempt."""
+    a = record(tmp_path / "a.jsonl")
+    b = tmp_path / "b.jsonl"
+    said = "429 Too Many Requests: retry after 10 ms"
+    b.write_text(a.read_text(encoding="utf-8").replace(said, "503 Service Unavailable"), encoding="utf-8")
+    status, report = diff_json(capsys, str(a), str(b))
+    first = report["first"]
+    assert status == 1 and first["what"] == "reply" and first["where"].endswith(": attempt 1 / 1")
+    assert (first["a"]["execution_id"], first["a"]["attempt"], first["b"]["attempt"]) == ("model-1", 1, 1)
+    assert said in first["a_text"] and "503 Service Unavailable" in first["b_text"]
+
+
 def test_a_missing_compaction_is_named_first(tmp_path: Path, capsys: Any) -> None:
     """Without it, B's model answers at once: A's turn (the compaction, the model asking for
     a tool, the tool) is one turn on one side only, and the answers pair."""
@@ -252,6 +269,23 @@ def test_a_missing_compaction_is_named_first(tmp_path: Path, capsys: Any) -> Non
     )
     assert [d["what"] for d in report["differences"]][1:] == ["message added", "message removed", "reply"]
     assert all("turn 2 / 1, model call" in d["where"] for d in report["differences"][1:])
+
+
+def test_a_compaction_that_failed_otherwise_is_a_difference(tmp_path: Path, capsys: Any) -> None:
+    """A compaction's error is on its context_prepare_end: another message is a difference."""
+    a = record(tmp_path / "a.jsonl")
+    failed = []
+    for reason in ("summary too long", "model refused"):
+        records = [json.loads(line) for line in a.read_text(encoding="utf-8").splitlines()]
+        for r in records:
+            if r["type"] == "context_prepare_end":
+                r["data"]["error"] = {"message": reason, "type": "CompactionError"}
+        failed.append(tmp_path / f"{reason}.jsonl")
+        failed[-1].write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    status, report = diff_json(capsys, *map(str, failed))
+    first = report["first"]
+    assert status == 1 and first["what"] == "error" and first["a"]["execution_id"] == "compact-1"
+    assert "summary too long" in first["a_text"] and "model refused" in first["b_text"]
 
 
 def test_a_turn_on_one_side_only_is_one_difference(tmp_path: Path, capsys: Any) -> None:
@@ -342,6 +376,67 @@ def test_the_configs_session_id_and_prompt_cache_key_are_ignored(tmp_path: Path,
     assert diff(capsys, str(a), str(b))[0] == 0
 
 
+def test_each_error_of_a_run_outside_its_calls_is_compared(tmp_path: Path, capsys: Any) -> None:
+    """A run that recorded two errors is not the same as one that recorded only its last."""
+    files = []
+    for name, errors in (("a", ["disk full", "gave up"]), ("b", ["gave up"])):
+        with session.create(tmp_path / f"{name}.jsonl") as s, s.begin_run() as run:
+            for error in errors:
+                run.record(Event("error", error=error))
+            run.record(Event("agent_end", summary=session.RunSummary(end_reason="error")))
+        files.append(str(tmp_path / f"{name}.jsonl"))
+    status, report = diff_json(capsys, *files)
+    assert (
+        status == 1 and report["first"]["what"] == "run outcome" and "disk full" in report["first"]["a_text"]
+    )
+
+
+def test_requests_that_differ_all_along_are_matched_by_what_each_adds(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """200 turns whose tool results differ at each (say, a time in each): each request is
+    matched from where the last one ended, not whole (quadratic in it, so cubic over a run:
+    minutes at 1,000 turns); difflib's find_longest_match is counted, each difference said once."""
+
+    def turns(path: Path, said: str) -> str:
+        context = [Message("user", [session.text_block("go")])]
+        with session.create(path) as s, s.begin_run() as run:
+            for turn in range(1, 201):
+                model = Execution(f"model-{turn}", "model", turn_index=turn)
+                run.record(Event("model_exec_start", execution=model))
+                run.record(
+                    Event("model_request", execution=model, request=session.ModelRequest(list(context)))
+                )
+                reply = Message("assistant", [session.tool_call_block(f"c{turn}", "read", {})], "toolUse")
+                run.record(Event("model_exec_end", execution=model, message=reply))
+                tool = Execution(f"c{turn}", "tool", parent_id=f"model-{turn}", turn_index=turn)
+                run.record(Event("tool_exec_start", execution=tool, tool_id=f"c{turn}", tool="read", args={}))
+                result = {"output": f"{said} {turn}"}
+                run.record(
+                    Event("tool_exec_end", execution=tool, tool_id=f"c{turn}", tool="read", result=result)
+                )
+                context += [reply, session.tool_result(f"c{turn}", f"{said} {turn}")]
+        return str(path)
+
+    a, b = turns(tmp_path / "a.jsonl", "at 10:00"), turns(tmp_path / "b.jsonl", "at 11:00")
+    matched = []
+    find = difflib.SequenceMatcher.find_longest_match
+
+    def counted(*args: Any) -> Any:
+        matched.append(args)
+        return find(*args)
+
+    monkeypatch.setattr(difflib.SequenceMatcher, "find_longest_match", counted)
+    status, report = diff_json(capsys, a, b, "--all")
+    assert status == 1 and [d["what"] for d in report["differences"]] == [
+        "result",
+        "message changed",
+    ] * 199 + ["result"]
+    assert len(matched) < 5 * 200
+    matched.clear()  # without --all, nothing is looked for after the first difference
+    assert diff_json(capsys, a, b)[1]["first"]["what"] == "result" and len(matched) < 10
+
+
 def test_an_extra_run_is_one_difference(tmp_path: Path, capsys: Any) -> None:
     two = ("How long is session.py, and what is beside it?", "And how long are the tests?")
     a = record(tmp_path / "a.jsonl", two)
@@ -351,6 +446,48 @@ def test_an_extra_run_is_one_difference(tmp_path: Path, capsys: Any) -> None:
     first = report["first"]
     assert first["a"] is None and first["b"]["run_id"] == refs(b)[-1].run_id
     assert first["where"].startswith("run 3 (- / ") and first["where"].endswith(": only in B")
+
+
+def test_memory_does_not_grow_with_the_texts_of_runs_already_compared(tmp_path: Path, capsys: Any) -> None:
+    """Forty runs, each with its own 200 KB message: diff's peak (traced by tracemalloc) stays
+    under the 8 MB those texts make, as it holds a digest of each, not the text."""
+
+    def forty_runs(path: Path) -> str:
+        with session.create(path) as s:
+            for number in range(40):
+                with s.begin_run() as run:
+                    model = Execution("model-1", "model", turn_index=1)
+                    asked = Message("user", [session.text_block(f"{number}:" + "x" * 200_000)])
+                    run.record(Event("model_exec_start", execution=model))
+                    run.record(Event("model_request", execution=model, request=session.ModelRequest([asked])))
+                    reply = Message("assistant", [session.text_block("ok")], "stop")
+                    run.record(Event("model_exec_end", execution=model, message=reply))
+        return str(path)
+
+    a, b = forty_runs(tmp_path / "a.jsonl"), forty_runs(tmp_path / "b.jsonl")
+    tracemalloc.start()
+    try:
+        status = session.main(["diff", a, b, "--json"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert status == 0 and json.loads(capsys.readouterr().out)["same"] is True
+    assert peak < 40 * 200_000
+
+
+def test_a_message_is_read_again_to_be_shown_and_a_file_changed_since_is_said_so(tmp_path: Path) -> None:
+    a = record(tmp_path / "a.jsonl")
+    asked, answered = [r for r in session.iter_records(a, resolve=False) if r.type == "message"][:2]
+    texts = session_diff._Texts(frozenset(), session._MAX_LINE_BYTES)
+    number, other = (
+        texts.number(r.data["message"], str(a), r.offset, ("message",)) for r in (asked, answered)
+    )
+    assert texts.readable(number) == "[user]\nHow long is session.py, and what is beside it?"
+    changed = a.read_text(encoding="utf-8").replace("How long", "How LONG")  # at the same offsets
+    a.write_text(changed, encoding="utf-8")
+    assert texts.readable(other).startswith("[assistant]\nLet me look around.")  # the next record read
+    said = f"(the message is no longer at offset {asked.offset} of {a}: the file changed)"
+    assert texts.readable(number) == said
 
 
 def test_run_reads_up_to_four_digits_as_a_position_and_a_longer_start_as_a_run_id(
@@ -365,6 +502,27 @@ def test_run_reads_up_to_four_digits_as_a_position_and_a_longer_start_as_a_run_i
     assert diff_json(capsys, str(path), str(path), "--run", "1", "--run", "22222")[1]["same"] is True
     assert diff_json(capsys, str(path), str(path), "--run", "2", "--run", "33333")[1]["same"] is True
     assert diff(capsys, str(path), str(path), "--run", "3")[0] == 2  # no third run
+
+
+def test_run_matching_several_runs_holds_only_the_first(tmp_path: Path, capsys: Any) -> None:
+    """Forty runs, each with a 200 KB tool result, all matched by one start of a run id: the
+    trouble is said with the peak (traced by tracemalloc) under the 8 MB those results make."""
+    path = tmp_path / "a.jsonl"
+    with session.create(path) as s:
+        for number in range(40):
+            with s.begin_run(run_id=f"abcdef{number:026}") as run:
+                tool = Execution("t1", "tool", turn_index=1)
+                run.record(Event("tool_exec_start", execution=tool, tool_id="t1", tool="read", args={}))
+                result = {"output": f"{number}:" + "x" * 200_000}
+                run.record(Event("tool_exec_end", execution=tool, tool_id="t1", tool="read", result=result))
+    tracemalloc.start()
+    try:
+        status, out, err = diff(capsys, str(path), str(path), "--run", "abcdef")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (status, out, err) == (2, "", f"python -m session diff: {path}: 40 runs matches --run abcdef\n")
+    assert peak < 40 * 200_000
 
 
 def test_run_picks_two_runs_of_one_file(tmp_path: Path, capsys: Any) -> None:
@@ -395,6 +553,40 @@ def test_a_damaged_file_is_compared_up_to_its_damage(tmp_path: Path, capsys: Any
     assert err == f"{b}:{line}: {reason}; compared up to this line\n"
     c = record(tmp_path / "c.jsonl", count_lines=lambda path: 7)
     assert diff(capsys, str(c), str(b))[0] == 1  # a difference before the damage is a difference
+
+
+def test_a_time_without_an_offset_shows_no_duration(tmp_path: Path, capsys: Any) -> None:
+    """The reader takes any string as a time: a run whose times cannot be subtracted (one
+    without an offset, one not a time) has no time figure, and the report is still printed."""
+    a, b = record(tmp_path / "a.jsonl"), tmp_path / "b.jsonl"
+    lines = a.read_text(encoding="utf-8").splitlines(keepends=True)
+    last = json.loads(lines[-1])
+    lines[-1] = json.dumps({**last, "time": "2026-01-01T00:00:00"}) + "\n"
+    b.write_text("".join(lines), encoding="utf-8")
+    status, out, err = diff(capsys, str(a), str(b))
+    assert (status, err) == (0, "") and re.search(r"\n  time    [0-9.]+ s / -\n$", out)
+
+
+def test_long_texts_are_shown_from_where_they_differ_without_a_quadratic_line_diff(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Two prompts of 5,000 lines, every other one changed: past 2,000 lines a side, no
+    difflib (quadratic there: minutes for 100,000 such lines), but one hunk from the first line
+    that differs to the last, each side cut at 2,000 lines; the page marks those lines."""
+    lines = [f"line {n}" for n in range(5000)]
+    a = record(tmp_path / "a.jsonl", ("\n".join(lines),))
+    b = record(tmp_path / "b.jsonl", ("\n".join(f"{x}!" if n % 2 == 0 else x for n, x in enumerate(lines)),))
+    status, out, _ = diff(capsys, str(a), str(b))
+    shown = out.split("\n  @@ ", 1)[1].split("\nrun 1: ")[0].splitlines()
+    assert (
+        status == 1
+        and shown[0] == "-1,5001 +1,5001 @@"
+        and shown[1:4] == ["   [user]", "  -line 0", "  -line 1"]
+    )
+    assert shown[2002:2005] == ["  \\ 2999 more lines not shown", "  +line 0!", "  +line 1"]
+    assert shown[4003:] == ["  \\ 2999 more lines not shown", "   line 4999"]
+    marks_a, marks_b = session_diff._marks(*("\n".join(["[user]", *text]) for text in (lines, lines[:1])))
+    assert marks_a == [False, False] + [True] * 4999 and marks_b == [False, False]
 
 
 def test_hostile_texts_are_escaped_for_the_terminal(tmp_path: Path, capsys: Any) -> None:
