@@ -52,6 +52,7 @@ class Recorder:
     def __init__(self) -> None:
         self.started = 0
         self.rows: List[Tuple[str, float, int]] = []
+        self.failed: List[str] = []
         sys.addaudithook(self.audit)
 
     def audit(self, event: str, args: Tuple[Any, ...]) -> None:
@@ -64,6 +65,10 @@ class Recorder:
         yield
         self.rows.append((item.nodeid, cpu_now() - start, self.started))
 
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.failed:
+            self.failed.append(report.nodeid)
+
 
 def run_pytest(args: List[str], out: str) -> int:
     """In the child: pytest on *args* with the Recorder, its rows written to *out* as JSON."""
@@ -71,6 +76,7 @@ def run_pytest(args: List[str], out: str) -> int:
     recorder = Recorder()
     status = pytest.main(args, plugins=[recorder])
     Path(out).write_text(json.dumps(recorder.rows))
+    Path(out + ".failed").write_text(json.dumps(recorder.failed))
     return int(status)
 
 
@@ -78,6 +84,8 @@ def measure(file: str, sweeps: str, extra: List[str]) -> Dict[str, Any]:
     """Runs the tests of *file* in a process of its own; its CPU, wall time and test rows."""
     env = dict(os.environ)
     env.pop("SESSION_TEST_SWEEPS", None)
+    # bytecode cached, as tox runs it: a child's import costs here what it costs there
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if sweeps == "sampled":
         env["SESSION_TEST_SWEEPS"] = "sampled"
     with tempfile.TemporaryDirectory() as folder:
@@ -98,6 +106,7 @@ def measure(file: str, sweeps: str, extra: List[str]) -> Dict[str, Any]:
         done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         cpu, wall = cpu_now() - before, time.perf_counter() - wall
         rows = json.loads(Path(out).read_text()) if Path(out).exists() else []
+        failed = json.loads(Path(out + ".failed").read_text()) if Path(out + ".failed").exists() else []
     last = done.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
     return {
         "file": file,
@@ -106,6 +115,7 @@ def measure(file: str, sweeps: str, extra: List[str]) -> Dict[str, Any]:
         "cpu": cpu,
         "wall": wall,
         "rows": rows,
+        "failed": failed,
     }
 
 
@@ -118,6 +128,8 @@ def report(result: Dict[str, Any], top: int) -> None:
         f" {result['wall']:.1f} s wall, {started} processes started; {result['summary']}",
         flush=True,
     )
+    for nodeid in result["failed"]:
+        print(f"  FAILED {nodeid}")
     for nodeid, cpu, count in sorted(rows, key=lambda row: -row[1])[:top]:
         print(f"  {cpu:7.2f} s {count:4d} proc  {nodeid}")
 
