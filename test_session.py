@@ -6669,7 +6669,7 @@ def test_the_installed_script_names_itself(tmp_path: Path) -> None:
         [sys.executable, str(script), "--help"], capture_output=True, text=True, env=env, timeout=60
     )
     assert done.returncode == 0 and done.stdout.startswith("usage: session-jsonl ")
-    assert run_cli("--help").stdout.startswith("usage: python -m session ")
+    assert run_cli_process("--help").stdout.startswith("usage: python -m session ")
 
 
 @pytest.mark.parametrize("command", ["validate", "repair", "summary", "show", "checkpoint"])
