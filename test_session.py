@@ -20,6 +20,7 @@ import inspect
 import io
 import itertools
 import json
+import locale
 import logging
 import os
 import pickle
@@ -152,10 +153,38 @@ def offsets(blob: bytes) -> List[int]:
     return starts
 
 
-def run_cli(*args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProcess[str]:
+def run_cli_process(*args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProcess[str]:
+    """``python session.py ARGS`` in a process of its own."""
     return subprocess.run(
         [sys.executable, str(MODULE), *args], capture_output=True, text=True, cwd=cwd, timeout=120
     )
+
+
+def run_cli(*args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProcess[str]:
+    """``python session.py ARGS`` run in this process, without the cost of starting one: its
+    exit status, and its output written as bytes and decoded as run_cli_process decodes a
+    child's.  The tests about a process (signals, a closed pipe, a full disk, the stack left
+    to a reader, a lone copy, the interpreter's start and end) use run_cli_process or start
+    their own."""
+    encoding = locale.getpreferredencoding(False)
+    written = [io.BytesIO(), io.BytesIO()]
+    streams = [io.TextIOWrapper(raw, encoding=encoding) for raw in written]
+    status: Any = 0
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(contextlib.redirect_stdout(streams[0]))
+        stack.enter_context(contextlib.redirect_stderr(streams[1]))
+        if "COLUMNS" not in os.environ:  # a child's terminal width, its output being a pipe
+            stack.enter_context(pytest.MonkeyPatch.context()).setenv("COLUMNS", "80")
+        if cwd is not None:
+            stack.enter_context(pytest.MonkeyPatch.context()).chdir(cwd)
+        try:
+            status = session.main(list(args))
+        except SystemExit as ended:  # argparse's usage errors and --help
+            status = ended.code
+        for stream in streams:
+            stream.flush()
+    out, err = (io.TextIOWrapper(io.BytesIO(raw.getvalue()), encoding=encoding).read() for raw in written)
+    return subprocess.CompletedProcess([sys.executable, str(MODULE), *args], int(status or 0), out, err)
 
 
 def need(name: str, why: str) -> None:
@@ -583,8 +612,30 @@ wrong: str = summary.records
 """
 
 
-def test_the_installed_copy_is_typed(tmp_path: Path) -> None:
-    need("mypy", "the test type-checks an application that imports the installed wheel")
+def installed_here() -> bool:
+    """Whether this Python has the wheel of these very files installed, as tox installs it
+    into each of its environments: the modules and the stub package's marker, byte for byte."""
+    import importlib.metadata
+
+    try:
+        files = importlib.metadata.distribution("session-jsonl").files or []
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    shipped = {file.as_posix(): file for file in files}
+    wanted = [*MODULES, "session-stubs/py.typed"]
+    return all(
+        name in shipped
+        and Path(str(shipped[name].locate())).is_file()
+        and Path(str(shipped[name].locate())).read_bytes() == (HERE / name).read_bytes()
+        for name in wanted
+    )
+
+
+def installed_copy(tmp_path: Path) -> Path:
+    """A Python that imports this project's wheel: this one where it is installed already
+    (see installed_here), else a new virtual environment with the wheel built and installed."""
+    if installed_here():
+        return Path(sys.executable)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(HERE)], check=True
     )
@@ -593,8 +644,16 @@ def test_the_installed_copy_is_typed(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    return python
+
+
+def test_the_installed_copy_is_typed(tmp_path: Path) -> None:
+    need("mypy", "the test type-checks an application that imports the installed wheel")
+    python = installed_copy(tmp_path)
     sample = sample_file(tmp_path / "s.jsonl", runs=1)
-    page = subprocess.run([str(python), "-m", "session", "html", str(sample)], capture_output=True, text=True)
+    page = subprocess.run(  # from tmp_path: `-m` looks in the current folder first
+        [str(python), "-m", "session", "html", str(sample)], capture_output=True, text=True, cwd=tmp_path
+    )
     assert page.returncode == 0 and page.stdout.startswith("<!DOCTYPE html>"), page.stderr  # both modules
     app = tmp_path / "app.py"
     app.write_text(TYPED_APP, encoding="utf-8")
@@ -5767,8 +5826,8 @@ def test_summary_of_values_too_deep_or_long_to_print(tmp_path: Path) -> None:
         b'"error":{"message":"x"}', b'"error":{"message":"x","deep":' + b"[" * 980 + b"]" * 980 + b"}"
     )
     path.write_bytes(blob)
-    assert run_cli("validate", str(path)).returncode == 0
-    done = run_cli("summary", "--json", str(path))
+    assert run_cli_process("validate", str(path)).returncode == 0
+    done = run_cli_process("summary", "--json", str(path))
     assert (done.returncode, done.stderr) == (0, "")
     assert '"deep":' + "[" * 980 + "]" * 980 in done.stdout.replace(" ", "")
 
@@ -6460,11 +6519,11 @@ def deepest_written(tmp_path: Path) -> Path:
 def test_every_command_prints_values_as_deep_as_the_writer_writes(tmp_path: Path) -> None:
     path = deepest_written(tmp_path)
     depth = int(path.name[1:])
-    assert depth >= 985 and run_cli("validate", str(path)).returncode == 0
+    assert depth >= 985 and run_cli_process("validate", str(path)).returncode == 0
     for command in (["show", "--pretty"], ["checkpoint"], ["summary"], ["show", "--execution", "t1"]):
-        done = run_cli(*command, str(path))
+        done = run_cli_process(*command, str(path))
         assert (done.returncode, done.stderr) == (0, ""), (command, done.stderr[-500:])
-    snapshot = "".join(run_cli("checkpoint", str(path)).stdout.split())
+    snapshot = "".join(run_cli_process("checkpoint", str(path)).stdout.split())
     assert snapshot == "[" * depth + "0" + "]" * depth
 
 
@@ -6610,7 +6669,7 @@ def test_the_installed_script_names_itself(tmp_path: Path) -> None:
         [sys.executable, str(script), "--help"], capture_output=True, text=True, env=env, timeout=60
     )
     assert done.returncode == 0 and done.stdout.startswith("usage: session-jsonl ")
-    assert run_cli("--help").stdout.startswith("usage: python -m session ")
+    assert run_cli_process("--help").stdout.startswith("usage: python -m session ")
 
 
 @pytest.mark.parametrize("command", ["validate", "repair", "summary", "show", "checkpoint"])
@@ -7982,7 +8041,7 @@ def test_a_message_as_deep_as_the_reader_takes_opens_and_shows(tmp_path: Path) -
     objs[2]["data"]["message"] = "DEEP"
     blob = blob_of(objs).replace(b'"DEEP"', b"[" * depth + b"]" * depth)
     path.write_bytes(blob)
-    assert run_cli("validate", str(path)).returncode == 0
+    assert run_cli_process("validate", str(path)).returncode == 0
 
     def deep(levels: int) -> None:
         if levels:
@@ -7993,7 +8052,8 @@ def test_a_message_as_deep_as_the_reader_takes_opens_and_shows(tmp_path: Path) -
 
     deep(sys.getrecursionlimit() // 2)
     assert (
-        run_cli("show", str(path)).returncode == 0 and run_cli("show", str(path), "--pretty").returncode == 0
+        run_cli_process("show", str(path)).returncode == 0
+        and run_cli_process("show", str(path), "--pretty").returncode == 0
     )
 
 

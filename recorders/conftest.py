@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -32,13 +34,17 @@ def need(module: str) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "session", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        encoding="utf-8",
-    )
+    """``python -m session ARGS``, run in this process: starting one for each check of each
+    recorded file cost more than the checks (the tests of the command line as a process are
+    the suite's, in test_session.py)."""
+    written = [io.BytesIO(), io.BytesIO()]  # as bytes: `show` writes to sys.stdout.buffer
+    out, err = (io.TextIOWrapper(raw, encoding="utf-8") for raw in written)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = session.main(list(args))
+    out.flush()
+    err.flush()
+    printed = [raw.getvalue().decode() for raw in written]
+    return subprocess.CompletedProcess(["python", "-m", "session", *args], status, *printed)
 
 
 def check_file(path: Path, unrecorded: tuple[session.CallRef, ...] = ()) -> session.Summary:
