@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import session
 import session_import
 from session import EventData, Execution, Record
+from test_session import run_cli, run_cli_process, sweep
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "testdata" / "import"
@@ -94,13 +95,8 @@ def texts(message: Any) -> List[str]:
 
 
 def run(*words: str, cwd: Path = HERE) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(HERE / "session.py"), *words],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
+    """``python session.py WORDS``, run in this process (the tests about a process start one)."""
+    return run_cli(*words, cwd=cwd)
 
 
 def write_lines(path: Path, lines: List[Dict[str, Any]]) -> Path:
@@ -1152,7 +1148,7 @@ def copy_sources(tmp_path: Path) -> Path:
 
 def test_into_imports_every_session_once_and_again_only_what_grew(tmp_path: Path) -> None:
     sources, archive = copy_sources(tmp_path), tmp_path / "archive"
-    first = run("import", str(sources), "--into", str(archive))
+    first = run_cli_process("import", str(sources), "--into", str(archive))  # the command, in a process
     assert first.returncode == 0, first.stderr
     assert sorted(os.listdir(archive)) == [f"{SESSION_ID}.jsonl", "log-2026-03-01-10-00-00.jsonl"]
     kept = {name: (archive / name).read_bytes() for name in os.listdir(archive)}
@@ -1493,7 +1489,7 @@ def check_import(source: Path, kind: str, folder: Path) -> None:
         (CODEX_BARE, "codex"),
     ],
 )
-@hypothesis.settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@hypothesis.settings(max_examples=sweep(40, 10), deadline=None, derandomize=True, database=None)
 @hypothesis.given(
     edits=EDITS,
     form=st.sampled_from(["plain", "plain", "bom", "crlf", "nul", "torn"]),
