@@ -3268,6 +3268,7 @@ def test_processes_racing_to_create_one_path_get_one_owner_and_clear_errors(tmp_
 
 INTERRUPTED_AT_EACH_STEP = """
 import dis, json, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, even where started ignored
 sys.path.insert(0, sys.argv[2])
 import session
 folder, how = sys.argv[1], sys.argv[3]
