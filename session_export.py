@@ -587,13 +587,15 @@ def _show_progress(done: int, total: int) -> None:
         print("\r\033[K", end="", file=sys.stderr, flush=True)  # erase the line
 
 
-# ---------------------------------------------------------------------------- html page
+# ---------------------------------------------------------------------------- html page: what is read
 # ``python -m session html FILE``: one static page, nothing fetched.  Two streaming passes:
-# the first keeps a few numbers per call (for the header, waterfall and chart) and compares
-# each model request with the previous one by hashes of its messages; the second reads the
-# records again at their offsets, call by call, and renders them.  Markup comes only from the
-# literals below and integers; every value from the file goes through _h.  The modules only
-# the page needs are imported where they are used: every other command's start up would pay.
+# the first (_Facts, in this section) keeps a few numbers per call (for the header, waterfall
+# and chart) and compares each model request with the previous one by hashes of its messages;
+# the second (_Page, below) reads the records again at their offsets, call by call, and draws
+# them.  Between them, what the page decides from the facts: which failures recovered, where
+# cards are left out, which compactions share a mark.  Markup comes only from the literals of
+# the drawing section and integers; every value from the file goes through _h.  The modules
+# only the page needs are imported where they are used: every other command's start up would pay.
 
 _PAGE_FIELD = 2000  # characters of one value shown inline, by default
 _PAGE_BUDGET = 16 << 20  # bytes of page, by default
@@ -609,54 +611,6 @@ _PAGE_TURNS = 50  # turns of a run listed unfolded in the navigation, at most
 _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 _PAGE_SAYS = 2000  # characters of a run's question and answer shown on the first screen
 _PAGE_ID = 12  # characters of a long id shown (the whole id a click away)
-
-# Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
-# isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
-_HIDDEN = (  # patterns: compiled (and cached) by re when a page is first made
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e"
-    "\u2028\u2029\u2060-\u206f\u3164\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
-)
-
-
-_INLINE_HIDDEN = f"[\t\n]|{_HIDDEN}"
-
-
-def _mark(match: re.Match[str]) -> str:
-    return f'<span class="mark">[U+{ord(match.group()):04X}]</span>'
-
-
-def _h(text: str, inline: bool = False) -> str:
-    """*text* escaped for HTML text and attribute values; hidden characters made visible, and
-    tabs and line breaks too when *inline* (where HTML would show them as spaces)."""
-    import html
-
-    escaped = html.escape(text, quote=True)
-    hidden = re.compile(_INLINE_HIDDEN if inline else _HIDDEN)
-    return hidden.sub(_mark, escaped) if hidden.search(escaped) else escaped
-
-
-def _content_policy(style: str, script: str = "") -> str:
-    """The Content-Security-Policy of a page whose only style is *style* and only script
-    *script* (none if empty): nothing else runs, loads or submits, but pictures in data: URLs."""
-    import base64
-    import hashlib
-
-    def digest(text: str) -> str:
-        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
-
-    scripts = f"script-src {digest(script)}; " if script else ""
-    return (
-        f"default-src 'none'; {scripts}style-src {digest(style)}; img-src data:; "
-        "base-uri 'none'; form-action 'none'"
-    )
-
-
-def _script_json(value: Any) -> str:
-    """JSON that cannot end or confuse the ``<script>`` element holding it."""
-    text = json.dumps(value, ensure_ascii=True, sort_keys=True)  # also escapes U+2028, U+2029
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 _ENDS = {"model_exec_end", "tool_exec_end", "context_compacted", "context_prepare_end"}  # end a call
 
 
@@ -746,11 +700,6 @@ def _digest(value: Any) -> bytes:
 _DIGEST_JSON = json.JSONEncoder(check_circular=False)  # one encoder: dumps() makes one per call
 
 
-def _positions(first: int, count: int) -> str:
-    """The places *first* + 1 to *first* + *count* of a list, as a person counts them."""
-    return f"{first + 1}" if count == 1 else f"{first + 1} to {first + count}"
-
-
 def _beyond(before: List[List[int]], ranges: List[List[int]]) -> Optional[List[List[int]]]:
     """The message ranges a version-2 request refers to beyond all those of the request
     *before* it, its last one carried on (as a writer carries on a context that grew), as
@@ -762,43 +711,6 @@ def _beyond(before: List[List[int]], ranges: List[List[int]]) -> Optional[List[L
     if start != first or stop < end:
         return None
     return [[end + 1, stop], *ranges[last + 1 :]]  # the first empty when only later ranges are new
-
-
-def _span(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
-
-
-# The pictures a page shows, by the bytes they start with: formats browsers decode without
-# running anything (not SVG), each checked against its type, so a mislabelled blob is not shown.
-_PICTURES = {
-    "image/png": (b"\x89PNG\r\n\x1a\n",),
-    "image/jpeg": (b"\xff\xd8\xff",),
-    "image/gif": (b"GIF87a", b"GIF89a"),
-    "image/webp": (b"RIFF",),
-}
-_BASE64 = "[A-Za-z0-9+/]*={0,2}"
-
-
-def _picture(mime: Any, data: str) -> bool:
-    """Whether *data* is base64 text of a picture of the type *mime* that the page shows."""
-    import base64
-
-    starts = _PICTURES.get(mime) if type(mime) is str else None
-    if not starts or not data or not re.fullmatch(_BASE64, data) or len(data) % 4:
-        return False
-    head = base64.b64decode(data[:16])
-    if mime == "image/webp" and head[8:12] != b"WEBP":
-        return False
-    return head.startswith(starts)
-
-
-def _money(usd: float) -> str:
-    return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
-
-
-def _many(number: int, noun: str) -> str:
-    """*number* *noun*s, with thousands separators: "23,283,204 tokens"."""
-    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
 
 
 def _amount(value: Any) -> Optional[float]:
@@ -1143,6 +1055,124 @@ class _Facts:
         return new, sum(remaining.values())
 
 
+def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> List[int]:
+    """The seqs of the records of one of _Facts.items."""
+    return item.seqs if isinstance(item, _Attempt) else [item[0]]
+
+
+def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
+    return item.seqs[0] if isinstance(item, _Attempt) else item[0]
+
+
+# ---------------------------------------------------------------------------- html page: what is decided
+# From the facts alone: the failed attempts a retry recovered (the failure triage), the runs of
+# cards left out, and how the chart groups compactions into marks and labels.
+
+
+def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
+    """The failed attempts after which a later attempt of their call succeeded."""
+    succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
+    for (run_id, call, number), attempt in attempts.items():
+        if attempt.ended and not attempt.failed:
+            succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
+    return {
+        key
+        for key, attempt in attempts.items()
+        if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
+    }
+
+
+def _left_out(cards: List[Optional[bytes]]) -> List[Tuple[int, int]]:
+    """The runs of cards left out (None), as (start, end) indexes."""
+    gaps: List[Tuple[int, int]] = []
+    for n, card in enumerate(cards):
+        if card is not None:
+            continue
+        if gaps and gaps[-1][1] == n:
+            gaps[-1] = (gaps[-1][0], n + 1)
+        else:
+            gaps.append((n, n + 1))
+    return gaps
+
+
+def _many(number: int, noun: str) -> str:
+    """*number* *noun*s, with thousands separators: "23,283,204 tokens"."""
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
+
+
+_MARK_GAP = 8  # compactions less than this far apart in the chart share one mark
+_CHAR_WIDTH = 7  # of a label's monospace character, its font 11 units high (0.6 em, rounded up)
+
+
+class _Mark(NamedTuple):
+    """One mark above the chart's bars: *compactions* of them, from the one at *x* to the one
+    at *last*, after *first_call* to *last_call* model calls."""
+
+    x: float
+    last: float
+    first_call: int
+    last_call: int
+    compactions: int
+
+
+def _marks(compactions: List[Tuple[float, int]]) -> List[_Mark]:
+    """The compactions' marks: each (x, calls before it) joins the mark it lies within
+    _MARK_GAP of, so no two marks touch however many compactions a pixel holds."""
+    marks: List[_Mark] = []
+    for x, calls in compactions:
+        if marks and x < marks[-1].x + _MARK_GAP:
+            mark = marks[-1]
+            marks[-1] = mark._replace(last=x, last_call=calls, compactions=mark.compactions + 1)
+        else:
+            marks.append(_Mark(x, x, calls, calls, 1))
+    return marks
+
+
+def _labels(marks: List[_Mark]) -> List[Tuple[float, float, float, int]]:
+    """Where the chart labels its *marks*: (the label's x, the first and last mark's x it
+    counts, their compactions).  Every label is as wide as the widest can be, starts at its
+    first mark (or where it still fits in the chart) and counts the marks up to the next; a
+    mark under a label joins it, so no label runs over another or off the chart."""
+    total = sum(mark.compactions for mark in marks)
+    room = len(_many(total, "compaction")) * _CHAR_WIDTH + _MARK_GAP
+    labels: List[Tuple[float, float, float, int]] = []
+    for mark in marks:
+        at = max(0.0, min(mark.x - 3, 1000 - room))
+        if labels and at < labels[-1][0] + room:
+            x, first, _, count = labels[-1]
+            labels[-1] = (x, first, mark.last, count + mark.compactions)
+        else:
+            labels.append((at, mark.x, mark.last, mark.compactions))
+    return labels
+
+
+# ---------------------------------------------------------------------------- html page: what is drawn
+# Escaping, the page's output, then its parts in page order: the conversation, the timeline
+# (chart and waterfall), the header, and _Page, which draws each record's card within the budget.
+
+# Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
+# isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
+_HIDDEN = (  # patterns: compiled (and cached) by re when a page is first made
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2028\u2029\u2060-\u206f\u3164\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
+)
+_INLINE_HIDDEN = f"[\t\n]|{_HIDDEN}"
+
+
+def _mark(match: re.Match[str]) -> str:
+    return f'<span class="mark">[U+{ord(match.group()):04X}]</span>'
+
+
+def _h(text: str, inline: bool = False) -> str:
+    """*text* escaped for HTML text and attribute values; hidden characters made visible, and
+    tabs and line breaks too when *inline* (where HTML would show them as spaces)."""
+    import html
+
+    escaped = html.escape(text, quote=True)
+    hidden = re.compile(_INLINE_HIDDEN if inline else _HIDDEN)
+    return hidden.sub(_mark, escaped) if hidden.search(escaped) else escaped
+
+
 # iterencode (lazy, unlike dumps) stops after the characters shown: a huge value costs no more
 _ONE_LINE = json.JSONEncoder(ensure_ascii=False)
 _INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
@@ -1171,6 +1201,65 @@ def _hs(value: Any) -> str:
     else:
         text, cut = _json_head(value, _ONE_LINE, _PAGE_NAME)
     return _h(text, inline=True) + ('<span class="cut">…</span>' if cut else "")
+
+
+def _content_policy(style: str, script: str = "") -> str:
+    """The Content-Security-Policy of a page whose only style is *style* and only script
+    *script* (none if empty): nothing else runs, loads or submits, but pictures in data: URLs."""
+    import base64
+    import hashlib
+
+    def digest(text: str) -> str:
+        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+    scripts = f"script-src {digest(script)}; " if script else ""
+    return (
+        f"default-src 'none'; {scripts}style-src {digest(style)}; img-src data:; "
+        "base-uri 'none'; form-action 'none'"
+    )
+
+
+def _script_json(value: Any) -> str:
+    """JSON that cannot end or confuse the ``<script>`` element holding it."""
+    text = json.dumps(value, ensure_ascii=True, sort_keys=True)  # also escapes U+2028, U+2029
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _positions(first: int, count: int) -> str:
+    """The places *first* + 1 to *first* + *count* of a list, as a person counts them."""
+    return f"{first + 1}" if count == 1 else f"{first + 1} to {first + count}"
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
+
+
+# The pictures a page shows, by the bytes they start with: formats browsers decode without
+# running anything (not SVG), each checked against its type, so a mislabelled blob is not shown.
+_PICTURES = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+_BASE64 = "[A-Za-z0-9+/]*={0,2}"
+
+
+def _picture(mime: Any, data: str) -> bool:
+    """Whether *data* is base64 text of a picture of the type *mime* that the page shows."""
+    import base64
+
+    starts = _PICTURES.get(mime) if type(mime) is str else None
+    if not starts or not data or not re.fullmatch(_BASE64, data) or len(data) % 4:
+        return False
+    head = base64.b64decode(data[:16])
+    if mime == "image/webp" and head[8:12] != b"WEBP":
+        return False
+    return head.startswith(starts)
+
+
+def _money(usd: float) -> str:
+    return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
 
 
 _T = TypeVar("_T")
@@ -1269,6 +1358,30 @@ def _output(value: Any) -> str:
     lines = _many(rest.count("\n") + (not whole_lines), "more line")
     rest = rest[whole_lines:]
     return f'{_h(head)}<details class="more"><summary>{lines}</summary>{_h(rest)}{mark}</details>'
+
+
+def _short_id(value: Any) -> str:
+    """An id as a link shows it: a long one cut to its first _PAGE_ID characters (the link
+    leads to where it is whole)."""
+    if type(value) is str and len(value) > _PAGE_ID + 1:
+        return f'<code>{_h(value[:_PAGE_ID], inline=True)}<span class="cut">…</span></code>'
+    return f"<code>{_hs(value)}</code>"
+
+
+def _id(value: Any) -> str:
+    """An id shortened as _short_id does, unfolding to the whole id when clicked."""
+    short = _short_id(value)
+    if short.endswith("</span></code>"):
+        return f'<details class="id"><summary>{short}</summary><code>{_hs(value)}</code></details>'
+    return short
+
+
+def _attempt_link(attempt: _Attempt) -> str:
+    name = f" {_hs(attempt.name)}" if attempt.name else ""
+    return _link(
+        attempt.seqs[0],
+        f"{_hs(attempt.kind)} {_short_id(attempt.id)}{name} attempt {attempt.attempt}",
+    )
 
 
 class _Conversation:
@@ -1409,11 +1522,20 @@ class _Conversation:
         )
 
 
-def _attempt_link(attempt: _Attempt) -> str:
-    name = f" {_hs(attempt.name)}" if attempt.name else ""
-    return _link(
-        attempt.seqs[0],
-        f"{_hs(attempt.kind)} {_short_id(attempt.id)}{name} attempt {attempt.attempt}",
+_CHART_FLOOR = 130  # the chart's height in its units (of 1000 wide): labels, marks, bars
+_CHART_BARS = 100  # the tallest bar, below the labels (0 to 14), their spans (15) and marks (17 to 27)
+
+
+def _mark_drawing(mark: _Mark) -> str:
+    """A mark: a triangle pointing down at its first compaction (inside the chart), its
+    count and calls in its title."""
+    after = f"call {mark.first_call:,}"
+    if mark.last_call != mark.first_call:
+        after = f"calls {mark.first_call:,} to {mark.last_call:,}"
+    x = min(max(mark.x, 3), 997)  # the whole triangle in the chart
+    return (
+        f'<path class="compaction" d="M{x - 3:.1f} 17h6l-3 10z">'
+        f"<title>{_many(mark.compactions, 'compaction')} after model {after}</title></path>"
     )
 
 
@@ -1587,37 +1709,41 @@ def _said(said: Optional[_Said]) -> str:
     return f'<div class="said">{_h(said.text)}{cut}{where}</div>'
 
 
-def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
-    """The failed attempts after which a later attempt of their call succeeded."""
-    succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
-    for (run_id, call, number), attempt in attempts.items():
-        if attempt.ended and not attempt.failed:
-            succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
-    return {
-        key
-        for key, attempt in attempts.items()
-        if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
-    }
-
-
-def _short_id(value: Any) -> str:
-    """An id as a link shows it: a long one cut to its first _PAGE_ID characters (the link
-    leads to where it is whole)."""
-    if type(value) is str and len(value) > _PAGE_ID + 1:
-        return f'<code>{_h(value[:_PAGE_ID], inline=True)}<span class="cut">…</span></code>'
-    return f"<code>{_hs(value)}</code>"
-
-
-def _id(value: Any) -> str:
-    """An id shortened as _short_id does, unfolding to the whole id when clicked."""
-    short = _short_id(value)
-    if short.endswith("</span></code>"):
-        return f'<details class="id"><summary>{short}</summary><code>{_hs(value)}</code></details>'
-    return short
-
-
 def _failed(count: int) -> str:
     return f', <span class="error">{count} ✗</span>' if count else ""
+
+
+# The parts of the page below its header, a link away from its top.
+_PAGE_PLACES = (
+    "<p>go to: "
+    + " · ".join(
+        f'<a href="#{target}">{place}</a>'
+        for target, place in (
+            ("conversation", "the conversation"),
+            ("nav", "runs and turns"),
+            ("chart", "input tokens per call"),
+            ("timeline", "calls over time"),
+            ("records", "the records"),
+        )
+    )
+    + "</p>\n"
+)
+
+
+# The search and filters, first on the page (a few Tab presses from its top) and kept in view.
+_PAGE_FILTERS = (
+    '<div class="filters"><form><input type="search" id="search" placeholder="search" hidden> '
+    '<span class="how" id="matches" hidden></span> '
+    '<label><input type="checkbox" id="only-errors"> errors only</label> '
+    '<label><input type="checkbox" id="show-model" checked> model calls</label> '
+    '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
+    '<label><input type="checkbox" id="show-other" checked> other records</label></form>\n'
+    '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
+    "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>i</kbd> the whole input of that call, "
+    "<kbd>/</kbd> search, <kbd>Enter</kbd> "
+    "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
+    "<kbd>Esc</kbd> leaves the search</p></div>\n"
+)
 
 
 class _Header:
@@ -1850,6 +1976,307 @@ class _Header:
     def more(self, count: int, where: str) -> None:
         if count > _PAGE_LIST:
             self.out.write(f'<li class="cut">and {count - _PAGE_LIST} more: {where}</li>')
+
+
+def _usage_line(usage: Dict[str, Any]) -> str:
+    """A message's usage on one line: token counts, provider, model and cost."""
+    parts = []
+    for key, item in usage.items():
+        if key == "cost" and type(item) is dict:
+            parts += [
+                f"cost {_hs(name)} {_hs(amount) if _amount(amount) is None else _money(amount)}"
+                for name, amount in item.items()
+            ]
+        else:
+            parts.append(f"{_hs(key)} {_hs(item)}")
+    return f'<div><span class="key">usage</span> {", ".join(parts)}</div>'
+
+
+# The page's only style and script: the Content-Security-Policy allows exactly these, by hash.
+_PAGE_STYLE = """
+html{scroll-padding-top:5em}
+body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
+body{color:#1b1b1b;background:#fff}
+h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
+code,pre{font:12px/1.35 ui-monospace,monospace;overflow-wrap:anywhere}.wide{overflow-x:auto}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4;padding:.3em .5em}
+table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
+.mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
+.cut{color:#7a4a00;font-style:italic}.error,.fail>h3{color:#b00020}
+.damage{border:2px solid #b00020;background:#fff0f0;padding:.4em .6em;font-weight:600}
+.key,.role{font-weight:600;color:#35557a}.thinking{opacity:.75}.change{color:#2d6a2d;font-weight:600}
+.card{border:1px solid #ccd;border-left:5px solid #6b8fc7;border-radius:4px;margin:.6em 0;padding:.3em .6em}
+.card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
+.part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}
+.rec.heading{font-weight:600;margin-top:.6em}
+.rec.fail{color:#b00020}.seq{color:#666;text-decoration:none}.type{font-weight:600}.time{color:#666;font-size:12px}
+.how{font-size:11px;color:#555}.how code{font-size:11px}
+.msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
+.shot{display:block;max-width:100%;max-height:480px;border:1px solid #ccd}
+svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
+.waterfall text.end{text-anchor:end}
+rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
+rect.bar{fill:#6b8fc7}.compaction{fill:#c05000}.span{stroke:#c05000}
+.tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
+.filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
+.filters p{margin:.2em 0}
+.turns{display:flex;flex-wrap:wrap;gap:.1em 1em;list-style:none;padding:0;margin:.2em 0}
+body:has(#only-errors:checked) :is(.card,.rec,.step):not(.fail){display:none}
+body:has(#show-model:not(:checked)) :is(.card,.step).model{display:none}
+body:has(#show-tool:not(:checked)) :is(.card,.step).tool{display:none}
+body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.other){display:none}
+.miss{display:none}.card,.step{content-visibility:auto;contain-intrinsic-size:auto 5em}
+html[data-js] #search[hidden],html[data-js] #matches[hidden]{display:inline}
+html[data-js] #keys[hidden]{display:block}
+.whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
+.input>ol{padding-left:2em;margin:.2em 0}.input>div{border-top:1px dotted #ccd}
+.step{margin:.25em 0;padding:.15em .5em;border-left:3px solid #ccd}.step.tool{border-left-color:#6bb38a}
+.step.fail{border-left-color:#d33;background:#fff5f5}.flow{color:#555;font-style:italic}
+.say{margin:.15em 0;white-space:pre-wrap;overflow-wrap:anywhere}.say.user{background:#f2f6fc}
+.say .role{margin-right:.5em}summary>h2{display:inline}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:.8em}
+.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}.more>summary{color:#35557a;cursor:pointer}::highlight(search){background:#ffd54a;color:#000}
+.glance{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em;margin:.8em 0}
+.glance dt{font-weight:600;color:#35557a}.glance dd{margin:0}
+.said{white-space:pre-wrap;overflow-wrap:anywhere}
+details.id{display:inline-block;vertical-align:top}details.id>summary{cursor:pointer;white-space:nowrap}
+details.id>summary code{overflow-wrap:normal}
+.skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
+kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
+:focus{outline:2px solid #35557a}
+@media (max-width:700px){#keys,html[data-js] #keys[hidden]{display:none}
+.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
+:root{color-scheme:light dark}
+@media (prefers-color-scheme:dark){body,.filters,.skip:focus{color:#e6e6e6;background:#121212}
+a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6e6e6}
+.error,.fail>h3,.rec.fail{color:#ff8a80}.cut{color:#e0b060}.change{color:#81c995}.damage{background:#3a1010}
+.key,.role,.glance dt,.whole>summary,.more>summary{color:#9cc3ff}.seq,.time,.image{color:#b0b0b0}
+.how,.flow,.rec{color:#c8c8c8}.say.user{background:#1b2433}.step.fail{background:#2a1515}
+.mark{background:#5a4500;color:#ffe08a}td,th,.card,.filters{border-color:#444}}
+@page{margin:1cm}
+@media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
+h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}
+#records,#timeline>ol{columns:2;column-gap:1.2em}#records h2{column-span:all}
+code,pre,.how,.how code{font-size:9px;line-height:1.2}pre{margin:.1em 0;padding:.1em .3em}
+.part,.rec{padding:.05em 0}table{font-size:9px}
+a{color:inherit;text-decoration:none}}
+"""
+_PAGE_SCRIPT = """
+"use strict";
+document.documentElement.setAttribute("data-js", "on");
+(function () {
+  // This script runs from the page's head, before the body is parsed: each handler is the
+  // document's and looks up what it acts on when it acts, so that search, filters and keys
+  // work on what is parsed so far while a long page loads, and on the rest as it comes.
+  var ITEMS = "#conversation .step, .card, .rec";
+  var texts = new WeakMap(), hits = [], done = 0, query = null, timer = 0, current = null, data = null;
+  var marks = null, marked = 0, left = 0;  // the matches highlighted: of hits[0:marked], at most 2000
+  function loading() {
+    return document.readyState === "loading";
+  }
+  // -- search: each step, card and record that misses the query is hidden (.miss)
+  function filter() {
+    clearTimeout(timer);
+    var box = document.getElementById("search"), count = document.getElementById("matches");
+    if (box.value.toLowerCase() !== query) {
+      query = box.value.toLowerCase();
+      hits = [];
+      done = marked = 0;
+      left = query === "" ? 0 : 2000;
+      if (window.CSS && CSS.highlights && typeof Highlight !== "undefined") {
+        marks = new Highlight();
+        CSS.highlights.set("search", marks);
+      }
+    }
+    var items = document.querySelectorAll(ITEMS);
+    var whole = loading() ? items.length - 1 : items.length;  // the last may not be whole yet
+    for (var j = done; j < items.length; j++) {
+      var text = texts.get(items[j]);
+      if (text === undefined) {
+        text = items[j].textContent.toLowerCase();
+        if (j < whole) texts.set(items[j], text);
+      }
+      var miss = query !== "" && text.indexOf(query) < 0;
+      items[j].classList.toggle("miss", miss);
+      if (query !== "" && !miss && j < whole) hits.push(items[j]);
+    }
+    done = Math.max(whole, done);
+    count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
+    highlight();
+    if (loading() && query !== "") timer = setTimeout(filter, 500);  // what is parsed meanwhile
+  }
+  function highlight() {
+    // The matches of the hits found since the last call (as a page loads), while any are left.
+    for (; marks && marked < hits.length && left > 0; marked++) {
+      var walker = document.createTreeWalker(hits[marked], NodeFilter.SHOW_TEXT);
+      for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
+        var text = node.data.toLowerCase(), from = text.length === node.length ? null : origins(node.data);
+        for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
+          var start = from ? from[at] : at, end = from ? from[at + query.length] : at + query.length;
+          if (start === end) continue;
+          var range = new Range();
+          range.setStart(node, start);
+          range.setEnd(node, end);
+          marks.add(range);
+          left--;
+        }
+      }
+    }
+  }
+  function origins(text) {
+    // Where each character of text's lower case comes from in text: "\u0130" has two.
+    var from = [];
+    for (var i = 0; i < text.length; i++) {
+      for (var k = text[i].toLowerCase().length; k > 0; k--) from.push(i);
+    }
+    from.push(text.length);
+    return from;
+  }
+  // -- moving: to the next or previous of a list, of those shown
+  function go(list, step) {
+    var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
+    if (shown.length === 0) return -1;
+    var n = shown.indexOf(current);
+    if (n < 0) {
+      n = 0;
+      while (n < shown.length && shown[n].getBoundingClientRect().top < 1) n++;
+      if (step < 0) n--;
+    } else {
+      n += step;
+    }
+    n = (n + shown.length) % shown.length;
+    current = shown[n];
+    current.setAttribute("tabindex", "-1");
+    current.focus();
+    return n;
+  }
+  function unfold(element, query) {
+    var walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.data.toLowerCase().indexOf(query) < 0) continue;
+      for (var up = node.parentElement; up !== element; up = up.parentElement) {
+        if (up.tagName === "DETAILS") up.open = true;
+      }
+    }
+  }
+  function match(step) {
+    var n = go(hits, step);
+    var noun = hits.length === 1 ? " match" : " matches";
+    if (n < 0) return;
+    unfold(current, query);
+    document.getElementById("matches").textContent = (n + 1) + " of " + hits.length + noun;
+  }
+  function searched(event) {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      filter();
+      match(event.shiftKey ? -1 : 1);
+    } else if (event.key === "Escape") {
+      event.target.blur();
+    }
+  }
+  function moved(event) {
+    var calls = "#conversation .step:not(.flow)", errors = "#conversation .step.fail";
+    var moves = {j: [calls, 1], k: [calls, -1], e: [errors, 1], E: [errors, -1]};
+    if (moves[event.key]) go(document.querySelectorAll(moves[event.key][0]), moves[event.key][1]);
+    else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
+    else if (event.key === "/") document.getElementById("search").focus();
+    else if (event.key === "i") whole();
+    else return;
+    event.preventDefault();
+  }
+  document.addEventListener("input", function (event) {
+    if (event.target.id !== "search") return;
+    clearTimeout(timer);
+    timer = setTimeout(filter, 120);
+  });
+  document.addEventListener("change", function (event) {
+    if (event.target.id === "search") filter();
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.id === "search") searched(event);
+    else if (event.target.tagName !== "INPUT") moved(event);
+  });
+  // -- a call's whole input: copies of the messages its card and earlier ones show
+  function inputs() {
+    if (data === null) data = JSON.parse(document.getElementById("session-data").textContent).inputs;
+    return data;
+  }
+  function places(seq) {
+    var out = [], tasks = [[seq, 0, Infinity]];
+    while (tasks.length) {
+      var task = tasks.pop();
+      if (typeof task === "string") {
+        out.push(task);
+        continue;
+      }
+      var parts = inputs()[task[0]][0], previous = inputs()[task[0]][1], at = 0, todo = [];
+      for (var i = 0; i < parts.length && at < task[2]; i++) {
+        var part = parts[i], size = typeof part === "string" ? 1 : part[1] - part[0];
+        var from = Math.max(task[1], at), to = Math.min(task[2], at + size);
+        if (from < to) {
+          todo.push(typeof part === "string" ? part : [previous, part[0] + from - at, part[0] + to - at]);
+        }
+        at += size;
+      }
+      while (todo.length) tasks.push(todo.pop());
+    }
+    return out;
+  }
+  function copy(id, what, tag) {
+    var item = document.createElement(tag), shown = document.getElementById(id);
+    if (shown) {
+      var clone = shown.cloneNode(true);
+      clone.removeAttribute("id");
+      item.appendChild(clone);
+    } else {
+      item.className = "cut";
+      item.textContent = what + " left out of this page, to keep to its budget";
+    }
+    return item;
+  }
+  function fill(whole) {
+    if (whole.querySelector(".input")) return;
+    if (loading()) {  // its messages and their places come later in the page
+      document.addEventListener("DOMContentLoaded", function () { fill(whole); });
+      return;
+    }
+    var seq = whole.id.slice(6), list = document.createElement("ol"), box = document.createElement("div");
+    var shown = places(seq);
+    for (var i = 0; i < shown.length; i++) list.appendChild(copy("msg-" + shown[i], "this message", "li"));
+    box.className = "input";
+    box.appendChild(list);
+    box.appendChild(copy("set-" + inputs()[seq][2], "the tools and config", "div"));
+    whole.querySelector(".places").hidden = true;
+    whole.appendChild(box);
+  }
+  document.addEventListener("toggle", function (event) {
+    var target = event.target;
+    if (target.classList && target.classList.contains("whole") && target.open) fill(target);
+  }, true);
+  function whole() {
+    var link = current && current.querySelector('a[href^="#input-"]');
+    var input = link && document.getElementById(link.getAttribute("href").slice(1));
+    if (!input) return;
+    input.open = true;
+    input.scrollIntoView();
+  }
+  // -- the fragment's folded target opened, and everything folded opened to print
+  function reveal() {
+    var id = location.hash.slice(1);
+    try {
+      id = decodeURIComponent(id);
+    } catch (malformed) {
+      // "#%" names nothing: the fragment is looked up as it is
+    }
+    var target = document.getElementById(id);
+    if (target && target.tagName === "DETAILS") target.open = true;
+  }
+  window.addEventListener("hashchange", reveal);
+  document.addEventListener("DOMContentLoaded", reveal);
+})();
+"""
 
 
 class _Page:
@@ -2294,101 +2721,7 @@ class _Page:
         return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
 
 
-def _usage_line(usage: Dict[str, Any]) -> str:
-    """A message's usage on one line: token counts, provider, model and cost."""
-    parts = []
-    for key, item in usage.items():
-        if key == "cost" and type(item) is dict:
-            parts += [
-                f"cost {_hs(name)} {_hs(amount) if _amount(amount) is None else _money(amount)}"
-                for name, amount in item.items()
-            ]
-        else:
-            parts.append(f"{_hs(key)} {_hs(item)}")
-    return f'<div><span class="key">usage</span> {", ".join(parts)}</div>'
-
-
-_CHART_FLOOR = 130  # the chart's height in its units (of 1000 wide): labels, marks, bars
-_CHART_BARS = 100  # the tallest bar, below the labels (0 to 14), their spans (15) and marks (17 to 27)
-_MARK_GAP = 8  # compactions less than this far apart in the chart share one mark
-_CHAR_WIDTH = 7  # of a label's monospace character, its font 11 units high (0.6 em, rounded up)
-
-
-class _Mark(NamedTuple):
-    """One mark above the chart's bars: *compactions* of them, from the one at *x* to the one
-    at *last*, after *first_call* to *last_call* model calls."""
-
-    x: float
-    last: float
-    first_call: int
-    last_call: int
-    compactions: int
-
-
-def _marks(compactions: List[Tuple[float, int]]) -> List[_Mark]:
-    """The compactions' marks: each (x, calls before it) joins the mark it lies within
-    _MARK_GAP of, so no two marks touch however many compactions a pixel holds."""
-    marks: List[_Mark] = []
-    for x, calls in compactions:
-        if marks and x < marks[-1].x + _MARK_GAP:
-            mark = marks[-1]
-            marks[-1] = mark._replace(last=x, last_call=calls, compactions=mark.compactions + 1)
-        else:
-            marks.append(_Mark(x, x, calls, calls, 1))
-    return marks
-
-
-def _mark_drawing(mark: _Mark) -> str:
-    """A mark: a triangle pointing down at its first compaction (inside the chart), its
-    count and calls in its title."""
-    after = f"call {mark.first_call:,}"
-    if mark.last_call != mark.first_call:
-        after = f"calls {mark.first_call:,} to {mark.last_call:,}"
-    x = min(max(mark.x, 3), 997)  # the whole triangle in the chart
-    return (
-        f'<path class="compaction" d="M{x - 3:.1f} 17h6l-3 10z">'
-        f"<title>{_many(mark.compactions, 'compaction')} after model {after}</title></path>"
-    )
-
-
-def _labels(marks: List[_Mark]) -> List[Tuple[float, float, float, int]]:
-    """Where the chart labels its *marks*: (the label's x, the first and last mark's x it
-    counts, their compactions).  Every label is as wide as the widest can be, starts at its
-    first mark (or where it still fits in the chart) and counts the marks up to the next; a
-    mark under a label joins it, so no label runs over another or off the chart."""
-    total = sum(mark.compactions for mark in marks)
-    room = len(_many(total, "compaction")) * _CHAR_WIDTH + _MARK_GAP
-    labels: List[Tuple[float, float, float, int]] = []
-    for mark in marks:
-        at = max(0.0, min(mark.x - 3, 1000 - room))
-        if labels and at < labels[-1][0] + room:
-            x, first, _, count = labels[-1]
-            labels[-1] = (x, first, mark.last, count + mark.compactions)
-        else:
-            labels.append((at, mark.x, mark.last, mark.compactions))
-    return labels
-
-
-def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> List[int]:
-    """The seqs of the records of one of _Facts.items."""
-    return item.seqs if isinstance(item, _Attempt) else [item[0]]
-
-
-def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
-    return item.seqs[0] if isinstance(item, _Attempt) else item[0]
-
-
-def _left_out(cards: List[Optional[bytes]]) -> List[Tuple[int, int]]:
-    """The runs of cards left out (None), as (start, end) indexes."""
-    gaps: List[Tuple[int, int]] = []
-    for n, card in enumerate(cards):
-        if card is not None:
-            continue
-        if gaps and gaps[-1][1] == n:
-            gaps[-1] = (gaps[-1][0], n + 1)
-        else:
-            gaps.append((n, n + 1))
-    return gaps
+# ---------------------------------------------------------------------------- html page: the command
 
 
 def _html_options(sub: Any) -> None:
@@ -2476,325 +2809,6 @@ def _write_page(
 ) -> None:
     page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field, damage)
     page.render(source, args.max_line_bytes)
-
-
-# The parts of the page below its header, a link away from its top.
-_PAGE_PLACES = (
-    "<p>go to: "
-    + " · ".join(
-        f'<a href="#{target}">{place}</a>'
-        for target, place in (
-            ("conversation", "the conversation"),
-            ("nav", "runs and turns"),
-            ("chart", "input tokens per call"),
-            ("timeline", "calls over time"),
-            ("records", "the records"),
-        )
-    )
-    + "</p>\n"
-)
-
-# The search and filters, first on the page (a few Tab presses from its top) and kept in view.
-_PAGE_FILTERS = (
-    '<div class="filters"><form><input type="search" id="search" placeholder="search" hidden> '
-    '<span class="how" id="matches" hidden></span> '
-    '<label><input type="checkbox" id="only-errors"> errors only</label> '
-    '<label><input type="checkbox" id="show-model" checked> model calls</label> '
-    '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
-    '<label><input type="checkbox" id="show-other" checked> other records</label></form>\n'
-    '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
-    "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>i</kbd> the whole input of that call, "
-    "<kbd>/</kbd> search, <kbd>Enter</kbd> "
-    "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
-    "<kbd>Esc</kbd> leaves the search</p></div>\n"
-)
-
-# The page's only style and script: the Content-Security-Policy allows exactly these, by hash.
-_PAGE_STYLE = """
-html{scroll-padding-top:5em}
-body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
-body{color:#1b1b1b;background:#fff}
-h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
-code,pre{font:12px/1.35 ui-monospace,monospace;overflow-wrap:anywhere}.wide{overflow-x:auto}
-pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4;padding:.3em .5em}
-table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
-.mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
-.cut{color:#7a4a00;font-style:italic}.error,.fail>h3{color:#b00020}
-.damage{border:2px solid #b00020;background:#fff0f0;padding:.4em .6em;font-weight:600}
-.key,.role{font-weight:600;color:#35557a}.thinking{opacity:.75}.change{color:#2d6a2d;font-weight:600}
-.card{border:1px solid #ccd;border-left:5px solid #6b8fc7;border-radius:4px;margin:.6em 0;padding:.3em .6em}
-.card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
-.part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}
-.rec.heading{font-weight:600;margin-top:.6em}
-.rec.fail{color:#b00020}.seq{color:#666;text-decoration:none}.type{font-weight:600}.time{color:#666;font-size:12px}
-.how{font-size:11px;color:#555}.how code{font-size:11px}
-.msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
-.shot{display:block;max-width:100%;max-height:480px;border:1px solid #ccd}
-svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
-.waterfall text.end{text-anchor:end}
-rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
-rect.bar{fill:#6b8fc7}.compaction{fill:#c05000}.span{stroke:#c05000}
-.tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
-.filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
-.filters p{margin:.2em 0}
-.turns{display:flex;flex-wrap:wrap;gap:.1em 1em;list-style:none;padding:0;margin:.2em 0}
-body:has(#only-errors:checked) :is(.card,.rec,.step):not(.fail){display:none}
-body:has(#show-model:not(:checked)) :is(.card,.step).model{display:none}
-body:has(#show-tool:not(:checked)) :is(.card,.step).tool{display:none}
-body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.other){display:none}
-.miss{display:none}.card,.step{content-visibility:auto;contain-intrinsic-size:auto 5em}
-html[data-js] #search[hidden],html[data-js] #matches[hidden]{display:inline}
-html[data-js] #keys[hidden]{display:block}
-.whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
-.input>ol{padding-left:2em;margin:.2em 0}.input>div{border-top:1px dotted #ccd}
-.step{margin:.25em 0;padding:.15em .5em;border-left:3px solid #ccd}.step.tool{border-left-color:#6bb38a}
-.step.fail{border-left-color:#d33;background:#fff5f5}.flow{color:#555;font-style:italic}
-.say{margin:.15em 0;white-space:pre-wrap;overflow-wrap:anywhere}.say.user{background:#f2f6fc}
-.say .role{margin-right:.5em}summary>h2{display:inline}
-.pair{display:grid;grid-template-columns:1fr 1fr;gap:.8em}
-.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}.more>summary{color:#35557a;cursor:pointer}::highlight(search){background:#ffd54a;color:#000}
-.glance{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em;margin:.8em 0}
-.glance dt{font-weight:600;color:#35557a}.glance dd{margin:0}
-.said{white-space:pre-wrap;overflow-wrap:anywhere}
-details.id{display:inline-block;vertical-align:top}details.id>summary{cursor:pointer;white-space:nowrap}
-details.id>summary code{overflow-wrap:normal}
-.skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
-kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
-:focus{outline:2px solid #35557a}
-@media (max-width:700px){#keys,html[data-js] #keys[hidden]{display:none}
-.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
-:root{color-scheme:light dark}
-@media (prefers-color-scheme:dark){body,.filters,.skip:focus{color:#e6e6e6;background:#121212}
-a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6e6e6}
-.error,.fail>h3,.rec.fail{color:#ff8a80}.cut{color:#e0b060}.change{color:#81c995}.damage{background:#3a1010}
-.key,.role,.glance dt,.whole>summary,.more>summary{color:#9cc3ff}.seq,.time,.image{color:#b0b0b0}
-.how,.flow,.rec{color:#c8c8c8}.say.user{background:#1b2433}.step.fail{background:#2a1515}
-.mark{background:#5a4500;color:#ffe08a}td,th,.card,.filters{border-color:#444}}
-@page{margin:1cm}
-@media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
-h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}
-#records,#timeline>ol{columns:2;column-gap:1.2em}#records h2{column-span:all}
-code,pre,.how,.how code{font-size:9px;line-height:1.2}pre{margin:.1em 0;padding:.1em .3em}
-.part,.rec{padding:.05em 0}table{font-size:9px}
-a{color:inherit;text-decoration:none}}
-"""
-
-_PAGE_SCRIPT = """
-"use strict";
-document.documentElement.setAttribute("data-js", "on");
-(function () {
-  // This script runs from the page's head, before the body is parsed: each handler is the
-  // document's and looks up what it acts on when it acts, so that search, filters and keys
-  // work on what is parsed so far while a long page loads, and on the rest as it comes.
-  var ITEMS = "#conversation .step, .card, .rec";
-  var texts = new WeakMap(), hits = [], done = 0, query = null, timer = 0, current = null, data = null;
-  var marks = null, marked = 0, left = 0;  // the matches highlighted: of hits[0:marked], at most 2000
-  function loading() {
-    return document.readyState === "loading";
-  }
-  // -- search: each step, card and record that misses the query is hidden (.miss)
-  function filter() {
-    clearTimeout(timer);
-    var box = document.getElementById("search"), count = document.getElementById("matches");
-    if (box.value.toLowerCase() !== query) {
-      query = box.value.toLowerCase();
-      hits = [];
-      done = marked = 0;
-      left = query === "" ? 0 : 2000;
-      if (window.CSS && CSS.highlights && typeof Highlight !== "undefined") {
-        marks = new Highlight();
-        CSS.highlights.set("search", marks);
-      }
-    }
-    var items = document.querySelectorAll(ITEMS);
-    var whole = loading() ? items.length - 1 : items.length;  // the last may not be whole yet
-    for (var j = done; j < items.length; j++) {
-      var text = texts.get(items[j]);
-      if (text === undefined) {
-        text = items[j].textContent.toLowerCase();
-        if (j < whole) texts.set(items[j], text);
-      }
-      var miss = query !== "" && text.indexOf(query) < 0;
-      items[j].classList.toggle("miss", miss);
-      if (query !== "" && !miss && j < whole) hits.push(items[j]);
-    }
-    done = Math.max(whole, done);
-    count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
-    highlight();
-    if (loading() && query !== "") timer = setTimeout(filter, 500);  // what is parsed meanwhile
-  }
-  function highlight() {
-    // The matches of the hits found since the last call (as a page loads), while any are left.
-    for (; marks && marked < hits.length && left > 0; marked++) {
-      var walker = document.createTreeWalker(hits[marked], NodeFilter.SHOW_TEXT);
-      for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
-        var text = node.data.toLowerCase(), from = text.length === node.length ? null : origins(node.data);
-        for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
-          var start = from ? from[at] : at, end = from ? from[at + query.length] : at + query.length;
-          if (start === end) continue;
-          var range = new Range();
-          range.setStart(node, start);
-          range.setEnd(node, end);
-          marks.add(range);
-          left--;
-        }
-      }
-    }
-  }
-  function origins(text) {
-    // Where each character of text's lower case comes from in text: "\u0130" has two.
-    var from = [];
-    for (var i = 0; i < text.length; i++) {
-      for (var k = text[i].toLowerCase().length; k > 0; k--) from.push(i);
-    }
-    from.push(text.length);
-    return from;
-  }
-  // -- moving: to the next or previous of a list, of those shown
-  function go(list, step) {
-    var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
-    if (shown.length === 0) return -1;
-    var n = shown.indexOf(current);
-    if (n < 0) {
-      n = 0;
-      while (n < shown.length && shown[n].getBoundingClientRect().top < 1) n++;
-      if (step < 0) n--;
-    } else {
-      n += step;
-    }
-    n = (n + shown.length) % shown.length;
-    current = shown[n];
-    current.setAttribute("tabindex", "-1");
-    current.focus();
-    return n;
-  }
-  function unfold(element, query) {
-    var walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
-    for (var node = walker.nextNode(); node; node = walker.nextNode()) {
-      if (node.data.toLowerCase().indexOf(query) < 0) continue;
-      for (var up = node.parentElement; up !== element; up = up.parentElement) {
-        if (up.tagName === "DETAILS") up.open = true;
-      }
-    }
-  }
-  function match(step) {
-    var n = go(hits, step);
-    var noun = hits.length === 1 ? " match" : " matches";
-    if (n < 0) return;
-    unfold(current, query);
-    document.getElementById("matches").textContent = (n + 1) + " of " + hits.length + noun;
-  }
-  function searched(event) {
-    if (event.key === "Enter") {
-      event.preventDefault();
-      filter();
-      match(event.shiftKey ? -1 : 1);
-    } else if (event.key === "Escape") {
-      event.target.blur();
-    }
-  }
-  function moved(event) {
-    var calls = "#conversation .step:not(.flow)", errors = "#conversation .step.fail";
-    var moves = {j: [calls, 1], k: [calls, -1], e: [errors, 1], E: [errors, -1]};
-    if (moves[event.key]) go(document.querySelectorAll(moves[event.key][0]), moves[event.key][1]);
-    else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
-    else if (event.key === "/") document.getElementById("search").focus();
-    else if (event.key === "i") whole();
-    else return;
-    event.preventDefault();
-  }
-  document.addEventListener("input", function (event) {
-    if (event.target.id !== "search") return;
-    clearTimeout(timer);
-    timer = setTimeout(filter, 120);
-  });
-  document.addEventListener("change", function (event) {
-    if (event.target.id === "search") filter();
-  });
-  document.addEventListener("keydown", function (event) {
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
-    if (event.target.id === "search") searched(event);
-    else if (event.target.tagName !== "INPUT") moved(event);
-  });
-  // -- a call's whole input: copies of the messages its card and earlier ones show
-  function inputs() {
-    if (data === null) data = JSON.parse(document.getElementById("session-data").textContent).inputs;
-    return data;
-  }
-  function places(seq) {
-    var out = [], tasks = [[seq, 0, Infinity]];
-    while (tasks.length) {
-      var task = tasks.pop();
-      if (typeof task === "string") {
-        out.push(task);
-        continue;
-      }
-      var parts = inputs()[task[0]][0], previous = inputs()[task[0]][1], at = 0, todo = [];
-      for (var i = 0; i < parts.length && at < task[2]; i++) {
-        var part = parts[i], size = typeof part === "string" ? 1 : part[1] - part[0];
-        var from = Math.max(task[1], at), to = Math.min(task[2], at + size);
-        if (from < to) {
-          todo.push(typeof part === "string" ? part : [previous, part[0] + from - at, part[0] + to - at]);
-        }
-        at += size;
-      }
-      while (todo.length) tasks.push(todo.pop());
-    }
-    return out;
-  }
-  function copy(id, what, tag) {
-    var item = document.createElement(tag), shown = document.getElementById(id);
-    if (shown) {
-      var clone = shown.cloneNode(true);
-      clone.removeAttribute("id");
-      item.appendChild(clone);
-    } else {
-      item.className = "cut";
-      item.textContent = what + " left out of this page, to keep to its budget";
-    }
-    return item;
-  }
-  function fill(whole) {
-    if (whole.querySelector(".input")) return;
-    if (loading()) {  // its messages and their places come later in the page
-      document.addEventListener("DOMContentLoaded", function () { fill(whole); });
-      return;
-    }
-    var seq = whole.id.slice(6), list = document.createElement("ol"), box = document.createElement("div");
-    var shown = places(seq);
-    for (var i = 0; i < shown.length; i++) list.appendChild(copy("msg-" + shown[i], "this message", "li"));
-    box.className = "input";
-    box.appendChild(list);
-    box.appendChild(copy("set-" + inputs()[seq][2], "the tools and config", "div"));
-    whole.querySelector(".places").hidden = true;
-    whole.appendChild(box);
-  }
-  document.addEventListener("toggle", function (event) {
-    var target = event.target;
-    if (target.classList && target.classList.contains("whole") && target.open) fill(target);
-  }, true);
-  function whole() {
-    var link = current && current.querySelector('a[href^="#input-"]');
-    var input = link && document.getElementById(link.getAttribute("href").slice(1));
-    if (!input) return;
-    input.open = true;
-    input.scrollIntoView();
-  }
-  // -- the fragment's folded target opened, and everything folded opened to print
-  function reveal() {
-    var id = location.hash.slice(1);
-    try {
-      id = decodeURIComponent(id);
-    } catch (malformed) {
-      // "#%" names nothing: the fragment is looked up as it is
-    }
-    var target = document.getElementById(id);
-    if (target && target.tagName === "DETAILS") target.open = true;
-  }
-  window.addEventListener("hashchange", reveal);
-  document.addEventListener("DOMContentLoaded", reveal);
-})();
-"""
 
 
 # ---------------------------------------------------------------------------- command line
