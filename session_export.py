@@ -1065,8 +1065,9 @@ def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
 
 
 # ---------------------------------------------------------------------------- html page: what is decided
-# From the facts alone: the failed attempts a retry recovered (the failure triage), the runs of
-# cards left out, and how the chart groups compactions into marks and labels.
+# From the facts alone: _Plan (the failure triage, the calls of each run and turn, the order in
+# which items get their cards); then the runs of cards the budget left out, and how the chart
+# groups compactions into marks and labels.
 
 
 def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
@@ -1080,6 +1081,37 @@ def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str,
         for key, attempt in attempts.items()
         if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
     }
+
+
+class _Plan:
+    """What the page decides from the facts before it draws: the failure triage (the failed
+    attempts by error type, most first, and those a retry recovered), the calls and failures
+    of each run's turns, the calls of each model, the cost of each run, and the order in which
+    the items get their cards: the first and the last, then every failed call, then the others
+    from both ends inwards (the end is where failures usually are)."""
+
+    def __init__(self, facts: _Facts) -> None:
+        self.recovered = _recovered(facts.attempts)
+        failures: Dict[str, List[_Attempt]] = {}
+        self.turns: Dict[str, Dict[int, List[int]]] = {}  # run -> turn -> [calls, failed]
+        self.models: Dict[str, int] = {}  # model -> calls
+        self.run_costs: Dict[str, float] = {}  # of the runs whose calls report one
+        for attempt in facts.attempts.values():
+            if attempt.failed:
+                failures.setdefault(attempt.error_type, []).append(attempt)
+            counts = self.turns.setdefault(attempt.run_id, {}).setdefault(attempt.turn, [0, 0])
+            counts[0] += 1
+            counts[1] += attempt.failed
+            if attempt.model:
+                self.models[attempt.model] = self.models.get(attempt.model, 0) + 1
+            if attempt.cost is not None:
+                self.run_costs[attempt.run_id] = self.run_costs.get(attempt.run_id, 0.0) + attempt.cost
+        self.failures = sorted(failures.items(), key=lambda group: -len(group[1]))
+        self.failed = sum(len(failed) for _, failed in self.failures)
+        items = facts.items
+        ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
+        failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
+        self.order = ends[:2] + failed + ends[2:]
 
 
 def _left_out(cards: List[Optional[bytes]]) -> List[Tuple[int, int]]:
@@ -1392,11 +1424,13 @@ class _Conversation:
 
     _ROLES = ("user", "assistant", "tool", "system")
 
-    def __init__(self, facts: _Facts, ids: Set[bytes], image: Callable[[Dict[str, Any]], str]) -> None:
+    def __init__(
+        self, facts: _Facts, plan: _Plan, ids: Set[bytes], image: Callable[[Dict[str, Any]], str]
+    ) -> None:
         self.facts = facts
         self.ids = ids  # of the page's elements that links may lead to: adds its runs and turns
         self.image = image  # an image block's image, shown as its card shows it
-        self.recovered = _recovered(facts.attempts)
+        self.recovered = plan.recovered
 
     def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
         if not isinstance(item, _Attempt):
@@ -1753,12 +1787,14 @@ class _Header:
         self,
         commands: _Commands,
         facts: _Facts,
+        plan: _Plan,
         summary: Summary,
         out: _PageOut,
         damage: Optional[FormatError],
     ) -> None:
         self.commands = commands
         self.facts = facts
+        self.plan = plan
         self.summary = summary
         self.out = out
         self.name = commands.name
@@ -1818,35 +1854,25 @@ class _Header:
         if errors:
             error = _hs(_error_text(errors[0].error))
             parts.append(f'<span class="error">{_many(len(errors), "run")} ended in error: {error}</span>')
-        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
-        recovered = len(_recovered(self.facts.attempts)) if failed else 0
+        recovered = len(self.plan.recovered)
         retried = f" ({recovered:,} recovered by a retry)" if recovered else ""
-        parts.append(f'<a href="#failures">{_many(len(failed), "failed call attempt")}</a>{retried}')
+        parts.append(f'<a href="#failures">{_many(self.plan.failed, "failed call attempt")}</a>{retried}')
         if self.summary.gaps:
             parts.append(f'<span class="error">{_many(len(self.summary.gaps), "gap")} in the evidence</span>')
         return "; ".join(parts)
 
     def models(self) -> str:
         """The models and providers the model calls' usage names, with their calls."""
-        calls: Dict[str, int] = {}
-        for attempt in self.facts.attempts.values():
-            if attempt.model:
-                calls[attempt.model] = calls.get(attempt.model, 0) + 1
-        named = [f"<b>{_hs(model)}</b> ({_many(count, 'call')})" for model, count in calls.items()]
+        named = [f"<b>{_hs(model)}</b> ({_many(count, 'call')})" for model, count in self.plan.models.items()]
         return ", ".join(named) or "not reported (no model reply's usage names one)"
 
     def navigation(self) -> None:
         """Each run and its turns with their calls and failures, each linked to where the
         conversation gets there; a run of over _PAGE_TURNS turns folded."""
-        turns: Dict[str, Dict[int, List[int]]] = {}  # run -> turn -> [calls, failed]
-        for attempt in self.facts.attempts.values():
-            counts = turns.setdefault(attempt.run_id, {}).setdefault(attempt.turn, [0, 0])
-            counts[0] += 1
-            counts[1] += attempt.failed
         write = self.out.write
         write('<nav id="nav"><h2>runs and turns</h2>\n')
         for n, run in enumerate(self.summary.runs, 1):
-            group = turns.get(run.run_id, {})
+            group = self.plan.turns.get(run.run_id, {})
             calls, failed = sum(c for c, _ in group.values()), sum(f for _, f in group.values())
             name = _link(run.first_seq, f"{n} {_short_id(run.run_id)}", f"talk-{run.first_seq}")
             write(
@@ -1864,26 +1890,23 @@ class _Header:
     def runs(self) -> None:
         """The runs: where each starts, its calls and failures, times, end and error."""
         write = self.out.write
-        calls: Dict[str, List[_Attempt]] = {}
-        for attempt in self.facts.attempts.values():
-            calls.setdefault(attempt.run_id, []).append(attempt)
         write('<div class="wide"><table><tr><th>run</th><th>asked</th><th>records</th><th>calls</th>')
         write("<th>failed</th><th>cost</th><th>tokens in / out</th><th>start</th><th>duration</th>")
         write("<th>closed</th>")
         write("<th>end reason</th><th>error</th></tr>\n")
         for n, run in enumerate(self.summary.runs, 1):
             error = _hs(_error_text(run.error)) if run.error is not None else ""
-            attempts = calls.get(run.run_id, [])
-            failed = sum(attempt.failed for attempt in attempts)
+            turns = self.plan.turns.get(run.run_id, {}).values()
+            calls, failed = sum(c for c, _ in turns), sum(f for _, f in turns)
             marked = f'<td class="error">{failed:,} ✗</td>' if failed else "<td>0</td>"
-            costs = [attempt.cost for attempt in attempts if attempt.cost is not None]
+            cost = self.plan.run_costs.get(run.run_id)
             facts = self.facts.runs.get(run.run_id) or _RunFacts()
             asked = _hs(facts.asked.text[: _PAGE_TALK // 3]) if facts.asked else ""
             tokens = " / ".join(f"{facts.tokens.get(key, 0):,}" for key in ("input", "output"))
             write(
                 f"<tr><td>{_link(run.first_seq, f'run {n}')} {_id(run.run_id)}</td><td>{asked}</td>"
-                f"<td>{run.records:,}</td><td>{len(attempts):,}</td>{marked}"
-                f"<td>{_money(sum(costs)) if costs else ''}</td>"
+                f"<td>{run.records:,}</td><td>{calls:,}</td>{marked}"
+                f"<td>{_money(cost) if cost is not None else ''}</td>"
                 f"<td>{tokens if facts.tokens else ''}</td><td>{_hs(run.start_time)}</td>"
                 f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
                 f"<td>{'yes' if run.closed else 'no'}</td>"
@@ -1895,15 +1918,9 @@ class _Header:
         """The failed attempts by error type, most first, with how many a retry recovered;
         each attempt with its turn and reason (a type of over ten folded)."""
         write = self.out.write
-        groups: Dict[str, List[_Attempt]] = {}
-        for attempt in self.facts.attempts.values():
-            if attempt.failed:
-                groups.setdefault(attempt.error_type, []).append(attempt)
-        recovered = _recovered(self.facts.attempts) if groups else set()
-        total = sum(map(len, groups.values()))
-        write(f'<section id="failures"><h2>{_many(total, "failed attempt")}</h2>\n<ul>')
-        for kind, failed in sorted(groups.items(), key=lambda group: -len(group[1])):
-            again = sum((a.run_id, a.id, a.attempt) in recovered for a in failed)
+        write(f'<section id="failures"><h2>{_many(self.plan.failed, "failed attempt")}</h2>\n<ul>')
+        for kind, failed in self.plan.failures:
+            again = sum((a.run_id, a.id, a.attempt) in self.plan.recovered for a in failed)
             name = _hs(kind) if kind else "errors of no type"
             write(f"<li><details{' open' if len(failed) <= 10 else ''}><summary>")
             write(f'<b class="error">{name}</b> \u00d7{len(failed):,}, ')
@@ -1961,10 +1978,7 @@ class _Header:
         facts = self.facts
         if not facts.costed:
             return "not reported (no model reply's usage has a cost)"
-        runs: Dict[str, float] = {}
-        for attempt in facts.attempts.values():
-            if attempt.cost is not None:
-                runs[attempt.run_id] = runs.get(attempt.run_id, 0.0) + attempt.cost
+        runs = self.plan.run_costs
         each = [
             f"run {n} {_money(runs[run.run_id])}"
             for n, run in enumerate(self.summary.runs, 1)
@@ -2280,12 +2294,13 @@ document.documentElement.setAttribute("data-js", "on");
 
 
 class _Page:
-    """The second pass: renders *facts* of the session file *name* to *out*."""
+    """The second pass: renders *facts* of the session file *name* to *out*, as *plan* says."""
 
     def __init__(
         self,
         name: str,
         facts: _Facts,
+        plan: _Plan,
         summary: Summary,
         out: _PageOut,
         field: int,
@@ -2295,12 +2310,13 @@ class _Page:
         self.damage = damage  # the bad line the file's records stop before
         self.commands = _Commands(name, summary.session_id)
         self.facts = facts
+        self.plan = plan
         self.summary = summary
         self.out = out
         self.field = field
         self.anchors: Set[int] = set()  # the seqs of the records the page shows
         self.ids: Set[bytes] = set()  # the ids of the messages, inputs, settings and steps it shows
-        self.talk = _Conversation(facts, self.ids, lambda image: self.image(image, "its card"))
+        self.talk = _Conversation(facts, plan, self.ids, lambda image: self.image(image, "its card"))
         self.room = out.budget  # bytes left for the card being made
 
     # -- commands and references
@@ -2573,7 +2589,9 @@ class _Page:
             f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
             "</body></html>\n"
         )
-        self.cut_place = _Header(self.commands, self.facts, summary, self.out, self.damage).header()
+        self.cut_place = _Header(
+            self.commands, self.facts, self.plan, summary, self.out, self.damage
+        ).header()
         self.talk_place = self.out.later()  # the conversation, once the cards are chosen
         timeline = _Timeline(self.facts, self.out)
         timeline.chart()
@@ -2612,16 +2630,12 @@ class _Page:
 
     def choose(self, source: BinaryIO, max_line_bytes: int) -> Tuple[List[Optional[bytes]], List[bytes]]:
         """Each item's card, or None where the page leaves it out, and its conversation step:
-        the first and the last item, then every failed call, then the others from both ends
-        inwards, as long as the page is within its budget (the end is where failures usually
-        are)."""
+        in the plan's order, as long as the page is within its budget."""
         items = self.facts.items
         cards: List[Optional[bytes]] = [None] * len(items)
         steps = [b""] * len(items)
-        ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
-        failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
         used = self.out.size
-        for n in ends[:2] + failed + ends[2:]:
+        for n in self.plan.order:
             if used >= self.out.budget:
                 break
             if cards[n] is None:
@@ -2807,7 +2821,9 @@ def _opened_output(name: str, through: bool) -> BinaryIO:
 def _write_page(
     args: Any, facts: _Facts, summary: Summary, damage: Optional[FormatError], source: BinaryIO, out: BinaryIO
 ) -> None:
-    page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field, damage)
+    page = _Page(
+        args.file, facts, _Plan(facts), summary, _PageOut(out, args.max_bytes), args.max_field, damage
+    )
     page.render(source, args.max_line_bytes)
 
 
