@@ -982,7 +982,7 @@ class _Facts:
     def _input(self, seq: int, digests: List[bytes], new: List[Tuple[int, int]], kept: Optional[int]) -> None:
         """Where the page shows each message of the request *seq*: a message the previous
         request sent where that one's is, a new one where its card or an earlier record
-        shows it (as _Page.new_messages does).  A context that grew (it starts with all
+        shows it (as _CardDrawing.new_messages does).  A context that grew (it starts with all
         *kept* messages of the previous request) costs only its new messages."""
         fresh = {index: f"{earlier}" if earlier else f"{seq}-{index}" for index, earlier in new}
         parts: List[Union[Tuple[int, int], str]] = []
@@ -2293,33 +2293,17 @@ document.documentElement.setAttribute("data-js", "on");
 """
 
 
-class _Page:
-    """The second pass: renders *facts* of the session file *name* to *out*, as *plan* says."""
+class _CardDrawing:
+    """Draws the card of an attempt (its records) or of a record alone, and the values,
+    messages and requests they hold, within *room*, the bytes of page left for the card
+    being drawn; adds the ids of what it draws to *ids*."""
 
-    def __init__(
-        self,
-        name: str,
-        facts: _Facts,
-        plan: _Plan,
-        summary: Summary,
-        out: _PageOut,
-        field: int,
-        damage: Optional[FormatError] = None,
-    ) -> None:
-        self.name = name
-        self.damage = damage  # the bad line the file's records stop before
-        self.commands = _Commands(name, summary.session_id)
+    def __init__(self, facts: _Facts, commands: _Commands, ids: Set[bytes], field: int, room: int) -> None:
         self.facts = facts
-        self.plan = plan
-        self.summary = summary
-        self.out = out
+        self.commands = commands
+        self.ids = ids
         self.field = field
-        self.anchors: Set[int] = set()  # the seqs of the records the page shows
-        self.ids: Set[bytes] = set()  # the ids of the messages, inputs, settings and steps it shows
-        self.talk = _Conversation(facts, plan, self.ids, lambda image: self.image(image, "its card"))
-        self.room = out.budget  # bytes left for the card being made
-
-    # -- commands and references
+        self.room = room
 
     # -- values
 
@@ -2563,7 +2547,74 @@ class _Page:
             text += f", {change.dropped} dropped {why}"
         return text
 
-    # -- the page
+    # -- cards
+
+    def lone(self, record: Record) -> str:
+        fail = " fail" if "error" in record.data else ""
+        heading = record.type in ("run_start", "turn_start", "session_start")
+        more = self.commands.command(record.run_id, kind=record.type)
+        return (
+            f'<div class="rec{fail}{" heading" if heading else ""}" id="seq-{record.seq}">'
+            f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
+        )
+
+    def card(self, attempt: _Attempt, records: List[Record]) -> str:
+        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+        fail = " fail" if attempt.failed else ""
+        parts = [f'<article class="card {kind}{fail}"><h3>{_attempt_link(attempt)}</h3>\n<p>']
+        parts.append(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
+        if attempt.model:
+            parts.append(f", model <b>{_hs(attempt.model)}</b>")
+        if attempt.cost is not None:
+            parts.append(f", cost {_money(attempt.cost)}")
+        if attempt.attempt > 1:
+            earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
+            if earlier is not None:
+                parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
+        parts.append(f"{self.parent(attempt)}</p>{self.commands.attempt_ref(attempt)}\n")
+        more = self.commands.command(attempt.run_id, attempt.id, attempt.attempt)
+        for record in records:
+            body = self.record_body(record, more)
+            parts.append(f'<div class="part" id="seq-{record.seq}">{self.record_head(record)}{body}</div>\n')
+        return "".join(parts) + "</article>\n"
+
+    def parent(self, attempt: _Attempt) -> str:
+        """For a tool call, a link to the model call that asked for it."""
+        if not attempt.parent:
+            return ""
+        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent))
+        if seq is None:
+            missing = '<span class="error">not in this run</span>'
+            return f", asked for by model call <code>{_hs(attempt.parent)}</code>, {missing}"
+        return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
+
+
+class _Page:
+    """The second pass: renders *facts* of the session file *name* to *out*, as *plan* says:
+    the header, the timeline, then each item's card and conversation step as far as the
+    budget goes, the rest named where it is left out."""
+
+    def __init__(
+        self,
+        name: str,
+        facts: _Facts,
+        plan: _Plan,
+        summary: Summary,
+        out: _PageOut,
+        field: int,
+        damage: Optional[FormatError] = None,
+    ) -> None:
+        self.name = name
+        self.damage = damage  # the bad line the file's records stop before
+        self.commands = _Commands(name, summary.session_id)
+        self.facts = facts
+        self.plan = plan
+        self.summary = summary
+        self.out = out
+        self.anchors: Set[int] = set()  # the seqs of the records the page shows
+        self.ids: Set[bytes] = set()  # the ids of the messages, inputs, settings and steps it shows
+        self.drawing = _CardDrawing(facts, self.commands, self.ids, field, out.budget)
+        self.talk = _Conversation(facts, plan, self.ids, lambda image: self.drawing.image(image, "its card"))
 
     def render(self, source: BinaryIO, max_line_bytes: int) -> None:
         style, script = _PAGE_STYLE, _PAGE_SCRIPT
@@ -2639,11 +2690,15 @@ class _Page:
             if used >= self.out.budget:
                 break
             if cards[n] is None:
-                self.room = self.out.budget - used
+                self.drawing.room = self.out.budget - used
                 item = items[n]
                 places = zip(item.seqs, item.offsets) if isinstance(item, _Attempt) else [item]
                 records = [self.read(source, max_line_bytes, seq, offset) for seq, offset in places]
-                card = self.card(item, records) if isinstance(item, _Attempt) else self.lone(records[0])
+                card = (
+                    self.drawing.card(item, records)
+                    if isinstance(item, _Attempt)
+                    else self.drawing.lone(records[0])
+                )
                 cards[n], steps[n] = card.encode(), self.talk.step(item, records).encode()
                 used += len(cards[n] or b"") + len(steps[n])
                 self.anchors.update(_item_seqs(item))
@@ -2694,45 +2749,6 @@ class _Page:
             change = self.facts.changes.get(seq)  # what a card shows of a request: its new messages
             data = index.resolved(data, self.name, None if change is None else {at for at, _ in change.new})
         return Record(obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), data, offset)
-
-    def lone(self, record: Record) -> str:
-        fail = " fail" if "error" in record.data else ""
-        heading = record.type in ("run_start", "turn_start", "session_start")
-        more = self.commands.command(record.run_id, kind=record.type)
-        return (
-            f'<div class="rec{fail}{" heading" if heading else ""}" id="seq-{record.seq}">'
-            f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
-        )
-
-    def card(self, attempt: _Attempt, records: List[Record]) -> str:
-        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
-        fail = " fail" if attempt.failed else ""
-        parts = [f'<article class="card {kind}{fail}"><h3>{_attempt_link(attempt)}</h3>\n<p>']
-        parts.append(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
-        if attempt.model:
-            parts.append(f", model <b>{_hs(attempt.model)}</b>")
-        if attempt.cost is not None:
-            parts.append(f", cost {_money(attempt.cost)}")
-        if attempt.attempt > 1:
-            earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
-            if earlier is not None:
-                parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
-        parts.append(f"{self.parent(attempt)}</p>{self.commands.attempt_ref(attempt)}\n")
-        more = self.commands.command(attempt.run_id, attempt.id, attempt.attempt)
-        for record in records:
-            body = self.record_body(record, more)
-            parts.append(f'<div class="part" id="seq-{record.seq}">{self.record_head(record)}{body}</div>\n')
-        return "".join(parts) + "</article>\n"
-
-    def parent(self, attempt: _Attempt) -> str:
-        """For a tool call, a link to the model call that asked for it."""
-        if not attempt.parent:
-            return ""
-        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent))
-        if seq is None:
-            missing = '<span class="error">not in this run</span>'
-            return f", asked for by model call <code>{_hs(attempt.parent)}</code>, {missing}"
-        return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
 
 
 # ---------------------------------------------------------------------------- html page: the command
