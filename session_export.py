@@ -587,13 +587,15 @@ def _show_progress(done: int, total: int) -> None:
         print("\r\033[K", end="", file=sys.stderr, flush=True)  # erase the line
 
 
-# ---------------------------------------------------------------------------- html page
+# ---------------------------------------------------------------------------- html page: what is read
 # ``python -m session html FILE``: one static page, nothing fetched.  Two streaming passes:
-# the first keeps a few numbers per call (for the header, waterfall and chart) and compares
-# each model request with the previous one by hashes of its messages; the second reads the
-# records again at their offsets, call by call, and renders them.  Markup comes only from the
-# literals below and integers; every value from the file goes through _h.  The modules only
-# the page needs are imported where they are used: every other command's start up would pay.
+# the first (_Facts, in this section) keeps a few numbers per call (for the header, waterfall
+# and chart) and compares each model request with the previous one by hashes of its messages;
+# the second (_Page, below) reads the records again at their offsets, call by call, and draws
+# them.  Between them, what the page decides from the facts: which failures recovered, where
+# cards are left out, which compactions share a mark.  Markup comes only from the literals of
+# the drawing section and integers; every value from the file goes through _h.  The modules
+# only the page needs are imported where they are used: every other command's start up would pay.
 
 _PAGE_FIELD = 2000  # characters of one value shown inline, by default
 _PAGE_BUDGET = 16 << 20  # bytes of page, by default
@@ -609,54 +611,6 @@ _PAGE_TURNS = 50  # turns of a run listed unfolded in the navigation, at most
 _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 _PAGE_SAYS = 2000  # characters of a run's question and answer shown on the first screen
 _PAGE_ID = 12  # characters of a long id shown (the whole id a click away)
-
-# Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
-# isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
-_HIDDEN = (  # patterns: compiled (and cached) by re when a page is first made
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e"
-    "\u2028\u2029\u2060-\u206f\u3164\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
-)
-
-
-_INLINE_HIDDEN = f"[\t\n]|{_HIDDEN}"
-
-
-def _mark(match: re.Match[str]) -> str:
-    return f'<span class="mark">[U+{ord(match.group()):04X}]</span>'
-
-
-def _h(text: str, inline: bool = False) -> str:
-    """*text* escaped for HTML text and attribute values; hidden characters made visible, and
-    tabs and line breaks too when *inline* (where HTML would show them as spaces)."""
-    import html
-
-    escaped = html.escape(text, quote=True)
-    hidden = re.compile(_INLINE_HIDDEN if inline else _HIDDEN)
-    return hidden.sub(_mark, escaped) if hidden.search(escaped) else escaped
-
-
-def _content_policy(style: str, script: str = "") -> str:
-    """The Content-Security-Policy of a page whose only style is *style* and only script
-    *script* (none if empty): nothing else runs, loads or submits, but pictures in data: URLs."""
-    import base64
-    import hashlib
-
-    def digest(text: str) -> str:
-        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
-
-    scripts = f"script-src {digest(script)}; " if script else ""
-    return (
-        f"default-src 'none'; {scripts}style-src {digest(style)}; img-src data:; "
-        "base-uri 'none'; form-action 'none'"
-    )
-
-
-def _script_json(value: Any) -> str:
-    """JSON that cannot end or confuse the ``<script>`` element holding it."""
-    text = json.dumps(value, ensure_ascii=True, sort_keys=True)  # also escapes U+2028, U+2029
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 _ENDS = {"model_exec_end", "tool_exec_end", "context_compacted", "context_prepare_end"}  # end a call
 
 
@@ -746,11 +700,6 @@ def _digest(value: Any) -> bytes:
 _DIGEST_JSON = json.JSONEncoder(check_circular=False)  # one encoder: dumps() makes one per call
 
 
-def _positions(first: int, count: int) -> str:
-    """The places *first* + 1 to *first* + *count* of a list, as a person counts them."""
-    return f"{first + 1}" if count == 1 else f"{first + 1} to {first + count}"
-
-
 def _beyond(before: List[List[int]], ranges: List[List[int]]) -> Optional[List[List[int]]]:
     """The message ranges a version-2 request refers to beyond all those of the request
     *before* it, its last one carried on (as a writer carries on a context that grew), as
@@ -762,43 +711,6 @@ def _beyond(before: List[List[int]], ranges: List[List[int]]) -> Optional[List[L
     if start != first or stop < end:
         return None
     return [[end + 1, stop], *ranges[last + 1 :]]  # the first empty when only later ranges are new
-
-
-def _span(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
-
-
-# The pictures a page shows, by the bytes they start with: formats browsers decode without
-# running anything (not SVG), each checked against its type, so a mislabelled blob is not shown.
-_PICTURES = {
-    "image/png": (b"\x89PNG\r\n\x1a\n",),
-    "image/jpeg": (b"\xff\xd8\xff",),
-    "image/gif": (b"GIF87a", b"GIF89a"),
-    "image/webp": (b"RIFF",),
-}
-_BASE64 = "[A-Za-z0-9+/]*={0,2}"
-
-
-def _picture(mime: Any, data: str) -> bool:
-    """Whether *data* is base64 text of a picture of the type *mime* that the page shows."""
-    import base64
-
-    starts = _PICTURES.get(mime) if type(mime) is str else None
-    if not starts or not data or not re.fullmatch(_BASE64, data) or len(data) % 4:
-        return False
-    head = base64.b64decode(data[:16])
-    if mime == "image/webp" and head[8:12] != b"WEBP":
-        return False
-    return head.startswith(starts)
-
-
-def _money(usd: float) -> str:
-    return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
-
-
-def _many(number: int, noun: str) -> str:
-    """*number* *noun*s, with thousands separators: "23,283,204 tokens"."""
-    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
 
 
 def _amount(value: Any) -> Optional[float]:
@@ -1070,7 +982,7 @@ class _Facts:
     def _input(self, seq: int, digests: List[bytes], new: List[Tuple[int, int]], kept: Optional[int]) -> None:
         """Where the page shows each message of the request *seq*: a message the previous
         request sent where that one's is, a new one where its card or an earlier record
-        shows it (as _Page.new_messages does).  A context that grew (it starts with all
+        shows it (as _CardDrawing.new_messages does).  A context that grew (it starts with all
         *kept* messages of the previous request) costs only its new messages."""
         fresh = {index: f"{earlier}" if earlier else f"{seq}-{index}" for index, earlier in new}
         parts: List[Union[Tuple[int, int], str]] = []
@@ -1143,6 +1055,156 @@ class _Facts:
         return new, sum(remaining.values())
 
 
+def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> List[int]:
+    """The seqs of the records of one of _Facts.items."""
+    return item.seqs if isinstance(item, _Attempt) else [item[0]]
+
+
+def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
+    return item.seqs[0] if isinstance(item, _Attempt) else item[0]
+
+
+# ---------------------------------------------------------------------------- html page: what is decided
+# From the facts alone: _Plan (the failure triage, the calls of each run and turn, the order in
+# which items get their cards); then the runs of cards the budget left out, and how the chart
+# groups compactions into marks and labels.
+
+
+def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
+    """The failed attempts after which a later attempt of their call succeeded."""
+    succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
+    for (run_id, call, number), attempt in attempts.items():
+        if attempt.ended and not attempt.failed:
+            succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
+    return {
+        key
+        for key, attempt in attempts.items()
+        if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
+    }
+
+
+class _Plan:
+    """What the page decides from the facts before it draws: the failure triage (the failed
+    attempts by error type, most first, and those a retry recovered), the calls and failures
+    of each run's turns, the calls of each model, the cost of each run, and the order in which
+    the items get their cards: the first and the last, then every failed call, then the others
+    from both ends inwards (the end is where failures usually are)."""
+
+    def __init__(self, facts: _Facts) -> None:
+        self.recovered = _recovered(facts.attempts)
+        failures: Dict[str, List[_Attempt]] = {}
+        self.turns: Dict[str, Dict[int, List[int]]] = {}  # run -> turn -> [calls, failed]
+        self.models: Dict[str, int] = {}  # model -> calls
+        self.run_costs: Dict[str, float] = {}  # of the runs whose calls report one
+        for attempt in facts.attempts.values():
+            if attempt.failed:
+                failures.setdefault(attempt.error_type, []).append(attempt)
+            counts = self.turns.setdefault(attempt.run_id, {}).setdefault(attempt.turn, [0, 0])
+            counts[0] += 1
+            counts[1] += attempt.failed
+            if attempt.model:
+                self.models[attempt.model] = self.models.get(attempt.model, 0) + 1
+            if attempt.cost is not None:
+                self.run_costs[attempt.run_id] = self.run_costs.get(attempt.run_id, 0.0) + attempt.cost
+        self.failures = sorted(failures.items(), key=lambda group: -len(group[1]))
+        self.failed = sum(len(failed) for _, failed in self.failures)
+        items = facts.items
+        ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
+        failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
+        self.order = ends[:2] + failed + ends[2:]
+
+
+def _left_out(cards: List[Optional[bytes]]) -> List[Tuple[int, int]]:
+    """The runs of cards left out (None), as (start, end) indexes."""
+    gaps: List[Tuple[int, int]] = []
+    for n, card in enumerate(cards):
+        if card is not None:
+            continue
+        if gaps and gaps[-1][1] == n:
+            gaps[-1] = (gaps[-1][0], n + 1)
+        else:
+            gaps.append((n, n + 1))
+    return gaps
+
+
+def _many(number: int, noun: str) -> str:
+    """*number* *noun*s, with thousands separators: "23,283,204 tokens"."""
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
+
+
+_MARK_GAP = 8  # compactions less than this far apart in the chart share one mark
+_CHAR_WIDTH = 7  # of a label's monospace character, its font 11 units high (0.6 em, rounded up)
+
+
+class _Mark(NamedTuple):
+    """One mark above the chart's bars: *compactions* of them, from the one at *x* to the one
+    at *last*, after *first_call* to *last_call* model calls."""
+
+    x: float
+    last: float
+    first_call: int
+    last_call: int
+    compactions: int
+
+
+def _marks(compactions: List[Tuple[float, int]]) -> List[_Mark]:
+    """The compactions' marks: each (x, calls before it) joins the mark it lies within
+    _MARK_GAP of, so no two marks touch however many compactions a pixel holds."""
+    marks: List[_Mark] = []
+    for x, calls in compactions:
+        if marks and x < marks[-1].x + _MARK_GAP:
+            mark = marks[-1]
+            marks[-1] = mark._replace(last=x, last_call=calls, compactions=mark.compactions + 1)
+        else:
+            marks.append(_Mark(x, x, calls, calls, 1))
+    return marks
+
+
+def _labels(marks: List[_Mark]) -> List[Tuple[float, float, float, int]]:
+    """Where the chart labels its *marks*: (the label's x, the first and last mark's x it
+    counts, their compactions).  Every label is as wide as the widest can be, starts at its
+    first mark (or where it still fits in the chart) and counts the marks up to the next; a
+    mark under a label joins it, so no label runs over another or off the chart."""
+    total = sum(mark.compactions for mark in marks)
+    room = len(_many(total, "compaction")) * _CHAR_WIDTH + _MARK_GAP
+    labels: List[Tuple[float, float, float, int]] = []
+    for mark in marks:
+        at = max(0.0, min(mark.x - 3, 1000 - room))
+        if labels and at < labels[-1][0] + room:
+            x, first, _, count = labels[-1]
+            labels[-1] = (x, first, mark.last, count + mark.compactions)
+        else:
+            labels.append((at, mark.x, mark.last, mark.compactions))
+    return labels
+
+
+# ---------------------------------------------------------------------------- html page: what is drawn
+# Escaping, the page's output, then its parts in page order: the conversation, the timeline
+# (chart and waterfall), the header, and _Page, which draws each record's card within the budget.
+
+# Characters that hide or reorder text: controls (but tab and newline), bidi overrides and
+# isolates, zero-width and invisible characters, line separators, lone surrogates, tags.
+_HIDDEN = (  # patterns: compiled (and cached) by re when a page is first made
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2028\u2029\u2060-\u206f\u3164\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
+)
+_INLINE_HIDDEN = f"[\t\n]|{_HIDDEN}"
+
+
+def _mark(match: re.Match[str]) -> str:
+    return f'<span class="mark">[U+{ord(match.group()):04X}]</span>'
+
+
+def _h(text: str, inline: bool = False) -> str:
+    """*text* escaped for HTML text and attribute values; hidden characters made visible, and
+    tabs and line breaks too when *inline* (where HTML would show them as spaces)."""
+    import html
+
+    escaped = html.escape(text, quote=True)
+    hidden = re.compile(_INLINE_HIDDEN if inline else _HIDDEN)
+    return hidden.sub(_mark, escaped) if hidden.search(escaped) else escaped
+
+
 # iterencode (lazy, unlike dumps) stops after the characters shown: a huge value costs no more
 _ONE_LINE = json.JSONEncoder(ensure_ascii=False)
 _INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1)
@@ -1171,6 +1233,65 @@ def _hs(value: Any) -> str:
     else:
         text, cut = _json_head(value, _ONE_LINE, _PAGE_NAME)
     return _h(text, inline=True) + ('<span class="cut">…</span>' if cut else "")
+
+
+def _content_policy(style: str, script: str = "") -> str:
+    """The Content-Security-Policy of a page whose only style is *style* and only script
+    *script* (none if empty): nothing else runs, loads or submits, but pictures in data: URLs."""
+    import base64
+    import hashlib
+
+    def digest(text: str) -> str:
+        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+    scripts = f"script-src {digest(script)}; " if script else ""
+    return (
+        f"default-src 'none'; {scripts}style-src {digest(style)}; img-src data:; "
+        "base-uri 'none'; form-action 'none'"
+    )
+
+
+def _script_json(value: Any) -> str:
+    """JSON that cannot end or confuse the ``<script>`` element holding it."""
+    text = json.dumps(value, ensure_ascii=True, sort_keys=True)  # also escapes U+2028, U+2029
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _positions(first: int, count: int) -> str:
+    """The places *first* + 1 to *first* + *count* of a list, as a person counts them."""
+    return f"{first + 1}" if count == 1 else f"{first + 1} to {first + count}"
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.3f} s"
+
+
+# The pictures a page shows, by the bytes they start with: formats browsers decode without
+# running anything (not SVG), each checked against its type, so a mislabelled blob is not shown.
+_PICTURES = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+_BASE64 = "[A-Za-z0-9+/]*={0,2}"
+
+
+def _picture(mime: Any, data: str) -> bool:
+    """Whether *data* is base64 text of a picture of the type *mime* that the page shows."""
+    import base64
+
+    starts = _PICTURES.get(mime) if type(mime) is str else None
+    if not starts or not data or not re.fullmatch(_BASE64, data) or len(data) % 4:
+        return False
+    head = base64.b64decode(data[:16])
+    if mime == "image/webp" and head[8:12] != b"WEBP":
+        return False
+    return head.startswith(starts)
+
+
+def _money(usd: float) -> str:
+    return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
 
 
 _T = TypeVar("_T")
@@ -1271,6 +1392,30 @@ def _output(value: Any) -> str:
     return f'{_h(head)}<details class="more"><summary>{lines}</summary>{_h(rest)}{mark}</details>'
 
 
+def _short_id(value: Any) -> str:
+    """An id as a link shows it: a long one cut to its first _PAGE_ID characters (the link
+    leads to where it is whole)."""
+    if type(value) is str and len(value) > _PAGE_ID + 1:
+        return f'<code>{_h(value[:_PAGE_ID], inline=True)}<span class="cut">…</span></code>'
+    return f"<code>{_hs(value)}</code>"
+
+
+def _id(value: Any) -> str:
+    """An id shortened as _short_id does, unfolding to the whole id when clicked."""
+    short = _short_id(value)
+    if short.endswith("</span></code>"):
+        return f'<details class="id"><summary>{short}</summary><code>{_hs(value)}</code></details>'
+    return short
+
+
+def _attempt_link(attempt: _Attempt) -> str:
+    name = f" {_hs(attempt.name)}" if attempt.name else ""
+    return _link(
+        attempt.seqs[0],
+        f"{_hs(attempt.kind)} {_short_id(attempt.id)}{name} attempt {attempt.attempt}",
+    )
+
+
 class _Conversation:
     """The conversation view: each call or record as one step of what happened, read top to
     bottom (user, assistant with thinking folded, a tool call beside its result, errors in red,
@@ -1279,11 +1424,13 @@ class _Conversation:
 
     _ROLES = ("user", "assistant", "tool", "system")
 
-    def __init__(self, facts: _Facts, ids: Set[bytes], image: Callable[[Dict[str, Any]], str]) -> None:
+    def __init__(
+        self, facts: _Facts, plan: _Plan, ids: Set[bytes], image: Callable[[Dict[str, Any]], str]
+    ) -> None:
         self.facts = facts
         self.ids = ids  # of the page's elements that links may lead to: adds its runs and turns
         self.image = image  # an image block's image, shown as its card shows it
-        self.recovered = _recovered(facts.attempts)
+        self.recovered = plan.recovered
 
     def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
         if not isinstance(item, _Attempt):
@@ -1409,11 +1556,20 @@ class _Conversation:
         )
 
 
-def _attempt_link(attempt: _Attempt) -> str:
-    name = f" {_hs(attempt.name)}" if attempt.name else ""
-    return _link(
-        attempt.seqs[0],
-        f"{_hs(attempt.kind)} {_short_id(attempt.id)}{name} attempt {attempt.attempt}",
+_CHART_FLOOR = 130  # the chart's height in its units (of 1000 wide): labels, marks, bars
+_CHART_BARS = 100  # the tallest bar, below the labels (0 to 14), their spans (15) and marks (17 to 27)
+
+
+def _mark_drawing(mark: _Mark) -> str:
+    """A mark: a triangle pointing down at its first compaction (inside the chart), its
+    count and calls in its title."""
+    after = f"call {mark.first_call:,}"
+    if mark.last_call != mark.first_call:
+        after = f"calls {mark.first_call:,} to {mark.last_call:,}"
+    x = min(max(mark.x, 3), 997)  # the whole triangle in the chart
+    return (
+        f'<path class="compaction" d="M{x - 3:.1f} 17h6l-3 10z">'
+        f"<title>{_many(mark.compactions, 'compaction')} after model {after}</title></path>"
     )
 
 
@@ -1587,37 +1743,41 @@ def _said(said: Optional[_Said]) -> str:
     return f'<div class="said">{_h(said.text)}{cut}{where}</div>'
 
 
-def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
-    """The failed attempts after which a later attempt of their call succeeded."""
-    succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
-    for (run_id, call, number), attempt in attempts.items():
-        if attempt.ended and not attempt.failed:
-            succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
-    return {
-        key
-        for key, attempt in attempts.items()
-        if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
-    }
-
-
-def _short_id(value: Any) -> str:
-    """An id as a link shows it: a long one cut to its first _PAGE_ID characters (the link
-    leads to where it is whole)."""
-    if type(value) is str and len(value) > _PAGE_ID + 1:
-        return f'<code>{_h(value[:_PAGE_ID], inline=True)}<span class="cut">…</span></code>'
-    return f"<code>{_hs(value)}</code>"
-
-
-def _id(value: Any) -> str:
-    """An id shortened as _short_id does, unfolding to the whole id when clicked."""
-    short = _short_id(value)
-    if short.endswith("</span></code>"):
-        return f'<details class="id"><summary>{short}</summary><code>{_hs(value)}</code></details>'
-    return short
-
-
 def _failed(count: int) -> str:
     return f', <span class="error">{count} ✗</span>' if count else ""
+
+
+# The parts of the page below its header, a link away from its top.
+_PAGE_PLACES = (
+    "<p>go to: "
+    + " · ".join(
+        f'<a href="#{target}">{place}</a>'
+        for target, place in (
+            ("conversation", "the conversation"),
+            ("nav", "runs and turns"),
+            ("chart", "input tokens per call"),
+            ("timeline", "calls over time"),
+            ("records", "the records"),
+        )
+    )
+    + "</p>\n"
+)
+
+
+# The search and filters, first on the page (a few Tab presses from its top) and kept in view.
+_PAGE_FILTERS = (
+    '<div class="filters"><form><input type="search" id="search" placeholder="search" hidden> '
+    '<span class="how" id="matches" hidden></span> '
+    '<label><input type="checkbox" id="only-errors"> errors only</label> '
+    '<label><input type="checkbox" id="show-model" checked> model calls</label> '
+    '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
+    '<label><input type="checkbox" id="show-other" checked> other records</label></form>\n'
+    '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
+    "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>i</kbd> the whole input of that call, "
+    "<kbd>/</kbd> search, <kbd>Enter</kbd> "
+    "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
+    "<kbd>Esc</kbd> leaves the search</p></div>\n"
+)
 
 
 class _Header:
@@ -1627,12 +1787,14 @@ class _Header:
         self,
         commands: _Commands,
         facts: _Facts,
+        plan: _Plan,
         summary: Summary,
         out: _PageOut,
         damage: Optional[FormatError],
     ) -> None:
         self.commands = commands
         self.facts = facts
+        self.plan = plan
         self.summary = summary
         self.out = out
         self.name = commands.name
@@ -1692,35 +1854,25 @@ class _Header:
         if errors:
             error = _hs(_error_text(errors[0].error))
             parts.append(f'<span class="error">{_many(len(errors), "run")} ended in error: {error}</span>')
-        failed = [attempt for attempt in self.facts.attempts.values() if attempt.failed]
-        recovered = len(_recovered(self.facts.attempts)) if failed else 0
+        recovered = len(self.plan.recovered)
         retried = f" ({recovered:,} recovered by a retry)" if recovered else ""
-        parts.append(f'<a href="#failures">{_many(len(failed), "failed call attempt")}</a>{retried}')
+        parts.append(f'<a href="#failures">{_many(self.plan.failed, "failed call attempt")}</a>{retried}')
         if self.summary.gaps:
             parts.append(f'<span class="error">{_many(len(self.summary.gaps), "gap")} in the evidence</span>')
         return "; ".join(parts)
 
     def models(self) -> str:
         """The models and providers the model calls' usage names, with their calls."""
-        calls: Dict[str, int] = {}
-        for attempt in self.facts.attempts.values():
-            if attempt.model:
-                calls[attempt.model] = calls.get(attempt.model, 0) + 1
-        named = [f"<b>{_hs(model)}</b> ({_many(count, 'call')})" for model, count in calls.items()]
+        named = [f"<b>{_hs(model)}</b> ({_many(count, 'call')})" for model, count in self.plan.models.items()]
         return ", ".join(named) or "not reported (no model reply's usage names one)"
 
     def navigation(self) -> None:
         """Each run and its turns with their calls and failures, each linked to where the
         conversation gets there; a run of over _PAGE_TURNS turns folded."""
-        turns: Dict[str, Dict[int, List[int]]] = {}  # run -> turn -> [calls, failed]
-        for attempt in self.facts.attempts.values():
-            counts = turns.setdefault(attempt.run_id, {}).setdefault(attempt.turn, [0, 0])
-            counts[0] += 1
-            counts[1] += attempt.failed
         write = self.out.write
         write('<nav id="nav"><h2>runs and turns</h2>\n')
         for n, run in enumerate(self.summary.runs, 1):
-            group = turns.get(run.run_id, {})
+            group = self.plan.turns.get(run.run_id, {})
             calls, failed = sum(c for c, _ in group.values()), sum(f for _, f in group.values())
             name = _link(run.first_seq, f"{n} {_short_id(run.run_id)}", f"talk-{run.first_seq}")
             write(
@@ -1738,26 +1890,23 @@ class _Header:
     def runs(self) -> None:
         """The runs: where each starts, its calls and failures, times, end and error."""
         write = self.out.write
-        calls: Dict[str, List[_Attempt]] = {}
-        for attempt in self.facts.attempts.values():
-            calls.setdefault(attempt.run_id, []).append(attempt)
         write('<div class="wide"><table><tr><th>run</th><th>asked</th><th>records</th><th>calls</th>')
         write("<th>failed</th><th>cost</th><th>tokens in / out</th><th>start</th><th>duration</th>")
         write("<th>closed</th>")
         write("<th>end reason</th><th>error</th></tr>\n")
         for n, run in enumerate(self.summary.runs, 1):
             error = _hs(_error_text(run.error)) if run.error is not None else ""
-            attempts = calls.get(run.run_id, [])
-            failed = sum(attempt.failed for attempt in attempts)
+            turns = self.plan.turns.get(run.run_id, {}).values()
+            calls, failed = sum(c for c, _ in turns), sum(f for _, f in turns)
             marked = f'<td class="error">{failed:,} ✗</td>' if failed else "<td>0</td>"
-            costs = [attempt.cost for attempt in attempts if attempt.cost is not None]
+            cost = self.plan.run_costs.get(run.run_id)
             facts = self.facts.runs.get(run.run_id) or _RunFacts()
             asked = _hs(facts.asked.text[: _PAGE_TALK // 3]) if facts.asked else ""
             tokens = " / ".join(f"{facts.tokens.get(key, 0):,}" for key in ("input", "output"))
             write(
                 f"<tr><td>{_link(run.first_seq, f'run {n}')} {_id(run.run_id)}</td><td>{asked}</td>"
-                f"<td>{run.records:,}</td><td>{len(attempts):,}</td>{marked}"
-                f"<td>{_money(sum(costs)) if costs else ''}</td>"
+                f"<td>{run.records:,}</td><td>{calls:,}</td>{marked}"
+                f"<td>{_money(cost) if cost is not None else ''}</td>"
                 f"<td>{tokens if facts.tokens else ''}</td><td>{_hs(run.start_time)}</td>"
                 f"<td>{_h(_duration(run.start_time, run.end_time))}</td>"
                 f"<td>{'yes' if run.closed else 'no'}</td>"
@@ -1769,15 +1918,9 @@ class _Header:
         """The failed attempts by error type, most first, with how many a retry recovered;
         each attempt with its turn and reason (a type of over ten folded)."""
         write = self.out.write
-        groups: Dict[str, List[_Attempt]] = {}
-        for attempt in self.facts.attempts.values():
-            if attempt.failed:
-                groups.setdefault(attempt.error_type, []).append(attempt)
-        recovered = _recovered(self.facts.attempts) if groups else set()
-        total = sum(map(len, groups.values()))
-        write(f'<section id="failures"><h2>{_many(total, "failed attempt")}</h2>\n<ul>')
-        for kind, failed in sorted(groups.items(), key=lambda group: -len(group[1])):
-            again = sum((a.run_id, a.id, a.attempt) in recovered for a in failed)
+        write(f'<section id="failures"><h2>{_many(self.plan.failed, "failed attempt")}</h2>\n<ul>')
+        for kind, failed in self.plan.failures:
+            again = sum((a.run_id, a.id, a.attempt) in self.plan.recovered for a in failed)
             name = _hs(kind) if kind else "errors of no type"
             write(f"<li><details{' open' if len(failed) <= 10 else ''}><summary>")
             write(f'<b class="error">{name}</b> \u00d7{len(failed):,}, ')
@@ -1835,10 +1978,7 @@ class _Header:
         facts = self.facts
         if not facts.costed:
             return "not reported (no model reply's usage has a cost)"
-        runs: Dict[str, float] = {}
-        for attempt in facts.attempts.values():
-            if attempt.cost is not None:
-                runs[attempt.run_id] = runs.get(attempt.run_id, 0.0) + attempt.cost
+        runs = self.plan.run_costs
         each = [
             f"run {n} {_money(runs[run.run_id])}"
             for n, run in enumerate(self.summary.runs, 1)
@@ -1852,31 +1992,318 @@ class _Header:
             self.out.write(f'<li class="cut">and {count - _PAGE_LIST} more: {where}</li>')
 
 
-class _Page:
-    """The second pass: renders *facts* of the session file *name* to *out*."""
+def _usage_line(usage: Dict[str, Any]) -> str:
+    """A message's usage on one line: token counts, provider, model and cost."""
+    parts = []
+    for key, item in usage.items():
+        if key == "cost" and type(item) is dict:
+            parts += [
+                f"cost {_hs(name)} {_hs(amount) if _amount(amount) is None else _money(amount)}"
+                for name, amount in item.items()
+            ]
+        else:
+            parts.append(f"{_hs(key)} {_hs(item)}")
+    return f'<div><span class="key">usage</span> {", ".join(parts)}</div>'
 
-    def __init__(
-        self,
-        name: str,
-        facts: _Facts,
-        summary: Summary,
-        out: _PageOut,
-        field: int,
-        damage: Optional[FormatError] = None,
-    ) -> None:
-        self.name = name
-        self.damage = damage  # the bad line the file's records stop before
-        self.commands = _Commands(name, summary.session_id)
+
+# The page's only style and script: the Content-Security-Policy allows exactly these, by hash.
+_PAGE_STYLE = """
+html{scroll-padding-top:5em}
+body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
+body{color:#1b1b1b;background:#fff}
+h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
+code,pre{font:12px/1.35 ui-monospace,monospace;overflow-wrap:anywhere}.wide{overflow-x:auto}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4;padding:.3em .5em}
+table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
+.mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
+.cut{color:#7a4a00;font-style:italic}.error,.fail>h3{color:#b00020}
+.damage{border:2px solid #b00020;background:#fff0f0;padding:.4em .6em;font-weight:600}
+.key,.role{font-weight:600;color:#35557a}.thinking{opacity:.75}.change{color:#2d6a2d;font-weight:600}
+.card{border:1px solid #ccd;border-left:5px solid #6b8fc7;border-radius:4px;margin:.6em 0;padding:.3em .6em}
+.card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
+.part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}
+.rec.heading{font-weight:600;margin-top:.6em}
+.rec.fail{color:#b00020}.seq{color:#666;text-decoration:none}.type{font-weight:600}.time{color:#666;font-size:12px}
+.how{font-size:11px;color:#555}.how code{font-size:11px}
+.msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
+.shot{display:block;max-width:100%;max-height:480px;border:1px solid #ccd}
+svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
+.waterfall text.end{text-anchor:end}
+rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
+rect.bar{fill:#6b8fc7}.compaction{fill:#c05000}.span{stroke:#c05000}
+.tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
+.filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
+.filters p{margin:.2em 0}
+.turns{display:flex;flex-wrap:wrap;gap:.1em 1em;list-style:none;padding:0;margin:.2em 0}
+body:has(#only-errors:checked) :is(.card,.rec,.step):not(.fail){display:none}
+body:has(#show-model:not(:checked)) :is(.card,.step).model{display:none}
+body:has(#show-tool:not(:checked)) :is(.card,.step).tool{display:none}
+body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.other){display:none}
+.miss{display:none}.card,.step{content-visibility:auto;contain-intrinsic-size:auto 5em}
+html[data-js] #search[hidden],html[data-js] #matches[hidden]{display:inline}
+html[data-js] #keys[hidden]{display:block}
+.whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
+.input>ol{padding-left:2em;margin:.2em 0}.input>div{border-top:1px dotted #ccd}
+.step{margin:.25em 0;padding:.15em .5em;border-left:3px solid #ccd}.step.tool{border-left-color:#6bb38a}
+.step.fail{border-left-color:#d33;background:#fff5f5}.flow{color:#555;font-style:italic}
+.say{margin:.15em 0;white-space:pre-wrap;overflow-wrap:anywhere}.say.user{background:#f2f6fc}
+.say .role{margin-right:.5em}summary>h2{display:inline}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:.8em}
+.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}.more>summary{color:#35557a;cursor:pointer}::highlight(search){background:#ffd54a;color:#000}
+.glance{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em;margin:.8em 0}
+.glance dt{font-weight:600;color:#35557a}.glance dd{margin:0}
+.said{white-space:pre-wrap;overflow-wrap:anywhere}
+details.id{display:inline-block;vertical-align:top}details.id>summary{cursor:pointer;white-space:nowrap}
+details.id>summary code{overflow-wrap:normal}
+.skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
+kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
+:focus{outline:2px solid #35557a}
+@media (max-width:700px){#keys,html[data-js] #keys[hidden]{display:none}
+.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
+:root{color-scheme:light dark}
+@media (prefers-color-scheme:dark){body,.filters,.skip:focus{color:#e6e6e6;background:#121212}
+a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6e6e6}
+.error,.fail>h3,.rec.fail{color:#ff8a80}.cut{color:#e0b060}.change{color:#81c995}.damage{background:#3a1010}
+.key,.role,.glance dt,.whole>summary,.more>summary{color:#9cc3ff}.seq,.time,.image{color:#b0b0b0}
+.how,.flow,.rec{color:#c8c8c8}.say.user{background:#1b2433}.step.fail{background:#2a1515}
+.mark{background:#5a4500;color:#ffe08a}td,th,.card,.filters{border-color:#444}}
+@page{margin:1cm}
+@media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
+h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}
+#records,#timeline>ol{columns:2;column-gap:1.2em}#records h2{column-span:all}
+code,pre,.how,.how code{font-size:9px;line-height:1.2}pre{margin:.1em 0;padding:.1em .3em}
+.part,.rec{padding:.05em 0}table{font-size:9px}
+a{color:inherit;text-decoration:none}}
+"""
+_PAGE_SCRIPT = """
+"use strict";
+document.documentElement.setAttribute("data-js", "on");
+(function () {
+  // This script runs from the page's head, before the body is parsed: each handler is the
+  // document's and looks up what it acts on when it acts, so that search, filters and keys
+  // work on what is parsed so far while a long page loads, and on the rest as it comes.
+  var ITEMS = "#conversation .step, .card, .rec";
+  var texts = new WeakMap(), hits = [], done = 0, query = null, timer = 0, current = null, data = null;
+  var marks = null, marked = 0, left = 0;  // the matches highlighted: of hits[0:marked], at most 2000
+  function loading() {
+    return document.readyState === "loading";
+  }
+  // -- search: each step, card and record that misses the query is hidden (.miss)
+  function filter() {
+    clearTimeout(timer);
+    var box = document.getElementById("search"), count = document.getElementById("matches");
+    if (box.value.toLowerCase() !== query) {
+      query = box.value.toLowerCase();
+      hits = [];
+      done = marked = 0;
+      left = query === "" ? 0 : 2000;
+      if (window.CSS && CSS.highlights && typeof Highlight !== "undefined") {
+        marks = new Highlight();
+        CSS.highlights.set("search", marks);
+      }
+    }
+    var items = document.querySelectorAll(ITEMS);
+    var whole = loading() ? items.length - 1 : items.length;  // the last may not be whole yet
+    for (var j = done; j < items.length; j++) {
+      var text = texts.get(items[j]);
+      if (text === undefined) {
+        text = items[j].textContent.toLowerCase();
+        if (j < whole) texts.set(items[j], text);
+      }
+      var miss = query !== "" && text.indexOf(query) < 0;
+      items[j].classList.toggle("miss", miss);
+      if (query !== "" && !miss && j < whole) hits.push(items[j]);
+    }
+    done = Math.max(whole, done);
+    count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
+    highlight();
+    if (loading() && query !== "") timer = setTimeout(filter, 500);  // what is parsed meanwhile
+  }
+  function highlight() {
+    // The matches of the hits found since the last call (as a page loads), while any are left.
+    for (; marks && marked < hits.length && left > 0; marked++) {
+      var walker = document.createTreeWalker(hits[marked], NodeFilter.SHOW_TEXT);
+      for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
+        var text = node.data.toLowerCase(), from = text.length === node.length ? null : origins(node.data);
+        for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
+          var start = from ? from[at] : at, end = from ? from[at + query.length] : at + query.length;
+          if (start === end) continue;
+          var range = new Range();
+          range.setStart(node, start);
+          range.setEnd(node, end);
+          marks.add(range);
+          left--;
+        }
+      }
+    }
+  }
+  function origins(text) {
+    // Where each character of text's lower case comes from in text: "\u0130" has two.
+    var from = [];
+    for (var i = 0; i < text.length; i++) {
+      for (var k = text[i].toLowerCase().length; k > 0; k--) from.push(i);
+    }
+    from.push(text.length);
+    return from;
+  }
+  // -- moving: to the next or previous of a list, of those shown
+  function go(list, step) {
+    var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
+    if (shown.length === 0) return -1;
+    var n = shown.indexOf(current);
+    if (n < 0) {
+      n = 0;
+      while (n < shown.length && shown[n].getBoundingClientRect().top < 1) n++;
+      if (step < 0) n--;
+    } else {
+      n += step;
+    }
+    n = (n + shown.length) % shown.length;
+    current = shown[n];
+    current.setAttribute("tabindex", "-1");
+    current.focus();
+    return n;
+  }
+  function unfold(element, query) {
+    var walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.data.toLowerCase().indexOf(query) < 0) continue;
+      for (var up = node.parentElement; up !== element; up = up.parentElement) {
+        if (up.tagName === "DETAILS") up.open = true;
+      }
+    }
+  }
+  function match(step) {
+    var n = go(hits, step);
+    var noun = hits.length === 1 ? " match" : " matches";
+    if (n < 0) return;
+    unfold(current, query);
+    document.getElementById("matches").textContent = (n + 1) + " of " + hits.length + noun;
+  }
+  function searched(event) {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      filter();
+      match(event.shiftKey ? -1 : 1);
+    } else if (event.key === "Escape") {
+      event.target.blur();
+    }
+  }
+  function moved(event) {
+    var calls = "#conversation .step:not(.flow)", errors = "#conversation .step.fail";
+    var moves = {j: [calls, 1], k: [calls, -1], e: [errors, 1], E: [errors, -1]};
+    if (moves[event.key]) go(document.querySelectorAll(moves[event.key][0]), moves[event.key][1]);
+    else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
+    else if (event.key === "/") document.getElementById("search").focus();
+    else if (event.key === "i") whole();
+    else return;
+    event.preventDefault();
+  }
+  document.addEventListener("input", function (event) {
+    if (event.target.id !== "search") return;
+    clearTimeout(timer);
+    timer = setTimeout(filter, 120);
+  });
+  document.addEventListener("change", function (event) {
+    if (event.target.id === "search") filter();
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.id === "search") searched(event);
+    else if (event.target.tagName !== "INPUT") moved(event);
+  });
+  // -- a call's whole input: copies of the messages its card and earlier ones show
+  function inputs() {
+    if (data === null) data = JSON.parse(document.getElementById("session-data").textContent).inputs;
+    return data;
+  }
+  function places(seq) {
+    var out = [], tasks = [[seq, 0, Infinity]];
+    while (tasks.length) {
+      var task = tasks.pop();
+      if (typeof task === "string") {
+        out.push(task);
+        continue;
+      }
+      var parts = inputs()[task[0]][0], previous = inputs()[task[0]][1], at = 0, todo = [];
+      for (var i = 0; i < parts.length && at < task[2]; i++) {
+        var part = parts[i], size = typeof part === "string" ? 1 : part[1] - part[0];
+        var from = Math.max(task[1], at), to = Math.min(task[2], at + size);
+        if (from < to) {
+          todo.push(typeof part === "string" ? part : [previous, part[0] + from - at, part[0] + to - at]);
+        }
+        at += size;
+      }
+      while (todo.length) tasks.push(todo.pop());
+    }
+    return out;
+  }
+  function copy(id, what, tag) {
+    var item = document.createElement(tag), shown = document.getElementById(id);
+    if (shown) {
+      var clone = shown.cloneNode(true);
+      clone.removeAttribute("id");
+      item.appendChild(clone);
+    } else {
+      item.className = "cut";
+      item.textContent = what + " left out of this page, to keep to its budget";
+    }
+    return item;
+  }
+  function fill(whole) {
+    if (whole.querySelector(".input")) return;
+    if (loading()) {  // its messages and their places come later in the page
+      document.addEventListener("DOMContentLoaded", function () { fill(whole); });
+      return;
+    }
+    var seq = whole.id.slice(6), list = document.createElement("ol"), box = document.createElement("div");
+    var shown = places(seq);
+    for (var i = 0; i < shown.length; i++) list.appendChild(copy("msg-" + shown[i], "this message", "li"));
+    box.className = "input";
+    box.appendChild(list);
+    box.appendChild(copy("set-" + inputs()[seq][2], "the tools and config", "div"));
+    whole.querySelector(".places").hidden = true;
+    whole.appendChild(box);
+  }
+  document.addEventListener("toggle", function (event) {
+    var target = event.target;
+    if (target.classList && target.classList.contains("whole") && target.open) fill(target);
+  }, true);
+  function whole() {
+    var link = current && current.querySelector('a[href^="#input-"]');
+    var input = link && document.getElementById(link.getAttribute("href").slice(1));
+    if (!input) return;
+    input.open = true;
+    input.scrollIntoView();
+  }
+  // -- the fragment's folded target opened, and everything folded opened to print
+  function reveal() {
+    var id = location.hash.slice(1);
+    try {
+      id = decodeURIComponent(id);
+    } catch (malformed) {
+      // "#%" names nothing: the fragment is looked up as it is
+    }
+    var target = document.getElementById(id);
+    if (target && target.tagName === "DETAILS") target.open = true;
+  }
+  window.addEventListener("hashchange", reveal);
+  document.addEventListener("DOMContentLoaded", reveal);
+})();
+"""
+
+
+class _CardDrawing:
+    """Draws the card of an attempt (its records) or of a record alone, and the values,
+    messages and requests they hold, within *room*, the bytes of page left for the card
+    being drawn; adds the ids of what it draws to *ids*."""
+
+    def __init__(self, facts: _Facts, commands: _Commands, ids: Set[bytes], field: int, room: int) -> None:
         self.facts = facts
-        self.summary = summary
-        self.out = out
+        self.commands = commands
+        self.ids = ids
         self.field = field
-        self.anchors: Set[int] = set()  # the seqs of the records the page shows
-        self.ids: Set[bytes] = set()  # the ids of the messages, inputs, settings and steps it shows
-        self.talk = _Conversation(facts, self.ids, lambda image: self.image(image, "its card"))
-        self.room = out.budget  # bytes left for the card being made
-
-    # -- commands and references
+        self.room = room
 
     # -- values
 
@@ -2120,7 +2547,74 @@ class _Page:
             text += f", {change.dropped} dropped {why}"
         return text
 
-    # -- the page
+    # -- cards
+
+    def lone(self, record: Record) -> str:
+        fail = " fail" if "error" in record.data else ""
+        heading = record.type in ("run_start", "turn_start", "session_start")
+        more = self.commands.command(record.run_id, kind=record.type)
+        return (
+            f'<div class="rec{fail}{" heading" if heading else ""}" id="seq-{record.seq}">'
+            f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
+        )
+
+    def card(self, attempt: _Attempt, records: List[Record]) -> str:
+        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
+        fail = " fail" if attempt.failed else ""
+        parts = [f'<article class="card {kind}{fail}"><h3>{_attempt_link(attempt)}</h3>\n<p>']
+        parts.append(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
+        if attempt.model:
+            parts.append(f", model <b>{_hs(attempt.model)}</b>")
+        if attempt.cost is not None:
+            parts.append(f", cost {_money(attempt.cost)}")
+        if attempt.attempt > 1:
+            earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
+            if earlier is not None:
+                parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
+        parts.append(f"{self.parent(attempt)}</p>{self.commands.attempt_ref(attempt)}\n")
+        more = self.commands.command(attempt.run_id, attempt.id, attempt.attempt)
+        for record in records:
+            body = self.record_body(record, more)
+            parts.append(f'<div class="part" id="seq-{record.seq}">{self.record_head(record)}{body}</div>\n')
+        return "".join(parts) + "</article>\n"
+
+    def parent(self, attempt: _Attempt) -> str:
+        """For a tool call, a link to the model call that asked for it."""
+        if not attempt.parent:
+            return ""
+        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent))
+        if seq is None:
+            missing = '<span class="error">not in this run</span>'
+            return f", asked for by model call <code>{_hs(attempt.parent)}</code>, {missing}"
+        return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
+
+
+class _Page:
+    """The second pass: renders *facts* of the session file *name* to *out*, as *plan* says:
+    the header, the timeline, then each item's card and conversation step as far as the
+    budget goes, the rest named where it is left out."""
+
+    def __init__(
+        self,
+        name: str,
+        facts: _Facts,
+        plan: _Plan,
+        summary: Summary,
+        out: _PageOut,
+        field: int,
+        damage: Optional[FormatError] = None,
+    ) -> None:
+        self.name = name
+        self.damage = damage  # the bad line the file's records stop before
+        self.commands = _Commands(name, summary.session_id)
+        self.facts = facts
+        self.plan = plan
+        self.summary = summary
+        self.out = out
+        self.anchors: Set[int] = set()  # the seqs of the records the page shows
+        self.ids: Set[bytes] = set()  # the ids of the messages, inputs, settings and steps it shows
+        self.drawing = _CardDrawing(facts, self.commands, self.ids, field, out.budget)
+        self.talk = _Conversation(facts, plan, self.ids, lambda image: self.drawing.image(image, "its card"))
 
     def render(self, source: BinaryIO, max_line_bytes: int) -> None:
         style, script = _PAGE_STYLE, _PAGE_SCRIPT
@@ -2146,7 +2640,9 @@ class _Page:
             f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
             "</body></html>\n"
         )
-        self.cut_place = _Header(self.commands, self.facts, summary, self.out, self.damage).header()
+        self.cut_place = _Header(
+            self.commands, self.facts, self.plan, summary, self.out, self.damage
+        ).header()
         self.talk_place = self.out.later()  # the conversation, once the cards are chosen
         timeline = _Timeline(self.facts, self.out)
         timeline.chart()
@@ -2185,24 +2681,24 @@ class _Page:
 
     def choose(self, source: BinaryIO, max_line_bytes: int) -> Tuple[List[Optional[bytes]], List[bytes]]:
         """Each item's card, or None where the page leaves it out, and its conversation step:
-        the first and the last item, then every failed call, then the others from both ends
-        inwards, as long as the page is within its budget (the end is where failures usually
-        are)."""
+        in the plan's order, as long as the page is within its budget."""
         items = self.facts.items
         cards: List[Optional[bytes]] = [None] * len(items)
         steps = [b""] * len(items)
-        ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
-        failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
         used = self.out.size
-        for n in ends[:2] + failed + ends[2:]:
+        for n in self.plan.order:
             if used >= self.out.budget:
                 break
             if cards[n] is None:
-                self.room = self.out.budget - used
+                self.drawing.room = self.out.budget - used
                 item = items[n]
                 places = zip(item.seqs, item.offsets) if isinstance(item, _Attempt) else [item]
                 records = [self.read(source, max_line_bytes, seq, offset) for seq, offset in places]
-                card = self.card(item, records) if isinstance(item, _Attempt) else self.lone(records[0])
+                card = (
+                    self.drawing.card(item, records)
+                    if isinstance(item, _Attempt)
+                    else self.drawing.lone(records[0])
+                )
                 cards[n], steps[n] = card.encode(), self.talk.step(item, records).encode()
                 used += len(cards[n] or b"") + len(steps[n])
                 self.anchors.update(_item_seqs(item))
@@ -2254,141 +2750,8 @@ class _Page:
             data = index.resolved(data, self.name, None if change is None else {at for at, _ in change.new})
         return Record(obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), data, offset)
 
-    def lone(self, record: Record) -> str:
-        fail = " fail" if "error" in record.data else ""
-        heading = record.type in ("run_start", "turn_start", "session_start")
-        more = self.commands.command(record.run_id, kind=record.type)
-        return (
-            f'<div class="rec{fail}{" heading" if heading else ""}" id="seq-{record.seq}">'
-            f"{self.record_head(record)}{self.record_body(record, more)}</div>\n"
-        )
 
-    def card(self, attempt: _Attempt, records: List[Record]) -> str:
-        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
-        fail = " fail" if attempt.failed else ""
-        parts = [f'<article class="card {kind}{fail}"><h3>{_attempt_link(attempt)}</h3>\n<p>']
-        parts.append(f"turn {attempt.turn}, {_span(attempt.seconds)}{', failed' if attempt.failed else ''}")
-        if attempt.model:
-            parts.append(f", model <b>{_hs(attempt.model)}</b>")
-        if attempt.cost is not None:
-            parts.append(f", cost {_money(attempt.cost)}")
-        if attempt.attempt > 1:
-            earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
-            if earlier is not None:
-                parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
-        parts.append(f"{self.parent(attempt)}</p>{self.commands.attempt_ref(attempt)}\n")
-        more = self.commands.command(attempt.run_id, attempt.id, attempt.attempt)
-        for record in records:
-            body = self.record_body(record, more)
-            parts.append(f'<div class="part" id="seq-{record.seq}">{self.record_head(record)}{body}</div>\n')
-        return "".join(parts) + "</article>\n"
-
-    def parent(self, attempt: _Attempt) -> str:
-        """For a tool call, a link to the model call that asked for it."""
-        if not attempt.parent:
-            return ""
-        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent))
-        if seq is None:
-            missing = '<span class="error">not in this run</span>'
-            return f", asked for by model call <code>{_hs(attempt.parent)}</code>, {missing}"
-        return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
-
-
-def _usage_line(usage: Dict[str, Any]) -> str:
-    """A message's usage on one line: token counts, provider, model and cost."""
-    parts = []
-    for key, item in usage.items():
-        if key == "cost" and type(item) is dict:
-            parts += [
-                f"cost {_hs(name)} {_hs(amount) if _amount(amount) is None else _money(amount)}"
-                for name, amount in item.items()
-            ]
-        else:
-            parts.append(f"{_hs(key)} {_hs(item)}")
-    return f'<div><span class="key">usage</span> {", ".join(parts)}</div>'
-
-
-_CHART_FLOOR = 130  # the chart's height in its units (of 1000 wide): labels, marks, bars
-_CHART_BARS = 100  # the tallest bar, below the labels (0 to 14), their spans (15) and marks (17 to 27)
-_MARK_GAP = 8  # compactions less than this far apart in the chart share one mark
-_CHAR_WIDTH = 7  # of a label's monospace character, its font 11 units high (0.6 em, rounded up)
-
-
-class _Mark(NamedTuple):
-    """One mark above the chart's bars: *compactions* of them, from the one at *x* to the one
-    at *last*, after *first_call* to *last_call* model calls."""
-
-    x: float
-    last: float
-    first_call: int
-    last_call: int
-    compactions: int
-
-
-def _marks(compactions: List[Tuple[float, int]]) -> List[_Mark]:
-    """The compactions' marks: each (x, calls before it) joins the mark it lies within
-    _MARK_GAP of, so no two marks touch however many compactions a pixel holds."""
-    marks: List[_Mark] = []
-    for x, calls in compactions:
-        if marks and x < marks[-1].x + _MARK_GAP:
-            mark = marks[-1]
-            marks[-1] = mark._replace(last=x, last_call=calls, compactions=mark.compactions + 1)
-        else:
-            marks.append(_Mark(x, x, calls, calls, 1))
-    return marks
-
-
-def _mark_drawing(mark: _Mark) -> str:
-    """A mark: a triangle pointing down at its first compaction (inside the chart), its
-    count and calls in its title."""
-    after = f"call {mark.first_call:,}"
-    if mark.last_call != mark.first_call:
-        after = f"calls {mark.first_call:,} to {mark.last_call:,}"
-    x = min(max(mark.x, 3), 997)  # the whole triangle in the chart
-    return (
-        f'<path class="compaction" d="M{x - 3:.1f} 17h6l-3 10z">'
-        f"<title>{_many(mark.compactions, 'compaction')} after model {after}</title></path>"
-    )
-
-
-def _labels(marks: List[_Mark]) -> List[Tuple[float, float, float, int]]:
-    """Where the chart labels its *marks*: (the label's x, the first and last mark's x it
-    counts, their compactions).  Every label is as wide as the widest can be, starts at its
-    first mark (or where it still fits in the chart) and counts the marks up to the next; a
-    mark under a label joins it, so no label runs over another or off the chart."""
-    total = sum(mark.compactions for mark in marks)
-    room = len(_many(total, "compaction")) * _CHAR_WIDTH + _MARK_GAP
-    labels: List[Tuple[float, float, float, int]] = []
-    for mark in marks:
-        at = max(0.0, min(mark.x - 3, 1000 - room))
-        if labels and at < labels[-1][0] + room:
-            x, first, _, count = labels[-1]
-            labels[-1] = (x, first, mark.last, count + mark.compactions)
-        else:
-            labels.append((at, mark.x, mark.last, mark.compactions))
-    return labels
-
-
-def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> List[int]:
-    """The seqs of the records of one of _Facts.items."""
-    return item.seqs if isinstance(item, _Attempt) else [item[0]]
-
-
-def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
-    return item.seqs[0] if isinstance(item, _Attempt) else item[0]
-
-
-def _left_out(cards: List[Optional[bytes]]) -> List[Tuple[int, int]]:
-    """The runs of cards left out (None), as (start, end) indexes."""
-    gaps: List[Tuple[int, int]] = []
-    for n, card in enumerate(cards):
-        if card is not None:
-            continue
-        if gaps and gaps[-1][1] == n:
-            gaps[-1] = (gaps[-1][0], n + 1)
-        else:
-            gaps.append((n, n + 1))
-    return gaps
+# ---------------------------------------------------------------------------- html page: the command
 
 
 def _html_options(sub: Any) -> None:
@@ -2474,327 +2837,10 @@ def _opened_output(name: str, through: bool) -> BinaryIO:
 def _write_page(
     args: Any, facts: _Facts, summary: Summary, damage: Optional[FormatError], source: BinaryIO, out: BinaryIO
 ) -> None:
-    page = _Page(args.file, facts, summary, _PageOut(out, args.max_bytes), args.max_field, damage)
-    page.render(source, args.max_line_bytes)
-
-
-# The parts of the page below its header, a link away from its top.
-_PAGE_PLACES = (
-    "<p>go to: "
-    + " · ".join(
-        f'<a href="#{target}">{place}</a>'
-        for target, place in (
-            ("conversation", "the conversation"),
-            ("nav", "runs and turns"),
-            ("chart", "input tokens per call"),
-            ("timeline", "calls over time"),
-            ("records", "the records"),
-        )
+    page = _Page(
+        args.file, facts, _Plan(facts), summary, _PageOut(out, args.max_bytes), args.max_field, damage
     )
-    + "</p>\n"
-)
-
-# The search and filters, first on the page (a few Tab presses from its top) and kept in view.
-_PAGE_FILTERS = (
-    '<div class="filters"><form><input type="search" id="search" placeholder="search" hidden> '
-    '<span class="how" id="matches" hidden></span> '
-    '<label><input type="checkbox" id="only-errors"> errors only</label> '
-    '<label><input type="checkbox" id="show-model" checked> model calls</label> '
-    '<label><input type="checkbox" id="show-tool" checked> tool calls</label> '
-    '<label><input type="checkbox" id="show-other" checked> other records</label></form>\n'
-    '<p class="how" id="keys" hidden>keys: <kbd>j</kbd> / <kbd>k</kbd> next / previous call, '
-    "<kbd>e</kbd> / <kbd>E</kbd> next / previous error, <kbd>i</kbd> the whole input of that call, "
-    "<kbd>/</kbd> search, <kbd>Enter</kbd> "
-    "(<kbd>Shift</kbd>+<kbd>Enter</kbd>) or <kbd>n</kbd> / <kbd>N</kbd> next / previous match, "
-    "<kbd>Esc</kbd> leaves the search</p></div>\n"
-)
-
-# The page's only style and script: the Content-Security-Policy allows exactly these, by hash.
-_PAGE_STYLE = """
-html{scroll-padding-top:5em}
-body{font:14px/1.4 system-ui,sans-serif;margin:1em auto;max-width:1100px;padding:0 1em}
-body{color:#1b1b1b;background:#fff}
-h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}h3{font-size:1em;margin:.2em 0}
-code,pre{font:12px/1.35 ui-monospace,monospace;overflow-wrap:anywhere}.wide{overflow-x:auto}
-pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.2em 0;background:#f6f6f4;padding:.3em .5em}
-table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
-.mark{background:#ffe08a;color:#5a3b00;border-radius:3px;font:11px ui-monospace,monospace}
-.cut{color:#7a4a00;font-style:italic}.error,.fail>h3{color:#b00020}
-.damage{border:2px solid #b00020;background:#fff0f0;padding:.4em .6em;font-weight:600}
-.key,.role{font-weight:600;color:#35557a}.thinking{opacity:.75}.change{color:#2d6a2d;font-weight:600}
-.card{border:1px solid #ccd;border-left:5px solid #6b8fc7;border-radius:4px;margin:.6em 0;padding:.3em .6em}
-.card.tool{border-left-color:#6bb38a}.card.compact{border-left-color:#b39a6b}.card.fail{border-left-color:#d33}
-.part{border-top:1px dotted #ccd;padding:.2em 0}.rec{padding:.15em .6em;color:#444}
-.rec.heading{font-weight:600;margin-top:.6em}
-.rec.fail{color:#b00020}.seq{color:#666;text-decoration:none}.type{font-weight:600}.time{color:#666;font-size:12px}
-.how{font-size:11px;color:#555}.how code{font-size:11px}
-.msg{margin:.2em 0}.call{margin:.2em 0}.image{color:#666}
-.shot{display:block;max-width:100%;max-height:480px;border:1px solid #ccd}
-svg{width:100%;height:auto;display:block;font:11px ui-monospace,monospace}
-.waterfall text.end{text-anchor:end}
-rect.model{fill:#6b8fc7}rect.tool{fill:#6bb38a}rect.compact{fill:#b39a6b}rect.other{fill:#999}rect.fail{fill:#d33}
-rect.bar{fill:#6b8fc7}.compaction{fill:#c05000}.span{stroke:#c05000}
-.tie{stroke:#d33;fill:none;stroke-dasharray:3 2}
-.filters{position:sticky;top:0;background:#fff;padding:.4em 0;border-bottom:1px solid #ddd;z-index:1}
-.filters p{margin:.2em 0}
-.turns{display:flex;flex-wrap:wrap;gap:.1em 1em;list-style:none;padding:0;margin:.2em 0}
-body:has(#only-errors:checked) :is(.card,.rec,.step):not(.fail){display:none}
-body:has(#show-model:not(:checked)) :is(.card,.step).model{display:none}
-body:has(#show-tool:not(:checked)) :is(.card,.step).tool{display:none}
-body:has(#show-other:not(:checked)) :is(.rec,.card.compact,.step.flow,.step.other){display:none}
-.miss{display:none}.card,.step{content-visibility:auto;contain-intrinsic-size:auto 5em}
-html[data-js] #search[hidden],html[data-js] #matches[hidden]{display:inline}
-html[data-js] #keys[hidden]{display:block}
-.whole>summary{color:#35557a;cursor:pointer}.input{border-left:3px solid #35557a;padding-left:.6em}
-.input>ol{padding-left:2em;margin:.2em 0}.input>div{border-top:1px dotted #ccd}
-.step{margin:.25em 0;padding:.15em .5em;border-left:3px solid #ccd}.step.tool{border-left-color:#6bb38a}
-.step.fail{border-left-color:#d33;background:#fff5f5}.flow{color:#555;font-style:italic}
-.say{margin:.15em 0;white-space:pre-wrap;overflow-wrap:anywhere}.say.user{background:#f2f6fc}
-.say .role{margin-right:.5em}summary>h2{display:inline}
-.pair{display:grid;grid-template-columns:1fr 1fr;gap:.8em}
-.pair>div{white-space:pre-wrap;overflow-wrap:anywhere}.more>summary{color:#35557a;cursor:pointer}::highlight(search){background:#ffd54a;color:#000}
-.glance{display:grid;grid-template-columns:max-content 1fr;gap:.3em 1em;margin:.8em 0}
-.glance dt{font-weight:600;color:#35557a}.glance dd{margin:0}
-.said{white-space:pre-wrap;overflow-wrap:anywhere}
-details.id{display:inline-block;vertical-align:top}details.id>summary{cursor:pointer;white-space:nowrap}
-details.id>summary code{overflow-wrap:normal}
-.skip{position:absolute;left:-999px}.skip:focus{left:1em;top:.5em;background:#fff;padding:.3em;z-index:2}
-kbd{font:11px ui-monospace,monospace;border:1px solid #bbb;border-radius:3px;padding:0 .3em}
-:focus{outline:2px solid #35557a}
-@media (max-width:700px){#keys,html[data-js] #keys[hidden]{display:none}
-.pair,.glance{grid-template-columns:1fr}body{padding:0 .5em}}
-:root{color-scheme:light dark}
-@media (prefers-color-scheme:dark){body,.filters,.skip:focus{color:#e6e6e6;background:#121212}
-a{color:#8ab4f8}a:visited{color:#c58af9}pre{background:#1e1e1e}svg text{fill:#e6e6e6}
-.error,.fail>h3,.rec.fail{color:#ff8a80}.cut{color:#e0b060}.change{color:#81c995}.damage{background:#3a1010}
-.key,.role,.glance dt,.whole>summary,.more>summary{color:#9cc3ff}.seq,.time,.image{color:#b0b0b0}
-.how,.flow,.rec{color:#c8c8c8}.say.user{background:#1b2433}.step.fail{background:#2a1515}
-.mark{background:#5a4500;color:#ffe08a}td,th,.card,.filters{border-color:#444}}
-@page{margin:1cm}
-@media print{.filters,#keys,.skip{display:none}body{max-width:none;margin:0;padding:0;font-size:10px}
-h2{margin-top:.6em;break-after:avoid}h3{break-after:avoid}.card{margin:.25em 0;padding:.1em .4em}
-#records,#timeline>ol{columns:2;column-gap:1.2em}#records h2{column-span:all}
-code,pre,.how,.how code{font-size:9px;line-height:1.2}pre{margin:.1em 0;padding:.1em .3em}
-.part,.rec{padding:.05em 0}table{font-size:9px}
-a{color:inherit;text-decoration:none}}
-"""
-
-_PAGE_SCRIPT = """
-"use strict";
-document.documentElement.setAttribute("data-js", "on");
-(function () {
-  // This script runs from the page's head, before the body is parsed: each handler is the
-  // document's and looks up what it acts on when it acts, so that search, filters and keys
-  // work on what is parsed so far while a long page loads, and on the rest as it comes.
-  var ITEMS = "#conversation .step, .card, .rec";
-  var texts = new WeakMap(), hits = [], done = 0, query = null, timer = 0, current = null, data = null;
-  var marks = null, marked = 0, left = 0;  // the matches highlighted: of hits[0:marked], at most 2000
-  function loading() {
-    return document.readyState === "loading";
-  }
-  // -- search: each step, card and record that misses the query is hidden (.miss)
-  function filter() {
-    clearTimeout(timer);
-    var box = document.getElementById("search"), count = document.getElementById("matches");
-    if (box.value.toLowerCase() !== query) {
-      query = box.value.toLowerCase();
-      hits = [];
-      done = marked = 0;
-      left = query === "" ? 0 : 2000;
-      if (window.CSS && CSS.highlights && typeof Highlight !== "undefined") {
-        marks = new Highlight();
-        CSS.highlights.set("search", marks);
-      }
-    }
-    var items = document.querySelectorAll(ITEMS);
-    var whole = loading() ? items.length - 1 : items.length;  // the last may not be whole yet
-    for (var j = done; j < items.length; j++) {
-      var text = texts.get(items[j]);
-      if (text === undefined) {
-        text = items[j].textContent.toLowerCase();
-        if (j < whole) texts.set(items[j], text);
-      }
-      var miss = query !== "" && text.indexOf(query) < 0;
-      items[j].classList.toggle("miss", miss);
-      if (query !== "" && !miss && j < whole) hits.push(items[j]);
-    }
-    done = Math.max(whole, done);
-    count.textContent = query === "" ? "" : hits.length + (hits.length === 1 ? " match" : " matches");
-    highlight();
-    if (loading() && query !== "") timer = setTimeout(filter, 500);  // what is parsed meanwhile
-  }
-  function highlight() {
-    // The matches of the hits found since the last call (as a page loads), while any are left.
-    for (; marks && marked < hits.length && left > 0; marked++) {
-      var walker = document.createTreeWalker(hits[marked], NodeFilter.SHOW_TEXT);
-      for (var node = walker.nextNode(); node && left > 0; node = walker.nextNode()) {
-        var text = node.data.toLowerCase(), from = text.length === node.length ? null : origins(node.data);
-        for (var at = text.indexOf(query); at >= 0 && left > 0; at = text.indexOf(query, at + 1)) {
-          var start = from ? from[at] : at, end = from ? from[at + query.length] : at + query.length;
-          if (start === end) continue;
-          var range = new Range();
-          range.setStart(node, start);
-          range.setEnd(node, end);
-          marks.add(range);
-          left--;
-        }
-      }
-    }
-  }
-  function origins(text) {
-    // Where each character of text's lower case comes from in text: "\u0130" has two.
-    var from = [];
-    for (var i = 0; i < text.length; i++) {
-      for (var k = text[i].toLowerCase().length; k > 0; k--) from.push(i);
-    }
-    from.push(text.length);
-    return from;
-  }
-  // -- moving: to the next or previous of a list, of those shown
-  function go(list, step) {
-    var shown = Array.prototype.filter.call(list, function (e) { return e.offsetParent !== null; });
-    if (shown.length === 0) return -1;
-    var n = shown.indexOf(current);
-    if (n < 0) {
-      n = 0;
-      while (n < shown.length && shown[n].getBoundingClientRect().top < 1) n++;
-      if (step < 0) n--;
-    } else {
-      n += step;
-    }
-    n = (n + shown.length) % shown.length;
-    current = shown[n];
-    current.setAttribute("tabindex", "-1");
-    current.focus();
-    return n;
-  }
-  function unfold(element, query) {
-    var walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
-    for (var node = walker.nextNode(); node; node = walker.nextNode()) {
-      if (node.data.toLowerCase().indexOf(query) < 0) continue;
-      for (var up = node.parentElement; up !== element; up = up.parentElement) {
-        if (up.tagName === "DETAILS") up.open = true;
-      }
-    }
-  }
-  function match(step) {
-    var n = go(hits, step);
-    var noun = hits.length === 1 ? " match" : " matches";
-    if (n < 0) return;
-    unfold(current, query);
-    document.getElementById("matches").textContent = (n + 1) + " of " + hits.length + noun;
-  }
-  function searched(event) {
-    if (event.key === "Enter") {
-      event.preventDefault();
-      filter();
-      match(event.shiftKey ? -1 : 1);
-    } else if (event.key === "Escape") {
-      event.target.blur();
-    }
-  }
-  function moved(event) {
-    var calls = "#conversation .step:not(.flow)", errors = "#conversation .step.fail";
-    var moves = {j: [calls, 1], k: [calls, -1], e: [errors, 1], E: [errors, -1]};
-    if (moves[event.key]) go(document.querySelectorAll(moves[event.key][0]), moves[event.key][1]);
-    else if (event.key === "n" || event.key === "N") match(event.key === "n" ? 1 : -1);
-    else if (event.key === "/") document.getElementById("search").focus();
-    else if (event.key === "i") whole();
-    else return;
-    event.preventDefault();
-  }
-  document.addEventListener("input", function (event) {
-    if (event.target.id !== "search") return;
-    clearTimeout(timer);
-    timer = setTimeout(filter, 120);
-  });
-  document.addEventListener("change", function (event) {
-    if (event.target.id === "search") filter();
-  });
-  document.addEventListener("keydown", function (event) {
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
-    if (event.target.id === "search") searched(event);
-    else if (event.target.tagName !== "INPUT") moved(event);
-  });
-  // -- a call's whole input: copies of the messages its card and earlier ones show
-  function inputs() {
-    if (data === null) data = JSON.parse(document.getElementById("session-data").textContent).inputs;
-    return data;
-  }
-  function places(seq) {
-    var out = [], tasks = [[seq, 0, Infinity]];
-    while (tasks.length) {
-      var task = tasks.pop();
-      if (typeof task === "string") {
-        out.push(task);
-        continue;
-      }
-      var parts = inputs()[task[0]][0], previous = inputs()[task[0]][1], at = 0, todo = [];
-      for (var i = 0; i < parts.length && at < task[2]; i++) {
-        var part = parts[i], size = typeof part === "string" ? 1 : part[1] - part[0];
-        var from = Math.max(task[1], at), to = Math.min(task[2], at + size);
-        if (from < to) {
-          todo.push(typeof part === "string" ? part : [previous, part[0] + from - at, part[0] + to - at]);
-        }
-        at += size;
-      }
-      while (todo.length) tasks.push(todo.pop());
-    }
-    return out;
-  }
-  function copy(id, what, tag) {
-    var item = document.createElement(tag), shown = document.getElementById(id);
-    if (shown) {
-      var clone = shown.cloneNode(true);
-      clone.removeAttribute("id");
-      item.appendChild(clone);
-    } else {
-      item.className = "cut";
-      item.textContent = what + " left out of this page, to keep to its budget";
-    }
-    return item;
-  }
-  function fill(whole) {
-    if (whole.querySelector(".input")) return;
-    if (loading()) {  // its messages and their places come later in the page
-      document.addEventListener("DOMContentLoaded", function () { fill(whole); });
-      return;
-    }
-    var seq = whole.id.slice(6), list = document.createElement("ol"), box = document.createElement("div");
-    var shown = places(seq);
-    for (var i = 0; i < shown.length; i++) list.appendChild(copy("msg-" + shown[i], "this message", "li"));
-    box.className = "input";
-    box.appendChild(list);
-    box.appendChild(copy("set-" + inputs()[seq][2], "the tools and config", "div"));
-    whole.querySelector(".places").hidden = true;
-    whole.appendChild(box);
-  }
-  document.addEventListener("toggle", function (event) {
-    var target = event.target;
-    if (target.classList && target.classList.contains("whole") && target.open) fill(target);
-  }, true);
-  function whole() {
-    var link = current && current.querySelector('a[href^="#input-"]');
-    var input = link && document.getElementById(link.getAttribute("href").slice(1));
-    if (!input) return;
-    input.open = true;
-    input.scrollIntoView();
-  }
-  // -- the fragment's folded target opened, and everything folded opened to print
-  function reveal() {
-    var id = location.hash.slice(1);
-    try {
-      id = decodeURIComponent(id);
-    } catch (malformed) {
-      // "#%" names nothing: the fragment is looked up as it is
-    }
-    var target = document.getElementById(id);
-    if (target && target.tagName === "DETAILS") target.open = true;
-  }
-  window.addEventListener("hashchange", reveal);
-  document.addEventListener("DOMContentLoaded", reveal);
-})();
-"""
+    page.render(source, args.max_line_bytes)
 
 
 # ---------------------------------------------------------------------------- command line
