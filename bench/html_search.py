@@ -178,6 +178,8 @@ def parsed(browser: Browser) -> float:
 
 
 def open_times(counts: List[int]) -> None:
+    if sys.platform == "win32":
+        raise SystemExit("--open builds its sessions with html_page.py, which needs Linux")
     import html_page
 
     print("turns | page | nodes | first match of a search | j | DOMContentLoaded")

@@ -40,6 +40,8 @@ FILES = (
 
 def cpu_now() -> float:
     """CPU seconds, user and system, of this process and of the children it has waited for."""
+    if sys.platform == "win32":
+        raise SystemExit("bench/suite.py measures with the resource module, which Windows lacks")
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
