@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+assert sys.platform != "win32", "--open builds its sessions with html_page.py, on Unix only"
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -178,8 +180,6 @@ def parsed(browser: Browser) -> float:
 
 
 def open_times(counts: List[int]) -> None:
-    if sys.platform == "win32":
-        raise SystemExit("--open builds its sessions with html_page.py, which needs Linux")
     import html_page
 
     print("turns | page | nodes | first match of a search | j | DOMContentLoaded")
