@@ -1129,6 +1129,9 @@ def test_an_import_interrupted_by_a_real_signal_leaves_nothing(tmp_path: Path) -
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as a terminal would start it: a test run launched in the background ignores SIGINT,
+        # and the child would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     while not os.listdir(folder) and child.poll() is None:  # until the temporary file is there
         time.sleep(0.001)
