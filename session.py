@@ -2608,7 +2608,10 @@ _LITERAL = re.compile(rb"true|false|null")
 # alone or in small objects and arrays up to three levels deep, in runs of "value," checked at
 # the speed of re.
 _W = rb"[ \t\n\r]*"
-_TEXT = rb'"' + _CHARS + rb'{0,8}"'
+# a run of plain characters is bounded: a longer string is left to _scalar_end, which is linear,
+# where re would backtrack over the whole of it each time a pattern around it fails
+_RUN = rb'[^"\\\x00-\x1f]{0,4096}'
+_TEXT = rb'"' + _RUN + rb'(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})' + _RUN + rb'){0,8}"'
 _SCALAR = rb"(?:" + _TEXT + rb"|-?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?|true|false|null)"
 
 
