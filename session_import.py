@@ -384,6 +384,10 @@ class _Writer:
         self.tool_calls += 1
         return True
 
+    def tool_start(self, time: datetime, execution: Execution, tool_id: str, name: str, args: Any) -> None:
+        """The start of the tool call *execution*."""
+        self.record("tool_exec_start", time, execution=execution, tool_id=tool_id, tool=name, args=args)
+
     def tool_end(
         self, time: datetime, execution: Execution, tool_id: str, name: str, result: Any, **more: Any
     ) -> None:
@@ -900,9 +904,7 @@ class _Conversation:
         if not self.writer.new_tool(execution.id, self.tally, entry):
             return
         self.tools[tool_id] = (execution, name)
-        self.writer.record(
-            "tool_exec_start", entry.time, execution=execution, tool_id=tool_id, tool=name, args=call["args"]
-        )
+        self.writer.tool_start(entry.time, execution, tool_id, name, call["args"])
 
     def user(self, entry: _Entry) -> None:
         obj = entry.obj
@@ -1210,14 +1212,7 @@ class _Trace:
                 if not self.writer.new_tool(tool.id, self.tally, entry):
                     continue
                 self.tools[call["id"]] = (tool, call["name"])
-                self.writer.record(
-                    "tool_exec_start",
-                    time,
-                    execution=tool,
-                    tool_id=call["id"],
-                    tool=call["name"],
-                    args=call["args"],
-                )
+                self.writer.tool_start(time, tool, call["id"], call["name"], call["args"])
 
     def tool_results(self, messages: List[Any], time: datetime) -> None:
         """The results in the request's last message of tool calls earlier responses made."""
@@ -1590,14 +1585,7 @@ class _Rollout:
         if not self.writer.new_tool(execution.id, self.tally, entry):
             return
         self.tools[call["id"]] = (execution, call["name"])
-        self.writer.record(
-            "tool_exec_start",
-            entry.time,
-            execution=execution,
-            tool_id=call["id"],
-            tool=call["name"],
-            args=call["args"],
-        )
+        self.writer.tool_start(entry.time, execution, call["id"], call["name"], call["args"])
 
     def line(self, entry: _Entry) -> None:
         kind, payload = _codex_line(entry.obj)
@@ -2151,14 +2139,7 @@ class _GeminiConversation:
         execution = self.execution(call["id"] + (f"#{again}" if again > 1 else ""), "tool")
         self.writer.tool_calls += 1
         args = call.get("args") if call.get("args") is not None else {}
-        self.writer.record(
-            "tool_exec_start",
-            life.time,
-            execution=execution,
-            tool_id=call["id"],
-            tool=call["name"],
-            args=args,
-        )
+        self.writer.tool_start(life.time, execution, call["id"], call["name"], args)
         status = call.get("status")
         if status not in ("success", *_GEMINI_FAILED):
             return  # still running when the file was last written
