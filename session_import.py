@@ -599,13 +599,13 @@ def _parent(entry: _Entry) -> Any:
 
 
 def _is_prompt(obj: Dict[str, Any]) -> bool:
-    """Whether *obj* is a line the user typed: a user line that is not only tool results,
-    nor a compaction's summary."""
+    """Whether *obj* is a line the user typed: a user line that holds no tool result (one
+    that does answers calls, with a note such as an interrupt's), nor a compaction's summary."""
     message = obj.get("message")
     content = message.get("content") if type(message) is dict else None
     if obj.get("type") != "user" or obj.get("isCompactSummary") is True:
         return False
-    return type(content) is str or (type(content) is list and not all(map(_is_tool_result, content)))
+    return type(content) is str or (type(content) is list and not any(map(_is_tool_result, content)))
 
 
 def _is_replay(entry: _Entry, followed: Dict[str, datetime]) -> bool:

@@ -240,20 +240,23 @@ def test_a_prompt_written_again_at_its_time_is_a_replay_not_a_rewind(tmp_path: P
     assert note["unmapped"] == {"replayed line (a prompt again at its time, and what follows it)": 2}
 
 
-def test_parallel_tool_calls_forking_the_lines_stay_one_branch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_parallel_tool_calls_forking_the_lines_stay_one_branch(tmp_path: Path, interrupted: bool) -> None:
     # Claude Code writes a response's next tool_use and the first call's result both after
-    # the first tool_use line: a fork of parentUuids that is no rewind
+    # the first tool_use line: a fork of parentUuids that is no rewind, even where the result
+    # comes with a note of the user's (a call the user stopped)
     def use(tool: str) -> List[Dict[str, Any]]:
         return [{"type": "tool_use", "id": tool, "name": "Read", "input": {"file_path": tool}}]
 
     def result(tool: str) -> List[Dict[str, Any]]:
         return [{"type": "tool_result", "tool_use_id": tool, "content": f"text of {tool}"}]
 
+    stopped = [{"type": "text", "text": "[Request interrupted by user for tool use]"}]
     lines = [
         line("u1", None, "user", "Read both", timestamp="2026-03-01T10:00:01Z"),
         line("a1", "u1", "assistant", use("t1"), timestamp="2026-03-01T10:00:02Z"),
         line("a2", "a1", "assistant", use("t2"), timestamp="2026-03-01T10:00:03Z"),
-        line("r1", "a1", "user", result("t1"), timestamp="2026-03-01T10:00:04Z"),
+        line("r1", "a1", "user", result("t1") + stopped * interrupted, timestamp="2026-03-01T10:00:04Z"),
         line("r2", "a2", "user", result("t2"), timestamp="2026-03-01T10:00:05Z"),
         line(
             "a3", "r2", "assistant", [{"type": "text", "text": "both read"}], timestamp="2026-03-01T10:00:06Z"
@@ -268,7 +271,12 @@ def test_parallel_tool_calls_forking_the_lines_stay_one_branch(tmp_path: Path) -
     assert not summary.gaps
     assert [data(r).result for r in of(records, "tool_exec_end")] == ["text of t1", "text of t2"]
     context = request_of(of(records, "model_request")[-1])["messages"]
-    assert [m["value"]["role"] for m in context] == ["user", "assistant", "tool", "tool"]
+    roles = (
+        ["user", "assistant", "tool", "user", "tool"]
+        if interrupted
+        else ["user", "assistant", "tool", "tool"]
+    )
+    assert [m["value"]["role"] for m in context] == roles
 
 
 def test_tool_calls_pair_use_and_result_with_is_error(tmp_path: Path) -> None:
