@@ -6,6 +6,12 @@ checkpoint is saved after every turn, and a second run resumes from the latest c
 as a host would after a restart.  Each call's CallRef goes to a small "timeline", as an
 application's own trace would hold it.
 
+Each reply's usage names its provider and model, its tokens and its cost, as a provider's
+client reports them.  No provider is asked: the provider is "demo", the model
+"scripted-model", and the figures are examples, made up to look like a real call's: 300 input
+tokens a message of the context, 48 output tokens a reply, priced at $3 a million input
+tokens and $15 a million output tokens.
+
     python3 examples/agent_loop.py demo.jsonl
     python3 -m session validate demo.jsonl
 """
@@ -28,6 +34,7 @@ TOOLS = [
     {"name": "count_lines", "description": "Count the lines of a file", "parameters": {"path": "string"}},
 ]
 CONFIG = session.CallConfig(max_tokens=1024, thinking_level="low", api_key="sk-demo-never-written")
+PRICES = {"input": 3, "output": 15}  # example figures: USD a million tokens
 
 
 class RateLimited(Exception):
@@ -53,6 +60,25 @@ def text(message: Message) -> str:
 
 def tool_call(call_id: str, name: str, **args: Any) -> session.ToolCallBlock:
     return session.tool_call_block(call_id, name, args)
+
+
+def usage(input_tokens: int, output_tokens: int) -> session.Usage:
+    """A reply's usage as a provider's client reports it: tokens, and their cost at PRICES."""
+    cost_in = input_tokens * PRICES["input"]  # in millionths of a USD
+    cost_out = output_tokens * PRICES["output"]
+    cost: session.Cost = {
+        "input": cost_in / 1e6,
+        "output": cost_out / 1e6,
+        "total": (cost_in + cost_out) / 1e6,
+    }
+    return {
+        "provider": "demo",
+        "model": "scripted-model",
+        "input": input_tokens,
+        "output": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+        "cost": cost,
+    }
 
 
 class ScriptedModel:
@@ -83,9 +109,7 @@ class ScriptedModel:
         else:
             content = [session.text_block(f"{results[-1]}; the project holds {results[0]}.")]
         stop = "toolUse" if any(b["type"] == "toolCall" for b in content) else "stop"
-        tokens = 40 * len(messages)
-        usage: session.Usage = {"input": tokens, "output": 12, "total_tokens": tokens + 12}
-        return Message("assistant", content, stop, usage)
+        return Message("assistant", content, stop, usage(300 * len(messages), 48))
 
 
 def call_model(
