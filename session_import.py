@@ -355,17 +355,24 @@ class _Writer:
         self.source_id = source_id
         self.runs = 0
         self.run: Optional[session.Run] = None
+        # the current run's: its turns, its tool calls and their ids, its latest record's time
+        self.turn = 0
+        self.turn_open = False
+        self.tool_calls = 0
+        self.tool_errors = 0
+        self.tool_ids: Set[str] = set()
+        self.latest = _EPOCH
 
     def begin(self, time: datetime) -> None:
-        """The next run, its ``agent_start`` at *time*."""
+        """The next run, its ``agent_start`` at *time*, its counts from zero."""
         self.runs += 1
         self.run = self.out.begin_run(run_id=_hex_id("run", self.source_id, str(self.runs)), time=time)
         self.turn = 0
         self.turn_open = False
         self.tool_calls = 0
         self.tool_errors = 0
+        self.tool_ids = set()
         self.latest = time
-        self.tool_ids: Set[str] = set()
         self.record("agent_start", time)
 
     def record(self, kind: str, time: datetime, **fields: Any) -> None:
