@@ -75,6 +75,11 @@ def call(record: Record) -> Execution:
     return execution
 
 
+def call_id(record: Record) -> str:
+    execution = record.data.get("execution")
+    return str(execution.get("id", "")) if type(execution) is dict else ""
+
+
 def request_of(record: Record) -> Dict[str, Any]:
     request = data(record).request
     assert request is not None
@@ -321,6 +326,110 @@ def test_a_sub_agent_file_is_nested_under_the_task_call_that_ran_it(tmp_path: Pa
         "sidechain line not in a sub-agent file"
         not in of(records, "import_note")[0].data["details"]["unmapped"]
     )
+
+
+def sidechain_session(tmp_path: Path, prompt: str) -> Path:
+    """A session of an older Claude Code, which wrote a Task call's sub-agent in the session's
+    file as a sidechain (``isSidechain``, its first line following none) that began with the
+    call's prompt; *prompt* is the Task's."""
+    task = [
+        {"type": "tool_use", "id": "toolu_T", "name": "Task", "input": {"description": "d", "prompt": prompt}}
+    ]
+    grep = [{"type": "tool_use", "id": "toolu_G", "name": "Grep", "input": {"pattern": "TODO"}}]
+    found = [{"type": "tool_result", "tool_use_id": "toolu_G", "content": "a.py:1"}]
+    answer = [{"type": "tool_result", "tool_use_id": "toolu_T", "content": "One TODO, in a.py"}]
+    return write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "Look for TODOs"),
+            line("a1", "u1", "assistant", task),
+            line("s1", None, "user", "Find the TODOs", isSidechain=True),
+            line("s2", "s1", "assistant", grep, isSidechain=True),
+            line("s3", "s2", "user", found, isSidechain=True),
+            line("s4", "s3", "assistant", "Found it: a.py:1", isSidechain=True),
+            line("r1", "a1", "user", answer),
+            line("a2", "r1", "assistant", "There is one TODO."),
+        ],
+    )
+
+
+def test_a_sidechain_in_the_session_file_is_nested_under_the_task_call_whose_prompt_began_it(
+    tmp_path: Path,
+) -> None:
+    report = session_import.import_session(
+        sidechain_session(tmp_path, "Find the TODOs"), tmp_path / "out.jsonl"
+    )
+    assert report.not_understood == () and "sidechain line not in a sub-agent file" not in report.unmapped
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    start = of(records, "tool_exec_start", "toolu_T")[0].seq
+    end = of(records, "tool_exec_end", "toolu_T")[0].seq
+    nested = [r for r in records if r.data.get("execution", {}).get("parent_id") == "toolu_T"]
+    assert {call(r).id for r in nested} == {"toolu_T/model-1", "toolu_T/model-2", "toolu_T/toolu_G"}
+    assert all(start < r.seq < end for r in nested)
+    assert not [r for r in nested if r.type == "message_end"]  # not mixed into the conversation
+    request = request_of(of(records, "model_request", "toolu_T/model-2")[0])
+    assert [texts(m) for m in request["messages"]] == [["Find the TODOs"], ["toolCall"], ["a.py:1"]]
+    spoken = [texts(data(r).message) for r in of(records, "message_end")]
+    assert ["Find the TODOs"] not in spoken and ["Found it: a.py:1"] not in spoken
+    assert gaps_of(tmp_path / "out.jsonl") == []
+
+
+def test_parallel_task_calls_take_the_sidechains_their_prompts_began(tmp_path: Path) -> None:
+    def task(key: str, prompt: str) -> List[Any]:
+        return [{"type": "tool_use", "id": key, "name": "Task", "input": {"prompt": prompt}}]
+
+    def result(key: str) -> List[Any]:
+        return [{"type": "tool_result", "tool_use_id": key, "content": "done"}]
+
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "Two things"),
+            line("a1", "u1", "assistant", task("toolu_A", "First"), id="m1"),
+            line("x1", None, "user", "First", isSidechain=True),  # begun before the next block's line
+            line("a2", "a1", "assistant", task("toolu_B", "Second"), id="m1"),
+            line("y1", None, "user", "Second", isSidechain=True),
+            line("y2", "y1", "assistant", "second done", isSidechain=True),
+            line("x2", "x1", "assistant", "first done", isSidechain=True),
+            line("r1", "a2", "user", result("toolu_B")),
+            line("r2", "r1", "user", result("toolu_A")),
+        ],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    for key, said in (("toolu_A", "first done"), ("toolu_B", "second done")):
+        (end,) = of(records, "model_exec_end", f"{key}/model-1")
+        assert call(end).parent_id == key and texts(data(end).message) == [said]
+    assert not [r for r in records if call_id(r).startswith(("x1/", "y1/"))]  # none left over
+
+
+def test_a_sidechain_no_task_call_began_is_calls_of_its_own_after_the_conversation(tmp_path: Path) -> None:
+    report = session_import.import_session(
+        sidechain_session(tmp_path, "Another task"), tmp_path / "out.jsonl"
+    )
+    assert report.not_understood == () and "sidechain line not in a sub-agent file" not in report.unmapped
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    own = [r for r in records if call_id(r).startswith("s1/")]
+    assert {call(r).id for r in own} == {"s1/model-1", "s1/model-2", "s1/toolu_G"}
+    assert all(call(r).parent_id == "" for r in own)
+    assert min(r.seq for r in own) > of(records, "message_end")[-1].seq  # after the conversation
+    assert not [r for r in records if call_id(r).startswith("toolu_T/")]
+    assert gaps_of(tmp_path / "out.jsonl") == []
+
+
+def test_a_sub_agent_file_no_tool_call_ran_is_calls_of_its_own_after_the_conversation(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(CLAUDE_CODE.parent, project)
+    agents = project / SESSION_ID / "subagents"
+    shutil.copy(agents / "agent-a1b2c3.jsonl", agents / "agent-zzz.jsonl")
+    report = session_import.import_session(project / CLAUDE_CODE.name, tmp_path / "out.jsonl")
+    assert "sub-agent file no tool call ran" not in report.unmapped
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    own = [r for r in records if call_id(r).startswith("agent-zzz/")]
+    assert {call(r).id for r in own} == {"agent-zzz/model-1", "agent-zzz/model-2", "agent-zzz/toolu_s1"}
+    assert all(call(r).parent_id == "" for r in own)
+    assert min(r.seq for r in own) > of(records, "message_end")[-1].seq
+    assert report.lines == session_import.import_session(CLAUDE_CODE, tmp_path / "base.jsonl").lines + 4
 
 
 def test_a_compaction_replaces_the_context_of_the_calls_after_it(tmp_path: Path) -> None:
