@@ -1326,13 +1326,26 @@ def _http_error(response: Dict[str, Any]) -> Dict[str, Any]:
     return {"message": text or "no message in the response", "type": kind}
 
 
+def _trace_id(source: str) -> str:
+    """A claude-trace log's session id: its file's name (the second the log began, which two
+    logs of two projects can share) and the digest of its first line, which a log keeps as it
+    grows."""
+    digest = hashlib.sha256()
+    with open(source, "rb") as file:
+        for chunk in iter(lambda: file.readline(1 << 20), b""):
+            digest.update(chunk)
+            if chunk.endswith(b"\n"):
+                break
+    return f"{os.path.splitext(os.path.basename(source))[0]}-{digest.hexdigest()[:12]}"
+
+
 def _claude_trace(source: str, limit: int) -> _Plan:
     """The plan of a claude-trace log's import: each request/response pair one model call."""
     lines = _read_lines(source, "", limit, "logged_at")
     provenance = {
         "format": "claude-trace",
         "source": source,
-        "source_session_id": os.path.splitext(os.path.basename(source))[0],
+        "source_session_id": _trace_id(source),
         "files": {os.path.basename(source): lines.size},
     }
 
@@ -2521,10 +2534,12 @@ def _sources(paths: List[str]) -> Iterator[str]:
                     yield os.path.join(folder, name)
 
 
-def _archive_name(source: str) -> str:
-    """The file name ``--into`` gives *source*'s import: its session id, where that is a
-    plain name."""
+def _archive_name(source: str, kind: Optional[str]) -> str:
+    """The file name ``--into`` gives *source*'s import (of the format *kind*, else the one
+    detected): its file's name, a claude-trace log's session id, where that is a plain name."""
     stem = os.path.splitext(os.path.basename(source))[0]
+    with contextlib.suppress(OSError):  # an unreadable source is reported where it is read
+        stem = _trace_id(source) if (kind or _detect(source)) == "claude-trace" else stem
     plain = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}", stem) is not None
     return f"{stem if plain else _hex_id('name', stem)}.jsonl"
 
@@ -2588,7 +2603,7 @@ def _import_into(args: Any) -> int:
     status = 0
     taken: Dict[str, str] = {}
     for source in _sources(args.files):
-        output = os.path.join(args.into, _archive_name(source))
+        output = os.path.join(args.into, _archive_name(source, args.source_format))
         if output in taken:
             _print_error(f"{source}: has the session id of {taken[output]}; not imported")
             status = 1

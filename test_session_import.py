@@ -29,6 +29,7 @@ FIXTURES = HERE / "testdata" / "import"
 SESSION_ID = "5f0c2a1e-7b3d-4c8e-9a10-2b3c4d5e6f70"
 CLAUDE_CODE = FIXTURES / "claude-code" / "project" / f"{SESSION_ID}.jsonl"
 CLAUDE_TRACE = FIXTURES / "claude-trace" / "log-2026-03-01-10-00-00.jsonl"
+TRACE_ID = "log-2026-03-01-10-00-00-34dc1d79c482"  # its name, and the digest of its first line
 TORN = FIXTURES / "hostile" / "0d1e2f30-4150-4617-8899-aabbccddeeff.jsonl"
 CODEX_ID = "019a9776-0a34-7842-8627-112b63d66e90"
 CODEX_SESSIONS = FIXTURES / "codex" / "sessions"
@@ -1270,7 +1271,7 @@ def test_into_imports_every_session_once_and_again_only_what_grew(tmp_path: Path
     sources, archive = copy_sources(tmp_path), tmp_path / "archive"
     first = run_cli_process("import", str(sources), "--into", str(archive))  # the command, in a process
     assert first.returncode == 0, first.stderr
-    assert sorted(os.listdir(archive)) == [f"{SESSION_ID}.jsonl", "log-2026-03-01-10-00-00.jsonl"]
+    assert sorted(os.listdir(archive)) == [f"{SESSION_ID}.jsonl", f"{TRACE_ID}.jsonl"]
     kept = {name: (archive / name).read_bytes() for name in os.listdir(archive)}
     again = run("import", str(sources), "--into", str(archive))
     assert again.returncode == 0 and again.stdout.count(": unchanged -> ") == 2
@@ -1282,7 +1283,7 @@ def test_into_imports_every_session_once_and_again_only_what_grew(tmp_path: Path
     assert grown.returncode == 0, grown.stderr
     assert f"{sources / 'claude-code' / 'project' / SESSION_ID}.jsonl: imported 29 lines" in grown.stdout
     assert grown.stdout.count(": unchanged -> ") == 1
-    assert (archive / "log-2026-03-01-10-00-00.jsonl").read_bytes() == kept["log-2026-03-01-10-00-00.jsonl"]
+    assert (archive / f"{TRACE_ID}.jsonl").read_bytes() == kept[f"{TRACE_ID}.jsonl"]
     assert sorted(os.listdir(archive)) == sorted(kept)  # replaced whole, no temporary file left
     assert run("validate", str(archive / f"{SESSION_ID}.jsonl")).returncode == 0
 
@@ -1631,21 +1632,46 @@ def test_an_edited_fixture_imports_as_a_possible_history_or_not_at_all(
 
 
 def test_into_never_replaces_an_archive_with_less_of_its_source(tmp_path: Path) -> None:
-    # two claude-trace logs of the same second in two folders: the same archive name
+    # a claude-trace log cut short (its first lines) where it was imported whole
     first, second = tmp_path / "a" / CLAUDE_TRACE.name, tmp_path / "b" / CLAUDE_TRACE.name
     for path, lines in ((first, 5), (second, 2)):
         path.parent.mkdir()
         path.write_text("".join(CLAUDE_TRACE.read_text().splitlines(keepends=True)[:lines]))
     archive = tmp_path / "archive"
     assert run("import", str(first.parent), "--into", str(archive)).returncode == 0
-    kept = (archive / CLAUDE_TRACE.name).read_bytes()
+    kept = (archive / f"{TRACE_ID}.jsonl").read_bytes()
     done = run("import", str(second.parent), "--into", str(archive))
     assert done.returncode == 1
     assert (
         f"holds {CLAUDE_TRACE.name} as {first.stat().st_size} bytes, more than the source has now"
         in done.stderr
     )
-    assert (archive / CLAUDE_TRACE.name).read_bytes() == kept
+    assert (archive / f"{TRACE_ID}.jsonl").read_bytes() == kept
+
+
+def test_into_keeps_two_trace_logs_of_one_second_apart(tmp_path: Path) -> None:
+    # two claude-trace logs of the same second in two projects: the same file name, two sessions
+    lines = CLAUDE_TRACE.read_text().splitlines(keepends=True)
+    first, second = tmp_path / "a" / CLAUDE_TRACE.name, tmp_path / "b" / CLAUDE_TRACE.name
+    for path, text in ((first, lines[:2]), (second, lines[2:])):
+        path.parent.mkdir()
+        path.write_text("".join(text))
+    assert second.stat().st_size > first.stat().st_size  # a larger log, later
+    archive = tmp_path / "archive"
+    assert run("import", str(first.parent), "--into", str(archive)).returncode == 0
+    (kept,) = archive.iterdir()
+    before = kept.read_bytes()
+    done = run("import", str(second.parent), "--into", str(archive))
+    assert done.returncode == 0, done.stderr
+    assert kept.read_bytes() == before  # never replaced by the other log's import
+    files = sorted(archive.iterdir())
+    assert len(files) == 2
+    assert len({next(session.iter_records(path)).session_id for path in files}) == 2
+    both = tmp_path / "both"  # in one run: both imported
+    assert run("import", str(first.parent), str(second.parent), "--into", str(both)).returncode == 0
+    assert sorted(path.name for path in both.iterdir()) == [path.name for path in files]
+    again = run("import", str(first.parent), str(second.parent), "--into", str(archive))
+    assert again.returncode == 0 and again.stdout.count(": unchanged -> ") == 2
 
 
 @pytest.mark.parametrize("depth", [195, 450, 900])
