@@ -1794,6 +1794,25 @@ def _codex_prompts(entries: List[_Entry]) -> Dict[str, int]:
     return prompts
 
 
+def _codex_copies(entries: List[_Entry], tally: _Tally) -> List[_Entry]:
+    """*entries* but the lines written again verbatim: Codex stamps each line with the time it
+    writes it, to the millisecond, so a line with the time and item of one before it is that
+    line again (the file written twice), counted.  Lines without that stamp (the first Rust
+    versions' bare items) are never copies: a prompt typed again is the same line."""
+    written: Dict[str, List[Dict[str, Any]]] = {}  # the lines by their time
+    kept: List[_Entry] = []
+    for entry in entries:
+        stamp = entry.obj.get("timestamp")
+        if type(stamp) is str and "payload" in entry.obj:
+            earlier = written.setdefault(stamp, [])
+            if entry.obj in earlier:
+                tally.skip("copy of an earlier line")
+                continue
+            earlier.append(entry.obj)
+        kept.append(entry)
+    return kept
+
+
 def _codex(source: str, limit: int) -> _Plan:
     """The plan of a Codex rollout's import: each model call with its request rebuilt from
     the history Codex resends."""
@@ -1821,8 +1840,9 @@ def _codex(source: str, limit: int) -> _Plan:
         tally.add(lines)
         first = lines.entries[0].time if lines.entries else _EPOCH
         instructions = [Message("system", [session.text_block(system)], timestamp=first)] if system else []
-        rollout = _Rollout(writer, tally, instructions, _codex_prompts(lines.entries))
-        for unit in _codex_units(lines.entries):
+        entries = _codex_copies(lines.entries, tally)
+        rollout = _Rollout(writer, tally, instructions, _codex_prompts(entries))
+        for unit in _codex_units(entries):
             rollout.unit(unit)
 
     return _Plan(lines, provenance, body)

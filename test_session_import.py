@@ -590,6 +590,54 @@ def test_codex_event_msg_copies_of_messages_are_not_recorded_twice(tmp_path: Pat
     assert note["lines"] == 31 and note["not_understood"] == []
 
 
+def recorded(path: Path) -> List[Any]:
+    """What an import recorded, its provenance and note aside (they name the source)."""
+    return [
+        (r.type, r.run_id, r.time, r.data)
+        for r in session.iter_records(path)
+        if r.type not in ("import", "import_note")
+    ]
+
+
+@pytest.mark.parametrize("copied", ["each line twice", "the rollout again after it"])
+def test_codex_a_line_written_again_verbatim_is_a_copy_counted_not_recorded_twice(
+    tmp_path: Path, copied: str
+) -> None:
+    lines = CODEX.read_text().splitlines(keepends=True)
+    source = tmp_path / CODEX.name
+    again = [text for text in lines for _ in (1, 2)] if copied == "each line twice" else lines + lines
+    source.write_text("".join(again))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    base = session_import.import_session(CODEX, tmp_path / "base.jsonl")
+    assert recorded(tmp_path / "out.jsonl") == recorded(tmp_path / "base.jsonl")
+    assert report.unmapped == {**base.unmapped, "copy of an earlier line": len(lines)}
+    assert report.lines == 2 * base.lines and report.not_understood == ()
+
+
+def test_codex_a_prompt_typed_again_is_a_turn_again_and_bare_lines_are_never_copies(tmp_path: Path) -> None:
+    lines = CODEX.read_text().splitlines(keepends=True)
+    prompt = [text for text in lines if "List the files" in text][:2]  # the item and its event
+    later = [text.replace("09:30:01.000Z", "09:30:30.000Z") for text in prompt]  # typed again
+    source = tmp_path / CODEX.name
+    source.write_text("".join(lines + later))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert "copy of an earlier line" not in report.unmapped
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    said = [texts(data(r).message)[0] for r in of(records, "message_end")]
+    assert said.count("List the files") == 2
+    assert len(of(records, "turn_start")) == 3
+    bare = CODEX_BARE.read_text().splitlines(keepends=True)  # no timestamps: a line again is a line
+    source = tmp_path / CODEX_BARE.name
+    source.write_text("".join([*bare, bare[1]]))
+    report = session_import.import_session(source, tmp_path / "bare.jsonl")
+    assert "copy of an earlier line" not in report.unmapped
+    said = [
+        texts(data(r).message)[0]
+        for r in of(list(session.iter_records(tmp_path / "bare.jsonl")), "message_end")
+    ]
+    assert said.count("What is in src?") == 2
+
+
 def test_codex_what_the_user_typed_starts_a_turn_and_added_context_does_not(tmp_path: Path) -> None:
     records = imported(tmp_path, CODEX)
     assert [r.data["turn_index"] for r in of(records, "turn_start")] == [1, 2]
@@ -1435,7 +1483,8 @@ def test_codex_a_call_id_used_again_starts_no_second_call(tmp_path: Path) -> Non
     lines = CODEX.read_text().splitlines(keepends=True)
     call = next(n for n, text in enumerate(lines) if '"function_call"' in text)
     source = tmp_path / "rollout.jsonl"
-    source.write_text("".join([*lines, lines[call]]))
+    later = lines[call].replace("09:30:03.000Z", "09:30:40.000Z")  # another call, not a copy
+    source.write_text("".join([*lines, later]))
     report = session_import.import_session(source, tmp_path / "out.jsonl")
     assert [(p.line, p.reason) for p in report.not_understood] == [
         (len(lines) + 1, "a tool call id used before (call_1)")
