@@ -355,17 +355,24 @@ class _Writer:
         self.source_id = source_id
         self.runs = 0
         self.run: Optional[session.Run] = None
+        # the current run's: its turns, its tool calls and their ids, its latest record's time
+        self.turn = 0
+        self.turn_open = False
+        self.tool_calls = 0
+        self.tool_errors = 0
+        self.tool_ids: Set[str] = set()
+        self.latest = _EPOCH
 
     def begin(self, time: datetime) -> None:
-        """The next run, its ``agent_start`` at *time*."""
+        """The next run, its ``agent_start`` at *time*, its counts from zero."""
         self.runs += 1
         self.run = self.out.begin_run(run_id=_hex_id("run", self.source_id, str(self.runs)), time=time)
         self.turn = 0
         self.turn_open = False
         self.tool_calls = 0
         self.tool_errors = 0
+        self.tool_ids = set()
         self.latest = time
-        self.tool_ids: Set[str] = set()
         self.record("agent_start", time)
 
     def record(self, kind: str, time: datetime, **fields: Any) -> None:
@@ -686,14 +693,26 @@ def _steps(chain: List[_Entry]) -> List[List[_Entry]]:
     return steps
 
 
+def _prompt(obj: Dict[str, Any]) -> Optional[str]:
+    """The text of a user line (``None`` for another line)."""
+    message = obj.get("message")
+    content = message.get("content") if type(message) is dict and obj.get("type") == "user" else None
+    if type(content) is list:
+        return "".join(b["text"] for b in content if type(b) is dict and type(b.get("text")) is str)
+    return content if type(content) is str else None
+
+
 @dataclass
 class _SubAgents:
     """A session's sub-agent files (``<session>/subagents/agent-<id>.jsonl``), by the id of the
-    tool call that ran each (its ``.meta.json``'s ``toolUseId``) and by agent id."""
+    tool call that ran each (its ``.meta.json``'s ``toolUseId``) and by agent id; and the
+    sidechains older versions wrote in the session's file instead, each a chain of lines."""
 
     folder: str
     by_tool: Dict[str, str] = field(default_factory=dict)
     used: List[str] = field(default_factory=list)
+    chains: List[List[_Entry]] = field(default_factory=list)
+    chained: Set[int] = field(default_factory=set)  # the chains a tool call ran
 
     @classmethod
     def of(cls, source: str) -> _SubAgents:
@@ -731,24 +750,77 @@ class _SubAgents:
             )
         return []
 
+    def hold(self, entries: List[_Entry]) -> List[_Entry]:
+        """*entries* but their sidechain lines (``isSidechain``), kept as chains: a line on the
+        chain of the line it follows, a line that follows none of them beginning a chain."""
+        rest: List[_Entry] = []
+        by_uuid: Dict[str, List[_Entry]] = {}
+        for entry in entries:
+            if entry.obj.get("isSidechain") is not True:
+                rest.append(entry)
+                continue
+            parent = _parent(entry)
+            chain = by_uuid.get(parent) if parent is not None else None
+            if chain is None:
+                chain = []
+                self.chains.append(chain)
+            chain.append(entry)
+            key = entry.obj.get("uuid")
+            if type(key) is str:
+                by_uuid[key] = chain
+        return rest
+
+    def sidechain(self, prompt: Any, called: _Entry, ended: _Entry) -> List[_Entry]:
+        """The first chain no call ran yet that began with *prompt* (an agent tool call's),
+        after the first line *called* of the response that made the call and before the line
+        *ended* of its result."""
+        for index, chain in enumerate(self.chains):
+            first = chain[0]
+            if (
+                index not in self.chained
+                and first.file == called.file
+                and called.number < first.number < ended.number
+                and type(prompt) is str
+                and _prompt(first.obj) == prompt
+            ):
+                self.chained.add(index)
+                return chain
+        return []
+
+    def unran(self) -> Iterator[Tuple[str, List[_Entry]]]:
+        """The chains no tool call ran, each with the name its calls take: its first line's uuid."""
+        for index, chain in enumerate(self.chains):
+            if index not in self.chained:
+                key = chain[0].obj.get("uuid")
+                yield (key if type(key) is str else f"line-{chain[0].number}"), chain
+
 
 class _Conversation:
     """One Claude Code conversation (the session's, or a sub-agent's nested under the tool call
-    that ran it) written as model calls, tool calls and messages."""
+    that ran it, or under no call, its ids beginning with *prefix*) written as model calls, tool
+    calls and messages."""
 
     def __init__(
-        self, writer: _Writer, tally: _Tally, agents: _SubAgents, parent: Optional[Execution], limit: int
+        self,
+        writer: _Writer,
+        tally: _Tally,
+        agents: _SubAgents,
+        parent: Optional[Execution],
+        limit: int,
+        prefix: str = "",
     ) -> None:
         self.writer = writer
         self.tally = tally
         self.agents = agents
         self.parent = parent
-        self.prefix = f"{parent.id}/" if parent is not None else ""
+        self.prefix = f"{parent.id}/" if parent is not None else prefix
+        self.nested = bool(self.prefix)  # a sub-agent's: no turns, no messages of the conversation
         self.history: List[Message] = []
         self.calls = 0
         self.compactions = 0
         self.failures: List[_Entry] = []  # API errors before the call they were retries of
         self.tools: Dict[str, Tuple[Execution, str]] = {}
+        self.tasks: Dict[str, Tuple[Any, _Entry]] = {}  # the agent tool calls' input and line
         self.boundary: Optional[_Entry] = None  # the compact_boundary its summary follows
         self.limit = limit  # the longest line of a sub-agent file
         self.marks: Dict[int, Tuple[List[Message], int]] = {}  # the context after each line
@@ -758,14 +830,15 @@ class _Conversation:
         turn = self.writer.turn if self.parent is None else self.parent.turn_index
         return Execution(self.prefix + name, kind, parent_id, turn, attempt)
 
-    def write(self, lines: _Lines) -> None:
+    def write(self, lines: List[_Entry]) -> None:
         """The conversation of *lines*: each branch the user rewound from a run of its own
-        (in the session's file, not a sub-agent's), then the branch it ended on."""
-        entries = self.unique(lines.entries)
-        if self.parent is None:
-            entries = [entry for entry in entries if not self.sidechain(entry)]
+        (in the session's file, not a sub-agent's), then the branch it ended on.  The
+        session's sidechains are kept for the tool calls that ran them."""
+        entries = self.unique(lines)
+        if not self.nested:
+            entries = self.agents.hold(entries)
         ended = _EPOCH
-        branches, replays = _branches(entries, self.parent is None)
+        branches, replays = _branches(entries, not self.nested)
         if replays:
             self.tally.skip("replayed line (a prompt again at its time, and what follows it)", replays)
         for number, branch in enumerate(branches):
@@ -792,14 +865,6 @@ class _Conversation:
                 problem = f"the uuid of line {earlier.number} again"
                 self.tally.problems.append(Problem(entry.file, entry.number, problem))
         return kept
-
-    def sidechain(self, entry: _Entry) -> bool:
-        """Whether *entry* is a conversation line of a sidechain in the session's file (older
-        versions wrote sub-agents there): counted, not imported."""
-        if entry.obj.get("isSidechain") is True and entry.obj.get("type") in _CC_MAPPED:
-            self.tally.skip("sidechain line not in a sub-agent file")
-            return True
-        return False
 
     def branch(self, lines: List[_Entry]) -> None:
         """The *lines* of a branch, step by step, each API error (a retry) before the call
@@ -881,12 +946,12 @@ class _Conversation:
             "model_request", first.time, execution=execution, request=self.request(model or "")
         )
         self.writer.record("model_exec_end", last.time, execution=execution, message=message)
-        if self.parent is None:
+        if not self.nested:
             self.writer.record("message_end", last.time, execution=execution, message=message)
         self.history.append(message)
         for block in message.content or []:
             if block["type"] == "toolCall":
-                self.tool_start(block["tool_call"], last)
+                self.tool_start(block["tool_call"], last, first)
 
     def failed_call(self, entry: _Entry) -> None:
         """The API error *entry* that ended a call (Claude Code's synthetic error message, or
@@ -898,12 +963,14 @@ class _Conversation:
         self.writer.record("model_request", entry.time, execution=execution, request=self.request(""))
         self.writer.record("model_exec_end", entry.time, execution=execution, error=_api_error(entry.obj))
 
-    def tool_start(self, call: session.ToolCall, entry: _Entry) -> None:
+    def tool_start(self, call: session.ToolCall, entry: _Entry, asked: _Entry) -> None:
         tool_id, name = call["id"], call["name"]
         execution = self.execution("tool", tool_id or f"tool-{self.writer.tool_calls + 1}")
         if not self.writer.new_tool(execution.id, self.tally, entry):
             return
         self.tools[tool_id] = (execution, name)
+        if name in _AGENT_TOOLS:  # its sub-agent's lines follow the response's first line
+            self.tasks[tool_id] = (call["args"], asked)
         self.writer.tool_start(entry.time, execution, tool_id, name, call["args"])
 
     def user(self, entry: _Entry) -> None:
@@ -919,10 +986,10 @@ class _Conversation:
         if rest or not results:
             blocks, kept = _blocks(rest)
             meta = obj.get("isMeta") is True
-            if self.parent is None and not meta:
+            if not self.nested and not meta:
                 self.writer.next_turn(entry.time)
             message = Message("user", blocks, metadata=_metadata(kept, meta=meta), timestamp=entry.time)
-            if self.parent is None:
+            if not self.nested:
                 self.writer.record("message_end", entry.time, message=message)
             self.history.append(message)
 
@@ -937,26 +1004,48 @@ class _Conversation:
         execution, name = self.tools.pop(tool_id)
         result = entry.obj.get("toolUseResult")
         if name in _AGENT_TOOLS:
-            agent = self.agents.file(tool_id, result.get("agentId") if type(result) is dict else None)
-            if agent is not None:
-                self.sub_agent(agent, execution)
+            self.sub_agent(tool_id, result, execution, entry)
         details = {"tool_use_result": result} if result is not None else None
         is_error = raw.get("is_error") is True
         self.writer.tool_end(
             entry.time, execution, tool_id, name, raw.get("content", ""), details=details, is_error=is_error
         )
         message = _tool_message(raw, entry.time)
-        if self.parent is None:
+        if not self.nested:
             self.writer.record("message_end", entry.time, execution=execution, message=message)
         self.history.append(message)
 
-    def sub_agent(self, name: str, execution: Execution) -> None:
-        """The sub-agent file *name*: its calls nested under the tool call *execution*."""
+    def sub_agent(self, tool_id: str, result: Any, execution: Execution, ended: _Entry) -> None:
+        """The sub-agent the agent tool call *execution* ran, its calls nested under it: its
+        file (by the call's id, else by its *result*'s ``agentId``), else the sidechain of the
+        session's file that began with the call's prompt after the call, before its result."""
+        name = self.agents.file(tool_id, result.get("agentId") if type(result) is dict else None)
+        args, called = self.tasks.pop(tool_id, (None, ended))
+        if name is not None:
+            lines = self.agent_file(name)
+        else:
+            lines = self.agents.sidechain(args.get("prompt") if type(args) is dict else None, called, ended)
+        if lines:
+            _Conversation(self.writer, self.tally, self.agents, execution, self.limit).write(lines)
+
+    def agent_file(self, name: str) -> List[_Entry]:
+        """The lines of the sub-agent file *name*, counted."""
         lines = _read_lines(
             os.path.join(self.agents.folder, name), f"subagents/{name}", self.limit, "timestamp"
         )
         self.tally.add(lines)
-        _Conversation(self.writer, self.tally, self.agents, execution, self.limit).write(lines)
+        return lines.entries
+
+    def unran(self) -> None:
+        """The sub-agents no tool call ran (files, sidechains): their calls all the same, under
+        no call, their ids beginning with the file's name or the sidechain's first uuid."""
+        named = [
+            (name[: -len(".jsonl")], self.agent_file(name))
+            for name in self.agents.files()
+            if name not in self.agents.used
+        ]
+        for prefix, lines in [*named, *self.agents.unran()]:
+            _Conversation(self.writer, self.tally, self.agents, None, self.limit, f"{prefix}/").write(lines)
 
     def compaction(self, entry: _Entry) -> None:
         self.compactions += 1
@@ -1031,10 +1120,9 @@ def _claude_code(source: str, limit: int) -> _Plan:
 
     def body(writer: _Writer, tally: _Tally) -> None:
         tally.add(lines)
-        _Conversation(writer, tally, agents, None, limit).write(lines)
-        for name in agents.files():
-            if name not in agents.used:
-                tally.skip("sub-agent file no tool call ran")
+        conversation = _Conversation(writer, tally, agents, None, limit)
+        conversation.write(lines.entries)
+        conversation.unran()
 
     return _Plan(lines, provenance, body)
 
@@ -1238,13 +1326,26 @@ def _http_error(response: Dict[str, Any]) -> Dict[str, Any]:
     return {"message": text or "no message in the response", "type": kind}
 
 
+def _trace_id(source: str) -> str:
+    """A claude-trace log's session id: its file's name (the second the log began, which two
+    logs of two projects can share) and the digest of its first line, which a log keeps as it
+    grows."""
+    digest = hashlib.sha256()
+    with open(source, "rb") as file:
+        for chunk in iter(lambda: file.readline(1 << 20), b""):
+            digest.update(chunk)
+            if chunk.endswith(b"\n"):
+                break
+    return f"{os.path.splitext(os.path.basename(source))[0]}-{digest.hexdigest()[:12]}"
+
+
 def _claude_trace(source: str, limit: int) -> _Plan:
     """The plan of a claude-trace log's import: each request/response pair one model call."""
     lines = _read_lines(source, "", limit, "logged_at")
     provenance = {
         "format": "claude-trace",
         "source": source,
-        "source_session_id": os.path.splitext(os.path.basename(source))[0],
+        "source_session_id": _trace_id(source),
         "files": {os.path.basename(source): lines.size},
     }
 
@@ -1693,6 +1794,25 @@ def _codex_prompts(entries: List[_Entry]) -> Dict[str, int]:
     return prompts
 
 
+def _codex_copies(entries: List[_Entry], tally: _Tally) -> List[_Entry]:
+    """*entries* but the lines written again verbatim: Codex stamps each line with the time it
+    writes it, to the millisecond, so a line with the time and item of one before it is that
+    line again (the file written twice), counted.  Lines without that stamp (the first Rust
+    versions' bare items) are never copies: a prompt typed again is the same line."""
+    written: Dict[str, List[Dict[str, Any]]] = {}  # the lines by their time
+    kept: List[_Entry] = []
+    for entry in entries:
+        stamp = entry.obj.get("timestamp")
+        if type(stamp) is str and "payload" in entry.obj:
+            earlier = written.setdefault(stamp, [])
+            if entry.obj in earlier:
+                tally.skip("copy of an earlier line")
+                continue
+            earlier.append(entry.obj)
+        kept.append(entry)
+    return kept
+
+
 def _codex(source: str, limit: int) -> _Plan:
     """The plan of a Codex rollout's import: each model call with its request rebuilt from
     the history Codex resends."""
@@ -1720,8 +1840,9 @@ def _codex(source: str, limit: int) -> _Plan:
         tally.add(lines)
         first = lines.entries[0].time if lines.entries else _EPOCH
         instructions = [Message("system", [session.text_block(system)], timestamp=first)] if system else []
-        rollout = _Rollout(writer, tally, instructions, _codex_prompts(lines.entries))
-        for unit in _codex_units(lines.entries):
+        entries = _codex_copies(lines.entries, tally)
+        rollout = _Rollout(writer, tally, instructions, _codex_prompts(entries))
+        for unit in _codex_units(entries):
             rollout.unit(unit)
 
     return _Plan(lines, provenance, body)
@@ -2433,10 +2554,12 @@ def _sources(paths: List[str]) -> Iterator[str]:
                     yield os.path.join(folder, name)
 
 
-def _archive_name(source: str) -> str:
-    """The file name ``--into`` gives *source*'s import: its session id, where that is a
-    plain name."""
+def _archive_name(source: str, kind: Optional[str]) -> str:
+    """The file name ``--into`` gives *source*'s import (of the format *kind*, else the one
+    detected): its file's name, a claude-trace log's session id, where that is a plain name."""
     stem = os.path.splitext(os.path.basename(source))[0]
+    with contextlib.suppress(OSError):  # an unreadable source is reported where it is read
+        stem = _trace_id(source) if (kind or _detect(source)) == "claude-trace" else stem
     plain = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}", stem) is not None
     return f"{stem if plain else _hex_id('name', stem)}.jsonl"
 
@@ -2500,7 +2623,7 @@ def _import_into(args: Any) -> int:
     status = 0
     taken: Dict[str, str] = {}
     for source in _sources(args.files):
-        output = os.path.join(args.into, _archive_name(source))
+        output = os.path.join(args.into, _archive_name(source, args.source_format))
         if output in taken:
             _print_error(f"{source}: has the session id of {taken[output]}; not imported")
             status = 1

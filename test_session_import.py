@@ -29,6 +29,7 @@ FIXTURES = HERE / "testdata" / "import"
 SESSION_ID = "5f0c2a1e-7b3d-4c8e-9a10-2b3c4d5e6f70"
 CLAUDE_CODE = FIXTURES / "claude-code" / "project" / f"{SESSION_ID}.jsonl"
 CLAUDE_TRACE = FIXTURES / "claude-trace" / "log-2026-03-01-10-00-00.jsonl"
+TRACE_ID = "log-2026-03-01-10-00-00-34dc1d79c482"  # its name, and the digest of its first line
 TORN = FIXTURES / "hostile" / "0d1e2f30-4150-4617-8899-aabbccddeeff.jsonl"
 CODEX_ID = "019a9776-0a34-7842-8627-112b63d66e90"
 CODEX_SESSIONS = FIXTURES / "codex" / "sessions"
@@ -73,6 +74,11 @@ def call(record: Record) -> Execution:
     execution = data(record).execution
     assert execution is not None
     return execution
+
+
+def call_id(record: Record) -> str:
+    execution = record.data.get("execution")
+    return str(execution.get("id", "")) if type(execution) is dict else ""
 
 
 def request_of(record: Record) -> Dict[str, Any]:
@@ -323,6 +329,110 @@ def test_a_sub_agent_file_is_nested_under_the_task_call_that_ran_it(tmp_path: Pa
     )
 
 
+def sidechain_session(tmp_path: Path, prompt: str) -> Path:
+    """A session of an older Claude Code, which wrote a Task call's sub-agent in the session's
+    file as a sidechain (``isSidechain``, its first line following none) that began with the
+    call's prompt; *prompt* is the Task's."""
+    task = [
+        {"type": "tool_use", "id": "toolu_T", "name": "Task", "input": {"description": "d", "prompt": prompt}}
+    ]
+    grep = [{"type": "tool_use", "id": "toolu_G", "name": "Grep", "input": {"pattern": "TODO"}}]
+    found = [{"type": "tool_result", "tool_use_id": "toolu_G", "content": "a.py:1"}]
+    answer = [{"type": "tool_result", "tool_use_id": "toolu_T", "content": "One TODO, in a.py"}]
+    return write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "Look for TODOs"),
+            line("a1", "u1", "assistant", task),
+            line("s1", None, "user", "Find the TODOs", isSidechain=True),
+            line("s2", "s1", "assistant", grep, isSidechain=True),
+            line("s3", "s2", "user", found, isSidechain=True),
+            line("s4", "s3", "assistant", "Found it: a.py:1", isSidechain=True),
+            line("r1", "a1", "user", answer),
+            line("a2", "r1", "assistant", "There is one TODO."),
+        ],
+    )
+
+
+def test_a_sidechain_in_the_session_file_is_nested_under_the_task_call_whose_prompt_began_it(
+    tmp_path: Path,
+) -> None:
+    report = session_import.import_session(
+        sidechain_session(tmp_path, "Find the TODOs"), tmp_path / "out.jsonl"
+    )
+    assert report.not_understood == () and "sidechain line not in a sub-agent file" not in report.unmapped
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    start = of(records, "tool_exec_start", "toolu_T")[0].seq
+    end = of(records, "tool_exec_end", "toolu_T")[0].seq
+    nested = [r for r in records if r.data.get("execution", {}).get("parent_id") == "toolu_T"]
+    assert {call(r).id for r in nested} == {"toolu_T/model-1", "toolu_T/model-2", "toolu_T/toolu_G"}
+    assert all(start < r.seq < end for r in nested)
+    assert not [r for r in nested if r.type == "message_end"]  # not mixed into the conversation
+    request = request_of(of(records, "model_request", "toolu_T/model-2")[0])
+    assert [texts(m) for m in request["messages"]] == [["Find the TODOs"], ["toolCall"], ["a.py:1"]]
+    spoken = [texts(data(r).message) for r in of(records, "message_end")]
+    assert ["Find the TODOs"] not in spoken and ["Found it: a.py:1"] not in spoken
+    assert gaps_of(tmp_path / "out.jsonl") == []
+
+
+def test_parallel_task_calls_take_the_sidechains_their_prompts_began(tmp_path: Path) -> None:
+    def task(key: str, prompt: str) -> List[Any]:
+        return [{"type": "tool_use", "id": key, "name": "Task", "input": {"prompt": prompt}}]
+
+    def result(key: str) -> List[Any]:
+        return [{"type": "tool_result", "tool_use_id": key, "content": "done"}]
+
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "Two things"),
+            line("a1", "u1", "assistant", task("toolu_A", "First"), id="m1"),
+            line("x1", None, "user", "First", isSidechain=True),  # begun before the next block's line
+            line("a2", "a1", "assistant", task("toolu_B", "Second"), id="m1"),
+            line("y1", None, "user", "Second", isSidechain=True),
+            line("y2", "y1", "assistant", "second done", isSidechain=True),
+            line("x2", "x1", "assistant", "first done", isSidechain=True),
+            line("r1", "a2", "user", result("toolu_B")),
+            line("r2", "r1", "user", result("toolu_A")),
+        ],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    for key, said in (("toolu_A", "first done"), ("toolu_B", "second done")):
+        (end,) = of(records, "model_exec_end", f"{key}/model-1")
+        assert call(end).parent_id == key and texts(data(end).message) == [said]
+    assert not [r for r in records if call_id(r).startswith(("x1/", "y1/"))]  # none left over
+
+
+def test_a_sidechain_no_task_call_began_is_calls_of_its_own_after_the_conversation(tmp_path: Path) -> None:
+    report = session_import.import_session(
+        sidechain_session(tmp_path, "Another task"), tmp_path / "out.jsonl"
+    )
+    assert report.not_understood == () and "sidechain line not in a sub-agent file" not in report.unmapped
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    own = [r for r in records if call_id(r).startswith("s1/")]
+    assert {call(r).id for r in own} == {"s1/model-1", "s1/model-2", "s1/toolu_G"}
+    assert all(call(r).parent_id == "" for r in own)
+    assert min(r.seq for r in own) > of(records, "message_end")[-1].seq  # after the conversation
+    assert not [r for r in records if call_id(r).startswith("toolu_T/")]
+    assert gaps_of(tmp_path / "out.jsonl") == []
+
+
+def test_a_sub_agent_file_no_tool_call_ran_is_calls_of_its_own_after_the_conversation(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(CLAUDE_CODE.parent, project)
+    agents = project / SESSION_ID / "subagents"
+    shutil.copy(agents / "agent-a1b2c3.jsonl", agents / "agent-zzz.jsonl")
+    report = session_import.import_session(project / CLAUDE_CODE.name, tmp_path / "out.jsonl")
+    assert "sub-agent file no tool call ran" not in report.unmapped
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    own = [r for r in records if call_id(r).startswith("agent-zzz/")]
+    assert {call(r).id for r in own} == {"agent-zzz/model-1", "agent-zzz/model-2", "agent-zzz/toolu_s1"}
+    assert all(call(r).parent_id == "" for r in own)
+    assert min(r.seq for r in own) > of(records, "message_end")[-1].seq
+    assert report.lines == session_import.import_session(CLAUDE_CODE, tmp_path / "base.jsonl").lines + 4
+
+
 def test_a_compaction_replaces_the_context_of_the_calls_after_it(tmp_path: Path) -> None:
     records = imported(tmp_path, CLAUDE_CODE)
     compacted = of(records, "context_compacted")
@@ -478,6 +588,54 @@ def test_codex_event_msg_copies_of_messages_are_not_recorded_twice(tmp_path: Pat
         "response_item:ghost_snapshot": 1,
     }
     assert note["lines"] == 31 and note["not_understood"] == []
+
+
+def recorded(path: Path) -> List[Any]:
+    """What an import recorded, its provenance and note aside (they name the source)."""
+    return [
+        (r.type, r.run_id, r.time, r.data)
+        for r in session.iter_records(path)
+        if r.type not in ("import", "import_note")
+    ]
+
+
+@pytest.mark.parametrize("copied", ["each line twice", "the rollout again after it"])
+def test_codex_a_line_written_again_verbatim_is_a_copy_counted_not_recorded_twice(
+    tmp_path: Path, copied: str
+) -> None:
+    lines = CODEX.read_text().splitlines(keepends=True)
+    source = tmp_path / CODEX.name
+    again = [text for text in lines for _ in (1, 2)] if copied == "each line twice" else lines + lines
+    source.write_text("".join(again))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    base = session_import.import_session(CODEX, tmp_path / "base.jsonl")
+    assert recorded(tmp_path / "out.jsonl") == recorded(tmp_path / "base.jsonl")
+    assert report.unmapped == {**base.unmapped, "copy of an earlier line": len(lines)}
+    assert report.lines == 2 * base.lines and report.not_understood == ()
+
+
+def test_codex_a_prompt_typed_again_is_a_turn_again_and_bare_lines_are_never_copies(tmp_path: Path) -> None:
+    lines = CODEX.read_text().splitlines(keepends=True)
+    prompt = [text for text in lines if "List the files" in text][:2]  # the item and its event
+    later = [text.replace("09:30:01.000Z", "09:30:30.000Z") for text in prompt]  # typed again
+    source = tmp_path / CODEX.name
+    source.write_text("".join(lines + later))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert "copy of an earlier line" not in report.unmapped
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    said = [texts(data(r).message)[0] for r in of(records, "message_end")]
+    assert said.count("List the files") == 2
+    assert len(of(records, "turn_start")) == 3
+    bare = CODEX_BARE.read_text().splitlines(keepends=True)  # no timestamps: a line again is a line
+    source = tmp_path / CODEX_BARE.name
+    source.write_text("".join([*bare, bare[1]]))
+    report = session_import.import_session(source, tmp_path / "bare.jsonl")
+    assert "copy of an earlier line" not in report.unmapped
+    said = [
+        texts(data(r).message)[0]
+        for r in of(list(session.iter_records(tmp_path / "bare.jsonl")), "message_end")
+    ]
+    assert said.count("What is in src?") == 2
 
 
 def test_codex_what_the_user_typed_starts_a_turn_and_added_context_does_not(tmp_path: Path) -> None:
@@ -1161,7 +1319,7 @@ def test_into_imports_every_session_once_and_again_only_what_grew(tmp_path: Path
     sources, archive = copy_sources(tmp_path), tmp_path / "archive"
     first = run_cli_process("import", str(sources), "--into", str(archive))  # the command, in a process
     assert first.returncode == 0, first.stderr
-    assert sorted(os.listdir(archive)) == [f"{SESSION_ID}.jsonl", "log-2026-03-01-10-00-00.jsonl"]
+    assert sorted(os.listdir(archive)) == [f"{SESSION_ID}.jsonl", f"{TRACE_ID}.jsonl"]
     kept = {name: (archive / name).read_bytes() for name in os.listdir(archive)}
     again = run("import", str(sources), "--into", str(archive))
     assert again.returncode == 0 and again.stdout.count(": unchanged -> ") == 2
@@ -1173,7 +1331,7 @@ def test_into_imports_every_session_once_and_again_only_what_grew(tmp_path: Path
     assert grown.returncode == 0, grown.stderr
     assert f"{sources / 'claude-code' / 'project' / SESSION_ID}.jsonl: imported 29 lines" in grown.stdout
     assert grown.stdout.count(": unchanged -> ") == 1
-    assert (archive / "log-2026-03-01-10-00-00.jsonl").read_bytes() == kept["log-2026-03-01-10-00-00.jsonl"]
+    assert (archive / f"{TRACE_ID}.jsonl").read_bytes() == kept[f"{TRACE_ID}.jsonl"]
     assert sorted(os.listdir(archive)) == sorted(kept)  # replaced whole, no temporary file left
     assert run("validate", str(archive / f"{SESSION_ID}.jsonl")).returncode == 0
 
@@ -1325,7 +1483,8 @@ def test_codex_a_call_id_used_again_starts_no_second_call(tmp_path: Path) -> Non
     lines = CODEX.read_text().splitlines(keepends=True)
     call = next(n for n, text in enumerate(lines) if '"function_call"' in text)
     source = tmp_path / "rollout.jsonl"
-    source.write_text("".join([*lines, lines[call]]))
+    later = lines[call].replace("09:30:03.000Z", "09:30:40.000Z")  # another call, not a copy
+    source.write_text("".join([*lines, later]))
     report = session_import.import_session(source, tmp_path / "out.jsonl")
     assert [(p.line, p.reason) for p in report.not_understood] == [
         (len(lines) + 1, "a tool call id used before (call_1)")
@@ -1522,21 +1681,46 @@ def test_an_edited_fixture_imports_as_a_possible_history_or_not_at_all(
 
 
 def test_into_never_replaces_an_archive_with_less_of_its_source(tmp_path: Path) -> None:
-    # two claude-trace logs of the same second in two folders: the same archive name
+    # a claude-trace log cut short (its first lines) where it was imported whole
     first, second = tmp_path / "a" / CLAUDE_TRACE.name, tmp_path / "b" / CLAUDE_TRACE.name
     for path, lines in ((first, 5), (second, 2)):
         path.parent.mkdir()
         path.write_text("".join(CLAUDE_TRACE.read_text().splitlines(keepends=True)[:lines]))
     archive = tmp_path / "archive"
     assert run("import", str(first.parent), "--into", str(archive)).returncode == 0
-    kept = (archive / CLAUDE_TRACE.name).read_bytes()
+    kept = (archive / f"{TRACE_ID}.jsonl").read_bytes()
     done = run("import", str(second.parent), "--into", str(archive))
     assert done.returncode == 1
     assert (
         f"holds {CLAUDE_TRACE.name} as {first.stat().st_size} bytes, more than the source has now"
         in done.stderr
     )
-    assert (archive / CLAUDE_TRACE.name).read_bytes() == kept
+    assert (archive / f"{TRACE_ID}.jsonl").read_bytes() == kept
+
+
+def test_into_keeps_two_trace_logs_of_one_second_apart(tmp_path: Path) -> None:
+    # two claude-trace logs of the same second in two projects: the same file name, two sessions
+    lines = CLAUDE_TRACE.read_text().splitlines(keepends=True)
+    first, second = tmp_path / "a" / CLAUDE_TRACE.name, tmp_path / "b" / CLAUDE_TRACE.name
+    for path, text in ((first, lines[:2]), (second, lines[2:])):
+        path.parent.mkdir()
+        path.write_text("".join(text))
+    assert second.stat().st_size > first.stat().st_size  # a larger log, later
+    archive = tmp_path / "archive"
+    assert run("import", str(first.parent), "--into", str(archive)).returncode == 0
+    (kept,) = archive.iterdir()
+    before = kept.read_bytes()
+    done = run("import", str(second.parent), "--into", str(archive))
+    assert done.returncode == 0, done.stderr
+    assert kept.read_bytes() == before  # never replaced by the other log's import
+    files = sorted(archive.iterdir())
+    assert len(files) == 2
+    assert len({next(session.iter_records(path)).session_id for path in files}) == 2
+    both = tmp_path / "both"  # in one run: both imported
+    assert run("import", str(first.parent), str(second.parent), "--into", str(both)).returncode == 0
+    assert sorted(path.name for path in both.iterdir()) == [path.name for path in files]
+    again = run("import", str(first.parent), str(second.parent), "--into", str(archive))
+    assert again.returncode == 0 and again.stdout.count(": unchanged -> ") == 2
 
 
 @pytest.mark.parametrize("depth", [195, 450, 900])
