@@ -3259,12 +3259,31 @@ def _run_content(run: _OtlpRun) -> _Attributes:
     if answer:
         stop = answer.get("stop_reason")
         reason = _FINISH_REASONS.get(stop, stop) if type(stop) is str and stop else "stop"
-        out += [
-            ("gen_ai.output.messages", _content([dict(_otel_message(answer), finish_reason=reason)])),
-            ("output.value", _cut(_safe(_plain_text(answer)))),
-            ("output.mime_type", "text/plain"),
-        ]
+        out.append(("gen_ai.output.messages", _content([dict(_otel_message(answer), finish_reason=reason)])))
+        out += _reply_value(answer)
     return out
+
+
+def _reply_value(message: Dict[str, Any]) -> _Attributes:
+    """A model's reply as OpenInference's ``output.value``, which backends show as what the
+    call (or run) answered: its text, or for a reply that calls tools a JSON object of its
+    text (``content``) and its ``tool_calls`` (each the conventions' part, without its type)."""
+    text = _plain_text(message)
+    parts = _otel_message(message)["parts"]
+    calls = [
+        {key: part[key] for key in ("id", "name", "arguments")}
+        for part in parts
+        if part["type"] == "tool_call"
+    ]
+    if not calls:
+        return [("output.value", _cut(_safe(text))), ("output.mime_type", "text/plain")]
+    value = _content(dict({"content": text} if text else {}, tool_calls=calls))
+    return [("output.value", value), ("output.mime_type", _json_type(value))]
+
+
+def _json_type(value: str) -> str:
+    """The MIME type of a JSON content attribute: JSON, or plain text once it was cut."""
+    return "application/json" if len(value) <= _OTLP_CONTENT_CAP else "text/plain"
 
 
 def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
@@ -3307,6 +3326,8 @@ def _chat_span(call: _OtlpCall, common: _Common, content: bool) -> _CallSpan:
                 dict(_otel_message(message), finish_reason=reason or ("error" if "error" in end else "stop"))
             ]
             attributes.append(("gen_ai.output.messages", _content(output)))
+        if "error" not in end and _message_value(end.get("message")):  # a failed call answered nothing
+            attributes += _reply_value(message)
     error = _error_status(end.get("error"), attributes)
     return f"chat {model}" if model else "chat", _CLIENT, attributes, error
 
@@ -3497,7 +3518,11 @@ class _Contents:
         system = [m for m in instructions if m.length > 2]
         chat_messages = (m for m in latest if m.role != "system")
         chat, left_out = _latest_messages(chat_messages, count - len(instructions))
-        out: _Attributes = [("gen_ai.input.messages", chat)]
+        out: _Attributes = [
+            ("gen_ai.input.messages", chat),
+            ("input.value", chat),  # what OpenInference's LLM spans hold: the call's raw input
+            ("input.mime_type", _json_type(chat)),
+        ]
         if left_out:
             out.append(("session_jsonl.input_messages_left_out", left_out))
         if system:

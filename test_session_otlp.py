@@ -440,6 +440,53 @@ def test_a_runs_span_carries_its_input_and_final_answer_with_content(demo: Path)
     assert {r["input.mime_type"] for r in runs} == {r["output.mime_type"] for r in runs} == {"text/plain"}
 
 
+def reply_value(message: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """What a chat span's ``output.value`` and its MIME type are for a recorded reply: its
+    text, or with tool calls a JSON object of its text and calls."""
+    text = "\n".join(b["text"] for b in message["content"] if b["type"] == "text")
+    calls = [b["tool_call"] for b in message["content"] if b["type"] == "toolCall"]
+    if not calls:
+        return text, "text/plain"
+    reply: Dict[str, Any] = {"content": text} if text else {}
+    reply["tool_calls"] = [{"id": c["id"], "name": c["name"], "arguments": c["args"]} for c in calls]
+    return json.dumps(reply, ensure_ascii=False), "application/json"
+
+
+def recorded_replies(path: Path) -> List[Optional[Tuple[str, str]]]:
+    """Each model call's ``reply_value``, in the file's order: ``None`` for a call that failed."""
+    ends = [r.data for r in session.iter_records(path) if r.type == "model_exec_end"]
+    return [None if "error" in end else reply_value(end["message"]["value"]) for end in ends]
+
+
+def test_a_chat_span_carries_its_request_and_reply_as_input_and_output_values(
+    demo: Path, tmp_path: Path
+) -> None:
+    """With content, each chat span's input.value is its input messages (JSON), its
+    output.value what the call answered; a failed call answered nothing.  Without
+    content, neither is sent (the keys the demo test checks)."""
+    spans, _ = sent(demo, "http/protobuf", "--content")
+    chats = [attributes(s) for s in spans if s.name.startswith("chat")]
+    assert [(a["input.value"], a["input.mime_type"]) for a in chats] == [
+        (a["gen_ai.input.messages"], "application/json") for a in chats
+    ]
+    found = [(a["output.value"], a["output.mime_type"]) if "output.value" in a else None for a in chats]
+    assert found == recorded_replies(demo)
+    assert found[0] is None and "output.mime_type" not in chats[0]  # rate-limited
+    reply = json.loads(chats[1]["output.value"])  # text and two tool calls
+    assert reply["content"] == "Let me look around." and len(reply["tool_calls"]) == 2
+    path = tmp_path / "long-reply.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model = Execution("m1", "model")
+        call = session.tool_call_block("c1", "write", {"text": "w" * 20000})
+        run.record(Event("model_exec_start", execution=model))
+        run.record(Event("model_exec_end", execution=model, message=Message("assistant", [call], "toolUse")))
+    (body,) = session_export.otlp_requests([path], content=True)
+    (chat,) = [attributes(s) for s in spans_of(decode_proto(body)) if s.name == "chat"]
+    whole = json.dumps({"tool_calls": [{"id": "c1", "name": "write", "arguments": {"text": "w" * 20000}}]})
+    assert chat["output.value"] == f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"
+    assert chat["output.mime_type"] == "text/plain"  # JSON no more, once cut
+
+
 def test_the_recorded_cost_goes_on_each_chat_span_none_where_none_was(tmp_path: Path) -> None:
     path = tmp_path / "costs.jsonl"
     costs: List[Any] = [
@@ -526,7 +573,8 @@ def test_content_is_the_same_from_either_version_and_a_long_message_is_cut(tmp_p
     whole = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "z" * 40000}]}])
     asked, chat = contents(path)  # the run's input is that message too
     assert asked["gen_ai.input.messages"] == chat["gen_ai.input.messages"]
-    assert chat == {"gen_ai.input.messages": f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"}
+    cut = f"{whole[:16384]}... [{len(whole) - 16384} more characters cut]"
+    assert chat == {"gen_ai.input.messages": cut, "input.value": cut, "input.mime_type": "text/plain"}
 
 
 def test_content_of_a_long_version_2_session_costs_what_it_shows(
@@ -1186,6 +1234,7 @@ def test_phoenix_stores_the_demo_session(demo: Path, tmp_path: Path) -> None:
     counts = {name: len(spans) for name, spans in projects.items()}
     assert counts["default"] == counts["second"] == 13
     check_phoenix_demo(demo, projects["default"], projects["sessions"])
+    check_phoenix_chat_values(demo, projects["default"], projects["second"])
     check_phoenix_costs(costed, projects["costs"])
 
 
@@ -1228,6 +1277,24 @@ def check_phoenix_demo(demo: Path, spans: List[Dict[str, Any]], sessions: Dict[s
     assert [s["sessionId"] for s in sessions["second"]] == [f"{session_id}:2"]  # apart from the first
 
 
+def check_phoenix_chat_values(demo: Path, spans: List[Dict[str, Any]], without: List[Dict[str, Any]]) -> None:
+    """Each chat span's input and output in Phoenix: with content, its input messages and the
+    recorded reply (none for the failed call); without, no input, and as output what
+    Phoenix makes of the response's model (docs/otlp.md), none for the failed call."""
+    mime = {"text/plain": "text", "application/json": "json"}
+    replies = [None if r is None else (r[0], mime[r[1]]) for r in recorded_replies(demo)]
+    for project, expected in (
+        (spans, replies),
+        (without, [r and ('{"model": "scripted-model"}', "json") for r in replies]),
+    ):
+        chats = sorted((s for s in project if s["spanKind"] == "llm"), key=lambda s: str(s["startTime"]))
+        outputs = [s["output"] and (s["output"]["value"], s["output"]["mimeType"]) for s in chats]
+        assert outputs == expected
+    inputs = [s["input"] for s in sorted(spans, key=lambda s: str(s["startTime"])) if s["spanKind"] == "llm"]
+    assert all(i["mimeType"] == "json" and json.loads(i["value"])[0]["role"] == "user" for i in inputs)
+    assert [s["input"] for s in without if s["spanKind"] == "llm"] == [None] * len(replies)
+
+
 def check_phoenix_costs(path: Path, spans: List[Dict[str, Any]]) -> None:
     """Each chat span carries the cost its call recorded; together, the file's total."""
     recorded = [
@@ -1267,7 +1334,7 @@ def phoenix_spans(base: str, count: int) -> Dict[str, Any]:
 
     query = """{ projects { edges { node { name spans(first: 1000) { edges { node {
         name spanKind statusCode parentId tokenCountPrompt tokenCountCompletion context { spanId traceId }
-        startTime input { value } output { value } attributes
+        startTime input { value mimeType } output { value mimeType } attributes
     } } }
     sessions(first: 100) { edges { node {
         sessionId numTraces firstInput { value } lastOutput { value } tokenUsage { prompt completion }
