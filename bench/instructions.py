@@ -136,7 +136,8 @@ def report(counts: Dict[str, float], label: str) -> List[str]:
         if case in GOALS:
             floor, bound = GOALS[case]
             ratio = counts[case] / counts[floor]
-            row += f", {ratio:.2f}x the floor [goal <= {bound:g}x: {'met' if ratio <= bound else 'NOT met'}]"
+            met = "met" if ratio <= bound else "NOT met"
+            row += f", {ratio:.2f}x the {floor} [goal <= {bound:g}x: {met}]"
         rows.append(row)
     return rows
 
