@@ -155,16 +155,32 @@ _RESERVED = frozenset({"session_start", "run_start", "run_close", "checkpoint"})
 # Version 2 writes each message, and each list of tool declarations, once, in a record of its
 # own; a model_request refers to those records (see _Written and _Index).
 _POOLED = frozenset({"message", "tools"})
+
+
+# The module's patterns are compiled on their first use, through these two: most serve a few
+# commands (the terminal's escapes, the long-line scanner, a redactor), and compiling all
+# thirteen at import took 8-14% of `import session`. A thread, or a signal handler, that
+# needs one while it is first compiled compiles it too; either copy will do.
+@functools.lru_cache(maxsize=None)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_bytes(pattern: bytes) -> re.Pattern[bytes]:
+    return re.compile(pattern)
+
+
 # Names of credentials, matched against a key folded to lowercase letters and digits (so that
 # X-Api-Key, x_api_key and XApiKey are one name): the headers and fields AI providers,
 # clouds and OAuth use for keys, tokens, cookies and passwords. A name that ends in "token"
 # (PRIVATE-TOKEN, X-Vault-Token, github_token) is one; counts (max_tokens) end in "tokens".
-_CREDENTIAL_KEY = re.compile(
+_CREDENTIAL_KEY = (
     "apikey|apitoken|authorization|authkey|authtoken|accesskey|accesstoken|refreshtoken"
     "|sessiontoken|securitytoken|subscriptionkey|privatekey|secret|pass(?:word|wd|phrase)|cookie"
     "|credential|token$|^(?:auth|bearer|key)$"
 )
-_NOT_ALNUM = re.compile("[^0-9a-z]")
+_NOT_ALNUM = "[^0-9a-z]"
 
 # ---------------------------------------------------------------------------- errors
 
@@ -781,7 +797,7 @@ def _finite(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite)
 _scan_once = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]  # a decoder is its context
 _quote = json.encoder.encode_basestring  # a str as a JSON string, non-ASCII kept
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = "[\ud800-\udfff]"
 _RAW_MARK = "\x00\ue000RawJSON\ue000\x00"  # stands for a RawJSON while its line is encoded
 
 
@@ -855,7 +871,7 @@ def _dumps(value: Any) -> str:
     return "".join(piece + raw for piece, raw in zip(pieces, raws)) + pieces[-1]
 
 
-_JSON_STRING_OR_SPACE = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")|[ \t\n\r]+')
+_JSON_STRING_OR_SPACE = r'("[^"\\]*(?:\\.[^"\\]*)*")|[ \t\n\r]+'
 
 
 def _compact(raw: RawJSON) -> str:
@@ -867,14 +883,12 @@ def _compact(raw: RawJSON) -> str:
         _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"RawJSON is not one strict JSON value: {exc}") from None
-    return _JSON_STRING_OR_SPACE.sub(r"\1", text)
+    return _compiled(_JSON_STRING_OR_SPACE).sub(r"\1", text)
 
 
 _INT_DIGITS = 4300  # int_max_str_digits' default: a reader refuses longer integers
 _DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
-_STRING_OR_LONG_INT = re.compile(
-    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+-])-?[0-9]{%d,}(?![0-9.eE])' % (_INT_DIGITS + 1)
-)
+_STRING_OR_LONG_INT = rb'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+-])-?[0-9]{%d,}(?![0-9.eE])' % (_INT_DIGITS + 1)
 
 
 def _long_integer(text: str) -> int:
@@ -888,7 +902,7 @@ def _long_integer(text: str) -> int:
     line = text.encode("utf-8", "surrogatepass")
     if b"0" * (_INT_DIGITS + 1) not in line.translate(_DIGITS_AS_ZEROS):
         return 0
-    for match in _STRING_OR_LONG_INT.finditer(line):  # digits inside strings do not count
+    for match in _compiled_bytes(_STRING_OR_LONG_INT).finditer(line):  # digits inside strings do not count
         if match.group()[:1] != b'"':
             return len(match.group().lstrip(b"-"))
     return 0
@@ -896,7 +910,7 @@ def _long_integer(text: str) -> int:
 
 def _escaped_utf8(text: str) -> bytes:
     """JSON *text* as UTF-8, its lone surrogates written as ``\\udXXX`` escapes."""
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
+    return _compiled(_SURROGATE).sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
 
 
 # Most records of a session share their second with the one before: formatting only the
@@ -1127,7 +1141,7 @@ class _Kind(NamedTuple):
     read: Optional[Callable[[JSONCodec, Dict[str, Any]], Any]] = None
 
 
-_DATETIME_ANNOTATION = (  # a pattern: compiled (and cached) by re when first used
+_DATETIME_ANNOTATION = (
     r"(?:\w+\.)?(?:Optional\[D\]|Union\[D,None\]|Union\[None,D\])|D(?:\|None)?|None\|D".replace(
         "D", r"(?:\w+\.)?datetime"
     )
@@ -1139,7 +1153,7 @@ _UNIONS = (Union, getattr(types, "UnionType", Union))
 
 def _is_datetime(annotation: Any) -> bool:
     if isinstance(annotation, str):  # an annotation this Python could not evaluate
-        return re.fullmatch(_DATETIME_ANNOTATION, re.sub(r"[\s'\"]", "", annotation)) is not None
+        return _compiled(_DATETIME_ANNOTATION).fullmatch(re.sub(r"[\s'\"]", "", annotation)) is not None
     if annotation is datetime:
         return True
     args = set(typing.get_args(annotation))
@@ -1482,12 +1496,12 @@ def _rfc3339(moment: datetime) -> str:
     return "%s%s%02d:%02d" % (_clock(moment), "-" if minutes < 0 else "+", *divmod(abs(minutes), 60))  # noqa: UP031
 
 
-_RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:[Zz]|([+-]\d\d):(\d\d))")
+_RFC3339 = r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:[Zz]|([+-]\d\d):(\d\d))"
 
 
 def _parse_rfc3339(text: str) -> datetime:
     """An aware datetime; fractions beyond microseconds (Go's RFC3339Nano) are cut."""
-    match = _RFC3339.fullmatch(text)
+    match = _compiled(_RFC3339).fullmatch(text)
     try:
         if match is None:
             raise ValueError("not RFC 3339 with an offset")
@@ -1956,7 +1970,10 @@ def _plain(value: Any) -> Any:
 
 
 def _names_credential(name: Any) -> bool:
-    return isinstance(name, str) and _CREDENTIAL_KEY.search(_NOT_ALNUM.sub("", name.casefold())) is not None
+    return (
+        isinstance(name, str)
+        and _compiled(_CREDENTIAL_KEY).search(_compiled(_NOT_ALNUM).sub("", name.casefold())) is not None
+    )
 
 
 _Put = Callable[[Dict[str, Any], str, Any, Codec], None]
@@ -2599,11 +2616,11 @@ _ENVELOPE_KEYS = frozenset({"session_id", "seq", "type", "time", "run_id", "data
 
 # re keeps about 80 bytes per repetition of a group until a match ends: every repetition
 # below is bounded, and the loops in _scan_json repeat the match.
-_WS = re.compile(rb"[ \t\n\r]*")
+_WS = rb"[ \t\n\r]*"
 _CHARS = rb'[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)'
-_STRING_PART = re.compile(_CHARS + rb"{0,1024}")
-_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_LITERAL = re.compile(rb"true|false|null")
+_STRING_PART = _CHARS + rb"{0,1024}"
+_NUMBER = rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?"
+_LITERAL = rb"true|false|null"
 # Values json takes whatever follows (no exponent, under 300 integer digits, few escapes),
 # alone or in small objects and arrays up to three levels deep, in runs of "value," checked at
 # the speed of re.
@@ -2704,7 +2721,7 @@ def _integer_value(raw: bytes, start: int, end: int) -> Any:
     stand_in = _STAND_IN.get(raw[start])
     if stand_in is not None:
         return stand_in()
-    number = _NUMBER.match(raw, start, end)
+    number = _compiled_bytes(_NUMBER).match(raw, start, end)
     if number is None:
         return _shallow_value(raw, start, end)  # true, false or null
     return 0.0 if number.lastindex else int(raw[start:end])  # lastindex: a fraction or an exponent
@@ -2884,7 +2901,7 @@ class _Window:
 
 
 def _after_ws(raw: bytes, pos: int) -> int:
-    return _WS.match(raw, pos).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
+    return _compiled_bytes(_WS).match(raw, pos).end()  # type: ignore[union-attr]  # [ \t\n\r]* always matches
 
 
 def _skip_runs(runs: re.Pattern[bytes], raw: bytes, pos: int) -> int:
@@ -2917,13 +2934,13 @@ def _scalar_end(raw: bytes, pos: int) -> int:
     if first == b'"':
         end = pos + 1
         while True:
-            part = _STRING_PART.match(raw, end)
+            part = _compiled_bytes(_STRING_PART).match(raw, end)
             if part is None or (part.end() == end and raw[end : end + 1] != b'"'):
                 raise _NotJSON("Unterminated string or invalid character or escape", end)
             end = part.end()
             if raw[end : end + 1] == b'"':
                 return end + 1
-    number = _NUMBER.match(raw, pos)
+    number = _compiled_bytes(_NUMBER).match(raw, pos)
     if number is not None:
         text = number.group()
         if number.group(1) or number.group(2):
@@ -2934,7 +2951,7 @@ def _scalar_end(raw: bytes, pos: int) -> int:
         elif len(text.lstrip(b"-")) > _int_digits_limit():
             raise _NotJSON(f"an integer of {len(text.lstrip(b'-'))} digits exceeds the limit", pos)
         return number.end()
-    literal = _LITERAL.match(raw, pos)
+    literal = _compiled_bytes(_LITERAL).match(raw, pos)
     if literal is None:
         raise _NotJSON("Expecting value", pos)
     return literal.end()
@@ -3498,12 +3515,12 @@ def create(
     return _new_session(_name(path), codec, redact, max_line_bytes, version, session_id, stamp)
 
 
-_HEX_ID = re.compile("[0-9a-f]{32}")
+_HEX_ID = "[0-9a-f]{32}"
 
 
 def _checked_id(name: str, value: str) -> str:
     """*value*, a session or run id a writer chose, once it has the form the format gives ids."""
-    if type(value) is not str or _HEX_ID.fullmatch(value) is None:
+    if type(value) is not str or _compiled(_HEX_ID).fullmatch(value) is None:
         raise ValueError(f"{name} must be 32 lowercase hex digits, not {value!r}")
     return value
 
@@ -5201,23 +5218,22 @@ def _discard_closed_outputs() -> None:
 
 # Shown as escapes: C0 and C1 controls, DEL, and the marks and overrides that reorder text.
 _TERMINAL_UNSAFE = "\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_UNSAFE_IN_LINE = re.compile(f"[\n{_TERMINAL_UNSAFE}]")
-_UNSAFE_IN_TEXT = re.compile(f"[{_TERMINAL_UNSAFE}]")
+_UNSAFE_IN_LINE = f"[\n{_TERMINAL_UNSAFE}]"
+_UNSAFE_IN_TEXT = f"[{_TERMINAL_UNSAFE}]"
 
 
 def _for_terminal(text: str, newlines: bool = False) -> str:
     """*text* with each character in ``_TERMINAL_UNSAFE`` as a visible escape (``\\x1b``), so that
     a file cannot move the cursor, set the window title or reorder what is shown; newlines stay
     only when *newlines* (a transcript's texts keep their lines)."""
-    unsafe = _UNSAFE_IN_TEXT if newlines else _UNSAFE_IN_LINE
-    return unsafe.sub(_escape, text)
+    return _compiled(_UNSAFE_IN_TEXT if newlines else _UNSAFE_IN_LINE).sub(_escape, text)
 
 
 def _json_for_terminal(text: str) -> str:
     """JSON *text* with what ``_for_terminal`` escapes written as JSON escapes (``\\u202e``):
     the same value, safe on a terminal too.  (JSON escapes C0 controls itself, and only
     strings can hold the others.)"""
-    return _UNSAFE_IN_TEXT.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return _compiled(_UNSAFE_IN_TEXT).sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def _escape(match: typing.Match[str]) -> str:

@@ -469,6 +469,43 @@ def test_a_signal_handler_builds_values_from_the_first_moment_on() -> None:
     assert (child.returncode, child.stdout, child.stderr) == (0, "True\n", "")
 
 
+SIGNAL_RECORDS_WHILE_A_PATTERN_COMPILES = """
+import re, signal, sys
+sys.path.insert(0, sys.argv[1])
+import session
+s = session.create(sys.argv[2])
+run = s.begin_run()
+def record(signum, frame):
+    run.record(session.Event("tool_exec_start", execution=session.Execution("t2", "tool"), args="b\\ud800"))
+def profile(frame, event, arg):  # the signal comes as the pattern of lone surrogates is first compiled
+    if frame.f_code is re._compile.__code__ and frame.f_locals["pattern"] == "[\\ud800-\\udfff]":
+        sys.setprofile(None)
+        signal.raise_signal(signal.SIGUSR1)
+        print("signalled")
+signal.signal(signal.SIGUSR1, record)
+sys.setprofile(profile)
+run.record(session.Event("tool_exec_start", execution=session.Execution("t1", "tool"), args="a\\ud800"))
+sys.setprofile(None)
+s.close()
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGUSR1 is POSIX")
+def test_a_signal_handler_records_while_a_pattern_is_first_compiled(tmp_path: Path) -> None:
+    """The module's patterns are compiled on first use: a handler that records, and needs the
+    pattern a record under way is compiling, gets it too, and both records are written."""
+    path = tmp_path / "s.jsonl"
+    child = subprocess.run(
+        [sys.executable, "-c", SIGNAL_RECORDS_WHILE_A_PATTERN_COMPILES, str(HERE), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (child.returncode, child.stdout, child.stderr) == (0, "signalled\n", "")
+    started = sorted(r.data["args"] for r in records(path) if r.type == "tool_exec_start")
+    assert started == ["a\ud800", "b\ud800"]
+
+
 def test_every_public_dataclass_is_named_in_the_test() -> None:
     public = [name for name in session.__all__ if dataclasses.is_dataclass(getattr(session, name))]
     assert sorted(public) == sorted(PUBLIC_DATACLASSES)

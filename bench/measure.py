@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, Sequence
 
 import session  # the benchmarks put the project's folder on sys.path first
@@ -114,6 +115,29 @@ def events() -> Dict[str, session.Event]:
             disposition="continue",
         ),
     }  # fmt: skip
+
+
+def write_session(path: Path, target: int, checkpoint_every: int = 500, sizes: Sequence[str] = ()) -> int:
+    """A session of about *target* bytes with the event *sizes* (all three by default) in
+    turn; its record count."""
+    sample = [event for size, event in events().items() if size in sizes or not sizes]
+    with session.create(path) as s, s.begin_run() as run:
+        count = 0
+        while path.stat().st_size < target:
+            for event in sample:
+                run.record(event)
+            count += 3
+            if count % checkpoint_every < 3:
+                turn = session.Message("user", [session.text_block(f"turn {count}")], timestamp=T0)
+                run.save_checkpoint(session.AgentSnapshot(session.AgentState(messages=[turn])))
+    return count
+
+
+def bare_loop(path: Path) -> None:
+    """The floor of every reader: ``for line in f: json.loads(line)`` over *path*."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            json.loads(line)
 
 
 def tuned_encoder() -> Callable[[Any, int], Sequence[str]]:

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import jsonlines  # noqa: E402 - the peer to compare with
-from measure import T0, events, goal, median_ratio, timed, tuned_encoder  # noqa: E402
+from measure import bare_loop, events, goal, median_ratio, timed, tuned_encoder, write_session  # noqa: E402
 
 import session  # noqa: E402
 
@@ -83,22 +83,6 @@ def bench_record(folder: Path, n: int, runs: int) -> List[str]:
     return rows
 
 
-def write_session(path: Path, target: int, checkpoint_every: int = 500, sizes: Sequence[str] = ()) -> int:
-    """A session of about *target* bytes with the event *sizes* (all three by default) in
-    turn; its record count."""
-    sample = [event for size, event in events().items() if size in sizes or not sizes]
-    with session.create(path) as s, s.begin_run() as run:
-        count = 0
-        while path.stat().st_size < target:
-            for event in sample:
-                run.record(event)
-            count += 3
-            if count % checkpoint_every < 3:
-                turn = session.Message("user", [session.text_block(f"turn {count}")], timestamp=T0)
-                run.save_checkpoint(session.AgentSnapshot(session.AgentState(messages=[turn])))
-    return count
-
-
 def bench_read(path: Path, runs: int, summarize_goal: float) -> List[str]:
     def ours() -> float:
         return timed(lambda: session.read(path, lambda record: None))
@@ -110,12 +94,7 @@ def bench_read(path: Path, runs: int, summarize_goal: float) -> List[str]:
         return timed(lambda: session.summarize(path))
 
     def bare() -> float:
-        def loop() -> None:
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    json.loads(line)
-
-        return timed(loop)
+        return timed(lambda: bare_loop(path))
 
     def tuned() -> float:  # the floor: what session.read does, less the checks
         def loop() -> None:
