@@ -57,6 +57,7 @@ from typing import (
     Callable,
     Dict,
     Generator,
+    Hashable,
     Iterable,
     Iterator,
     List,
@@ -613,6 +614,7 @@ _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 _PAGE_SAYS = 2000  # characters of a run's question and answer shown on the first screen
 _PAGE_ID = 12  # characters of a long id shown (the whole id a click away)
 _ENDS = {"model_exec_end", "tool_exec_end", "context_compacted", "context_prepare_end"}  # end a call
+_K = TypeVar("_K", bound=Hashable)  # a name or number the page keeps once (_Facts._shared)
 
 
 class _Attempt:
@@ -629,11 +631,10 @@ class _Attempt:
         "kind",
         "model",
         "name",
-        "offsets",
         "parent",
+        "places",
         "reason",
         "run_id",
-        "seqs",
         "start",
         "turn",
     )
@@ -645,8 +646,7 @@ class _Attempt:
         self.id = execution.id
         self.attempt = execution.attempt
         self.name = ""
-        self.seqs = array.array("q")  # 8 bytes each, where a list takes 40 (an int and its slot)
-        self.offsets = array.array("q")
+        self.places = array.array("q")  # its records' seqs and offsets, in turn: 8 bytes each
         self.start: Optional[float] = None  # POSIX seconds of its earliest record
         self.end: Optional[float] = None
         self.failed = False
@@ -660,6 +660,14 @@ class _Attempt:
     @property
     def seconds(self) -> float:
         return (self.end or 0.0) - (self.start or 0.0)
+
+    @property
+    def seqs(self) -> array.array[int]:
+        return self.places[0::2]
+
+    @property
+    def offsets(self) -> array.array[int]:
+        return self.places[1::2]
 
 
 class _Input(NamedTuple):
@@ -835,11 +843,12 @@ class _Facts:
         self._recent: Dict[bytes, int] = {}  # digests of messages recorded since that request
         self._places: List[str] = []  # where the page shows each message of that request
         self._settings_seq = 0  # the latest request whose tools or config changed
-        self._names: Dict[str, str] = {}  # run ids, kinds, tool and model names: each kept once
+        self._names: Dict[Any, Any] = {}  # run ids, kinds, tool and model names, turns: each kept once
 
-    def _shared(self, name: str) -> str:
-        """*name* as the one string kept for it: each record read makes its strings anew."""
-        return self._names.setdefault(name, name)
+    def _shared(self, name: _K) -> _K:
+        """*name* as the one object kept for it: each record read makes its strings and
+        numbers anew."""
+        return self._names.setdefault(name, name)  # type: ignore[no-any-return]
 
     def __call__(self, record: Record) -> None:
         self._summarizer(record)
@@ -852,7 +861,7 @@ class _Facts:
                 self._asked(record, record.data["message"], 0)  # its place: the request sending it
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
-            self.turn = record.data["turn_index"]
+            self.turn = self._shared(record.data["turn_index"])
             self.turn_seqs.setdefault((self._shared(record.run_id or ""), self.turn), record.seq)
         elif record.type == "run_start":
             self.turn = 0
@@ -894,18 +903,17 @@ class _Facts:
         key = (run_id, execution.id, execution.attempt)
         attempt = self.attempts.get(key)
         if attempt is None:
-            turn, kind = execution.turn_index or self.turn, self._shared(execution.kind)
+            turn, kind = self._shared(execution.turn_index or self.turn), self._shared(execution.kind)
             attempt = self.attempts[key] = _Attempt(run_id, turn, execution, kind)
             self.items.append(attempt)
             if execution.kind == "model":
                 self.model_seq[run_id, execution.id] = record.seq
             elif execution.kind == "tool":
                 tool_id = record.data.get("tool_id")
-                self.tool_seq[run_id, tool_id if type(tool_id) is str and tool_id else execution.id] = (
-                    record.seq
-                )
-        attempt.seqs.append(record.seq)
-        attempt.offsets.append(record.offset)
+                if type(tool_id) is not str or not tool_id or tool_id == execution.id:
+                    tool_id = execution.id  # one string for both
+                self.tool_seq[run_id, tool_id] = record.seq
+        attempt.places.extend((record.seq, record.offset))
         moment = _seconds(record.time)
         if moment is not None:
             attempt.start = moment if attempt.start is None else min(attempt.start, moment)
@@ -2740,7 +2748,8 @@ class _Page:
             )
         self.out.fill(self.cut_place, self.cut_summary(gaps).encode())
         talk = b'<section id="conversation"><h2>conversation</h2>\n'
-        self.out.fill(self.talk_place, talk, *steps, b"</section>\n")
+        drawn = (step for step in steps if step)  # bytes.join takes 80 bytes for each part, even empty
+        self.out.fill(self.talk_place, talk, *drawn, b"</section>\n")
         del steps
         for card in cards:
             if card is not None:
@@ -2774,14 +2783,16 @@ class _Page:
 
     def cut_note(self, number: int, items: List[Union[Tuple[int, int], _Attempt]]) -> str:
         """Where the page leaves records out: how many, which, and the command that prints them."""
-        seqs = [seq for item in items for seq in _item_seqs(item)]
-        calls = [item for item in items if isinstance(item, _Attempt)]
-        failed = sum(call.failed for call in calls)
-        first, last = min(seqs), max(seqs)
+        records, first, last = 0, _first_seq(items[0]), 0  # counted item by item: a list of all
+        for item in items:  # their seqs would take 40 bytes a record
+            seqs = _item_seqs(item)
+            records, first, last = records + len(seqs), min(first, *seqs), max(last, *seqs)
+        calls = sum(isinstance(item, _Attempt) for item in items)
+        failed = sum(isinstance(item, _Attempt) and item.failed for item in items)
         command = " ".join(map(_shell_word, ["python", "-m", "session", "show", self.name]))
         return (
-            f'<p class="cut" id="cut-{number}">Left out here: {_count(len(seqs), "record")} between #{first} '
-            f"and #{last} ({_count(len(calls), 'call')}, {failed} failed), which "
+            f'<p class="cut" id="cut-{number}">Left out here: {_count(records, "record")} between #{first} '
+            f"and #{last} ({_count(calls, 'call')}, {failed} failed), which "
             f"<code>{_h(command, inline=True)} | sed -n {first},{last}p</code> prints.</p>\n"
         )
 
