@@ -57,12 +57,14 @@ from typing import (
     Callable,
     Dict,
     Generator,
+    Hashable,
     Iterable,
     Iterator,
     List,
     NamedTuple,
     Optional,
     Protocol,
+    Sequence,
     Set,
     Tuple,
     TypeVar,
@@ -612,6 +614,7 @@ _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 _PAGE_SAYS = 2000  # characters of a run's question and answer shown on the first screen
 _PAGE_ID = 12  # characters of a long id shown (the whole id a click away)
 _ENDS = {"model_exec_end", "tool_exec_end", "context_compacted", "context_prepare_end"}  # end a call
+_K = TypeVar("_K", bound=Hashable)  # a name or number the page keeps once (_Facts._shared)
 
 
 class _Attempt:
@@ -628,24 +631,22 @@ class _Attempt:
         "kind",
         "model",
         "name",
-        "offsets",
         "parent",
+        "places",
         "reason",
         "run_id",
-        "seqs",
         "start",
         "turn",
     )
 
-    def __init__(self, run_id: str, turn: int, execution: Execution) -> None:
+    def __init__(self, run_id: str, turn: int, execution: Execution, kind: str) -> None:
         self.run_id = run_id
         self.turn = turn
-        self.kind = execution.kind
+        self.kind = kind
         self.id = execution.id
         self.attempt = execution.attempt
         self.name = ""
-        self.seqs: List[int] = []
-        self.offsets: List[int] = []
+        self.places = array.array("q")  # its records' seqs and offsets, in turn: 8 bytes each
         self.start: Optional[float] = None  # POSIX seconds of its earliest record
         self.end: Optional[float] = None
         self.failed = False
@@ -660,17 +661,32 @@ class _Attempt:
     def seconds(self) -> float:
         return (self.end or 0.0) - (self.start or 0.0)
 
+    @property
+    def seqs(self) -> array.array[int]:
+        return self.places[0::2]
+
+    @property
+    def offsets(self) -> array.array[int]:
+        return self.places[1::2]
+
 
 class _Input(NamedTuple):
     """Where the page shows each message of a model request, in order, without repeating the
     previous request's: *parts* are ``(start, end)`` slices of the previous request's input
     and message places (the id of the element that shows one: ``msg-`` and the record's seq,
-    and for a message shown in a request's card, ``-`` and its index)."""
+    and for a message shown in a request's card, ``-`` and its index).  Kept as the JSON of
+    ``[parts, previous, settings]`` that the page's data block lists (_Facts.inputs)."""
 
     parts: Tuple[Union[Tuple[int, int], str], ...]
     previous: int  # seq of the previous request, 0 for the first
     settings: int  # seq of the request whose card shows its tools and config
     total: int  # messages
+
+    @classmethod
+    def unpacked(cls, text: str, total: int) -> _Input:
+        parts, previous, settings = json.loads(text)
+        parts = tuple(tuple(part) if type(part) is list else part for part in parts)
+        return cls(parts, previous, settings, total)
 
 
 class _Change(NamedTuple):
@@ -684,6 +700,22 @@ class _Change(NamedTuple):
     resumed: bool  # the previous request belongs to an earlier run
     same_settings: bool  # tools and config (all but the messages) as in the previous request
 
+    def packed(self) -> array.array[int]:
+        """As kept for each request: its numbers in one array (a tuple of tuples of ints
+        takes five times the room)."""
+        flags = self.compacted | self.resumed << 1 | self.same_settings << 2
+        numbers = (self.unchanged, self.dropped, self.previous, flags)
+        return array.array("q", [*numbers, *itertools.chain(*self.new)])  # from a list: no room to spare
+
+    @classmethod
+    def unpacked(cls, packed: array.array[int]) -> _Change:
+        unchanged, dropped, previous, flags = packed[:4]
+        new = tuple(zip(packed[4::2], packed[5::2]))
+        return cls(new, unchanged, dropped, previous, bool(flags & 1), bool(flags & 2), bool(flags & 4))
+
+
+_DIGEST = 16  # bytes of a message's digest: lists of them are kept joined, _DIGEST bytes each
+
 
 def _digest(value: Any) -> bytes:
     """A stand-in for a message's JSON, to compare messages without keeping them.  (Keys in
@@ -691,13 +723,16 @@ def _digest(value: Any) -> bytes:
     try:
         text = _DIGEST_JSON.encode(value)
     except (ValueError, RecursionError):  # too deep to compare: counts as new
-        return os.urandom(16)
-    import hashlib
-
-    return hashlib.sha256(text.encode()).digest()
+        return os.urandom(_DIGEST)
+    return hashlib.sha256(text.encode()).digest()[:_DIGEST]
 
 
 _DIGEST_JSON = json.JSONEncoder(check_circular=False)  # one encoder: dumps() makes one per call
+
+
+def _split(digests: bytearray, first: int = 0) -> List[bytes]:
+    """The digests joined in *digests*, from the *first*, each apart."""
+    return [bytes(digests[at : at + _DIGEST]) for at in range(first * _DIGEST, len(digests), _DIGEST)]
 
 
 def _beyond(before: List[List[int]], ranges: List[List[int]]) -> Optional[List[List[int]]]:
@@ -779,13 +814,13 @@ class _Facts:
 
     def __init__(self, index: _Index) -> None:
         self.index = index  # of a version-2 file's messages: the requests come with theirs
-        self.summarizer = _Summarizer()
+        self._summarizer = _Summarizer()
         self.items: List[Union[Tuple[int, int], _Attempt]] = []  # (seq, offset) or a call, in order
         self.attempts: Dict[Tuple[str, str, int], _Attempt] = {}
         self.model_seq: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> its latest card
         self.tool_seq: Dict[Tuple[str, str], int] = {}  # (run, tool call id) -> its card
-        self.changes: Dict[int, _Change] = {}  # model_request seq -> what changed
-        self.inputs: Dict[int, _Input] = {}  # model_request seq -> where its messages are shown
+        self.changes: Dict[int, array.array[int]] = {}  # model_request seq -> what changed (packed)
+        self.inputs: Dict[int, str] = {}  # model_request seq -> where its messages are shown (JSON)
         self.turn_seqs: Dict[Tuple[str, int], int] = {}  # (run, turn) -> seq of its turn_start
         self.same: Dict[int, int] = {}  # message record seq -> earlier record with that message
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
@@ -797,8 +832,9 @@ class _Facts:
         self.costed = 0
         self.session_id = ""  # of the records read
         self.records = 0
-        self._previous: List[bytes] = []  # the previous request's message digests
-        self._written: Dict[int, bytes] = {}  # a version-2 file's message records: seq -> digest
+        self._previous = bytearray()  # the previous request's message digests, joined
+        self._written = bytearray()  # those of a version-2 file's message records, joined, ...
+        self._written_seqs = array.array("q")  # ... and the records' seqs
         self._ranges: List[List[int]] = []  # the message ranges the previous request refers to
         self._previous_seq = 0
         self._previous_run = ""
@@ -807,19 +843,26 @@ class _Facts:
         self._recent: Dict[bytes, int] = {}  # digests of messages recorded since that request
         self._places: List[str] = []  # where the page shows each message of that request
         self._settings_seq = 0  # the latest request whose tools or config changed
+        self._names: Dict[Any, Any] = {}  # run ids, kinds, tool and model names, turns: each kept once
+
+    def _shared(self, name: _K) -> _K:
+        """*name* as the one object kept for it: each record read makes its strings and
+        numbers anew."""
+        return self._names.setdefault(name, name)  # type: ignore[no-any-return]
 
     def __call__(self, record: Record) -> None:
-        self.summarizer(record)
+        self._summarizer(record)
         self.session_id = record.session_id
         self.records += 1
         if record.type in _POOLED and self.index.version > 1:
             if record.type == "message":  # each message once, for the requests that refer to it
-                self._written[record.seq] = _digest(record.data["message"])
+                self._written_seqs.append(record.seq)
+                self._written += _digest(record.data["message"])
                 self._asked(record, record.data["message"], 0)  # its place: the request sending it
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
-            self.turn = record.data["turn_index"]
-            self.turn_seqs.setdefault((record.run_id or "", self.turn), record.seq)
+            self.turn = self._shared(record.data["turn_index"])
+            self.turn_seqs.setdefault((self._shared(record.run_id or ""), self.turn), record.seq)
         elif record.type == "run_start":
             self.turn = 0
             self.run_numbers.setdefault(record.run_id or "", len(self.run_numbers) + 1)
@@ -842,9 +885,11 @@ class _Facts:
                 attempt.reason or (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
             )
             kind = error.get("type") if type(error) is dict else None
-            attempt.error_type = attempt.error_type or (kind[:_PAGE_NAME] if type(kind) is str else "")
+            attempt.error_type = attempt.error_type or (
+                self._shared(kind[:_PAGE_NAME]) if type(kind) is str else ""
+            )
         if attempt.kind == "tool" and type(data.get("tool")) is str:
-            attempt.name = data["tool"]
+            attempt.name = self._shared(data["tool"])
         if record.type == "model_request":
             self._request(record)
         elif record.type == "context_compacted":
@@ -854,21 +899,21 @@ class _Facts:
             self._message(record, data["message"], attempt)
 
     def _attempt(self, record: Record, execution: Execution) -> _Attempt:
-        run_id = record.run_id or ""
+        run_id = self._shared(record.run_id or "")
         key = (run_id, execution.id, execution.attempt)
         attempt = self.attempts.get(key)
         if attempt is None:
-            attempt = self.attempts[key] = _Attempt(run_id, execution.turn_index or self.turn, execution)
+            turn, kind = self._shared(execution.turn_index or self.turn), self._shared(execution.kind)
+            attempt = self.attempts[key] = _Attempt(run_id, turn, execution, kind)
             self.items.append(attempt)
             if execution.kind == "model":
                 self.model_seq[run_id, execution.id] = record.seq
             elif execution.kind == "tool":
                 tool_id = record.data.get("tool_id")
-                self.tool_seq[run_id, tool_id if type(tool_id) is str and tool_id else execution.id] = (
-                    record.seq
-                )
-        attempt.seqs.append(record.seq)
-        attempt.offsets.append(record.offset)
+                if type(tool_id) is not str or not tool_id or tool_id == execution.id:
+                    tool_id = execution.id  # one string for both
+                self.tool_seq[run_id, tool_id] = record.seq
+        attempt.places.extend((record.seq, record.offset))
         moment = _seconds(record.time)
         if moment is not None:
             attempt.start = moment if attempt.start is None else min(attempt.start, moment)
@@ -916,7 +961,7 @@ class _Facts:
             if key in counts:
                 run.tokens[key] = run.tokens.get(key, 0) + counts[key]
         names = [usage.get("model"), usage.get("provider")]
-        attempt.model = " ".join(name for name in names if type(name) is str and name)
+        attempt.model = self._shared(" ".join(name for name in names if type(name) is str and name))
         cost = usage.get("cost")
         amounts: Dict[str, Any] = cost if type(cost) is dict else {}
         total = _amount(amounts.get("total"))
@@ -930,10 +975,12 @@ class _Facts:
             self.costed += 1
 
     def _request(self, record: Record) -> None:
-        previous = len(self._previous)
+        previous = len(self._previous) // _DIGEST
         digests, grew = self._digests(record)
+        total = len(digests) // _DIGEST
         if grew:  # the context grew: the rest is new
-            new = [(index, self._recent.get(digests[index], 0)) for index in range(previous, len(digests))]
+            added = _split(digests, previous)
+            new = [(index, self._recent.get(digest, 0)) for index, digest in enumerate(added, previous)]
             dropped = 0
         else:
             new, dropped = self._compared(digests)
@@ -950,13 +997,13 @@ class _Facts:
         )
         self.changes[record.seq] = _Change(
             tuple(new),
-            len(digests) - len(new),
+            total - len(new),
             dropped,
             self._previous_seq,
             self._compacted,
             resumed,
             settings == self._settings,
-        )
+        ).packed()
         if settings != self._settings:
             self._settings_seq = record.seq
         self._input(record.seq, digests, new, previous if grew else None)
@@ -979,7 +1026,7 @@ class _Facts:
             if index < len(messages):
                 self._asked(record, messages[index], record.seq)
 
-    def _input(self, seq: int, digests: List[bytes], new: List[Tuple[int, int]], kept: Optional[int]) -> None:
+    def _input(self, seq: int, digests: bytearray, new: List[Tuple[int, int]], kept: Optional[int]) -> None:
         """Where the page shows each message of the request *seq*: a message the previous
         request sent where that one's is, a new one where its card or an earlier record
         shows it (as _CardDrawing.new_messages does).  A context that grew (it starts with all
@@ -992,20 +1039,21 @@ class _Facts:
             self._places.extend(fresh.values())
         else:
             parts, self._places = self._rearranged(digests, fresh)
-        self.inputs[seq] = _Input(tuple(parts), self._previous_seq, self._settings_seq, len(digests))
+        self.inputs[seq] = json.dumps([parts, self._previous_seq, self._settings_seq])
 
     def _rearranged(
-        self, digests: List[bytes], fresh: Dict[int, str]
+        self, digests: bytearray, fresh: Dict[int, str]
     ) -> Tuple[List[Union[Tuple[int, int], str]], List[str]]:
         """The parts and places of a request that does not send all the previous request
         sent: each message it kept taken from where the previous request had it (the first
         of its copies first), in slices."""
         kept: Dict[bytes, List[int]] = {}  # digest -> the previous request's indexes, latest first
-        for index in range(len(self._previous) - 1, -1, -1):
-            kept.setdefault(self._previous[index], []).append(index)
+        previous = _split(self._previous)
+        for index in range(len(previous) - 1, -1, -1):
+            kept.setdefault(previous[index], []).append(index)
         parts: List[Union[Tuple[int, int], str]] = []
         places = []
-        for index, digest in enumerate(digests):
+        for index, digest in enumerate(_split(digests)):
             if index in fresh:
                 parts.append(fresh[index])
                 places.append(fresh[index])
@@ -1019,43 +1067,71 @@ class _Facts:
                 parts.append((source, source + 1))
         return parts, places
 
-    def _digests(self, record: Record) -> Tuple[List[bytes], bool]:
-        """The digests of the messages the request *record* sends, and whether it sends all
-        the previous request sent, then more.  A version-2 file's are read once from each
-        message record (the request as written refers to them), and a request that refers to
-        the previous one's ranges and more costs only its new messages: the previous
-        request's list, extended.  Else each message's own digest."""
+    def _digests(self, record: Record) -> Tuple[bytearray, bool]:
+        """The digests of the messages the request *record* sends, joined, and whether it
+        sends all the previous request sent, then more.  A version-2 file's are read once from
+        each message record (the request as written refers to them), and a request that refers
+        to the previous one's ranges and more costs only its new messages: the previous
+        request's digests, extended.  Else each message's own digest."""
         ranges = record.data.get("messages")
         if self.index.version > 1 and type(ranges) is list:
             more, self._ranges = _beyond(self._ranges, ranges), ranges
             if more is not None:
-                self._previous.extend(self._written[seq] for seq in self.index.message_seqs(more))
+                self._previous += b"".join(map(self._written_digest, self.index.message_seqs(more)))
                 return self._previous, True
-            digests = [self._written[seq] for seq in self.index.message_seqs(ranges)]
+            digests = bytearray(b"".join(map(self._written_digest, self.index.message_seqs(ranges))))
         else:  # written whole (a redact hook may reshape a request): the next starts over
             self._ranges = []
             request = record.data.get("request")
             messages = request.get("messages") if type(request) is dict else None
-            digests = [_digest(message) for message in messages] if type(messages) is list else []
+            digests = bytearray(b"".join(map(_digest, messages)) if type(messages) is list else b"")
         return digests, digests[: len(self._previous)] == self._previous
 
-    def _compared(self, digests: List[bytes]) -> Tuple[List[Tuple[int, int]], int]:
+    def _written_digest(self, seq: int) -> bytes:
+        """The digest of the message record *seq* of a version-2 file."""
+        at = bisect.bisect_left(self._written_seqs, seq) * _DIGEST
+        return bytes(self._written[at : at + _DIGEST])
+
+    def _compared(self, digests: bytearray) -> Tuple[List[Tuple[int, int]], int]:
         """The messages of *digests* that the previous request did not send (each as many
         times as it sent it), with the record that holds one already; and how many of the
         previous request's it does not send."""
         remaining: Dict[bytes, int] = {}
-        for digest in self._previous:
+        for digest in _split(self._previous):
             remaining[digest] = remaining.get(digest, 0) + 1
         new = []
-        for index, digest in enumerate(digests):
+        for index, digest in enumerate(_split(digests)):
             if remaining.get(digest, 0) > 0:
                 remaining[digest] -= 1
             else:
                 new.append((index, self._recent.get(digest, 0)))
         return new, sum(remaining.values())
 
+    def summary(self, result: ReadResult) -> Summary:
+        """The summary of the records read, once they are all read: what only reading them
+        needs is let go, for the drawing to have the room."""
+        summary = self._summarizer.summary(result)
+        self._summarizer = _Summarizer()
+        self._previous, self._written, self._written_seqs = bytearray(), bytearray(), array.array("q")
+        self._places, self._recent, self._names = [], {}, {}
+        return summary
 
-def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> List[int]:
+    # -- what the drawing asks
+
+    def change(self, seq: int) -> Optional[_Change]:
+        """How the model request *seq* differs from the previous one."""
+        packed = self.changes.get(seq)
+        return None if packed is None else _Change.unpacked(packed)
+
+    def whole_input(self, seq: int) -> Optional[_Input]:
+        """Where the page shows each message of the model request *seq*."""
+        text, change = self.inputs.get(seq), self.change(seq)
+        if text is None or change is None:
+            return None
+        return _Input.unpacked(text, change.unchanged + len(change.new))
+
+
+def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> Sequence[int]:
     """The seqs of the records of one of _Facts.items."""
     return item.seqs if isinstance(item, _Attempt) else [item[0]]
 
@@ -1108,10 +1184,15 @@ class _Plan:
                 self.run_costs[attempt.run_id] = self.run_costs.get(attempt.run_id, 0.0) + attempt.cost
         self.failures = sorted(failures.items(), key=lambda group: -len(group[1]))
         self.failed = sum(len(failed) for _, failed in self.failures)
-        items = facts.items
-        ends = [n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair]
-        failed = [n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed]
-        self.order = ends[:2] + failed + ends[2:]
+        self.items = facts.items
+
+    def order(self) -> Iterator[int]:
+        """The indexes of the items, in the order in which they get their cards (one may come
+        twice), made as they are taken: a list of them would take 80 bytes an item."""
+        items = self.items
+        ends = (n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair)
+        failed = (n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed)
+        return itertools.chain(itertools.islice(ends, 2), failed, ends)
 
 
 def _left_out(cards: List[Optional[bytes]]) -> List[Tuple[int, int]]:
@@ -1486,7 +1567,7 @@ class _Conversation:
         """What a model call's record adds to the conversation: the new user messages of its
         request, the messages it answered with (each once)."""
         if record.type == "model_request":
-            change = self.facts.changes.get(record.seq)
+            change = self.facts.change(record.seq)
             request = record.data.get("request")
             messages = request.get("messages") if type(request) is dict else None
             if change is None or type(messages) is not list:
@@ -2441,7 +2522,7 @@ class _CardDrawing:
 
     def request(self, record: Record, request: Dict[str, Any], more: str) -> str:
         """What changed in the context since the previous request, and the new messages."""
-        change = self.facts.changes.get(record.seq)
+        change = self.facts.change(record.seq)
         messages = request.get("messages")
         parts = []
         if change is not None and type(messages) is list:
@@ -2452,7 +2533,7 @@ class _CardDrawing:
             parts.append(f"<div>tools and config as in {_link(seq, f'#{seq}')}</div>")
         else:
             parts.append(self.settings(record.seq, request, more, change is not None))
-        whole = self.facts.inputs.get(record.seq)
+        whole = self.facts.whole_input(record.seq)
         if whole is not None and type(messages) is list:
             parts.append(self.whole_input(record.seq, whole, messages, more))
         return "".join(parts)
@@ -2627,18 +2708,13 @@ class _Page:
             f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style>\n"
             f"<script>{script}</script></head>\n<body>\n"  # early: it acts on what is parsed so far
         )
-        inputs = {
-            seq: [whole.parts, whole.previous, whole.settings] for seq, whole in self.facts.inputs.items()
-        }
-        data = {
-            "file": self.name,
-            "session_id": summary.session_id,
-            "records": summary.records,
-            "inputs": inputs,
-        }
+        inputs = ", ".join(f'"{seq}": {text}' for seq, text in self.facts.inputs.items())  # seqs in order
+        data = (  # as _script_json writes it, its keys sorted; the inputs are JSON already
+            f'{{"file": {_script_json(self.name)}, "inputs": {{{inputs}}}, '
+            f'"records": {summary.records}, "session_id": {_script_json(summary.session_id)}}}'
+        )
         self.out.ending(
-            f'<script type="application/json" id="session-data">{_script_json(data)}</script>\n'
-            "</body></html>\n"
+            f'<script type="application/json" id="session-data">{data}</script>\n</body></html>\n'
         )
         self.cut_place = _Header(
             self.commands, self.facts, self.plan, summary, self.out, self.damage
@@ -2672,7 +2748,8 @@ class _Page:
             )
         self.out.fill(self.cut_place, self.cut_summary(gaps).encode())
         talk = b'<section id="conversation"><h2>conversation</h2>\n'
-        self.out.fill(self.talk_place, talk, *steps, b"</section>\n")
+        drawn = (step for step in steps if step)  # bytes.join takes 80 bytes for each part, even empty
+        self.out.fill(self.talk_place, talk, *drawn, b"</section>\n")
         del steps
         for card in cards:
             if card is not None:
@@ -2686,7 +2763,7 @@ class _Page:
         cards: List[Optional[bytes]] = [None] * len(items)
         steps = [b""] * len(items)
         used = self.out.size
-        for n in self.plan.order:
+        for n in self.plan.order():
             if used >= self.out.budget:
                 break
             if cards[n] is None:
@@ -2706,14 +2783,16 @@ class _Page:
 
     def cut_note(self, number: int, items: List[Union[Tuple[int, int], _Attempt]]) -> str:
         """Where the page leaves records out: how many, which, and the command that prints them."""
-        seqs = [seq for item in items for seq in _item_seqs(item)]
-        calls = [item for item in items if isinstance(item, _Attempt)]
-        failed = sum(call.failed for call in calls)
-        first, last = min(seqs), max(seqs)
+        records, first, last = 0, _first_seq(items[0]), 0  # counted item by item: a list of all
+        for item in items:  # their seqs would take 40 bytes a record
+            seqs = _item_seqs(item)
+            records, first, last = records + len(seqs), min(first, *seqs), max(last, *seqs)
+        calls = sum(isinstance(item, _Attempt) for item in items)
+        failed = sum(isinstance(item, _Attempt) and item.failed for item in items)
         command = " ".join(map(_shell_word, ["python", "-m", "session", "show", self.name]))
         return (
-            f'<p class="cut" id="cut-{number}">Left out here: {_count(len(seqs), "record")} between #{first} '
-            f"and #{last} ({_count(len(calls), 'call')}, {failed} failed), which "
+            f'<p class="cut" id="cut-{number}">Left out here: {_count(records, "record")} between #{first} '
+            f"and #{last} ({_count(calls, 'call')}, {failed} failed), which "
             f"<code>{_h(command, inline=True)} | sed -n {first},{last}p</code> prints.</p>\n"
         )
 
@@ -2746,7 +2825,7 @@ class _Page:
         data = obj["data"]
         index = self.facts.index
         if obj["type"] == "model_request" and index.version > 1 and "messages" in data:
-            change = self.facts.changes.get(seq)  # what a card shows of a request: its new messages
+            change = self.facts.change(seq)  # what a card shows of a request: its new messages
             data = index.resolved(data, self.name, None if change is None else {at for at, _ in change.new})
         return Record(obj["session_id"], seq, obj["type"], obj["time"], obj.get("run_id"), data, offset)
 
@@ -2786,7 +2865,7 @@ def _html_command(args: Any) -> int:
             except FormatError as exc:  # the records before the bad line still get their page
                 damage = exc
                 result = ReadResult(facts.session_id, facts.records, exc.offset or 0, 0)
-            summary = facts.summarizer.summary(result)
+            summary = facts.summary(result)
             _publish_page(args, functools.partial(_write_page, args, facts, summary, damage, source))
     except (FormatError, OSError) as exc:
         _print_failure(args.file, exc, False)

@@ -1014,7 +1014,8 @@ def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) 
             model_call(run, "m2", [u3])
     facts = session_export._Facts(session._Index(None))
     session.read(path, facts)
-    changes = [(len(c.new), c.unchanged, c.dropped, c.compacted, c.resumed) for c in facts.changes.values()]
+    each = [facts.change(seq) for seq in facts.changes]
+    changes = [(len(c.new), c.unchanged, c.dropped, c.compacted, c.resumed) for c in each if c]
     assert changes == [
         (1, 0, 0, False, False),
         (0, 1, 0, False, False),
@@ -1030,6 +1031,28 @@ def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) 
     assert "3 carried over from the previous run since request" in page
     assert "3 dropped with no compaction recorded" in page
     assert page.count("tools and config as in") == 5
+
+
+def test_html_page_data_block_is_the_escaped_json_of_the_file_and_every_whole_input(tmp_path: Path) -> None:
+    # the page lists each request's whole input as kept, JSON already: the block around them
+    # must be what _script_json makes of it all, its keys sorted, <, > and & escaped
+    folder = tmp_path / 'a "inputs": {}, <b> & é\u2028'
+    folder.mkdir()
+    path = folder / "s.jsonl"
+    u1, u2 = say("u1"), say("u2")
+    with session.create(path) as s, s.begin_run() as run:
+        model_call(run, "m1", [u1])
+        model_call(run, "m2", [u1, say("a1"), u2])
+        model_call(run, "m3", [u2, u1])  # rearranged: taken in slices of the previous input
+    page = html_page(path)
+    block = re.search('<script type="application/json" id="session-data">(.*?)</script>', page, re.S)
+    assert block is not None
+    data = json.loads(block.group(1))
+    data["inputs"] = {int(seq): value for seq, value in data["inputs"].items()}  # in the order of their seqs
+    assert block.group(1) == session_export._script_json(data)
+    assert data["file"] == str(path) and data["records"] == 15
+    assert {seq: value[1:] for seq, value in data["inputs"].items()} == {5: [0, 5], 10: [5, 5], 13: [10, 5]}
+    assert data["inputs"][13][0] == [[2, 3], [0, 1]]
 
 
 @pytest.mark.parametrize("version", [1, 2])

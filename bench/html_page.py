@@ -3,7 +3,7 @@
     python3 bench/html_page.py              # a ~230 MB session: every model request sends the whole context
     python3 bench/html_page.py 0.1          # a tenth of that: a smoke test
     python3 bench/html_page.py --version 1  # the same size in format version 1
-    python3 bench/html_page.py --memory 1000 3000 10000 20000  # peak memory at these turns
+    python3 bench/html_page.py --memory 1000 3000 10000 20000 40000  # peak memory at these turns
 
 The session is made at run time, in format version 2 (each message written once: 230 MB is
 some 30,000 turns) or 1 (each request writes every message again: 230 MB is some 400 turns),

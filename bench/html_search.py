@@ -2,7 +2,7 @@
 soon a page is interactive after it starts to load.
 
     python3 bench/html_search.py                 # needs chromium and chromedriver on PATH
-    python3 bench/html_search.py --open 300 3000  # how soon search and keys work, at these turns
+    python3 bench/html_search.py --open 300 3000 20000  # how soon search and keys work, at these turns
 
 The session (1,500 turns: a model call and a tool call each, 3,000 cards) is made at run
 time under a temporary folder.  Chromium is driven through chromedriver's WebDriver protocol
