@@ -69,6 +69,7 @@ from typing import (
     Deque,
     Dict,
     FrozenSet,
+    Iterable,
     Iterator,
     List,
     Literal,
@@ -4524,6 +4525,95 @@ def _usage_counts(usage: Dict[str, Any]) -> Dict[str, int]:
     return counts
 
 
+_RECENT_CALLS = 256  # ids an _Attempts keeps in a dict, where a call's parent mostly is
+
+
+class _Attempts:
+    """The attempts of a run's calls that started, by execution id (run-local).  The latest
+    ids are in a dict; the others, moved there ``_RECENT_CALLS`` at a time, in four arrays
+    rather than objects: the ids' UTF-8 one after another, where each starts, a bitmask of each
+    one's attempts 1 to 63 (bit attempt - 1), and an open-addressing table of them, at most
+    half full.  About 45 bytes a call beside its id's bytes, where sets of tuples of strings
+    took some 250.  Any other attempt, which no recorder writes (they count from 1), goes to a
+    set of its own."""
+
+    def __init__(self) -> None:
+        self._recent: Dict[str, int] = {}  # id -> bitmask, of the ids not moved yet
+        self._ids = bytearray()
+        self._starts = array("q", [0])  # where each id starts in _ids, and where the last ends
+        self._bits = array("q")
+        self._slots = array("q", [-1]) * 8  # an id's number, at its hash or after; -1: free
+        self._other: Dict[str, Set[int]] = {}
+
+    def add(self, call: str, attempt: int) -> None:
+        counted = 0 < attempt < 64
+        self._recent[call] = self._recent.get(call, 0) | (1 << attempt - 1 if counted else 0)
+        if not counted:
+            self._other.setdefault(call, set()).add(attempt)
+        if len(self._recent) >= _RECENT_CALLS:
+            self._move()
+
+    def _move(self) -> None:
+        """Move the recent ids to the arrays (an id moved before is then there twice)."""
+        keys = [call.encode("utf-8", "surrogatepass") for call in self._recent]
+        first = len(self._bits)
+        self._ids += b"".join(keys)
+        self._starts.extend(itertools.accumulate(map(len, keys), initial=self._starts.pop()))
+        self._bits.extend(self._recent.values())
+        self._recent.clear()
+        if 2 * len(self._bits) <= len(self._slots):
+            self._place(range(first, len(self._bits)), map(hash, keys))
+            return
+        size = len(self._slots)
+        while 2 * len(self._bits) > size:
+            size *= 2
+        self._slots = array("q", [-1]) * size
+        starts, ids = self._starts, self._ids
+        self._place(range(len(self._bits)), (hash(bytes(ids[a:b])) for a, b in zip(starts, starts[1:])))
+
+    def _place(self, entries: Iterable[int], hashes: Iterable[int]) -> None:
+        slots = self._slots
+        mask = len(slots) - 1
+        for entry, code in zip(entries, hashes):
+            at = code & mask
+            while slots[at] >= 0:
+                at = (at + 1) & mask
+            slots[at] = entry
+
+    def _attempts(self, call: str) -> Optional[int]:
+        """The bitmask of *call*'s attempts 1 to 63 that started (``None``: no attempt did)."""
+        key = call.encode("utf-8", "surrogatepass")
+        slots, starts, ids = self._slots, self._starts, self._ids
+        mask = len(slots) - 1
+        at = hash(key) & mask
+        found = self._recent.get(call)
+        while slots[at] >= 0:
+            entry = slots[at]
+            if ids[starts[entry] : starts[entry + 1]] == key:
+                found = (found or 0) | self._bits[entry]
+            at = (at + 1) & mask
+        return found
+
+    def __contains__(self, call: str) -> bool:
+        """Whether an attempt of *call* started."""
+        return call in self._recent or self._attempts(call) is not None
+
+    def started(self, call: str, attempt: int) -> bool:
+        if 0 < attempt < 64:
+            return bool((self._attempts(call) or 0) >> attempt - 1 & 1)
+        return attempt in self._other.get(call, ())
+
+    def latest(self, call: str) -> Optional[int]:
+        """The highest attempt of *call* that started (``None`` when none did)."""
+        bits = self._attempts(call)
+        if bits is None:
+            return None
+        found = list(self._other.get(call, ()))
+        if bits:
+            found.append(bits.bit_length())  # the highest attempt counted in *bits*
+        return max(found)
+
+
 class _RunState:
     """What ``summarize`` keeps of one run while it streams."""
 
@@ -4543,6 +4633,12 @@ _CLOSES = {"model_exec_end": "model_call_unfinished", "tool_exec_end": "tool_cal
 _IMPOSSIBLE = ("call_ended_twice", "call_end_without_start", "unknown_parent")
 
 
+def _kind_attempt(opened: str, attempt: int) -> int:
+    """*attempt* of a call of the kind *opened* (the gap an unfinished one is) as one number,
+    for an ``_Attempts`` of calls of both kinds."""
+    return 2 * attempt + (opened == "tool_call_unfinished")
+
+
 class _Summarizer:
     def __init__(self) -> None:
         self.counts: Dict[str, int] = {}
@@ -4551,11 +4647,9 @@ class _Summarizer:
         self.usage: Dict[str, int] = {}
         self.uninterpreted = 0
         self.replies = 0  # model_exec_end records of a call that succeeded
-        # the latest run's calls, (the gap kind an unfinished one is, execution id, attempt) (flat:
-        # a tuple within each would be kept too), and their execution ids: kept for that run only
-        # (ids are run-local)
-        self.started: Set[Tuple[str, str, int]] = set()
-        self.ids: Set[str] = set()
+        # the attempts of the latest run's calls that started (see _kind_attempt): kept for
+        # that run only (execution ids are run-local)
+        self.started = _Attempts()
 
     def __call__(self, record: Record) -> None:
         kind = record.type
@@ -4565,7 +4659,7 @@ class _Summarizer:
             return
         if kind == "run_start":
             self.run = self.runs[record.run_id] = _RunState(record)
-            self.started, self.ids = set(), set()
+            self.started = _Attempts()
         run = self.run
         assert run is not None
         run.last = record
@@ -4605,17 +4699,19 @@ class _Summarizer:
 
     def _open(self, run: _RunState, opens: str, call: Tuple[str, int], record: Record) -> None:
         """Note the call *call* opened by *record*, and whether its parent is a call before it."""
+        opened = (opens, call) in run.open_gaps  # by a record before: started already
         run.open_gaps.setdefault((opens, call), record.seq)
         parent = record.data["execution"].get("parent_id", "")
-        if parent and parent not in self.ids:
-            run.open_gaps.setdefault(("unknown_parent", call), record.seq)
-        self.started.add((opens, *call))
-        self.ids.add(call[0])
+        if parent and ("unknown_parent", call) not in run.open_gaps and parent not in self.started:
+            run.open_gaps[("unknown_parent", call)] = record.seq
+        if not opened:
+            self.started.add(call[0], _kind_attempt(opens, call[1]))
 
     def _close(self, run: _RunState, opened: str, call: Tuple[str, int], seq: int) -> None:
         """Note the end, at *seq*, of *call*: of an open call, or a gap of an impossible history."""
         if run.open_gaps.pop((opened, call), None) is None:
-            kind = "call_ended_twice" if (opened, *call) in self.started else "call_end_without_start"
+            ended = self.started.started(call[0], _kind_attempt(opened, call[1]))
+            kind = "call_ended_twice" if ended else "call_end_without_start"
             run.open_gaps.setdefault((kind, call), seq)
 
     def _add_usage(self, message: Any) -> None:

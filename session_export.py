@@ -84,6 +84,7 @@ from session import (
     _POOLED,
     _READ_BUFFER,
     _RESERVED,
+    _Attempts,
     _CodecFault,
     _execution_from_json,
     _Index,
@@ -3077,6 +3078,20 @@ def otlp_requests(
         yield wrap(resource_attributes, batch)
 
 
+def _checked(name: str, max_line_bytes: int, entry: Dict[str, Any]) -> Optional[ReadResult]:
+    """The first read of the file *name*: its result, or ``None`` when it is not valid, and
+    its manifest fields in *entry*.  What the check kept of the calls goes with it, before the
+    second read keeps its own."""
+    tally = _Summarizer()
+    try:
+        result = read(name, tally, max_line_bytes=max_line_bytes, resolve=False)
+    except (FormatError, OSError) as exc:
+        entry.update(_failure_fields(name, exc), spans=0)
+        return None
+    entry.update(_valid_fields(name, result, tally), spans=0)
+    return result
+
+
 def _file_spans(
     name: str, content: bool, salt: str, max_line_bytes: int, entry: Dict[str, Any]
 ) -> Iterator[_OtlpSpan]:
@@ -3084,13 +3099,9 @@ def _file_spans(
     valid (none when it is not); *entry* becomes the file's manifest entry, its spans counted
     as they go.  A file that changes between the two reads (cut, or replaced) is then reported
     invalid: the spans before the change are not taken back."""
-    tally = _Summarizer()
-    try:
-        result = read(name, tally, max_line_bytes=max_line_bytes, resolve=False)
-    except (FormatError, OSError) as exc:
-        entry.update(_failure_fields(name, exc), spans=0)
+    result = _checked(name, max_line_bytes, entry)
+    if result is None:
         return
-    entry.update(_valid_fields(name, result, tally), spans=0)
     traces = _Traces(name, content, salt, max_line_bytes)
     try:
         records = iter_records(name, max_line_bytes=max_line_bytes, resolve=False)
@@ -3135,9 +3146,9 @@ class _OtlpRun:
         self.input: Optional[_OtlpMessage] = None  # the newest user message of that request
         self.answer: Dict[str, Any] = {}  # the message of its latest model call that answered
         # what is kept of its calls once their spans are out (execution ids are run-local, and
-        # no record of a run comes after its run_close): 8-byte span ids, let go with the run
-        self.started: Set[bytes] = set()  # of each attempt that started (ended, or under way)
-        self.latest: Dict[bytes, int] = {}  # of each execution id: its latest attempt that started
+        # no record of a run comes after its run_close): each attempt that started (ended, or
+        # under way), let go with the run
+        self.calls = _Attempts()
 
 
 class _Traces:
@@ -3163,7 +3174,7 @@ class _Traces:
             self._content.add(record)
         if record.type == "run_start":
             for before in self._runs.values():  # left open: the reader lets none of its records come
-                before.started, before.latest = set(), {}
+                before.calls = _Attempts()
             self._runs[record.run_id] = _OtlpRun(record.run_id, self._time)
         run = self._runs.get(record.run_id)  # the reader checks that the run was started
         if run is None:
@@ -3194,7 +3205,7 @@ class _Traces:
         key = (record.run_id, execution.id, execution.attempt)
         call = self._calls.get(key)
         if call is None:
-            if self._span_id(*key) in self._runs[record.run_id].started:
+            if self._runs[record.run_id].calls.started(execution.id, execution.attempt):
                 return []  # a record after its end: nothing its span shows
             call = self._calls[key] = self._new_call(record.run_id, execution)
         call.last = self._time
@@ -3234,20 +3245,17 @@ class _Traces:
     def _new_call(self, run_id: str, execution: Execution) -> _OtlpCall:
         """The call's span, under its parent's latest attempt (or the run), linked to the
         attempt before it."""
-        run = self._runs[run_id]
+        calls = self._runs[run_id].calls
         parent = self._span_id(run_id)
-        parent_attempt = run.latest.get(self._span_id(run_id, execution.parent_id))
+        parent_attempt = calls.latest(execution.parent_id)
         if execution.parent_id and parent_attempt is not None:
             parent = self._span_id(run_id, execution.parent_id, parent_attempt)
         span_id = self._span_id(run_id, execution.id, execution.attempt)
         call = _OtlpCall(execution, span_id, parent, self._time)
         call.compacted = self._compacted
-        before = self._span_id(run_id, execution.id, execution.attempt - 1)
-        if before in run.started:
-            call.links.append(before)
-        run.started.add(span_id)
-        key = self._span_id(run_id, execution.id)
-        run.latest[key] = max(run.latest.get(key, 0), execution.attempt)
+        if calls.started(execution.id, execution.attempt - 1):
+            call.links.append(self._span_id(run_id, execution.id, execution.attempt - 1))
+        calls.add(execution.id, execution.attempt)
         return call
 
     def _span_id(self, run_id: str, *call: Any) -> bytes:

@@ -40,7 +40,7 @@ import tracemalloc
 import typing
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import hypothesis
 import pytest
@@ -5544,6 +5544,64 @@ def test_a_history_that_can_happen_has_no_impossible_gap(tmp_path: Path) -> None
                 run.record(Event("tool_exec_end", execution=tool, tool="ls", result=[]))
     assert session.summarize(path).gaps == []
     assert run_cli("validate", str(path)).stdout.endswith(" 2 runs (0 incomplete), 0 checkpoints\n")
+
+
+def long_run_lines(calls: int, then: List[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+    """The lines of a version-1 session of one run of *calls* model calls, each followed by a
+    tool call under it, then the executions *then*'s records: ``(type, execution)`` each."""
+    yield {"seq": 1, "type": "session_start", "data": {"version": 1}}
+    records: List[Tuple[str, Optional[Dict[str, str]]]] = [("run_start", None)]
+    for n in range(calls):
+        model, tool = {"id": f"m{n}", "kind": "model"}, {"id": f"t{n}", "kind": "tool", "parent_id": f"m{n}"}
+        records += [("model_exec_start", model), ("model_exec_end", model)]
+        records += [("tool_exec_start", tool), ("tool_exec_end", tool)]
+    records += [(line["type"], line["execution"]) for line in then]
+    for seq, (kind, execution) in enumerate(records, 2):
+        yield {"seq": seq, "type": kind, "run_id": "r", "data": {"execution": execution} if execution else {}}
+
+
+def write_lines(path: Path, lines: Iterable[Dict[str, Any]]) -> Path:
+    envelope = {"session_id": "s", "time": "2026-12-02T09:27:36Z"}
+    path.write_text("".join(json.dumps({**envelope, **line}) + "\n" for line in lines))
+    return path
+
+
+def test_a_long_runs_impossible_history_is_told_exactly_from_a_few_bytes_a_call(tmp_path: Path) -> None:
+    """What the summary keeps of a run's calls that ended (to tell a call ended twice from one
+    never started, and a parent that started from one that did not) is exact however long ago
+    the call was, and costs a few bytes a call, not the 250 a set of tuples of strings took."""
+    then = [
+        {"type": "model_exec_end", "execution": {"id": "m3", "kind": "model"}},  # long ended
+        {"type": "tool_exec_end", "execution": {"id": "m3", "kind": "tool"}},  # a model call's id
+        {"type": "model_exec_end", "execution": {"id": "m3", "kind": "model", "attempt": 2}},
+        {"type": "tool_exec_start", "execution": {"id": "u", "kind": "tool", "parent_id": "m5"}},
+        {"type": "tool_exec_start", "execution": {"id": "v", "kind": "tool", "parent_id": "m5x"}},
+        {"type": "model_exec_start", "execution": {"id": "w", "kind": "model", "attempt": 0}},
+        {"type": "model_exec_end", "execution": {"id": "w", "kind": "model", "attempt": 0}},
+        {"type": "model_exec_end", "execution": {"id": "w", "kind": "model", "attempt": 0}},
+    ]
+    calls = 3000
+    path = write_lines(tmp_path / "s.jsonl", long_run_lines(calls, then))
+    first = 3 + 4 * calls  # the seq of then's first record
+    gaps = [(gap.kind, gap.seq, gap.ref and gap.ref.execution_id) for gap in session.summarize(path).gaps]
+    assert gaps == [
+        ("run_not_closed", 2, None),
+        ("call_ended_twice", first, "m3"),
+        ("call_end_without_start", first + 1, "m3"),
+        ("call_end_without_start", first + 2, "m3"),
+        ("tool_call_unfinished", first + 3, "u"),
+        ("tool_call_unfinished", first + 4, "v"),
+        ("unknown_parent", first + 4, "v"),
+        ("call_ended_twice", first + 7, "w"),
+    ]
+    records = list(session.iter_records(path))
+    tally = session._Summarizer()
+    tracemalloc.start()
+    for record in records:
+        tally(record)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert held < 60 * 2 * calls, held / (2 * calls)
 
 
 def test_summarize_counts_what_a_recorder_says_it_missed_as_a_gap(tmp_path: Path) -> None:

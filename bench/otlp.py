@@ -2,7 +2,7 @@
 
     python3 bench/otlp.py              # a session of 600 model calls and 600 tool calls
     python3 bench/otlp.py --calls 2000
-    python3 bench/otlp.py --memory 1000 10000 20000   # peak memory at these turns (minutes)
+    python3 bench/otlp.py --memory 1000 10000 20000 40000   # peak memory at these turns (minutes)
 
 The session is what an agent loop writes: each model call asks with the whole context so far
 (version 2 writes each message once), answers 200 B to 2 KB, and is followed by a tool call.
