@@ -279,7 +279,9 @@ def _read_lines(path: str, label: str, max_line_bytes: int, time_key: str) -> _L
     return lines
 
 
-_TOO_LONG = b"\n"  # stands for a line over the limit (identity-compared, never a real line)
+# stands for a line over the limit (identity-compared): never a line readline returns, which ends
+# at its first newline (b"\n" would be: CPython keeps one object for each one-byte bytes)
+_TOO_LONG = b"\n\n"
 
 
 def _raw_lines(file: Any, limit: int) -> Iterator[bytes]:

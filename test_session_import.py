@@ -503,6 +503,14 @@ def test_a_torn_last_line_is_reported_not_an_error(tmp_path: Path) -> None:
     assert note["unfinished_tail_bytes"] == 75
 
 
+def test_a_blank_line_is_counted_blank_not_longer_than_the_limit(tmp_path: Path) -> None:
+    source = tmp_path / "s.jsonl"
+    said = [line("u1", None, "user", "Hi"), line("a1", "u1", "assistant", "Hello")]
+    source.write_text(json.dumps(said[0]) + "\n\n" + json.dumps(said[1]) + "\n")
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert report.not_understood == () and report.unmapped["(blank)"] == 1 and report.lines == 3
+
+
 # ---------------------------------------------------------------------------- Codex CLI
 
 
