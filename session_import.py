@@ -790,14 +790,15 @@ class _SubAgents:
 
     def sidechain(self, prompt: Any, called: _Entry, ended: _Entry) -> List[_Entry]:
         """The first chain no call ran yet that began with *prompt* (an agent tool call's),
-        after the first line *called* of the response that made the call and before the line
-        *ended* of its result."""
+        after the first line *called* of the response that made the call, and ended before
+        the line *ended* of its result (a chain that goes on is another call's)."""
         for index, chain in enumerate(self.chains):
             first = chain[0]
             if (
                 index not in self.chained
                 and first.file == called.file
-                and called.number < first.number < ended.number
+                and called.number < first.number
+                and chain[-1].number < ended.number
                 and type(prompt) is str
                 and _prompt(first.obj) == prompt
             ):

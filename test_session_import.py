@@ -404,6 +404,35 @@ def test_parallel_task_calls_take_the_sidechains_their_prompts_began(tmp_path: P
     assert not [r for r in records if call_id(r).startswith(("x1/", "y1/"))]  # none left over
 
 
+def test_task_calls_of_one_prompt_take_the_sidechains_that_ended_before_their_results(tmp_path: Path) -> None:
+    def task(key: str) -> List[Any]:
+        return [{"type": "tool_use", "id": key, "name": "Task", "input": {"prompt": "Check"}}]
+
+    def result(key: str) -> List[Any]:
+        return [{"type": "tool_result", "tool_use_id": key, "content": "done"}]
+
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "Check twice"),
+            line("a1", "u1", "assistant", task("toolu_A"), id="m1"),
+            line("a2", "a1", "assistant", task("toolu_B"), id="m1"),
+            line("x1", None, "user", "Check", isSidechain=True),  # toolu_A's sub-agent, the slower
+            line("y1", None, "user", "Check", isSidechain=True),
+            line("y2", "y1", "assistant", "B checked", isSidechain=True),
+            line("r1", "a2", "user", result("toolu_B")),  # toolu_A's sub-agent still runs
+            line("x2", "x1", "assistant", "A checked", isSidechain=True),
+            line("r2", "r1", "user", result("toolu_A")),
+        ],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    for key, said in (("toolu_A", "A checked"), ("toolu_B", "B checked")):
+        (end,) = of(records, "model_exec_end", f"{key}/model-1")
+        assert call(end).parent_id == key and texts(data(end).message) == [said]
+    assert gaps_of(tmp_path / "out.jsonl") == []
+
+
 def test_a_sidechain_no_task_call_began_is_calls_of_its_own_after_the_conversation(tmp_path: Path) -> None:
     report = session_import.import_session(
         sidechain_session(tmp_path, "Another task"), tmp_path / "out.jsonl"
