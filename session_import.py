@@ -250,7 +250,6 @@ def _read_lines(path: str, label: str, max_line_bytes: int, time_key: str) -> _L
     previous: Optional[datetime] = None
     with open(path, "rb") as file:
         for number, raw in enumerate(_raw_lines(file, max_line_bytes), 1):
-            lines.size += len(raw)
             if raw is _TOO_LONG:
                 lines.problems.append(Problem(label, number, "longer than --max-line-bytes"))
                 continue
@@ -273,6 +272,7 @@ def _read_lines(path: str, label: str, max_line_bytes: int, time_key: str) -> _L
                 continue
             previous = _timestamp(obj, time_key) or previous
             lines.entries.append(_Entry(label, number, obj, previous or _EPOCH))
+        lines.size = file.tell()  # the bytes read, a line over the limit whole
     first = next((entry.time for entry in lines.entries if entry.time is not _EPOCH), None)
     if first is not None:  # lines before the first timestamp take it
         lines.entries = [e._replace(time=first) if e.time is _EPOCH else e for e in lines.entries]

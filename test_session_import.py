@@ -540,6 +540,17 @@ def test_a_blank_line_is_counted_blank_not_longer_than_the_limit(tmp_path: Path)
     assert report.not_understood == () and report.unmapped["(blank)"] == 1 and report.lines == 3
 
 
+def test_a_line_over_the_limit_counts_whole_in_the_files_size(tmp_path: Path) -> None:
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [line("u1", None, "user", "x" * 5000), line("a1", "u1", "assistant", "Hello")],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl", max_line_bytes=1000)
+    assert [p.reason for p in report.not_understood] == ["longer than --max-line-bytes"]
+    provenance = of(list(session.iter_records(tmp_path / "out.jsonl")), "import")[0].data["details"]
+    assert provenance["files"] == {"s.jsonl": source.stat().st_size}
+
+
 # ---------------------------------------------------------------------------- Codex CLI
 
 
