@@ -1348,13 +1348,15 @@ def _http_error(response: Dict[str, Any]) -> Dict[str, Any]:
 def _trace_id(source: str) -> str:
     """A claude-trace log's session id: its file's name (the second the log began, which two
     logs of two projects can share) and the digest of its first line, which a log keeps as it
-    grows."""
+    grows.  ``ValueError`` while that line is not whole (its digest would change)."""
     digest = hashlib.sha256()
     with open(source, "rb") as file:
         for chunk in iter(lambda: file.readline(1 << 20), b""):
             digest.update(chunk)
             if chunk.endswith(b"\n"):
                 break
+        else:
+            raise ValueError(f"{source}: holds no whole line yet (its session id is its first line's)")
     return f"{os.path.splitext(os.path.basename(source))[0]}-{digest.hexdigest()[:12]}"
 
 
@@ -2577,7 +2579,7 @@ def _archive_name(source: str, kind: Optional[str]) -> str:
     """The file name ``--into`` gives *source*'s import (of the format *kind*, else the one
     detected): its file's name, a claude-trace log's session id, where that is a plain name."""
     stem = os.path.splitext(os.path.basename(source))[0]
-    with contextlib.suppress(OSError):  # an unreadable source is reported where it is read
+    with contextlib.suppress(OSError, ValueError):  # reported where the source is read
         stem = _trace_id(source) if (kind or _detect(source)) == "claude-trace" else stem
     plain = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}", stem) is not None
     return f"{stem if plain else _hex_id('name', stem)}.jsonl"

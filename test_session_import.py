@@ -1771,6 +1771,22 @@ def test_into_keeps_two_trace_logs_of_one_second_apart(tmp_path: Path) -> None:
     assert again.returncode == 0 and again.stdout.count(": unchanged -> ") == 2
 
 
+def test_into_leaves_a_trace_log_for_when_its_first_line_is_whole(tmp_path: Path) -> None:
+    # its session id is its first line's: a log still writing that line has none yet
+    whole = CLAUDE_TRACE.read_bytes()
+    log = tmp_path / "logs" / CLAUDE_TRACE.name
+    log.parent.mkdir()
+    archive = tmp_path / "archive"
+    for written in (b"", whole[:200]):
+        log.write_bytes(written)
+        done = run("import", "--from", "claude-trace", str(log), "--into", str(archive))
+        assert done.returncode == 1 and f"{log}: holds no whole line yet" in done.stderr
+        assert list(archive.iterdir()) == []
+    log.write_bytes(whole)
+    assert run("import", "--from", "claude-trace", str(log), "--into", str(archive)).returncode == 0
+    assert [path.name for path in archive.iterdir()] == [f"{TRACE_ID}.jsonl"]
+
+
 @pytest.mark.parametrize("depth", [195, 450, 900])
 def test_a_line_nested_deeper_than_the_writer_writes_is_named(tmp_path: Path, depth: int) -> None:
     deep = json.loads("[" * depth + "]" * depth)
