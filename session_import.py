@@ -1815,21 +1815,25 @@ def _codex_prompts(entries: List[_Entry]) -> Dict[str, int]:
     return prompts
 
 
+_AS_WRITTEN = json.JSONEncoder(check_circular=False)  # a parsed line's JSON, its keys in their order
+
+
 def _codex_copies(entries: List[_Entry], tally: _Tally) -> List[_Entry]:
     """*entries* but the lines written again verbatim: Codex stamps each line with the time it
     writes it, to the millisecond, so a line with the time and item of one before it is that
     line again (the file written twice), counted.  Lines without that stamp (the first Rust
-    versions' bare items) are never copies: a prompt typed again is the same line."""
-    written: Dict[str, List[Dict[str, Any]]] = {}  # the lines by their time
+    versions' bare items) are never copies: a prompt typed again is the same line.  Lines
+    are told apart by a digest of each one's JSON, its time in it (``1``, ``1.0`` and
+    ``true``, equal values, are three lines): one set look-up a line, however many share a time."""
+    written: Set[bytes] = set()
     kept: List[_Entry] = []
     for entry in entries:
-        stamp = entry.obj.get("timestamp")
-        if type(stamp) is str and "payload" in entry.obj:
-            earlier = written.setdefault(stamp, [])
-            if entry.obj in earlier:
+        if type(entry.obj.get("timestamp")) is str and "payload" in entry.obj:
+            digest = hashlib.sha256(_AS_WRITTEN.encode(entry.obj).encode()).digest()
+            if digest in written:
                 tally.skip("copy of an earlier line")
                 continue
-            earlier.append(entry.obj)
+            written.add(digest)
         kept.append(entry)
     return kept
 

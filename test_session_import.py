@@ -662,6 +662,23 @@ def test_codex_a_line_written_again_verbatim_is_a_copy_counted_not_recorded_twic
     assert report.lines == 2 * base.lines and report.not_understood == ()
 
 
+def test_codex_lines_of_one_time_that_differ_as_written_are_not_copies(tmp_path: Path) -> None:
+    # equal as Python values (1 == 1.0 == true), not as written: two lines
+    time = "2025-11-18T09:30:01.000Z"
+    written = ["1", "1.0", "true", "1"]
+    lines = CODEX.read_text().splitlines(keepends=True)
+    source = tmp_path / CODEX.name
+    started = [
+        f'{{"timestamp":"{time}","type":"event_msg","payload":{{"type":"task_started","n":{n}}}}}\n'
+        for n in written
+    ]
+    source.write_text("".join(lines + started))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    base = session_import.import_session(CODEX, tmp_path / "base.jsonl")
+    assert report.unmapped["copy of an earlier line"] == 1  # the last: the first again
+    assert report.unmapped["event_msg:task_started"] == base.unmapped.get("event_msg:task_started", 0) + 3
+
+
 def test_codex_a_prompt_typed_again_is_a_turn_again_and_bare_lines_are_never_copies(tmp_path: Path) -> None:
     lines = CODEX.read_text().splitlines(keepends=True)
     prompt = [text for text in lines if "List the files" in text][:2]  # the item and its event
