@@ -250,7 +250,6 @@ def _read_lines(path: str, label: str, max_line_bytes: int, time_key: str) -> _L
     previous: Optional[datetime] = None
     with open(path, "rb") as file:
         for number, raw in enumerate(_raw_lines(file, max_line_bytes), 1):
-            lines.size += len(raw)
             if raw is _TOO_LONG:
                 lines.problems.append(Problem(label, number, "longer than --max-line-bytes"))
                 continue
@@ -273,13 +272,16 @@ def _read_lines(path: str, label: str, max_line_bytes: int, time_key: str) -> _L
                 continue
             previous = _timestamp(obj, time_key) or previous
             lines.entries.append(_Entry(label, number, obj, previous or _EPOCH))
+        lines.size = file.tell()  # the bytes read, a line over the limit whole
     first = next((entry.time for entry in lines.entries if entry.time is not _EPOCH), None)
     if first is not None:  # lines before the first timestamp take it
         lines.entries = [e._replace(time=first) if e.time is _EPOCH else e for e in lines.entries]
     return lines
 
 
-_TOO_LONG = b"\n"  # stands for a line over the limit (identity-compared, never a real line)
+# stands for a line over the limit (identity-compared): never a line readline returns, which ends
+# at its first newline (b"\n" would be: CPython keeps one object for each one-byte bytes)
+_TOO_LONG = b"\n\n"
 
 
 def _raw_lines(file: Any, limit: int) -> Iterator[bytes]:
@@ -788,14 +790,15 @@ class _SubAgents:
 
     def sidechain(self, prompt: Any, called: _Entry, ended: _Entry) -> List[_Entry]:
         """The first chain no call ran yet that began with *prompt* (an agent tool call's),
-        after the first line *called* of the response that made the call and before the line
-        *ended* of its result."""
+        after the first line *called* of the response that made the call, and ended before
+        the line *ended* of its result (a chain that goes on is another call's)."""
         for index, chain in enumerate(self.chains):
             first = chain[0]
             if (
                 index not in self.chained
                 and first.file == called.file
-                and called.number < first.number < ended.number
+                and called.number < first.number
+                and chain[-1].number < ended.number
                 and type(prompt) is str
                 and _prompt(first.obj) == prompt
             ):
@@ -1345,13 +1348,15 @@ def _http_error(response: Dict[str, Any]) -> Dict[str, Any]:
 def _trace_id(source: str) -> str:
     """A claude-trace log's session id: its file's name (the second the log began, which two
     logs of two projects can share) and the digest of its first line, which a log keeps as it
-    grows."""
+    grows.  ``ValueError`` while that line is not whole (its digest would change)."""
     digest = hashlib.sha256()
     with open(source, "rb") as file:
         for chunk in iter(lambda: file.readline(1 << 20), b""):
             digest.update(chunk)
             if chunk.endswith(b"\n"):
                 break
+        else:
+            raise ValueError(f"{source}: holds no whole line yet (its session id is its first line's)")
     return f"{os.path.splitext(os.path.basename(source))[0]}-{digest.hexdigest()[:12]}"
 
 
@@ -1810,21 +1815,25 @@ def _codex_prompts(entries: List[_Entry]) -> Dict[str, int]:
     return prompts
 
 
+_AS_WRITTEN = json.JSONEncoder(check_circular=False)  # a parsed line's JSON, its keys in their order
+
+
 def _codex_copies(entries: List[_Entry], tally: _Tally) -> List[_Entry]:
     """*entries* but the lines written again verbatim: Codex stamps each line with the time it
     writes it, to the millisecond, so a line with the time and item of one before it is that
     line again (the file written twice), counted.  Lines without that stamp (the first Rust
-    versions' bare items) are never copies: a prompt typed again is the same line."""
-    written: Dict[str, List[Dict[str, Any]]] = {}  # the lines by their time
+    versions' bare items) are never copies: a prompt typed again is the same line.  Lines
+    are told apart by a digest of each one's JSON, its time in it (``1``, ``1.0`` and
+    ``true``, equal values, are three lines): one set look-up a line, however many share a time."""
+    written: Set[bytes] = set()
     kept: List[_Entry] = []
     for entry in entries:
-        stamp = entry.obj.get("timestamp")
-        if type(stamp) is str and "payload" in entry.obj:
-            earlier = written.setdefault(stamp, [])
-            if entry.obj in earlier:
+        if type(entry.obj.get("timestamp")) is str and "payload" in entry.obj:
+            digest = hashlib.sha256(_AS_WRITTEN.encode(entry.obj).encode()).digest()
+            if digest in written:
                 tally.skip("copy of an earlier line")
                 continue
-            earlier.append(entry.obj)
+            written.add(digest)
         kept.append(entry)
     return kept
 
@@ -2574,7 +2583,7 @@ def _archive_name(source: str, kind: Optional[str]) -> str:
     """The file name ``--into`` gives *source*'s import (of the format *kind*, else the one
     detected): its file's name, a claude-trace log's session id, where that is a plain name."""
     stem = os.path.splitext(os.path.basename(source))[0]
-    with contextlib.suppress(OSError):  # an unreadable source is reported where it is read
+    with contextlib.suppress(OSError, ValueError):  # reported where the source is read
         stem = _trace_id(source) if (kind or _detect(source)) == "claude-trace" else stem
     plain = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}", stem) is not None
     return f"{stem if plain else _hex_id('name', stem)}.jsonl"

@@ -404,6 +404,35 @@ def test_parallel_task_calls_take_the_sidechains_their_prompts_began(tmp_path: P
     assert not [r for r in records if call_id(r).startswith(("x1/", "y1/"))]  # none left over
 
 
+def test_task_calls_of_one_prompt_take_the_sidechains_that_ended_before_their_results(tmp_path: Path) -> None:
+    def task(key: str) -> List[Any]:
+        return [{"type": "tool_use", "id": key, "name": "Task", "input": {"prompt": "Check"}}]
+
+    def result(key: str) -> List[Any]:
+        return [{"type": "tool_result", "tool_use_id": key, "content": "done"}]
+
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "Check twice"),
+            line("a1", "u1", "assistant", task("toolu_A"), id="m1"),
+            line("a2", "a1", "assistant", task("toolu_B"), id="m1"),
+            line("x1", None, "user", "Check", isSidechain=True),  # toolu_A's sub-agent, the slower
+            line("y1", None, "user", "Check", isSidechain=True),
+            line("y2", "y1", "assistant", "B checked", isSidechain=True),
+            line("r1", "a2", "user", result("toolu_B")),  # toolu_A's sub-agent still runs
+            line("x2", "x1", "assistant", "A checked", isSidechain=True),
+            line("r2", "r1", "user", result("toolu_A")),
+        ],
+    )
+    session_import.import_session(source, tmp_path / "out.jsonl")
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    for key, said in (("toolu_A", "A checked"), ("toolu_B", "B checked")):
+        (end,) = of(records, "model_exec_end", f"{key}/model-1")
+        assert call(end).parent_id == key and texts(data(end).message) == [said]
+    assert gaps_of(tmp_path / "out.jsonl") == []
+
+
 def test_a_sidechain_no_task_call_began_is_calls_of_its_own_after_the_conversation(tmp_path: Path) -> None:
     report = session_import.import_session(
         sidechain_session(tmp_path, "Another task"), tmp_path / "out.jsonl"
@@ -501,6 +530,25 @@ def test_a_torn_last_line_is_reported_not_an_error(tmp_path: Path) -> None:
     assert "ignored 75-byte unfinished last line" in report.text()
     note = of(list(session.iter_records(tmp_path / "out.jsonl")), "import_note")[0].data["details"]
     assert note["unfinished_tail_bytes"] == 75
+
+
+def test_a_blank_line_is_counted_blank_not_longer_than_the_limit(tmp_path: Path) -> None:
+    source = tmp_path / "s.jsonl"
+    said = [line("u1", None, "user", "Hi"), line("a1", "u1", "assistant", "Hello")]
+    source.write_text(json.dumps(said[0]) + "\n\n" + json.dumps(said[1]) + "\n")
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert report.not_understood == () and report.unmapped["(blank)"] == 1 and report.lines == 3
+
+
+def test_a_line_over_the_limit_counts_whole_in_the_files_size(tmp_path: Path) -> None:
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [line("u1", None, "user", "x" * 5000), line("a1", "u1", "assistant", "Hello")],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl", max_line_bytes=1000)
+    assert [p.reason for p in report.not_understood] == ["longer than --max-line-bytes"]
+    provenance = of(list(session.iter_records(tmp_path / "out.jsonl")), "import")[0].data["details"]
+    assert provenance["files"] == {"s.jsonl": source.stat().st_size}
 
 
 # ---------------------------------------------------------------------------- Codex CLI
@@ -612,6 +660,23 @@ def test_codex_a_line_written_again_verbatim_is_a_copy_counted_not_recorded_twic
     assert recorded(tmp_path / "out.jsonl") == recorded(tmp_path / "base.jsonl")
     assert report.unmapped == {**base.unmapped, "copy of an earlier line": len(lines)}
     assert report.lines == 2 * base.lines and report.not_understood == ()
+
+
+def test_codex_lines_of_one_time_that_differ_as_written_are_not_copies(tmp_path: Path) -> None:
+    # equal as Python values (1 == 1.0 == true), not as written: two lines
+    time = "2025-11-18T09:30:01.000Z"
+    written = ["1", "1.0", "true", "1"]
+    lines = CODEX.read_text().splitlines(keepends=True)
+    source = tmp_path / CODEX.name
+    started = [
+        f'{{"timestamp":"{time}","type":"event_msg","payload":{{"type":"task_started","n":{n}}}}}\n'
+        for n in written
+    ]
+    source.write_text("".join(lines + started))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    base = session_import.import_session(CODEX, tmp_path / "base.jsonl")
+    assert report.unmapped["copy of an earlier line"] == 1  # the last: the first again
+    assert report.unmapped["event_msg:task_started"] == base.unmapped.get("event_msg:task_started", 0) + 3
 
 
 def test_codex_a_prompt_typed_again_is_a_turn_again_and_bare_lines_are_never_copies(tmp_path: Path) -> None:
@@ -1721,6 +1786,22 @@ def test_into_keeps_two_trace_logs_of_one_second_apart(tmp_path: Path) -> None:
     assert sorted(path.name for path in both.iterdir()) == [path.name for path in files]
     again = run("import", str(first.parent), str(second.parent), "--into", str(archive))
     assert again.returncode == 0 and again.stdout.count(": unchanged -> ") == 2
+
+
+def test_into_leaves_a_trace_log_for_when_its_first_line_is_whole(tmp_path: Path) -> None:
+    # its session id is its first line's: a log still writing that line has none yet
+    whole = CLAUDE_TRACE.read_bytes()
+    log = tmp_path / "logs" / CLAUDE_TRACE.name
+    log.parent.mkdir()
+    archive = tmp_path / "archive"
+    for written in (b"", whole[:200]):
+        log.write_bytes(written)
+        done = run("import", "--from", "claude-trace", str(log), "--into", str(archive))
+        assert done.returncode == 1 and f"{log}: holds no whole line yet" in done.stderr
+        assert list(archive.iterdir()) == []
+    log.write_bytes(whole)
+    assert run("import", "--from", "claude-trace", str(log), "--into", str(archive)).returncode == 0
+    assert [path.name for path in archive.iterdir()] == [f"{TRACE_ID}.jsonl"]
 
 
 @pytest.mark.parametrize("depth", [195, 450, 900])
