@@ -617,13 +617,60 @@ _ENDS = {"model_exec_end", "tool_exec_end", "context_compacted", "context_prepar
 _K = TypeVar("_K", bound=Hashable)  # a name or number the page keeps once (_Facts._shared)
 
 
+class _Calls:
+    """Where the records of every call attempt are, and when: column by column, one array a
+    field (an array and two floats of each call took 230 bytes a call).  A call's records are
+    chained: each one's *following* is the index of its call's next record, -1 for its last."""
+
+    def __init__(self) -> None:
+        self.seqs = array.array("q")  # of each record of a call, in the order read
+        self.offsets = array.array("q")
+        self.following = array.array("q")
+        self.first = array.array("q")  # of each call: the index of its first record, ...
+        self.last = array.array("q")  # ... and of its last
+        self.start = array.array("d")  # POSIX seconds of its earliest record, NaN for none
+        self.end = array.array("d")
+
+    def add(self) -> int:
+        """A new call's number."""
+        self.first.append(-1)
+        self.last.append(-1)
+        self.start.append(math.nan)
+        self.end.append(math.nan)
+        return len(self.first) - 1
+
+    def place(self, number: int, seq: int, offset: int, moment: Optional[float]) -> None:
+        """A record of the call *number*, at *moment* if its time is one."""
+        at = len(self.seqs)
+        self.seqs.append(seq)
+        self.offsets.append(offset)
+        self.following.append(-1)
+        if self.last[number] < 0:
+            self.first[number] = at
+        else:
+            self.following[self.last[number]] = at
+        self.last[number] = at
+        if moment is not None:
+            start, end = self.start[number], self.end[number]
+            self.start[number] = moment if math.isnan(start) else min(start, moment)
+            self.end[number] = moment if math.isnan(end) else max(end, moment)
+
+    def records(self, number: int) -> Iterator[int]:
+        """The indexes of the records of the call *number*, in order."""
+        at = self.first[number]
+        while at >= 0:
+            yield at
+            at = self.following[at]
+
+
 class _Attempt:
-    """What the page keeps of one call attempt: where its records are, and its span."""
+    """What the page keeps of one call attempt: what its records say of it; where they are,
+    and its span, are in the _Calls *calls*, under its *number*."""
 
     __slots__ = (
         "attempt",
+        "calls",
         "cost",
-        "end",
         "ended",
         "error_type",
         "failed",
@@ -631,24 +678,22 @@ class _Attempt:
         "kind",
         "model",
         "name",
+        "number",
         "parent",
-        "places",
         "reason",
         "run_id",
-        "start",
         "turn",
     )
 
-    def __init__(self, run_id: str, turn: int, execution: Execution, kind: str) -> None:
+    def __init__(self, run_id: str, turn: int, execution: Execution, kind: str, calls: _Calls) -> None:
         self.run_id = run_id
         self.turn = turn
         self.kind = kind
         self.id = execution.id
         self.attempt = execution.attempt
         self.name = ""
-        self.places = array.array("q")  # its records' seqs and offsets, in turn: 8 bytes each
-        self.start: Optional[float] = None  # POSIX seconds of its earliest record
-        self.end: Optional[float] = None
+        self.calls = calls
+        self.number = calls.add()
         self.failed = False
         self.ended = False  # a record ended it (the process may have ended during it)
         self.reason = ""  # why it failed: its error's type and message, shortened
@@ -658,16 +703,26 @@ class _Attempt:
         self.cost: Optional[float] = None  # in USD, as its usage says
 
     @property
+    def start(self) -> Optional[float]:
+        start = self.calls.start[self.number]
+        return None if math.isnan(start) else start
+
+    @property
+    def end(self) -> Optional[float]:
+        end = self.calls.end[self.number]
+        return None if math.isnan(end) else end
+
+    @property
     def seconds(self) -> float:
         return (self.end or 0.0) - (self.start or 0.0)
 
     @property
     def seqs(self) -> array.array[int]:
-        return self.places[0::2]
+        return array.array("q", [self.calls.seqs[at] for at in self.calls.records(self.number)])
 
     @property
     def offsets(self) -> array.array[int]:
-        return self.places[1::2]
+        return array.array("q", [self.calls.offsets[at] for at in self.calls.records(self.number)])
 
 
 class _Input(NamedTuple):
@@ -675,7 +730,7 @@ class _Input(NamedTuple):
     previous request's: *parts* are ``(start, end)`` slices of the previous request's input
     and message places (the id of the element that shows one: ``msg-`` and the record's seq,
     and for a message shown in a request's card, ``-`` and its index).  Kept as the JSON of
-    ``[parts, previous, settings]`` that the page's data block lists (_Facts.inputs)."""
+    ``[parts, previous, settings]`` that the page's data block lists (_Facts.requests)."""
 
     parts: Tuple[Union[Tuple[int, int], str], ...]
     previous: int  # seq of the previous request, 0 for the first
@@ -712,6 +767,47 @@ class _Change(NamedTuple):
         unchanged, dropped, previous, flags = packed[:4]
         new = tuple(zip(packed[4::2], packed[5::2]))
         return cls(new, unchanged, dropped, previous, bool(flags & 1), bool(flags & 2), bool(flags & 4))
+
+
+class _Requests:
+    """What the page keeps of each model request, column by column (an array and a string
+    of each took 350 bytes a request): its seq, in the order read, its _Change packed and its
+    _Input's JSON."""
+
+    def __init__(self) -> None:
+        self.seqs = array.array("q")
+        self._changes = array.array("q")  # the changes packed, one after the other, ...
+        self._change_at = array.array("q", [0])  # ... each from here to the next
+        self._inputs = bytearray()  # the inputs' JSON, likewise
+        self._input_at = array.array("q", [0])
+
+    def add(self, seq: int, change: _Change, text: str) -> None:
+        self.seqs.append(seq)
+        self._changes.extend(change.packed())
+        self._change_at.append(len(self._changes))
+        self._inputs += text.encode()
+        self._input_at.append(len(self._inputs))
+
+    def __contains__(self, seq: int) -> bool:
+        return self._index(seq) is not None
+
+    def _index(self, seq: int) -> Optional[int]:
+        at = bisect.bisect_left(self.seqs, seq)
+        return at if at < len(self.seqs) and self.seqs[at] == seq else None
+
+    def change(self, seq: int) -> Optional[_Change]:
+        at = self._index(seq)
+        if at is None:
+            return None
+        return _Change.unpacked(self._changes[self._change_at[at] : self._change_at[at + 1]])
+
+    def input_text(self, index: int) -> str:
+        """The JSON of the input of the *index*-th request."""
+        return self._inputs[self._input_at[index] : self._input_at[index + 1]].decode()
+
+    def input(self, seq: int) -> Optional[str]:
+        at = self._index(seq)
+        return None if at is None else self.input_text(at)
 
 
 _DIGEST = 16  # bytes of a message's digest: lists of them are kept joined, _DIGEST bytes each
@@ -816,12 +912,12 @@ class _Facts:
         self.index = index  # of a version-2 file's messages: the requests come with theirs
         self._summarizer = _Summarizer()
         self.items: List[Union[Tuple[int, int], _Attempt]] = []  # (seq, offset) or a call, in order
+        self.calls = _Calls()  # where each call's records are, and its span
         self.attempts: Dict[Tuple[str, str, int], _Attempt] = {}
-        self.model_seq: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> its latest card
-        self.tool_seq: Dict[Tuple[str, str], int] = {}  # (run, tool call id) -> its card
-        self.changes: Dict[int, array.array[int]] = {}  # model_request seq -> what changed (packed)
-        self.inputs: Dict[int, str] = {}  # model_request seq -> where its messages are shown (JSON)
-        self.turn_seqs: Dict[Tuple[str, int], int] = {}  # (run, turn) -> seq of its turn_start
+        self.model_calls: Dict[str, Dict[str, _Attempt]] = {}  # run -> execution id -> its latest
+        self.tool_calls: Dict[str, Dict[str, _Attempt]] = {}  # run -> tool call id -> its latest
+        self.requests = _Requests()  # what changed in each model request, where its messages are shown
+        self.turn_seqs: Dict[str, Dict[int, int]] = {}  # run -> turn -> seq of its turn_start
         self.same: Dict[int, int] = {}  # message record seq -> earlier record with that message
         self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
         self.compactions: List[int] = []  # number of model calls before each compaction
@@ -862,7 +958,7 @@ class _Facts:
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
             self.turn = self._shared(record.data["turn_index"])
-            self.turn_seqs.setdefault((self._shared(record.run_id or ""), self.turn), record.seq)
+            self.turn_seqs.setdefault(self._shared(record.run_id or ""), {}).setdefault(self.turn, record.seq)
         elif record.type == "run_start":
             self.turn = 0
             self.run_numbers.setdefault(record.run_id or "", len(self.run_numbers) + 1)
@@ -904,20 +1000,16 @@ class _Facts:
         attempt = self.attempts.get(key)
         if attempt is None:
             turn, kind = self._shared(execution.turn_index or self.turn), self._shared(execution.kind)
-            attempt = self.attempts[key] = _Attempt(run_id, turn, execution, kind)
+            attempt = self.attempts[key] = _Attempt(run_id, turn, execution, kind, self.calls)
             self.items.append(attempt)
             if execution.kind == "model":
-                self.model_seq[run_id, execution.id] = record.seq
+                self.model_calls.setdefault(run_id, {})[execution.id] = attempt
             elif execution.kind == "tool":
                 tool_id = record.data.get("tool_id")
                 if type(tool_id) is not str or not tool_id or tool_id == execution.id:
                     tool_id = execution.id  # one string for both
-                self.tool_seq[run_id, tool_id] = record.seq
-        attempt.places.extend((record.seq, record.offset))
-        moment = _seconds(record.time)
-        if moment is not None:
-            attempt.start = moment if attempt.start is None else min(attempt.start, moment)
-            attempt.end = moment if attempt.end is None else max(attempt.end, moment)
+                self.tool_calls.setdefault(run_id, {})[tool_id] = attempt
+        self.calls.place(attempt.number, record.seq, record.offset, _seconds(record.time))
         return attempt
 
     def _run(self, record: Record) -> _RunFacts:
@@ -995,7 +1087,7 @@ class _Facts:
             if type(request) is dict
             else 0
         )
-        self.changes[record.seq] = _Change(
+        change = _Change(
             tuple(new),
             total - len(new),
             dropped,
@@ -1003,10 +1095,12 @@ class _Facts:
             self._compacted,
             resumed,
             settings == self._settings,
-        ).packed()
+        )
         if settings != self._settings:
             self._settings_seq = record.seq
-        self._input(record.seq, digests, new, previous if grew else None)
+        self.requests.add(
+            record.seq, change, self._input(record.seq, digests, new, previous if grew else None)
+        )
         self._previous, self._previous_seq, self._previous_run = digests, record.seq, record.run_id or ""
         self._settings = settings
         self._compacted = False
@@ -1026,8 +1120,8 @@ class _Facts:
             if index < len(messages):
                 self._asked(record, messages[index], record.seq)
 
-    def _input(self, seq: int, digests: bytearray, new: List[Tuple[int, int]], kept: Optional[int]) -> None:
-        """Where the page shows each message of the request *seq*: a message the previous
+    def _input(self, seq: int, digests: bytearray, new: List[Tuple[int, int]], kept: Optional[int]) -> str:
+        """Where the page shows each message of the request *seq*, as JSON: a message the previous
         request sent where that one's is, a new one where its card or an earlier record
         shows it (as _CardDrawing.new_messages does).  A context that grew (it starts with all
         *kept* messages of the previous request) costs only its new messages."""
@@ -1039,7 +1133,7 @@ class _Facts:
             self._places.extend(fresh.values())
         else:
             parts, self._places = self._rearranged(digests, fresh)
-        self.inputs[seq] = json.dumps([parts, self._previous_seq, self._settings_seq])
+        return json.dumps([parts, self._previous_seq, self._settings_seq])
 
     def _rearranged(
         self, digests: bytearray, fresh: Dict[int, str]
@@ -1120,12 +1214,11 @@ class _Facts:
 
     def change(self, seq: int) -> Optional[_Change]:
         """How the model request *seq* differs from the previous one."""
-        packed = self.changes.get(seq)
-        return None if packed is None else _Change.unpacked(packed)
+        return self.requests.change(seq)
 
     def whole_input(self, seq: int) -> Optional[_Input]:
         """Where the page shows each message of the model request *seq*."""
-        text, change = self.inputs.get(seq), self.change(seq)
+        text, change = self.requests.input(seq), self.change(seq)
         if text is None or change is None:
             return None
         return _Input.unpacked(text, change.unchanged + len(change.new))
@@ -1526,7 +1619,7 @@ class _Conversation:
         else:
             body = "".join(self.said(record) for record in records)
         reason = f'<div class="error">{_hs(item.reason)}</div>' if item.failed else ""
-        inputs = [seq for seq in item.seqs if seq in self.facts.inputs]
+        inputs = [seq for seq in item.seqs if seq in self.facts.requests]
         whole = "".join(f" {_link(seq, 'whole input', f'input-{seq}')}" for seq in inputs[:1])
         head = f'<div class="step {_kind(item)}{fail}"><span class="seq">{link}{whole}</span> {retry}'
         return f"{head}{body}{reason}</div>\n"
@@ -1962,7 +2055,7 @@ class _Header:
                 '<ol class="turns">'
             )
             for turn, (count, bad) in sorted(group.items()):
-                seq = self.facts.turn_seqs.get((run.run_id, turn), 0)
+                seq = self.facts.turn_seqs.get(run.run_id, {}).get(turn, 0)
                 label = f"turn {turn}: {_count(count, 'call')}{_failed(bad)}"
                 write(f"<li>{_link(seq, label, f'talk-{seq}') if seq else label}</li>")
             write("</ol></details>\n")
@@ -2484,10 +2577,10 @@ class _CardDrawing:
         return f'<div class="image">[image: {about}{more}]</div>'
 
     def tool_link(self, run_id: str, call_id: str) -> str:
-        seq = self.facts.tool_seq.get((run_id, call_id))
-        if seq is None:
+        call = self.facts.tool_calls.get(run_id, {}).get(call_id)
+        if call is None:
             return f"<code>{_hs(call_id)}</code>"
-        return _link(seq, f"<code>{_hs(call_id)}</code>")
+        return _link(call.seqs[0], f"<code>{_hs(call_id)}</code>")
 
     # -- records
 
@@ -2663,11 +2756,11 @@ class _CardDrawing:
         """For a tool call, a link to the model call that asked for it."""
         if not attempt.parent:
             return ""
-        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent))
-        if seq is None:
+        call = self.facts.model_calls.get(attempt.run_id, {}).get(attempt.parent)
+        if call is None:
             missing = '<span class="error">not in this run</span>'
             return f", asked for by model call <code>{_hs(attempt.parent)}</code>, {missing}"
-        return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
+        return f", asked for by {_link(call.seqs[0], f'model call <code>{_hs(attempt.parent)}</code>')}"
 
 
 class _Page:
@@ -2708,7 +2801,8 @@ class _Page:
             f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style>\n"
             f"<script>{script}</script></head>\n<body>\n"  # early: it acts on what is parsed so far
         )
-        inputs = ", ".join(f'"{seq}": {text}' for seq, text in self.facts.inputs.items())  # seqs in order
+        requests = self.facts.requests
+        inputs = ", ".join(f'"{seq}": {requests.input_text(n)}' for n, seq in enumerate(requests.seqs))
         data = (  # as _script_json writes it, its keys sorted; the inputs are JSON already
             f'{{"file": {_script_json(self.name)}, "inputs": {{{inputs}}}, '
             f'"records": {summary.records}, "session_id": {_script_json(summary.session_id)}}}'

@@ -1014,7 +1014,7 @@ def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) 
             model_call(run, "m2", [u3])
     facts = session_export._Facts(session._Index(None))
     session.read(path, facts)
-    each = [facts.change(seq) for seq in facts.changes]
+    each = [facts.change(seq) for seq in facts.requests.seqs]
     changes = [(len(c.new), c.unchanged, c.dropped, c.compacted, c.resumed) for c in each if c]
     assert changes == [
         (1, 0, 0, False, False),
