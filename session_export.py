@@ -671,6 +671,7 @@ class _Attempt:
         "attempt",
         "calls",
         "cost",
+        "earlier",
         "ended",
         "error_type",
         "failed",
@@ -693,7 +694,8 @@ class _Attempt:
         self.attempt = execution.attempt
         self.name = ""
         self.calls = calls
-        self.number = calls.add()
+        self.number = calls.add()  # the calls in the order the page met them
+        self.earlier: Optional[_Attempt] = None  # the one of the same run and id met before it
         self.failed = False
         self.ended = False  # a record ended it (the process may have ended during it)
         self.reason = ""  # why it failed: its error's type and message, shortened
@@ -913,8 +915,7 @@ class _Facts:
         self._summarizer = _Summarizer()
         self.items: List[Union[Tuple[int, int], _Attempt]] = []  # (seq, offset) or a call, in order
         self.calls = _Calls()  # where each call's records are, and its span
-        self.attempts: Dict[Tuple[str, str, int], _Attempt] = {}
-        self.model_calls: Dict[str, Dict[str, _Attempt]] = {}  # run -> execution id -> its latest
+        self.attempts: Dict[str, Dict[str, _Attempt]] = {}  # run -> execution id -> latest (_Facts.attempt)
         self.tool_calls: Dict[str, Dict[str, _Attempt]] = {}  # run -> tool call id -> its latest
         self.requests = _Requests()  # what changed in each model request, where its messages are shown
         self.turn_seqs: Dict[str, Dict[int, int]] = {}  # run -> turn -> seq of its turn_start
@@ -996,15 +997,15 @@ class _Facts:
 
     def _attempt(self, record: Record, execution: Execution) -> _Attempt:
         run_id = self._shared(record.run_id or "")
-        key = (run_id, execution.id, execution.attempt)
-        attempt = self.attempts.get(key)
+        attempt = self.attempt(run_id, execution.id, execution.attempt)
         if attempt is None:
             turn, kind = self._shared(execution.turn_index or self.turn), self._shared(execution.kind)
-            attempt = self.attempts[key] = _Attempt(run_id, turn, execution, kind, self.calls)
+            attempt = _Attempt(run_id, turn, execution, kind, self.calls)
+            calls = self.attempts.setdefault(run_id, {})
+            attempt.earlier = calls.get(execution.id)
+            calls[execution.id] = attempt
             self.items.append(attempt)
-            if execution.kind == "model":
-                self.model_calls.setdefault(run_id, {})[execution.id] = attempt
-            elif execution.kind == "tool":
+            if execution.kind == "tool":
                 tool_id = record.data.get("tool_id")
                 if type(tool_id) is not str or not tool_id or tool_id == execution.id:
                     tool_id = execution.id  # one string for both
@@ -1212,6 +1213,24 @@ class _Facts:
 
     # -- what the drawing asks
 
+    def attempt(self, run_id: str, call_id: str, number: int) -> Optional[_Attempt]:
+        """The attempt *number* of the call *call_id* of the run *run_id*, if the page met it."""
+        attempt = self.attempts.get(run_id, {}).get(call_id)
+        while attempt is not None and attempt.attempt != number:
+            attempt = attempt.earlier
+        return attempt
+
+    def calls_met(self) -> Iterator[_Attempt]:
+        """Every call attempt, in the order the page met them."""
+        return (item for item in self.items if isinstance(item, _Attempt))
+
+    def model_call(self, run_id: str, call_id: str) -> Optional[_Attempt]:
+        """The attempt of the model call *call_id* of the run *run_id* met last."""
+        attempt = self.attempts.get(run_id, {}).get(call_id)
+        while attempt is not None and attempt.kind != "model":
+            attempt = attempt.earlier
+        return attempt
+
     def change(self, seq: int) -> Optional[_Change]:
         """How the model request *seq* differs from the previous one."""
         return self.requests.change(seq)
@@ -1239,16 +1258,17 @@ def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
 # groups compactions into marks and labels.
 
 
-def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
+def _recovered(facts: _Facts) -> Set[Tuple[str, str, int]]:
     """The failed attempts after which a later attempt of their call succeeded."""
     succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
-    for (run_id, call, number), attempt in attempts.items():
+    for attempt in facts.calls_met():
         if attempt.ended and not attempt.failed:
-            succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
+            key = (attempt.run_id, attempt.id)
+            succeeded[key] = max(attempt.attempt, succeeded.get(key, 0))
     return {
-        key
-        for key, attempt in attempts.items()
-        if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
+        (attempt.run_id, attempt.id, attempt.attempt)
+        for attempt in facts.calls_met()
+        if attempt.failed and succeeded.get((attempt.run_id, attempt.id), 0) > attempt.attempt
     }
 
 
@@ -1260,17 +1280,17 @@ class _Plan:
     from both ends inwards (the end is where failures usually are)."""
 
     def __init__(self, facts: _Facts) -> None:
-        self.recovered = _recovered(facts.attempts)
+        self.recovered = _recovered(facts)
         failures: Dict[str, List[_Attempt]] = {}
-        self.turns: Dict[str, Dict[int, List[int]]] = {}  # run -> turn -> [calls, failed]
+        self.turns: Dict[str, Dict[int, Tuple[int, int]]] = {}  # run -> turn -> (calls, failed)
         self.models: Dict[str, int] = {}  # model -> calls
         self.run_costs: Dict[str, float] = {}  # of the runs whose calls report one
-        for attempt in facts.attempts.values():
+        for attempt in facts.calls_met():
             if attempt.failed:
                 failures.setdefault(attempt.error_type, []).append(attempt)
-            counts = self.turns.setdefault(attempt.run_id, {}).setdefault(attempt.turn, [0, 0])
-            counts[0] += 1
-            counts[1] += attempt.failed
+            turns = self.turns.setdefault(attempt.run_id, {})
+            calls, failed = turns.get(attempt.turn, (0, 0))
+            turns[attempt.turn] = (calls + 1, failed + attempt.failed)  # a tuple: a list takes 16 bytes more
             if attempt.model:
                 self.models[attempt.model] = self.models.get(attempt.model, 0) + 1
             if attempt.cost is not None:
@@ -1794,13 +1814,13 @@ class _Timeline:
         """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
         retries tied to the attempt they repeat; and the slowest calls."""
         write = self.out.write
-        attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
+        attempts = [attempt for attempt in self.facts.calls_met() if attempt.start is not None]
         write('<section id="timeline"><h2>calls over time</h2>\n<p>slowest calls:</p><ol>')
         for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
             write(f"<li>{_span(attempt.seconds)} {_attempt_link(attempt)}</li>\n")
         write("</ol>\n")
         runs: Dict[str, Dict[int, List[_Attempt]]] = {}
-        for attempt in self.facts.attempts.values():
+        for attempt in self.facts.calls_met():
             runs.setdefault(attempt.run_id, {}).setdefault(attempt.turn, []).append(attempt)
         limit = self.out.size + self.out.budget // 4  # the rest is for the records
         for run, turns in runs.items():
@@ -2742,7 +2762,7 @@ class _CardDrawing:
         if attempt.cost is not None:
             parts.append(f", cost {_money(attempt.cost)}")
         if attempt.attempt > 1:
-            earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
+            earlier = self.facts.attempt(attempt.run_id, attempt.id, attempt.attempt - 1)
             if earlier is not None:
                 parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
         parts.append(f"{self.parent(attempt)}</p>{self.commands.attempt_ref(attempt)}\n")
@@ -2756,7 +2776,7 @@ class _CardDrawing:
         """For a tool call, a link to the model call that asked for it."""
         if not attempt.parent:
             return ""
-        call = self.facts.model_calls.get(attempt.run_id, {}).get(attempt.parent)
+        call = self.facts.model_call(attempt.run_id, attempt.parent)
         if call is None:
             missing = '<span class="error">not in this run</span>'
             return f", asked for by model call <code>{_hs(attempt.parent)}</code>, {missing}"
