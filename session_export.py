@@ -920,7 +920,8 @@ class _Facts:
         self.requests = _Requests()  # what changed in each model request, where its messages are shown
         self.turn_seqs: Dict[str, Dict[int, int]] = {}  # run -> turn -> seq of its turn_start
         self.same: Dict[int, int] = {}  # message record seq -> earlier record with that message
-        self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
+        self.token_seqs = array.array("q")  # of each model call that reports its input tokens, ...
+        self.tokens = array.array("q")  # ... and those tokens (a count beyond 64 bits not: as the summary)
         self.compactions: List[int] = []  # number of model calls before each compaction
         self.turn = 0
         self.runs: Dict[str, _RunFacts] = {}
@@ -1035,8 +1036,9 @@ class _Facts:
         value = _message_value(message)
         usage = value.get("usage") if value is not None else None
         tokens = usage.get("input") if type(usage) is dict else None
-        if record.type == "model_exec_end" and type(tokens) is int and tokens >= 0:
-            self.tokens.append((record.seq, tokens))
+        if record.type == "model_exec_end" and type(tokens) is int and 0 <= tokens < 1 << 63:
+            self.token_seqs.append(record.seq)
+            self.tokens.append(tokens)
         if record.type == "model_exec_end" and type(usage) is dict:
             self._usage(usage, attempt, self._run(record))
         text = _text_of(message) if record.type == "model_exec_end" and not attempt.failed else ""
@@ -1778,22 +1780,23 @@ class _Timeline:
         """Input tokens per successful model call; above the bars, the compactions as marks
         (those too close to tell apart as one mark with their count) and labels where there
         is room."""
-        tokens = self.facts.tokens
+        seqs, tokens = self.facts.token_seqs, self.facts.tokens
         write = self.out.write
         write('<section id="chart"><h2>input tokens per model call</h2>\n')
         if not tokens:
             write("<p>no model call reported its input tokens</p></section>\n")
             return
         per_bar = -(-len(tokens) // _PAGE_BARS)
-        bars = [tokens[start : start + per_bar] for start in range(0, len(tokens), per_bar)]
-        top = max(count for _, count in tokens) or 1
+        bars = range(0, len(tokens), per_bar)  # each from its first call
+        top = max(tokens) or 1
         width = 1000 / len(bars)
         note = f"; each bar the largest of {per_bar:,} calls" if per_bar > 1 else ""
         compacted = f"; {_many(len(self.facts.compactions), 'compaction')}" if self.facts.compactions else ""
         write(f"<p>{_many(len(tokens), 'call')}, at most {top:,} input tokens{note}{compacted}</p>\n")
         write(f'<svg class="chart" viewBox="0 0 1000 {_CHART_FLOOR}" role="img">')
-        for n, bar in enumerate(bars):
-            seq, count = max(bar, key=lambda point: point[1])
+        for n, start in enumerate(bars):
+            most = max(range(start, min(start + per_bar, len(tokens))), key=tokens.__getitem__)
+            seq, count = seqs[most], tokens[most]
             height = count * _CHART_BARS // top
             rect = (
                 f'<rect class="bar" x="{n * width:.1f}" y="{_CHART_FLOOR - height}" '
