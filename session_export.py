@@ -1005,6 +1005,8 @@ class _Facts:
             calls = self.attempts.setdefault(run_id, {})
             attempt.earlier = calls.get(execution.id)
             calls[execution.id] = attempt
+            asker = calls.get(attempt.parent or "")
+            attempt.parent = attempt.parent if asker is None else asker.id  # one string for both
             self.items.append(attempt)
             if execution.kind == "tool":
                 tool_id = record.data.get("tool_id")
@@ -1274,25 +1276,32 @@ def _recovered(facts: _Facts) -> Set[Tuple[str, str, int]]:
     }
 
 
+def _turn_counts(facts: _Facts) -> Dict[str, Dict[int, Tuple[int, int]]]:
+    """The calls and failed calls of each turn of each run (only the header needs them: it
+    lets them go before the cards are drawn)."""
+    counts: Dict[str, Dict[int, Tuple[int, int]]] = {}
+    for attempt in facts.calls_met():
+        turns = counts.setdefault(attempt.run_id, {})
+        calls, failed = turns.get(attempt.turn, (0, 0))
+        turns[attempt.turn] = (calls + 1, failed + attempt.failed)  # a tuple: a list takes 16 bytes more
+    return counts
+
+
 class _Plan:
     """What the page decides from the facts before it draws: the failure triage (the failed
-    attempts by error type, most first, and those a retry recovered), the calls and failures
-    of each run's turns, the calls of each model, the cost of each run, and the order in which
-    the items get their cards: the first and the last, then every failed call, then the others
-    from both ends inwards (the end is where failures usually are)."""
+    attempts by error type, most first, and those a retry recovered), the calls of each
+    model, the cost of each run, and the order in which the items get their cards: the first
+    and the last, then every failed call, then the others from both ends inwards (the end is
+    where failures usually are)."""
 
     def __init__(self, facts: _Facts) -> None:
         self.recovered = _recovered(facts)
         failures: Dict[str, List[_Attempt]] = {}
-        self.turns: Dict[str, Dict[int, Tuple[int, int]]] = {}  # run -> turn -> (calls, failed)
         self.models: Dict[str, int] = {}  # model -> calls
         self.run_costs: Dict[str, float] = {}  # of the runs whose calls report one
         for attempt in facts.calls_met():
             if attempt.failed:
                 failures.setdefault(attempt.error_type, []).append(attempt)
-            turns = self.turns.setdefault(attempt.run_id, {})
-            calls, failed = turns.get(attempt.turn, (0, 0))
-            turns[attempt.turn] = (calls + 1, failed + attempt.failed)  # a tuple: a list takes 16 bytes more
             if attempt.model:
                 self.models[attempt.model] = self.models.get(attempt.model, 0) + 1
             if attempt.cost is not None:
@@ -1996,6 +2005,7 @@ class _Header:
         self.out = out
         self.name = commands.name
         self.damage = damage
+        self.turns = _turn_counts(facts)  # run -> turn -> (calls, failed)
 
     def header(self) -> int:
         """Write the header; returns the place for what the page leaves out (_PageOut.fill)."""
@@ -2069,7 +2079,7 @@ class _Header:
         write = self.out.write
         write('<nav id="nav"><h2>runs and turns</h2>\n')
         for n, run in enumerate(self.summary.runs, 1):
-            group = self.plan.turns.get(run.run_id, {})
+            group = self.turns.get(run.run_id, {})
             calls, failed = sum(c for c, _ in group.values()), sum(f for _, f in group.values())
             name = _link(run.first_seq, f"{n} {_short_id(run.run_id)}", f"talk-{run.first_seq}")
             write(
@@ -2093,7 +2103,7 @@ class _Header:
         write("<th>end reason</th><th>error</th></tr>\n")
         for n, run in enumerate(self.summary.runs, 1):
             error = _hs(_error_text(run.error)) if run.error is not None else ""
-            turns = self.plan.turns.get(run.run_id, {}).values()
+            turns = self.turns.get(run.run_id, {}).values()
             calls, failed = sum(c for c, _ in turns), sum(f for _, f in turns)
             marked = f'<td class="error">{failed:,} ✗</td>' if failed else "<td>0</td>"
             cost = self.plan.run_costs.get(run.run_id)
