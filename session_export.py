@@ -913,7 +913,9 @@ class _Facts:
     def __init__(self, index: _Index) -> None:
         self.index = index  # of a version-2 file's messages: the requests come with theirs
         self._summarizer = _Summarizer()
-        self.items: List[Union[Tuple[int, int], _Attempt]] = []  # (seq, offset) or a call, in order
+        self.items: List[Union[int, _Attempt]] = []  # a record's seq (one of no call) or a call, in order
+        self._lone_seqs = array.array("q")  # the records of no call: their seqs and offsets
+        self._lone_offsets = array.array("q")
         self.calls = _Calls()  # where each call's records are, and its span
         self.attempts: Dict[str, Dict[str, _Attempt]] = {}  # run -> execution id -> latest (_Facts.attempt)
         self.tool_calls: Dict[str, Dict[str, _Attempt]] = {}  # run -> tool call id -> its latest
@@ -966,12 +968,12 @@ class _Facts:
             self.run_numbers.setdefault(record.run_id or "", len(self.run_numbers) + 1)
         execution = record.data.get("execution")
         if record.run_id is None or execution is None or record.type in _RESERVED:
-            self.items.append((record.seq, record.offset))
+            self._lone(record)
             return
         try:
             call = _execution_from_json(execution, record)
         except FormatError:  # not a call this page can place: shown as it is
-            self.items.append((record.seq, record.offset))
+            self._lone(record)
             return
         attempt = self._attempt(record, call)
         attempt.ended = attempt.ended or record.type in _ENDS
@@ -995,6 +997,12 @@ class _Facts:
             self.compactions.append(len(self.tokens))
         elif "message" in data:
             self._message(record, data["message"], attempt)
+
+    def _lone(self, record: Record) -> None:
+        """*record*, of no call, as an item: its seq (a tuple of it and its offset took 88 bytes more)."""
+        self.items.append(record.seq)
+        self._lone_seqs.append(record.seq)
+        self._lone_offsets.append(record.offset)
 
     def _attempt(self, record: Record, execution: Execution) -> _Attempt:
         run_id = self._shared(record.run_id or "")
@@ -1224,6 +1232,12 @@ class _Facts:
             attempt = attempt.earlier
         return attempt
 
+    def places(self, item: Union[int, _Attempt]) -> Iterable[Tuple[int, int]]:
+        """The seqs and offsets of the records of one of the items."""
+        if isinstance(item, _Attempt):
+            return zip(item.seqs, item.offsets)
+        return [(item, self._lone_offsets[bisect.bisect_left(self._lone_seqs, item)])]
+
     def calls_met(self) -> Iterator[_Attempt]:
         """Every call attempt, in the order the page met them."""
         return (item for item in self.items if isinstance(item, _Attempt))
@@ -1247,13 +1261,13 @@ class _Facts:
         return _Input.unpacked(text, change.unchanged + len(change.new))
 
 
-def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> Sequence[int]:
+def _item_seqs(item: Union[int, _Attempt]) -> Sequence[int]:
     """The seqs of the records of one of _Facts.items."""
-    return item.seqs if isinstance(item, _Attempt) else [item[0]]
+    return item.seqs if isinstance(item, _Attempt) else [item]
 
 
-def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
-    return item.seqs[0] if isinstance(item, _Attempt) else item[0]
+def _first_seq(item: Union[int, _Attempt]) -> int:
+    return item.seqs[0] if isinstance(item, _Attempt) else item
 
 
 # ---------------------------------------------------------------------------- html page: what is decided
@@ -1637,7 +1651,7 @@ class _Conversation:
         self.image = image  # an image block's image, shown as its card shows it
         self.recovered = plan.recovered
 
-    def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
+    def step(self, item: Union[int, _Attempt], records: List[Record]) -> str:
         if not isinstance(item, _Attempt):
             return self.lone(records[0])
         link = _link(item.seqs[0], f"#{item.seqs[0]}")
@@ -2896,7 +2910,7 @@ class _Page:
             if cards[n] is None:
                 self.drawing.room = self.out.budget - used
                 item = items[n]
-                places = zip(item.seqs, item.offsets) if isinstance(item, _Attempt) else [item]
+                places = self.facts.places(item)
                 records = [self.read(source, max_line_bytes, seq, offset) for seq, offset in places]
                 card = (
                     self.drawing.card(item, records)
@@ -2908,7 +2922,7 @@ class _Page:
                 self.anchors.update(_item_seqs(item))
         return cards, steps
 
-    def cut_note(self, number: int, items: List[Union[Tuple[int, int], _Attempt]]) -> str:
+    def cut_note(self, number: int, items: List[Union[int, _Attempt]]) -> str:
         """Where the page leaves records out: how many, which, and the command that prints them."""
         records, first, last = 0, _first_seq(items[0]), 0  # counted item by item: a list of all
         for item in items:  # their seqs would take 40 bytes a record
