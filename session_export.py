@@ -618,13 +618,61 @@ _ENDS = {"model_exec_end", "tool_exec_end", "context_compacted", "context_prepar
 _K = TypeVar("_K", bound=Hashable)  # a name or number the page keeps once (_Facts._shared)
 
 
+class _Calls:
+    """Where the records of every call attempt are, and when: column by column, one array a
+    field (an array and two floats of each call took 230 bytes a call).  A call's records are
+    chained: each one's *following* is the index of its call's next record, -1 for its last."""
+
+    def __init__(self) -> None:
+        self.seqs = array.array("q")  # of each record of a call, in the order read
+        self.offsets = array.array("q")
+        self.following = array.array("q")
+        self.first = array.array("q")  # of each call: the index of its first record, ...
+        self.last = array.array("q")  # ... and of its last
+        self.start = array.array("d")  # POSIX seconds of its earliest record, NaN for none
+        self.end = array.array("d")
+
+    def add(self) -> int:
+        """A new call's number."""
+        self.first.append(-1)
+        self.last.append(-1)
+        self.start.append(math.nan)
+        self.end.append(math.nan)
+        return len(self.first) - 1
+
+    def place(self, number: int, seq: int, offset: int, moment: Optional[float]) -> None:
+        """A record of the call *number*, at *moment* if its time is one."""
+        at = len(self.seqs)
+        self.seqs.append(seq)
+        self.offsets.append(offset)
+        self.following.append(-1)
+        if self.last[number] < 0:
+            self.first[number] = at
+        else:
+            self.following[self.last[number]] = at
+        self.last[number] = at
+        if moment is not None:
+            start, end = self.start[number], self.end[number]
+            self.start[number] = moment if math.isnan(start) else min(start, moment)
+            self.end[number] = moment if math.isnan(end) else max(end, moment)
+
+    def records(self, number: int) -> Iterator[int]:
+        """The indexes of the records of the call *number*, in order."""
+        at = self.first[number]
+        while at >= 0:
+            yield at
+            at = self.following[at]
+
+
 class _Attempt:
-    """What the page keeps of one call attempt: where its records are, and its span."""
+    """What the page keeps of one call attempt: what its records say of it; where they are,
+    and its span, are in the _Calls *calls*, under its *number*."""
 
     __slots__ = (
         "attempt",
+        "calls",
         "cost",
-        "end",
+        "earlier",
         "ended",
         "error_type",
         "failed",
@@ -632,24 +680,23 @@ class _Attempt:
         "kind",
         "model",
         "name",
+        "number",
         "parent",
-        "places",
         "reason",
         "run_id",
-        "start",
         "turn",
     )
 
-    def __init__(self, run_id: str, turn: int, execution: Execution, kind: str) -> None:
+    def __init__(self, run_id: str, turn: int, execution: Execution, kind: str, calls: _Calls) -> None:
         self.run_id = run_id
         self.turn = turn
         self.kind = kind
         self.id = execution.id
         self.attempt = execution.attempt
         self.name = ""
-        self.places = array.array("q")  # its records' seqs and offsets, in turn: 8 bytes each
-        self.start: Optional[float] = None  # POSIX seconds of its earliest record
-        self.end: Optional[float] = None
+        self.calls = calls
+        self.number = calls.add()  # the calls in the order the page met them
+        self.earlier: Optional[_Attempt] = None  # the one of the same run and id met before it
         self.failed = False
         self.ended = False  # a record ended it (the process may have ended during it)
         self.reason = ""  # why it failed: its error's type and message, shortened
@@ -659,16 +706,26 @@ class _Attempt:
         self.cost: Optional[float] = None  # in USD, as its usage says
 
     @property
+    def start(self) -> Optional[float]:
+        start = self.calls.start[self.number]
+        return None if math.isnan(start) else start
+
+    @property
+    def end(self) -> Optional[float]:
+        end = self.calls.end[self.number]
+        return None if math.isnan(end) else end
+
+    @property
     def seconds(self) -> float:
         return (self.end or 0.0) - (self.start or 0.0)
 
     @property
     def seqs(self) -> array.array[int]:
-        return self.places[0::2]
+        return array.array("q", [self.calls.seqs[at] for at in self.calls.records(self.number)])
 
     @property
     def offsets(self) -> array.array[int]:
-        return self.places[1::2]
+        return array.array("q", [self.calls.offsets[at] for at in self.calls.records(self.number)])
 
 
 class _Input(NamedTuple):
@@ -676,7 +733,7 @@ class _Input(NamedTuple):
     previous request's: *parts* are ``(start, end)`` slices of the previous request's input
     and message places (the id of the element that shows one: ``msg-`` and the record's seq,
     and for a message shown in a request's card, ``-`` and its index).  Kept as the JSON of
-    ``[parts, previous, settings]`` that the page's data block lists (_Facts.inputs)."""
+    ``[parts, previous, settings]`` that the page's data block lists (_Facts.requests)."""
 
     parts: Tuple[Union[Tuple[int, int], str], ...]
     previous: int  # seq of the previous request, 0 for the first
@@ -713,6 +770,47 @@ class _Change(NamedTuple):
         unchanged, dropped, previous, flags = packed[:4]
         new = tuple(zip(packed[4::2], packed[5::2]))
         return cls(new, unchanged, dropped, previous, bool(flags & 1), bool(flags & 2), bool(flags & 4))
+
+
+class _Requests:
+    """What the page keeps of each model request, column by column (an array and a string
+    of each took 350 bytes a request): its seq, in the order read, its _Change packed and its
+    _Input's JSON."""
+
+    def __init__(self) -> None:
+        self.seqs = array.array("q")
+        self._changes = array.array("q")  # the changes packed, one after the other, ...
+        self._change_at = array.array("q", [0])  # ... each from here to the next
+        self._inputs = bytearray()  # the inputs' JSON, likewise
+        self._input_at = array.array("q", [0])
+
+    def add(self, seq: int, change: _Change, text: str) -> None:
+        self.seqs.append(seq)
+        self._changes.extend(change.packed())
+        self._change_at.append(len(self._changes))
+        self._inputs += text.encode()
+        self._input_at.append(len(self._inputs))
+
+    def __contains__(self, seq: int) -> bool:
+        return self._index(seq) is not None
+
+    def _index(self, seq: int) -> Optional[int]:
+        at = bisect.bisect_left(self.seqs, seq)
+        return at if at < len(self.seqs) and self.seqs[at] == seq else None
+
+    def change(self, seq: int) -> Optional[_Change]:
+        at = self._index(seq)
+        if at is None:
+            return None
+        return _Change.unpacked(self._changes[self._change_at[at] : self._change_at[at + 1]])
+
+    def input_text(self, index: int) -> str:
+        """The JSON of the input of the *index*-th request."""
+        return self._inputs[self._input_at[index] : self._input_at[index + 1]].decode()
+
+    def input(self, seq: int) -> Optional[str]:
+        at = self._index(seq)
+        return None if at is None else self.input_text(at)
 
 
 _DIGEST = 16  # bytes of a message's digest: lists of them are kept joined, _DIGEST bytes each
@@ -816,15 +914,17 @@ class _Facts:
     def __init__(self, index: _Index) -> None:
         self.index = index  # of a version-2 file's messages: the requests come with theirs
         self._summarizer = _Summarizer()
-        self.items: List[Union[Tuple[int, int], _Attempt]] = []  # (seq, offset) or a call, in order
-        self.attempts: Dict[Tuple[str, str, int], _Attempt] = {}
-        self.model_seq: Dict[Tuple[str, str], int] = {}  # (run, execution id) -> its latest card
-        self.tool_seq: Dict[Tuple[str, str], int] = {}  # (run, tool call id) -> its card
-        self.changes: Dict[int, array.array[int]] = {}  # model_request seq -> what changed (packed)
-        self.inputs: Dict[int, str] = {}  # model_request seq -> where its messages are shown (JSON)
-        self.turn_seqs: Dict[Tuple[str, int], int] = {}  # (run, turn) -> seq of its turn_start
+        self.items: List[Union[int, _Attempt]] = []  # a record's seq (one of no call) or a call, in order
+        self._lone_seqs = array.array("q")  # the records of no call: their seqs and offsets
+        self._lone_offsets = array.array("q")
+        self.calls = _Calls()  # where each call's records are, and its span
+        self.attempts: Dict[str, Dict[str, _Attempt]] = {}  # run -> execution id -> latest (_Facts.attempt)
+        self.tool_calls: Dict[str, Dict[str, _Attempt]] = {}  # run -> tool call id -> its latest
+        self.requests = _Requests()  # what changed in each model request, where its messages are shown
+        self.turn_seqs: Dict[str, Dict[int, int]] = {}  # run -> turn -> seq of its turn_start
         self.same: Dict[int, int] = {}  # message record seq -> earlier record with that message
-        self.tokens: List[Tuple[int, int]] = []  # (seq, input tokens) per successful model call
+        self.token_seqs = array.array("q")  # of each model call that reports its input tokens, ...
+        self.tokens = array.array("q")  # ... and those tokens (a count beyond 64 bits not: as the summary)
         self.compactions: List[int] = []  # number of model calls before each compaction
         self.turn = 0
         self.runs: Dict[str, _RunFacts] = {}
@@ -863,18 +963,18 @@ class _Facts:
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
             self.turn = self._shared(record.data["turn_index"])
-            self.turn_seqs.setdefault((self._shared(record.run_id or ""), self.turn), record.seq)
+            self.turn_seqs.setdefault(self._shared(record.run_id or ""), {}).setdefault(self.turn, record.seq)
         elif record.type == "run_start":
             self.turn = 0
             self.run_numbers.setdefault(record.run_id or "", len(self.run_numbers) + 1)
         execution = record.data.get("execution")
         if record.run_id is None or execution is None or record.type in _RESERVED:
-            self.items.append((record.seq, record.offset))
+            self._lone(record)
             return
         try:
             call = _execution_from_json(execution, record)
         except FormatError:  # not a call this page can place: shown as it is
-            self.items.append((record.seq, record.offset))
+            self._lone(record)
             return
         attempt = self._attempt(record, call)
         attempt.ended = attempt.ended or record.type in _ENDS
@@ -899,26 +999,30 @@ class _Facts:
         elif "message" in data:
             self._message(record, data["message"], attempt)
 
+    def _lone(self, record: Record) -> None:
+        """*record*, of no call, as an item: its seq (a tuple of it and its offset took 88 bytes more)."""
+        self.items.append(record.seq)
+        self._lone_seqs.append(record.seq)
+        self._lone_offsets.append(record.offset)
+
     def _attempt(self, record: Record, execution: Execution) -> _Attempt:
         run_id = self._shared(record.run_id or "")
-        key = (run_id, execution.id, execution.attempt)
-        attempt = self.attempts.get(key)
+        attempt = self.attempt(run_id, execution.id, execution.attempt)
         if attempt is None:
             turn, kind = self._shared(execution.turn_index or self.turn), self._shared(execution.kind)
-            attempt = self.attempts[key] = _Attempt(run_id, turn, execution, kind)
+            attempt = _Attempt(run_id, turn, execution, kind, self.calls)
+            calls = self.attempts.setdefault(run_id, {})
+            attempt.earlier = calls.get(execution.id)
+            calls[execution.id] = attempt
+            asker = calls.get(attempt.parent or "")
+            attempt.parent = attempt.parent if asker is None else asker.id  # one string for both
             self.items.append(attempt)
-            if execution.kind == "model":
-                self.model_seq[run_id, execution.id] = record.seq
-            elif execution.kind == "tool":
+            if execution.kind == "tool":
                 tool_id = record.data.get("tool_id")
                 if type(tool_id) is not str or not tool_id or tool_id == execution.id:
                     tool_id = execution.id  # one string for both
-                self.tool_seq[run_id, tool_id] = record.seq
-        attempt.places.extend((record.seq, record.offset))
-        moment = _seconds(record.time)
-        if moment is not None:
-            attempt.start = moment if attempt.start is None else min(attempt.start, moment)
-            attempt.end = moment if attempt.end is None else max(attempt.end, moment)
+                self.tool_calls.setdefault(run_id, {})[tool_id] = attempt
+        self.calls.place(attempt.number, record.seq, record.offset, _seconds(record.time))
         return attempt
 
     def _run(self, record: Record) -> _RunFacts:
@@ -943,8 +1047,9 @@ class _Facts:
         value = _message_value(message)
         usage = value.get("usage") if value is not None else None
         tokens = usage.get("input") if type(usage) is dict else None
-        if record.type == "model_exec_end" and type(tokens) is int and tokens >= 0:
-            self.tokens.append((record.seq, tokens))
+        if record.type == "model_exec_end" and type(tokens) is int and 0 <= tokens < 1 << 63:
+            self.token_seqs.append(record.seq)
+            self.tokens.append(tokens)
         if record.type == "model_exec_end" and type(usage) is dict:
             self._usage(usage, attempt, self._run(record))
         text = _text_of(message) if record.type == "model_exec_end" and not attempt.failed else ""
@@ -996,7 +1101,7 @@ class _Facts:
             if type(request) is dict
             else 0
         )
-        self.changes[record.seq] = _Change(
+        change = _Change(
             tuple(new),
             total - len(new),
             dropped,
@@ -1004,10 +1109,12 @@ class _Facts:
             self._compacted,
             resumed,
             settings == self._settings,
-        ).packed()
+        )
         if settings != self._settings:
             self._settings_seq = record.seq
-        self._input(record.seq, digests, new, previous if grew else None)
+        self.requests.add(
+            record.seq, change, self._input(record.seq, digests, new, previous if grew else None)
+        )
         self._previous, self._previous_seq, self._previous_run = digests, record.seq, record.run_id or ""
         self._settings = settings
         self._compacted = False
@@ -1027,8 +1134,8 @@ class _Facts:
             if index < len(messages):
                 self._asked(record, messages[index], record.seq)
 
-    def _input(self, seq: int, digests: bytearray, new: List[Tuple[int, int]], kept: Optional[int]) -> None:
-        """Where the page shows each message of the request *seq*: a message the previous
+    def _input(self, seq: int, digests: bytearray, new: List[Tuple[int, int]], kept: Optional[int]) -> str:
+        """Where the page shows each message of the request *seq*, as JSON: a message the previous
         request sent where that one's is, a new one where its card or an earlier record
         shows it (as _CardDrawing.new_messages does).  A context that grew (it starts with all
         *kept* messages of the previous request) costs only its new messages."""
@@ -1040,7 +1147,7 @@ class _Facts:
             self._places.extend(fresh.values())
         else:
             parts, self._places = self._rearranged(digests, fresh)
-        self.inputs[seq] = json.dumps([parts, self._previous_seq, self._settings_seq])
+        return json.dumps([parts, self._previous_seq, self._settings_seq])
 
     def _rearranged(
         self, digests: bytearray, fresh: Dict[int, str]
@@ -1119,26 +1226,49 @@ class _Facts:
 
     # -- what the drawing asks
 
+    def attempt(self, run_id: str, call_id: str, number: int) -> Optional[_Attempt]:
+        """The attempt *number* of the call *call_id* of the run *run_id*, if the page met it."""
+        attempt = self.attempts.get(run_id, {}).get(call_id)
+        while attempt is not None and attempt.attempt != number:
+            attempt = attempt.earlier
+        return attempt
+
+    def places(self, item: Union[int, _Attempt]) -> Iterable[Tuple[int, int]]:
+        """The seqs and offsets of the records of one of the items."""
+        if isinstance(item, _Attempt):
+            return zip(item.seqs, item.offsets)
+        return [(item, self._lone_offsets[bisect.bisect_left(self._lone_seqs, item)])]
+
+    def calls_met(self) -> Iterator[_Attempt]:
+        """Every call attempt, in the order the page met them."""
+        return (item for item in self.items if isinstance(item, _Attempt))
+
+    def model_call(self, run_id: str, call_id: str) -> Optional[_Attempt]:
+        """The attempt of the model call *call_id* of the run *run_id* met last."""
+        attempt = self.attempts.get(run_id, {}).get(call_id)
+        while attempt is not None and attempt.kind != "model":
+            attempt = attempt.earlier
+        return attempt
+
     def change(self, seq: int) -> Optional[_Change]:
         """How the model request *seq* differs from the previous one."""
-        packed = self.changes.get(seq)
-        return None if packed is None else _Change.unpacked(packed)
+        return self.requests.change(seq)
 
     def whole_input(self, seq: int) -> Optional[_Input]:
         """Where the page shows each message of the model request *seq*."""
-        text, change = self.inputs.get(seq), self.change(seq)
+        text, change = self.requests.input(seq), self.change(seq)
         if text is None or change is None:
             return None
         return _Input.unpacked(text, change.unchanged + len(change.new))
 
 
-def _item_seqs(item: Union[Tuple[int, int], _Attempt]) -> Sequence[int]:
+def _item_seqs(item: Union[int, _Attempt]) -> Sequence[int]:
     """The seqs of the records of one of _Facts.items."""
-    return item.seqs if isinstance(item, _Attempt) else [item[0]]
+    return item.seqs if isinstance(item, _Attempt) else [item]
 
 
-def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
-    return item.seqs[0] if isinstance(item, _Attempt) else item[0]
+def _first_seq(item: Union[int, _Attempt]) -> int:
+    return item.seqs[0] if isinstance(item, _Attempt) else item
 
 
 # ---------------------------------------------------------------------------- html page: what is decided
@@ -1147,38 +1277,46 @@ def _first_seq(item: Union[Tuple[int, int], _Attempt]) -> int:
 # groups compactions into marks and labels.
 
 
-def _recovered(attempts: Dict[Tuple[str, str, int], _Attempt]) -> Set[Tuple[str, str, int]]:
+def _recovered(facts: _Facts) -> Set[Tuple[str, str, int]]:
     """The failed attempts after which a later attempt of their call succeeded."""
     succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
-    for (run_id, call, number), attempt in attempts.items():
+    for attempt in facts.calls_met():
         if attempt.ended and not attempt.failed:
-            succeeded[run_id, call] = max(number, succeeded.get((run_id, call), 0))
+            key = (attempt.run_id, attempt.id)
+            succeeded[key] = max(attempt.attempt, succeeded.get(key, 0))
     return {
-        key
-        for key, attempt in attempts.items()
-        if attempt.failed and succeeded.get((key[0], key[1]), 0) > key[2]
+        (attempt.run_id, attempt.id, attempt.attempt)
+        for attempt in facts.calls_met()
+        if attempt.failed and succeeded.get((attempt.run_id, attempt.id), 0) > attempt.attempt
     }
+
+
+def _turn_counts(facts: _Facts) -> Dict[str, Dict[int, Tuple[int, int]]]:
+    """The calls and failed calls of each turn of each run (only the header needs them: it
+    lets them go before the cards are drawn)."""
+    counts: Dict[str, Dict[int, Tuple[int, int]]] = {}
+    for attempt in facts.calls_met():
+        turns = counts.setdefault(attempt.run_id, {})
+        calls, failed = turns.get(attempt.turn, (0, 0))
+        turns[attempt.turn] = (calls + 1, failed + attempt.failed)  # a tuple: a list takes 16 bytes more
+    return counts
 
 
 class _Plan:
     """What the page decides from the facts before it draws: the failure triage (the failed
-    attempts by error type, most first, and those a retry recovered), the calls and failures
-    of each run's turns, the calls of each model, the cost of each run, and the order in which
-    the items get their cards: the first and the last, then every failed call, then the others
-    from both ends inwards (the end is where failures usually are)."""
+    attempts by error type, most first, and those a retry recovered), the calls of each
+    model, the cost of each run, and the order in which the items get their cards: the first
+    and the last, then every failed call, then the others from both ends inwards (the end is
+    where failures usually are)."""
 
     def __init__(self, facts: _Facts) -> None:
-        self.recovered = _recovered(facts.attempts)
+        self.recovered = _recovered(facts)
         failures: Dict[str, List[_Attempt]] = {}
-        self.turns: Dict[str, Dict[int, List[int]]] = {}  # run -> turn -> [calls, failed]
         self.models: Dict[str, int] = {}  # model -> calls
         self.run_costs: Dict[str, float] = {}  # of the runs whose calls report one
-        for attempt in facts.attempts.values():
+        for attempt in facts.calls_met():
             if attempt.failed:
                 failures.setdefault(attempt.error_type, []).append(attempt)
-            counts = self.turns.setdefault(attempt.run_id, {}).setdefault(attempt.turn, [0, 0])
-            counts[0] += 1
-            counts[1] += attempt.failed
             if attempt.model:
                 self.models[attempt.model] = self.models.get(attempt.model, 0) + 1
             if attempt.cost is not None:
@@ -1514,7 +1652,7 @@ class _Conversation:
         self.image = image  # an image block's image, shown as its card shows it
         self.recovered = plan.recovered
 
-    def step(self, item: Union[Tuple[int, int], _Attempt], records: List[Record]) -> str:
+    def step(self, item: Union[int, _Attempt], records: List[Record]) -> str:
         if not isinstance(item, _Attempt):
             return self.lone(records[0])
         link = _link(item.seqs[0], f"#{item.seqs[0]}")
@@ -1527,7 +1665,7 @@ class _Conversation:
         else:
             body = "".join(self.said(record) for record in records)
         reason = f'<div class="error">{_hs(item.reason)}</div>' if item.failed else ""
-        inputs = [seq for seq in item.seqs if seq in self.facts.inputs]
+        inputs = [seq for seq in item.seqs if seq in self.facts.requests]
         whole = "".join(f" {_link(seq, 'whole input', f'input-{seq}')}" for seq in inputs[:1])
         head = f'<div class="step {_kind(item)}{fail}"><span class="seq">{link}{whole}</span> {retry}'
         return f"{head}{body}{reason}</div>\n"
@@ -1666,22 +1804,23 @@ class _Timeline:
         """Input tokens per successful model call; above the bars, the compactions as marks
         (those too close to tell apart as one mark with their count) and labels where there
         is room."""
-        tokens = self.facts.tokens
+        seqs, tokens = self.facts.token_seqs, self.facts.tokens
         write = self.out.write
         write('<section id="chart"><h2>input tokens per model call</h2>\n')
         if not tokens:
             write("<p>no model call reported its input tokens</p></section>\n")
             return
         per_bar = -(-len(tokens) // _PAGE_BARS)
-        bars = [tokens[start : start + per_bar] for start in range(0, len(tokens), per_bar)]
-        top = max(count for _, count in tokens) or 1
+        bars = range(0, len(tokens), per_bar)  # each from its first call
+        top = max(tokens) or 1
         width = 1000 / len(bars)
         note = f"; each bar the largest of {per_bar:,} calls" if per_bar > 1 else ""
         compacted = f"; {_many(len(self.facts.compactions), 'compaction')}" if self.facts.compactions else ""
         write(f"<p>{_many(len(tokens), 'call')}, at most {top:,} input tokens{note}{compacted}</p>\n")
         write(f'<svg class="chart" viewBox="0 0 1000 {_CHART_FLOOR}" role="img">')
-        for n, bar in enumerate(bars):
-            seq, count = max(bar, key=lambda point: point[1])
+        for n, start in enumerate(bars):
+            most = max(range(start, min(start + per_bar, len(tokens))), key=tokens.__getitem__)
+            seq, count = seqs[most], tokens[most]
             height = count * _CHART_BARS // top
             rect = (
                 f'<rect class="bar" x="{n * width:.1f}" y="{_CHART_FLOOR - height}" '
@@ -1702,13 +1841,13 @@ class _Timeline:
         """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
         retries tied to the attempt they repeat; and the slowest calls."""
         write = self.out.write
-        attempts = [attempt for attempt in self.facts.attempts.values() if attempt.start is not None]
+        attempts = [attempt for attempt in self.facts.calls_met() if attempt.start is not None]
         write('<section id="timeline"><h2>calls over time</h2>\n<p>slowest calls:</p><ol>')
         for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
             write(f"<li>{_span(attempt.seconds)} {_attempt_link(attempt)}</li>\n")
         write("</ol>\n")
         runs: Dict[str, Dict[int, List[_Attempt]]] = {}
-        for attempt in self.facts.attempts.values():
+        for attempt in self.facts.calls_met():
             runs.setdefault(attempt.run_id, {}).setdefault(attempt.turn, []).append(attempt)
         limit = self.out.size + self.out.budget // 4  # the rest is for the records
         for run, turns in runs.items():
@@ -1881,6 +2020,7 @@ class _Header:
         self.out = out
         self.name = commands.name
         self.damage = damage
+        self.turns = _turn_counts(facts)  # run -> turn -> (calls, failed)
 
     def header(self) -> int:
         """Write the header; returns the place for what the page leaves out (_PageOut.fill)."""
@@ -1954,7 +2094,7 @@ class _Header:
         write = self.out.write
         write('<nav id="nav"><h2>runs and turns</h2>\n')
         for n, run in enumerate(self.summary.runs, 1):
-            group = self.plan.turns.get(run.run_id, {})
+            group = self.turns.get(run.run_id, {})
             calls, failed = sum(c for c, _ in group.values()), sum(f for _, f in group.values())
             name = _link(run.first_seq, f"{n} {_short_id(run.run_id)}", f"talk-{run.first_seq}")
             write(
@@ -1963,7 +2103,7 @@ class _Header:
                 '<ol class="turns">'
             )
             for turn, (count, bad) in sorted(group.items()):
-                seq = self.facts.turn_seqs.get((run.run_id, turn), 0)
+                seq = self.facts.turn_seqs.get(run.run_id, {}).get(turn, 0)
                 label = f"turn {turn}: {_count(count, 'call')}{_failed(bad)}"
                 write(f"<li>{_link(seq, label, f'talk-{seq}') if seq else label}</li>")
             write("</ol></details>\n")
@@ -1978,7 +2118,7 @@ class _Header:
         write("<th>end reason</th><th>error</th></tr>\n")
         for n, run in enumerate(self.summary.runs, 1):
             error = _hs(_error_text(run.error)) if run.error is not None else ""
-            turns = self.plan.turns.get(run.run_id, {}).values()
+            turns = self.turns.get(run.run_id, {}).values()
             calls, failed = sum(c for c, _ in turns), sum(f for _, f in turns)
             marked = f'<td class="error">{failed:,} ✗</td>' if failed else "<td>0</td>"
             cost = self.plan.run_costs.get(run.run_id)
@@ -2485,10 +2625,10 @@ class _CardDrawing:
         return f'<div class="image">[image: {about}{more}]</div>'
 
     def tool_link(self, run_id: str, call_id: str) -> str:
-        seq = self.facts.tool_seq.get((run_id, call_id))
-        if seq is None:
+        call = self.facts.tool_calls.get(run_id, {}).get(call_id)
+        if call is None:
             return f"<code>{_hs(call_id)}</code>"
-        return _link(seq, f"<code>{_hs(call_id)}</code>")
+        return _link(call.seqs[0], f"<code>{_hs(call_id)}</code>")
 
     # -- records
 
@@ -2650,7 +2790,7 @@ class _CardDrawing:
         if attempt.cost is not None:
             parts.append(f", cost {_money(attempt.cost)}")
         if attempt.attempt > 1:
-            earlier = self.facts.attempts.get((attempt.run_id, attempt.id, attempt.attempt - 1))
+            earlier = self.facts.attempt(attempt.run_id, attempt.id, attempt.attempt - 1)
             if earlier is not None:
                 parts.append(f", retry of {_link(earlier.seqs[0], f'attempt {earlier.attempt}')}")
         parts.append(f"{self.parent(attempt)}</p>{self.commands.attempt_ref(attempt)}\n")
@@ -2664,11 +2804,11 @@ class _CardDrawing:
         """For a tool call, a link to the model call that asked for it."""
         if not attempt.parent:
             return ""
-        seq = self.facts.model_seq.get((attempt.run_id, attempt.parent))
-        if seq is None:
+        call = self.facts.model_call(attempt.run_id, attempt.parent)
+        if call is None:
             missing = '<span class="error">not in this run</span>'
             return f", asked for by model call <code>{_hs(attempt.parent)}</code>, {missing}"
-        return f", asked for by {_link(seq, f'model call <code>{_hs(attempt.parent)}</code>')}"
+        return f", asked for by {_link(call.seqs[0], f'model call <code>{_hs(attempt.parent)}</code>')}"
 
 
 class _Page:
@@ -2709,7 +2849,8 @@ class _Page:
             f"<title>session {_hs(summary.session_id)}</title>\n<style>{style}</style>\n"
             f"<script>{script}</script></head>\n<body>\n"  # early: it acts on what is parsed so far
         )
-        inputs = ", ".join(f'"{seq}": {text}' for seq, text in self.facts.inputs.items())  # seqs in order
+        requests = self.facts.requests
+        inputs = ", ".join(f'"{seq}": {requests.input_text(n)}' for n, seq in enumerate(requests.seqs))
         data = (  # as _script_json writes it, its keys sorted; the inputs are JSON already
             f'{{"file": {_script_json(self.name)}, "inputs": {{{inputs}}}, '
             f'"records": {summary.records}, "session_id": {_script_json(summary.session_id)}}}'
@@ -2770,7 +2911,7 @@ class _Page:
             if cards[n] is None:
                 self.drawing.room = self.out.budget - used
                 item = items[n]
-                places = zip(item.seqs, item.offsets) if isinstance(item, _Attempt) else [item]
+                places = self.facts.places(item)
                 records = [self.read(source, max_line_bytes, seq, offset) for seq, offset in places]
                 card = (
                     self.drawing.card(item, records)
@@ -2782,7 +2923,7 @@ class _Page:
                 self.anchors.update(_item_seqs(item))
         return cards, steps
 
-    def cut_note(self, number: int, items: List[Union[Tuple[int, int], _Attempt]]) -> str:
+    def cut_note(self, number: int, items: List[Union[int, _Attempt]]) -> str:
         """Where the page leaves records out: how many, which, and the command that prints them."""
         records, first, last = 0, _first_seq(items[0]), 0  # counted item by item: a list of all
         for item in items:  # their seqs would take 40 bytes a record

@@ -1014,7 +1014,7 @@ def test_html_page_context_changes_across_compaction_and_resume(tmp_path: Path) 
             model_call(run, "m2", [u3])
     facts = session_export._Facts(session._Index(None))
     session.read(path, facts)
-    each = [facts.change(seq) for seq in facts.changes]
+    each = [facts.change(seq) for seq in facts.requests.seqs]
     changes = [(len(c.new), c.unchanged, c.dropped, c.compacted, c.resumed) for c in each if c]
     assert changes == [
         (1, 0, 0, False, False),
@@ -1830,6 +1830,20 @@ def test_html_page_runs_count_the_tokens_the_summary_counts(tmp_path: Path) -> N
     rows = re.findall(r"<tr><td><a[^>]*>run \d</a>.*?</tr>", page)
     cells = [re.findall(r"<td>([^<]*)</td>", row)[-5] for row in rows]
     assert cells == ["", "23,283,204 / -5"]  # as the totals count them: each run's add up to those
+
+
+def test_html_page_chart_leaves_out_an_input_count_beyond_64_bits_as_the_summary_does(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        model_call(run, "m1", [say("one")])
+        model_call(run, "m2", [say("one"), say("two")])
+    lines = path.read_bytes().splitlines(keepends=True)
+    first = next(n for n, line in enumerate(lines) if b'"input":1' in line and b"model_exec_end" in line)
+    lines[first] = lines[first].replace(b'"input":1', b'"input":%d' % 10**40)
+    path.write_bytes(b"".join(lines))
+    assert session.summarize(path).usage["input"] == 2  # the first reply's usage left out
+    chart = html_page(path).split('<section id="chart">', 1)[1].split("</section>", 1)[0]
+    assert "1 call, at most 2 input tokens" in chart and "10,000" not in chart
 
 
 def test_html_page_first_screen_shows_hostile_texts_as_text_in_chromium(tmp_path: Path) -> None:
