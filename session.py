@@ -69,7 +69,6 @@ from typing import (
     Deque,
     Dict,
     FrozenSet,
-    Iterable,
     Iterator,
     List,
     Literal,
@@ -4554,45 +4553,57 @@ class _Attempts:
             self._move()
 
     def _move(self) -> None:
-        """Move the recent ids to the arrays (an id moved before is then there twice)."""
-        keys = [call.encode("utf-8", "surrogatepass") for call in self._recent]
-        first = len(self._bits)
-        self._ids += b"".join(keys)
-        self._starts.extend(itertools.accumulate(map(len, keys), initial=self._starts.pop()))
-        self._bits.extend(self._recent.values())
+        """Move the recent ids to the arrays: an id there already takes their attempts into its
+        entry (so that no id is there twice, and no look-up walks past copies of one)."""
+        for call, bits in self._recent.items():
+            key = call.encode("utf-8", "surrogatepass")
+            code = hash(key)
+            entry = self._entry(key, code)
+            if entry is not None:
+                self._bits[entry] |= bits
+                continue
+            self._ids += key
+            self._starts.append(len(self._ids))
+            self._bits.append(bits)
+            if 2 * len(self._bits) > len(self._slots):
+                self._grow()
+            else:
+                self._place(len(self._bits) - 1, code)
         self._recent.clear()
-        if 2 * len(self._bits) <= len(self._slots):
-            self._place(range(first, len(self._bits)), map(hash, keys))
-            return
-        size = len(self._slots)
-        while 2 * len(self._bits) > size:
-            size *= 2
-        self._slots = array("q", [-1]) * size
-        starts, ids = self._starts, self._ids
-        self._place(range(len(self._bits)), (hash(bytes(ids[a:b])) for a, b in zip(starts, starts[1:])))
 
-    def _place(self, entries: Iterable[int], hashes: Iterable[int]) -> None:
+    def _grow(self) -> None:
+        """Twice the slots, every id placed again."""
+        self._slots = array("q", [-1]) * (2 * len(self._slots))
+        starts, ids = self._starts, self._ids
+        for entry in range(len(self._bits)):
+            self._place(entry, hash(bytes(ids[starts[entry] : starts[entry + 1]])))
+
+    def _place(self, entry: int, code: int) -> None:
         slots = self._slots
         mask = len(slots) - 1
-        for entry, code in zip(entries, hashes):
-            at = code & mask
-            while slots[at] >= 0:
-                at = (at + 1) & mask
-            slots[at] = entry
+        at = code & mask
+        while slots[at] >= 0:
+            at = (at + 1) & mask
+        slots[at] = entry
+
+    def _entry(self, key: bytes, code: int) -> Optional[int]:
+        """The number of the id *key* (whose hash is *code*) in the arrays, if it is there."""
+        slots, starts, ids = self._slots, self._starts, self._ids
+        mask = len(slots) - 1
+        at = code & mask
+        while slots[at] >= 0:
+            entry = slots[at]
+            if ids[starts[entry] : starts[entry + 1]] == key:
+                return entry
+            at = (at + 1) & mask
+        return None
 
     def _attempts(self, call: str) -> Optional[int]:
         """The bitmask of *call*'s attempts 1 to 63 that started (``None``: no attempt did)."""
         key = call.encode("utf-8", "surrogatepass")
-        slots, starts, ids = self._slots, self._starts, self._ids
-        mask = len(slots) - 1
-        at = hash(key) & mask
+        entry = self._entry(key, hash(key))
         found = self._recent.get(call)
-        while slots[at] >= 0:
-            entry = slots[at]
-            if ids[starts[entry] : starts[entry + 1]] == key:
-                found = (found or 0) | self._bits[entry]
-            at = (at + 1) & mask
-        return found
+        return found if entry is None else (found or 0) | self._bits[entry]
 
     def __contains__(self, call: str) -> bool:
         """Whether an attempt of *call* started."""

@@ -672,13 +672,13 @@ class _Attempt:
         "attempt",
         "calls",
         "cost",
-        "earlier",
         "ended",
         "error_type",
         "failed",
         "id",
         "kind",
         "model",
+        "model_call",
         "name",
         "number",
         "parent",
@@ -696,7 +696,7 @@ class _Attempt:
         self.name = ""
         self.calls = calls
         self.number = calls.add()  # the calls in the order the page met them
-        self.earlier: Optional[_Attempt] = None  # the one of the same run and id met before it
+        self.model_call: Optional[_Attempt] = None  # the latest model call of its run and id met up to it
         self.failed = False
         self.ended = False  # a record ended it (the process may have ended during it)
         self.reason = ""  # why it failed: its error's type and message, shortened
@@ -919,6 +919,7 @@ class _Facts:
         self._lone_offsets = array.array("q")
         self.calls = _Calls()  # where each call's records are, and its span
         self.attempts: Dict[str, Dict[str, _Attempt]] = {}  # run -> execution id -> latest (_Facts.attempt)
+        self.replaced: Dict[Tuple[str, str, int], _Attempt] = {}  # (run, id, attempt): not the latest
         self.tool_calls: Dict[str, Dict[str, _Attempt]] = {}  # run -> tool call id -> its latest
         self.requests = _Requests()  # what changed in each model request, where its messages are shown
         self.turn_seqs: Dict[str, Dict[int, int]] = {}  # run -> turn -> seq of its turn_start
@@ -1012,7 +1013,10 @@ class _Facts:
             turn, kind = self._shared(execution.turn_index or self.turn), self._shared(execution.kind)
             attempt = _Attempt(run_id, turn, execution, kind, self.calls)
             calls = self.attempts.setdefault(run_id, {})
-            attempt.earlier = calls.get(execution.id)
+            before = calls.get(execution.id)
+            if before is not None:
+                self.replaced[run_id, execution.id, before.attempt] = before
+            attempt.model_call = attempt if kind == "model" else before and before.model_call
             calls[execution.id] = attempt
             asker = calls.get(attempt.parent or "")
             attempt.parent = attempt.parent if asker is None else asker.id  # one string for both
@@ -1228,10 +1232,10 @@ class _Facts:
 
     def attempt(self, run_id: str, call_id: str, number: int) -> Optional[_Attempt]:
         """The attempt *number* of the call *call_id* of the run *run_id*, if the page met it."""
-        attempt = self.attempts.get(run_id, {}).get(call_id)
-        while attempt is not None and attempt.attempt != number:
-            attempt = attempt.earlier
-        return attempt
+        latest = self.attempts.get(run_id, {}).get(call_id)
+        if latest is None or latest.attempt == number:
+            return latest
+        return self.replaced.get((run_id, call_id, number))
 
     def places(self, item: Union[int, _Attempt]) -> Iterable[Tuple[int, int]]:
         """The seqs and offsets of the records of one of the items."""
@@ -1245,10 +1249,8 @@ class _Facts:
 
     def model_call(self, run_id: str, call_id: str) -> Optional[_Attempt]:
         """The attempt of the model call *call_id* of the run *run_id* met last."""
-        attempt = self.attempts.get(run_id, {}).get(call_id)
-        while attempt is not None and attempt.kind != "model":
-            attempt = attempt.earlier
-        return attempt
+        latest = self.attempts.get(run_id, {}).get(call_id)
+        return None if latest is None else latest.model_call
 
     def change(self, seq: int) -> Optional[_Change]:
         """How the model request *seq* differs from the previous one."""

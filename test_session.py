@@ -5604,6 +5604,23 @@ def test_a_long_runs_impossible_history_is_told_exactly_from_a_few_bytes_a_call(
     assert held < 60 * 2 * calls, held / (2 * calls)
 
 
+def test_an_id_started_again_after_others_is_kept_once_so_a_look_up_walks_no_copies() -> None:
+    """A hostile run starts one id again after every few hundred others: the summary keeps it
+    once (where each start had added a copy that every later look-up of it walked past, a
+    quadratic time), with every attempt it started."""
+    started = session._Attempts()
+    rounds = 40
+    for round_ in range(rounds):
+        started.add("again", round_ % 63 + 1)
+        for other in range(session._RECENT_CALLS):
+            started.add(f"c{round_}-{other}", 1)
+    started.add("again", 64)  # an attempt beyond the mask, kept apart
+    kept = [bytes(started._ids[a:b]) for a, b in zip(started._starts, started._starts[1:])]
+    assert kept.count(b"again") == 1 and len(kept) == len(set(kept)) > (rounds - 1) * session._RECENT_CALLS
+    assert [started.started("again", n) for n in (1, 40, 41, 64, 65)] == [True, True, False, True, False]
+    assert started.latest("again") == 64 and "c0-0" in started and "c0-x" not in started
+
+
 def test_summarize_counts_what_a_recorder_says_it_missed_as_a_gap(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     tool = Execution("t1", "tool")
