@@ -519,7 +519,7 @@ SUPPORTED = ["3.8", "3.9", "3.10", "3.11", "3.12", "3.13"]
 
 
 def test_the_readmes_test_command_is_what_ci_runs() -> None:
-    command = "python3 -m venv .venv && .venv/bin/python -m pip install -q tox tox-uv && .venv/bin/tox p -p 3"
+    command = "python3 -m venv .venv && .venv/bin/python -m pip install -q tox tox-uv && .venv/bin/tox p -p 4"
     sample = "python3 examples/agent_loop.py demo.jsonl && python3 -m session validate demo.jsonl"
     assert re.findall(r"```sh\n(.*?)\n```", doc_section("## Try it"), re.S) == [sample]
     assert re.findall(r"```sh\n(.*?)\n```", doc_section("## Test it"), re.S) == [command]
