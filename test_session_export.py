@@ -2250,7 +2250,7 @@ def test_html_page_searches_and_moves_while_it_loads_in_chromium(tmp_path: Path)
         held.gate.set()  # the rest of the page: the filter takes it as it comes
         assert browser.until(lambda: browser.run(matches) == "22 matches")  # and the cards'
         assert not browser.run(loading) and browser.visible("#conversation .step") == 11
-        assert browser.visible(".card") == 11
+        assert browser.until(lambda: browser.visible(".card") == 11)  # its next pass takes the cards
     finally:
         browser.close()
         held.close()
