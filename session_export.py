@@ -42,6 +42,7 @@ import datetime
 import errno
 import functools
 import hashlib
+import heapq
 import io
 import itertools
 import json
@@ -57,7 +58,7 @@ from typing import (
     Callable,
     Dict,
     Generator,
-    Hashable,
+    Generic,
     Iterable,
     Iterator,
     List,
@@ -615,13 +616,22 @@ _PAGE_IMAGE = 4 << 20  # characters of an image's base64 shown, at most
 _PAGE_SAYS = 2000  # characters of a run's question and answer shown on the first screen
 _PAGE_ID = 12  # characters of a long id shown (the whole id a click away)
 _ENDS = {"model_exec_end", "tool_exec_end", "context_compacted", "context_prepare_end"}  # end a call
-_K = TypeVar("_K", bound=Hashable)  # a name or number the page keeps once (_Facts._shared)
+_V = TypeVar("_V")
+_FAILED, _ENDED = 1, 2  # the flags of a call (_Calls.flags)
+
+
+def _id_key(text: str) -> bytes:
+    """An id as the page keeps it, as UTF-8 (a lone surrogate, which JSON can hold, as well)."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 class _Calls:
-    """Where the records of every call attempt are, and when: column by column, one array a
-    field (an array and two floats of each call took 230 bytes a call).  A call's records are
-    chained: each one's *following* is the index of its call's next record, -1 for its last."""
+    """Every call attempt the page meets, by number in the order met, column by column: one
+    array a field (an object an attempt, with its number and id, took some 250 bytes; its
+    records' seqs and offsets as lists, 40 bytes an int).  Names, kinds, turns and attempt
+    numbers, which repeat, are kept once each, in *pool*: their columns hold places there.
+    A call's records are chained: each one's *following* is the index of its call's next
+    record, -1 for its last."""
 
     def __init__(self) -> None:
         self.seqs = array.array("q")  # of each record of a call, in the order read
@@ -631,16 +641,62 @@ class _Calls:
         self.last = array.array("q")  # ... and of its last
         self.start = array.array("d")  # POSIX seconds of its earliest record, NaN for none
         self.end = array.array("d")
+        self.pool: List[Any] = []  # each name, kind, turn and attempt number met, once
+        self._places: Dict[Any, int] = {}  # where each is in the pool
+        self.run_id = array.array("i")  # places in the pool
+        self.turn = array.array("i")
+        self.kind = array.array("i")
+        self.attempt = array.array("i")
+        self.name = array.array("i")  # a tool call's tool
+        self.model = array.array("i")  # provider and model, as a model call's usage says
+        self.error_type = array.array("i")  # as its error names it
+        self.flags = bytearray()  # _FAILED, _ENDED (a record ended it: its process may have ended during it)
+        self.cost = array.array("d")  # in USD, as its usage says; NaN for none
+        self.model_call = array.array("q")  # the latest model call of its run and id met up to it, -1 none
+        self.asker = array.array("q")  # the latest call its parent id named when it began, -1 for none
+        self.parents: Dict[int, str] = {}  # the parent ids that named no call
+        self.reasons: Dict[int, str] = {}  # why each failed call failed: its error, shortened
+        self.tool_ids: Dict[int, str] = {}  # of the tool calls whose tool_id is not their id
+        self._ids = bytearray()  # each call's id, as _id_key makes it, ...
+        self._id_at = array.array("q", [0])  # ... from here to the next
 
-    def add(self) -> int:
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def pooled(self, value: Any) -> int:
+        """The place of *value* in the pool, added if it is new."""
+        place = self._places.get(value)
+        if place is None:
+            place = self._places[value] = len(self.pool)
+            self.pool.append(value)
+        return place
+
+    def place(self, value: Any) -> Optional[int]:
+        """The place of *value* in the pool, if the page met it."""
+        return self._places.get(value)
+
+    def add(self, run: int, turn: Any, execution: Execution) -> int:
         """A new call's number."""
-        self.first.append(-1)
-        self.last.append(-1)
-        self.start.append(math.nan)
-        self.end.append(math.nan)
+        for column, value in (
+            (self.run_id, None),
+            (self.turn, turn),
+            (self.kind, execution.kind),
+            (self.attempt, execution.attempt),
+            (self.name, ""),
+            (self.model, ""),
+            (self.error_type, ""),
+        ):
+            column.append(run if value is None else self.pooled(value))
+        for numbers in (self.first, self.last, self.model_call, self.asker):
+            numbers.append(-1)
+        for moments in (self.start, self.end, self.cost):
+            moments.append(math.nan)
+        self.flags.append(0)
+        self._ids += _id_key(execution.id)
+        self._id_at.append(len(self._ids))
         return len(self.first) - 1
 
-    def place(self, number: int, seq: int, offset: int, moment: Optional[float]) -> None:
+    def record(self, number: int, seq: int, offset: int, moment: Optional[float]) -> None:
         """A record of the call *number*, at *moment* if its time is one."""
         at = len(self.seqs)
         self.seqs.append(seq)
@@ -663,47 +719,129 @@ class _Calls:
             yield at
             at = self.following[at]
 
+    def id(self, number: int) -> bytes:
+        return bytes(self._ids[self._id_at[number] : self._id_at[number + 1]])
+
+    def key(self, number: int) -> Tuple[int, bytes]:
+        """What finds the call *number*: its run's place and its id."""
+        return self.run_id[number], self.id(number)
+
+    def tool_key(self, number: int) -> Tuple[int, bytes]:
+        """What finds the tool call *number* by the tool call id its model sent."""
+        tool_id = self.tool_ids.get(number)
+        return self.run_id[number], self.id(number) if tool_id is None else _id_key(tool_id)
+
+
+class _Table:
+    """Call numbers by what *key* makes of them (a run and an id), the latest of each: an
+    open-addressing table at most half full, 8 bytes a slot (a dictionary took some 100 bytes
+    an entry, its key's string beside).  The key asked for last is kept apart with its number:
+    a call's records often come in a row."""
+
+    def __init__(self, key: Callable[[int], Tuple[int, bytes]]) -> None:
+        self.key = key
+        self._slots = array.array("q", [-1]) * 8  # a number, at its key's hash or after; -1: free
+        self._count = 0
+        self._last: Tuple[Tuple[int, bytes], int] = ((-1, b""), -1)
+
+    def _at(self, key: Tuple[int, bytes]) -> int:
+        """The slot of *key*, or the free slot where it goes."""
+        slots = self._slots
+        mask = len(slots) - 1
+        at = hash(key) & mask
+        while slots[at] >= 0 and self.key(slots[at]) != key:
+            at = (at + 1) & mask
+        return at
+
+    def get(self, key: Tuple[int, bytes]) -> int:
+        """The latest number of *key*, -1 for none."""
+        last, number = self._last
+        if key != last:
+            number = self._slots[self._at(key)]
+            self._last = key, number
+        return number
+
+    def put(self, number: int) -> None:
+        """*number* as the latest of its key."""
+        key = self.key(number)
+        at = self._at(key)
+        if self._slots[at] < 0:
+            self._count += 1
+        self._slots[at], self._last = number, (key, number)
+        if 2 * self._count > len(self._slots):
+            old, self._slots = self._slots, array.array("q", [-1]) * (2 * len(self._slots))
+            for kept in old:
+                if kept >= 0:
+                    self._slots[self._at(self.key(kept))] = kept
+
+
+class _Pooled(Generic[_V]):
+    """A field of _Attempt: its call's entry in the _Calls column of the field's name, a place
+    in the pool."""
+
+    def __set_name__(self, owner: Any, name: str) -> None:
+        self.column = name
+
+    def __get__(self, attempt: _Attempt, owner: Any) -> _V:
+        calls = attempt.calls
+        return calls.pool[getattr(calls, self.column)[attempt.number]]  # type: ignore[no-any-return]
+
+    def __set__(self, attempt: _Attempt, value: _V) -> None:
+        calls = attempt.calls
+        getattr(calls, self.column)[attempt.number] = calls.pooled(value)
+
+
+class _Flag:
+    """A flag of _Attempt: a bit of its call's entry in _Calls.flags."""
+
+    def __init__(self, bit: int) -> None:
+        self.bit = bit
+
+    def __get__(self, attempt: _Attempt, owner: Any) -> bool:
+        return bool(attempt.calls.flags[attempt.number] & self.bit)
+
+    def __set__(self, attempt: _Attempt, value: bool) -> None:
+        flags, number = attempt.calls.flags, attempt.number
+        flags[number] = flags[number] | self.bit if value else flags[number] & ~self.bit
+
 
 class _Attempt:
-    """What the page keeps of one call attempt: what its records say of it; where they are,
-    and its span, are in the _Calls *calls*, under its *number*."""
+    """One call attempt the page met, as the drawing asks of it: its entries in the columns
+    of *calls*, under its *number* (made when asked for: one object an attempt took 160 bytes)."""
 
-    __slots__ = (
-        "attempt",
-        "calls",
-        "cost",
-        "ended",
-        "error_type",
-        "failed",
-        "id",
-        "kind",
-        "model",
-        "model_call",
-        "name",
-        "number",
-        "parent",
-        "reason",
-        "run_id",
-        "turn",
-    )
+    __slots__ = ("calls", "number")
+    run_id = _Pooled[str]()
+    turn = _Pooled[int]()
+    kind = _Pooled[str]()
+    attempt = _Pooled[int]()
+    name = _Pooled[str]()
+    model = _Pooled[str]()
+    error_type = _Pooled[str]()
+    failed = _Flag(_FAILED)
+    ended = _Flag(_ENDED)
 
-    def __init__(self, run_id: str, turn: int, execution: Execution, kind: str, calls: _Calls) -> None:
-        self.run_id = run_id
-        self.turn = turn
-        self.kind = kind
-        self.id = execution.id
-        self.attempt = execution.attempt
-        self.name = ""
+    def __init__(self, calls: _Calls, number: int) -> None:
         self.calls = calls
-        self.number = calls.add()  # the calls in the order the page met them
-        self.model_call: Optional[_Attempt] = None  # the latest model call of its run and id met up to it
-        self.failed = False
-        self.ended = False  # a record ended it (the process may have ended during it)
-        self.reason = ""  # why it failed: its error's type and message, shortened
-        self.error_type = ""  # its error's type, as the error names it
-        self.parent = execution.parent_id
-        self.model = ""  # provider and model, as the usage of a model call says
-        self.cost: Optional[float] = None  # in USD, as its usage says
+        self.number = number
+
+    @property
+    def id(self) -> str:
+        return self.calls.id(self.number).decode("utf-8", "surrogatepass")
+
+    @property
+    def reason(self) -> str:
+        return self.calls.reasons.get(self.number, "")
+
+    @property
+    def cost(self) -> Optional[float]:
+        cost = self.calls.cost[self.number]
+        return None if math.isnan(cost) else cost
+
+    @property
+    def parent(self) -> str:
+        """The id of the call that asked for it, as its execution names it; "" for none."""
+        asker = self.calls.asker[self.number]
+        return _Attempt(self.calls, asker).id if asker >= 0 else self.calls.parents.get(self.number, "")
 
     @property
     def start(self) -> Optional[float]:
@@ -726,6 +864,30 @@ class _Attempt:
     @property
     def offsets(self) -> array.array[int]:
         return array.array("q", [self.calls.offsets[at] for at in self.calls.records(self.number)])
+
+
+class _Items:
+    """The items of the page in the order read, each a call attempt or a record of no call,
+    in one array: a call as its number, a record as ``~seq`` (an object an item took 8 bytes
+    and more)."""
+
+    def __init__(self, calls: _Calls) -> None:
+        self.calls = calls
+        self.codes = array.array("q")
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, n: int) -> Union[int, _Attempt]:
+        """The *n*-th item: a call attempt, or the seq of a record of no call."""
+        code = self.codes[n]
+        return _Attempt(self.calls, code) if code >= 0 else ~code
+
+    def __iter__(self) -> Iterator[Union[int, _Attempt]]:
+        return (self[n] for n in range(len(self.codes)))
+
+    def between(self, start: int, end: int) -> Iterator[Union[int, _Attempt]]:
+        return (self[n] for n in range(start, end))
 
 
 class _Input(NamedTuple):
@@ -914,16 +1076,17 @@ class _Facts:
     def __init__(self, index: _Index) -> None:
         self.index = index  # of a version-2 file's messages: the requests come with theirs
         self._summarizer = _Summarizer()
-        self.items: List[Union[int, _Attempt]] = []  # a record's seq (one of no call) or a call, in order
+        self.calls = _Calls()  # each call: what its records say of it, where they are, its span
+        self.items = _Items(self.calls)  # a call or a record of no call, in order
         self._lone_seqs = array.array("q")  # the records of no call: their seqs and offsets
         self._lone_offsets = array.array("q")
-        self.calls = _Calls()  # where each call's records are, and its span
-        self.attempts: Dict[str, Dict[str, _Attempt]] = {}  # run -> execution id -> latest (_Facts.attempt)
-        self.replaced: Dict[Tuple[str, str, int], _Attempt] = {}  # (run, id, attempt): not the latest
-        self.tool_calls: Dict[str, Dict[str, _Attempt]] = {}  # run -> tool call id -> its latest
+        self._latest = _Table(self.calls.key)  # (run, execution id) -> its latest attempt
+        self._tools = _Table(self.calls.tool_key)  # (run, tool call id) -> its latest attempt
+        self.replaced: Dict[Tuple[int, str, int], int] = {}  # (run, id, attempt) -> number: not the latest
         self.requests = _Requests()  # what changed in each model request, where its messages are shown
         self.turn_seqs: Dict[str, Dict[int, int]] = {}  # run -> turn -> seq of its turn_start
-        self.same: Dict[int, int] = {}  # message record seq -> earlier record with that message
+        self._same = array.array("q")  # message records holding a message an earlier one has, ...
+        self._same_as = array.array("q")  # ... and that earlier one
         self.token_seqs = array.array("q")  # of each model call that reports its input tokens, ...
         self.tokens = array.array("q")  # ... and those tokens (a count beyond 64 bits not: as the summary)
         self.compactions: List[int] = []  # number of model calls before each compaction
@@ -945,12 +1108,11 @@ class _Facts:
         self._recent: Dict[bytes, int] = {}  # digests of messages recorded since that request
         self._places: List[str] = []  # where the page shows each message of that request
         self._settings_seq = 0  # the latest request whose tools or config changed
-        self._names: Dict[Any, Any] = {}  # run ids, kinds, tool and model names, turns: each kept once
 
-    def _shared(self, name: _K) -> _K:
-        """*name* as the one object kept for it: each record read makes its strings and
-        numbers anew."""
-        return self._names.setdefault(name, name)  # type: ignore[no-any-return]
+    def _shared(self, name: _V) -> _V:
+        """*name* as the one object kept for it (in the calls' pool): each record read makes
+        its strings and numbers anew."""
+        return self.calls.pool[self.calls.pooled(name)]  # type: ignore[no-any-return]
 
     def __call__(self, record: Record) -> None:
         self._summarizer(record)
@@ -983,15 +1145,12 @@ class _Facts:
         if "error" in data or data.get("is_error") is True:
             attempt.failed = True
             error = data.get("error", "its result is marked as an error")
-            attempt.reason = (
-                attempt.reason or (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
-            )
+            reason = (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
+            self.calls.reasons.setdefault(attempt.number, reason)
             kind = error.get("type") if type(error) is dict else None
-            attempt.error_type = attempt.error_type or (
-                self._shared(kind[:_PAGE_NAME]) if type(kind) is str else ""
-            )
+            attempt.error_type = attempt.error_type or (kind[:_PAGE_NAME] if type(kind) is str else "")
         if attempt.kind == "tool" and type(data.get("tool")) is str:
-            attempt.name = self._shared(data["tool"])
+            attempt.name = data["tool"]
         if record.type == "model_request":
             self._request(record)
         elif record.type == "context_compacted":
@@ -1002,32 +1161,47 @@ class _Facts:
 
     def _lone(self, record: Record) -> None:
         """*record*, of no call, as an item: its seq (a tuple of it and its offset took 88 bytes more)."""
-        self.items.append(record.seq)
+        self.items.codes.append(~record.seq)
         self._lone_seqs.append(record.seq)
         self._lone_offsets.append(record.offset)
 
     def _attempt(self, record: Record, execution: Execution) -> _Attempt:
-        run_id = self._shared(record.run_id or "")
-        attempt = self.attempt(run_id, execution.id, execution.attempt)
-        if attempt is None:
-            turn, kind = self._shared(execution.turn_index or self.turn), self._shared(execution.kind)
-            attempt = _Attempt(run_id, turn, execution, kind, self.calls)
-            calls = self.attempts.setdefault(run_id, {})
-            before = calls.get(execution.id)
-            if before is not None:
-                self.replaced[run_id, execution.id, before.attempt] = before
-            attempt.model_call = attempt if kind == "model" else before and before.model_call
-            calls[execution.id] = attempt
-            asker = calls.get(attempt.parent or "")
-            attempt.parent = attempt.parent if asker is None else asker.id  # one string for both
-            self.items.append(attempt)
-            if execution.kind == "tool":
-                tool_id = record.data.get("tool_id")
-                if type(tool_id) is not str or not tool_id or tool_id == execution.id:
-                    tool_id = execution.id  # one string for both
-                self.tool_calls.setdefault(run_id, {})[tool_id] = attempt
-        self.calls.place(attempt.number, record.seq, record.offset, _seconds(record.time))
-        return attempt
+        """The call attempt *record* is of, made when it is new, with *record* placed in it."""
+        calls = self.calls
+        run = calls.pooled(record.run_id or "")
+        latest = self._latest.get((run, _id_key(execution.id)))
+        if latest >= 0 and calls.pool[calls.attempt[latest]] == execution.attempt:
+            number = latest
+        else:
+            number = self.replaced.get((run, execution.id, execution.attempt), -1)
+        if number < 0:
+            number = self._new_attempt(record, execution, run, latest)
+        calls.record(number, record.seq, record.offset, _seconds(record.time))
+        return _Attempt(calls, number)
+
+    def _new_attempt(self, record: Record, execution: Execution, run: int, before: int) -> int:
+        """A call attempt met first in *record*, of the run *run*, after the attempt *before*
+        of its call (-1 for none): its number."""
+        calls = self.calls
+        number = calls.add(run, execution.turn_index or self.turn, execution)
+        if before >= 0:
+            self.replaced[run, execution.id, calls.pool[calls.attempt[before]]] = before
+            calls.model_call[number] = calls.model_call[before]
+        if execution.kind == "model":
+            calls.model_call[number] = number
+        self._latest.put(number)
+        asker = self._latest.get((run, _id_key(execution.parent_id))) if execution.parent_id else -1
+        if asker >= 0:
+            calls.asker[number] = asker
+        elif execution.parent_id:
+            calls.parents[number] = execution.parent_id
+        self.items.codes.append(number)
+        if execution.kind == "tool":
+            tool_id = record.data.get("tool_id")
+            if type(tool_id) is str and tool_id and tool_id != execution.id:
+                calls.tool_ids[number] = tool_id
+            self._tools.put(number)
+        return number
 
     def _run(self, record: Record) -> _RunFacts:
         run = self.runs.get(record.run_id or "")
@@ -1047,7 +1221,8 @@ class _Facts:
         digest = _digest(message)
         earlier = self._recent.setdefault(digest, record.seq)
         if earlier != record.seq:
-            self.same[record.seq] = earlier
+            self._same.append(record.seq)
+            self._same_as.append(earlier)
         value = _message_value(message)
         usage = value.get("usage") if value is not None else None
         tokens = usage.get("input") if type(usage) is dict else None
@@ -1071,7 +1246,7 @@ class _Facts:
             if key in counts:
                 run.tokens[key] = run.tokens.get(key, 0) + counts[key]
         names = [usage.get("model"), usage.get("provider")]
-        attempt.model = self._shared(" ".join(name for name in names if type(name) is str and name))
+        attempt.model = " ".join(name for name in names if type(name) is str and name)
         cost = usage.get("cost")
         amounts: Dict[str, Any] = cost if type(cost) is dict else {}
         total = _amount(amounts.get("total"))
@@ -1080,7 +1255,7 @@ class _Facts:
             numbers = [n for n in (_amount(amounts.get(key)) for key in keys) if n is not None]
             total = _amount(sum(numbers)) if numbers else None  # inf: beyond a double too
         if total is not None:
-            attempt.cost = total
+            self.calls.cost[attempt.number] = total
             self.cost += total
             self.costed += 1
 
@@ -1225,17 +1400,35 @@ class _Facts:
         summary = self._summarizer.summary(result)
         self._summarizer = _Summarizer()
         self._previous, self._written, self._written_seqs = bytearray(), bytearray(), array.array("q")
-        self._places, self._recent, self._names = [], {}, {}
+        self._places, self._recent = [], {}
         return summary
 
     # -- what the drawing asks
 
+    def _found(self, table: _Table, run_id: str, call_id: str) -> int:
+        """The latest call of the run *run_id* that *table* finds by *call_id*, -1 for none."""
+        run = self.calls.place(run_id)
+        return -1 if run is None else table.get((run, _id_key(call_id)))
+
     def attempt(self, run_id: str, call_id: str, number: int) -> Optional[_Attempt]:
         """The attempt *number* of the call *call_id* of the run *run_id*, if the page met it."""
-        latest = self.attempts.get(run_id, {}).get(call_id)
-        if latest is None or latest.attempt == number:
-            return latest
-        return self.replaced.get((run_id, call_id, number))
+        calls = self.calls
+        latest = self._found(self._latest, run_id, call_id)
+        if latest >= 0 and calls.pool[calls.attempt[latest]] != number:
+            latest = self.replaced.get((calls.run_id[latest], call_id, number), -1)
+        return _Attempt(calls, latest) if latest >= 0 else None
+
+    def model_call(self, run_id: str, call_id: str) -> Optional[_Attempt]:
+        """The attempt of the model call *call_id* of the run *run_id* met last."""
+        latest = self._found(self._latest, run_id, call_id)
+        found = self.calls.model_call[latest] if latest >= 0 else -1
+        return _Attempt(self.calls, found) if found >= 0 else None
+
+    def tool_call(self, run_id: str, tool_id: str) -> Optional[_Attempt]:
+        """The latest attempt of the tool call that the tool call id *tool_id* of the run
+        *run_id* names."""
+        found = self._found(self._tools, run_id, tool_id)
+        return _Attempt(self.calls, found) if found >= 0 else None
 
     def places(self, item: Union[int, _Attempt]) -> Iterable[Tuple[int, int]]:
         """The seqs and offsets of the records of one of the items."""
@@ -1245,12 +1438,12 @@ class _Facts:
 
     def calls_met(self) -> Iterator[_Attempt]:
         """Every call attempt, in the order the page met them."""
-        return (item for item in self.items if isinstance(item, _Attempt))
+        return (_Attempt(self.calls, number) for number in range(len(self.calls)))
 
-    def model_call(self, run_id: str, call_id: str) -> Optional[_Attempt]:
-        """The attempt of the model call *call_id* of the run *run_id* met last."""
-        latest = self.attempts.get(run_id, {}).get(call_id)
-        return None if latest is None else latest.model_call
+    def same(self, seq: int) -> Optional[int]:
+        """The earlier record that holds the message the record *seq* holds, if one does."""
+        at = bisect.bisect_left(self._same, seq)
+        return self._same_as[at] if at < len(self._same) and self._same[at] == seq else None
 
     def change(self, seq: int) -> Optional[_Change]:
         """How the model request *seq* differs from the previous one."""
@@ -1279,17 +1472,22 @@ def _first_seq(item: Union[int, _Attempt]) -> int:
 # groups compactions into marks and labels.
 
 
-def _recovered(facts: _Facts) -> Set[Tuple[str, str, int]]:
-    """The failed attempts after which a later attempt of their call succeeded."""
-    succeeded: Dict[Tuple[str, str], int] = {}  # (run, call) -> its last successful attempt
+def _recovered(facts: _Facts) -> Set[int]:
+    """The failed attempts (their numbers) after which a later attempt of their call succeeded."""
+    failed: Dict[Tuple[int, bytes], List[_Attempt]] = {}  # (run, call) -> its failed attempts
     for attempt in facts.calls_met():
-        if attempt.ended and not attempt.failed:
-            key = (attempt.run_id, attempt.id)
-            succeeded[key] = max(attempt.attempt, succeeded.get(key, 0))
+        if attempt.failed:
+            failed.setdefault(facts.calls.key(attempt.number), []).append(attempt)
+    succeeded: Dict[Tuple[int, bytes], int] = {}  # (run, call) -> its last successful attempt
+    for attempt in facts.calls_met():
+        key = facts.calls.key(attempt.number) if attempt.ended and not attempt.failed else None
+        if key in failed:
+            succeeded[key] = max(attempt.attempt, succeeded.get(key, attempt.attempt))
     return {
-        (attempt.run_id, attempt.id, attempt.attempt)
-        for attempt in facts.calls_met()
-        if attempt.failed and succeeded.get((attempt.run_id, attempt.id), 0) > attempt.attempt
+        attempt.number
+        for key, attempts in failed.items()
+        for attempt in attempts
+        if key in succeeded and succeeded[key] > attempt.attempt
     }
 
 
@@ -1313,18 +1511,19 @@ class _Plan:
 
     def __init__(self, facts: _Facts) -> None:
         self.recovered = _recovered(facts)
-        failures: Dict[str, List[_Attempt]] = {}
+        failures: Dict[str, array.array[int]] = {}  # error type -> the failed attempts' numbers
         self.models: Dict[str, int] = {}  # model -> calls
         self.run_costs: Dict[str, float] = {}  # of the runs whose calls report one
         for attempt in facts.calls_met():
             if attempt.failed:
-                failures.setdefault(attempt.error_type, []).append(attempt)
+                failures.setdefault(attempt.error_type, array.array("q")).append(attempt.number)
             if attempt.model:
                 self.models[attempt.model] = self.models.get(attempt.model, 0) + 1
             if attempt.cost is not None:
                 self.run_costs[attempt.run_id] = self.run_costs.get(attempt.run_id, 0.0) + attempt.cost
         self.failures = sorted(failures.items(), key=lambda group: -len(group[1]))
         self.failed = sum(len(failed) for _, failed in self.failures)
+        self.calls = facts.calls
         self.items = facts.items
 
     def order(self) -> Iterator[int]:
@@ -1332,7 +1531,8 @@ class _Plan:
         twice), made as they are taken: a list of them would take 80 bytes an item."""
         items = self.items
         ends = (n for pair in zip(range(len(items)), range(len(items) - 1, -1, -1)) for n in pair)
-        failed = (n for n, item in enumerate(items) if isinstance(item, _Attempt) and item.failed)
+        flags = self.calls.flags
+        failed = (n for n, code in enumerate(items.codes) if code >= 0 and flags[code] & _FAILED)
         return itertools.chain(itertools.islice(ends, 2), failed, ends)
 
 
@@ -1674,7 +1874,7 @@ class _Conversation:
 
     def retry(self, attempt: _Attempt) -> str:
         """A retry's mark, saying whether it succeeded; a failed attempt's, whether a retry did."""
-        if attempt.failed and (attempt.run_id, attempt.id, attempt.attempt) in self.recovered:
+        if attempt.failed and attempt.number in self.recovered:
             again = '<span class="change">recovered by a retry</span> '
         else:
             again = ""
@@ -1722,7 +1922,7 @@ class _Conversation:
                 else ""
             )
             return "".join(self.message(message) for message in said[:_PAGE_SAID]) + note
-        if "message" in record.data and record.seq not in self.facts.same:
+        if "message" in record.data and self.facts.same(record.seq) is None:
             return self.message(record.data["message"])
         return ""
 
@@ -1843,18 +2043,21 @@ class _Timeline:
         """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
         retries tied to the attempt they repeat; and the slowest calls."""
         write = self.out.write
-        attempts = [attempt for attempt in self.facts.calls_met() if attempt.start is not None]
+        timed = (attempt for attempt in self.facts.calls_met() if attempt.start is not None)
         write('<section id="timeline"><h2>calls over time</h2>\n<p>slowest calls:</p><ol>')
-        for attempt in sorted(attempts, key=lambda a: -a.seconds)[:10]:
+        for attempt in heapq.nlargest(10, timed, key=lambda a: a.seconds):
             write(f"<li>{_span(attempt.seconds)} {_attempt_link(attempt)}</li>\n")
         write("</ol>\n")
-        runs: Dict[str, Dict[int, List[_Attempt]]] = {}
+        runs: Dict[str, Dict[int, array.array[int]]] = {}  # run -> turn -> its calls' numbers
         for attempt in self.facts.calls_met():
-            runs.setdefault(attempt.run_id, {}).setdefault(attempt.turn, []).append(attempt)
+            runs.setdefault(attempt.run_id, {}).setdefault(attempt.turn, array.array("q")).append(
+                attempt.number
+            )
         limit = self.out.size + self.out.budget // 4  # the rest is for the records
+        flags = self.facts.calls.flags
         for run, turns in runs.items():
             count = sum(len(group) for group in turns.values())
-            failed = sum(attempt.failed for group in turns.values() for attempt in group)
+            failed = sum(flags[number] & _FAILED for group in turns.values() for number in group)
             write(
                 f"<details{' open' if count <= _PAGE_RUN else ''}><summary>run <code>{_hs(run)}</code>: "
                 f"{_count(len(turns), 'turn')}, {_count(count, 'attempt')}, {failed} failed</summary>\n"
@@ -1866,8 +2069,9 @@ class _Timeline:
                 break
         write("</section>\n")
 
-    def turn(self, turn: int, group: List[_Attempt], limit: int) -> bool:
+    def turn(self, turn: int, numbers: array.array[int], limit: int) -> bool:
         """One turn's waterfall, as many rows as fit below *limit*; False if not all did."""
+        group = [_Attempt(self.facts.calls, number) for number in numbers]
         timed = [attempt for attempt in group if attempt.start is not None]
         start = min((a.start or 0.0 for a in timed), default=0.0)
         span = max((a.end or 0.0 for a in timed), default=0.0) - start or 1e-6
@@ -2143,13 +2347,14 @@ class _Header:
         each attempt with its turn and reason (a type of over ten folded)."""
         write = self.out.write
         write(f'<section id="failures"><h2>{_many(self.plan.failed, "failed attempt")}</h2>\n<ul>')
+        calls = self.facts.calls
         for kind, failed in self.plan.failures:
-            again = sum((a.run_id, a.id, a.attempt) in self.plan.recovered for a in failed)
+            again = sum(number in self.plan.recovered for number in failed)
             name = _hs(kind) if kind else "errors of no type"
             write(f"<li><details{' open' if len(failed) <= 10 else ''}><summary>")
             write(f'<b class="error">{name}</b> \u00d7{len(failed):,}, ')
             write(f"{again:,} recovered by a retry</summary><ul>")
-            for attempt in failed[:_PAGE_LIST]:
+            for attempt in (_Attempt(calls, number) for number in failed[:_PAGE_LIST]):
                 reason = f'<span class="error">{_hs(attempt.reason)}</span>'
                 write(f"<li>turn {attempt.turn}: {_attempt_link(attempt)}: {reason}</li>\n")
             self.more(len(failed), "tick “errors only” below to see them all")
@@ -2627,7 +2832,7 @@ class _CardDrawing:
         return f'<div class="image">[image: {about}{more}]</div>'
 
     def tool_link(self, run_id: str, call_id: str) -> str:
-        call = self.facts.tool_calls.get(run_id, {}).get(call_id)
+        call = self.facts.tool_call(run_id, call_id)
         if call is None:
             return f"<code>{_hs(call_id)}</code>"
         return _link(call.seqs[0], f"<code>{_hs(call_id)}</code>")
@@ -2644,7 +2849,7 @@ class _CardDrawing:
         """*record*'s data, the keys this page understands first-class, the rest as values."""
         run_id = record.run_id or ""
         parts = []
-        same = self.facts.same.get(record.seq)
+        same = self.facts.same(record.seq)
         for key, item in record.data.items():
             if key == "execution":
                 continue
@@ -2885,7 +3090,7 @@ class _Page:
         items = self.facts.items
         gaps = _left_out(cards)
         for n, (start, end) in enumerate(gaps, 1):
-            cards[start] = self.cut_note(n, items[start:end]).encode()
+            cards[start] = self.cut_note(n, items.between(start, end)).encode()
             left = _count(end - start, "step")
             steps[start] = (
                 f'<p class="cut">{left} left out here: see <a href="#cut-{n}">below</a></p>\n'.encode()
@@ -2925,14 +3130,18 @@ class _Page:
                 self.anchors.update(_item_seqs(item))
         return cards, steps
 
-    def cut_note(self, number: int, items: List[Union[int, _Attempt]]) -> str:
+    def cut_note(self, number: int, items: Iterator[Union[int, _Attempt]]) -> str:
         """Where the page leaves records out: how many, which, and the command that prints them."""
-        records, first, last = 0, _first_seq(items[0]), 0  # counted item by item: a list of all
+        records, first, last, calls, failed = 0, -1, 0, 0, 0  # counted item by item: a list of all
         for item in items:  # their seqs would take 40 bytes a record
             seqs = _item_seqs(item)
-            records, first, last = records + len(seqs), min(first, *seqs), max(last, *seqs)
-        calls = sum(isinstance(item, _Attempt) for item in items)
-        failed = sum(isinstance(item, _Attempt) and item.failed for item in items)
+            records, first, last = (
+                records + len(seqs),
+                min(first, *seqs) if first >= 0 else min(seqs),
+                max(last, *seqs),
+            )
+            calls += isinstance(item, _Attempt)
+            failed += isinstance(item, _Attempt) and item.failed
         command = " ".join(map(_shell_word, ["python", "-m", "session", "show", self.name]))
         return (
             f'<p class="cut" id="cut-{number}">Left out here: {_count(records, "record")} between #{first} '
@@ -2944,9 +3153,10 @@ class _Page:
         """For the header: what the page leaves out, and where."""
         if not gaps:
             return ""
-        left = sum(len(_item_seqs(item)) for start, end in gaps for item in self.facts.items[start:end])
+        items = self.facts.items
+        left = sum(len(_item_seqs(item)) for start, end in gaps for item in items.between(start, end))
         places = ", ".join(
-            f'<a href="#cut-{n}">#{_first_seq(self.facts.items[start])}</a>'
+            f'<a href="#cut-{n}">#{_first_seq(items[start])}</a>'
             for n, (start, end) in enumerate(gaps[:_PAGE_LIST], 1)
         )
         more = f" and {len(gaps) - _PAGE_LIST:,} more" if len(gaps) > _PAGE_LIST else ""
