@@ -641,8 +641,8 @@ class _Calls:
         self.last = array.array("q")  # ... and of its last
         self.start = array.array("d")  # POSIX seconds of its earliest record, NaN for none
         self.end = array.array("d")
-        self.pool: List[Any] = []  # each name, kind, turn and attempt number met, once
-        self._places: Dict[Any, int] = {}  # where each is in the pool
+        self.pool: List[Any] = [""]  # each name, kind, turn and attempt number met, once
+        self._places: Dict[Any, int] = {"": 0}  # where each is in the pool
         self.run_id = array.array("i")  # places in the pool
         self.turn = array.array("i")
         self.kind = array.array("i")
@@ -677,16 +677,12 @@ class _Calls:
 
     def add(self, run: int, turn: Any, execution: Execution) -> int:
         """A new call's number."""
-        for column, value in (
-            (self.run_id, None),
-            (self.turn, turn),
-            (self.kind, execution.kind),
-            (self.attempt, execution.attempt),
-            (self.name, ""),
-            (self.model, ""),
-            (self.error_type, ""),
-        ):
-            column.append(run if value is None else self.pooled(value))
+        self.run_id.append(run)
+        self.turn.append(self.pooled(turn))
+        self.kind.append(self.pooled(execution.kind))
+        self.attempt.append(self.pooled(execution.attempt))
+        for unnamed in (self.name, self.model, self.error_type):
+            unnamed.append(0)  # the place of ""
         for numbers in (self.first, self.last, self.model_call, self.asker):
             numbers.append(-1)
         for moments in (self.start, self.end, self.cost):
@@ -1140,7 +1136,8 @@ class _Facts:
             self._lone(record)
             return
         attempt = self._attempt(record, call)
-        attempt.ended = attempt.ended or record.type in _ENDS
+        if record.type in _ENDS:
+            attempt.ended = True
         data = record.data
         if "error" in data or data.get("is_error") is True:
             attempt.failed = True
@@ -2043,16 +2040,18 @@ class _Timeline:
         """Per run and turn, one bar per attempt on the turn's time scale, failures marked,
         retries tied to the attempt they repeat; and the slowest calls."""
         write = self.out.write
-        timed = (attempt for attempt in self.facts.calls_met() if attempt.start is not None)
+        calls = self.facts.calls
+        start, end, pool = calls.start, calls.end, calls.pool
+        timed = (number for number in range(len(calls)) if not math.isnan(start[number]))
         write('<section id="timeline"><h2>calls over time</h2>\n<p>slowest calls:</p><ol>')
-        for attempt in heapq.nlargest(10, timed, key=lambda a: a.seconds):
+        for number in heapq.nlargest(10, timed, key=lambda n: end[n] - start[n]):
+            attempt = _Attempt(calls, number)
             write(f"<li>{_span(attempt.seconds)} {_attempt_link(attempt)}</li>\n")
         write("</ol>\n")
         runs: Dict[str, Dict[int, array.array[int]]] = {}  # run -> turn -> its calls' numbers
-        for attempt in self.facts.calls_met():
-            runs.setdefault(attempt.run_id, {}).setdefault(attempt.turn, array.array("q")).append(
-                attempt.number
-            )
+        for number in range(len(calls)):
+            turns = runs.setdefault(pool[calls.run_id[number]], {})
+            turns.setdefault(pool[calls.turn[number]], array.array("q")).append(number)
         limit = self.out.size + self.out.budget // 4  # the rest is for the records
         flags = self.facts.calls.flags
         for run, turns in runs.items():

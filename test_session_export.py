@@ -1475,6 +1475,55 @@ def test_html_page_shows_model_cost_invalid_arguments_and_unknown_parents(tmp_pa
     assert all(b - a > wide for a, b in zip(starts, starts[1:])) and starts[-1] + wide < 1000
 
 
+def test_html_page_finds_each_call_by_its_run_and_id_among_many(tmp_path: Path) -> None:
+    """The page finds a call's model call, its retry's first attempt and a model's tool call
+    by run and id: the same ids in two runs, ids of any text (a lone surrogate too), a tool
+    call id that is not the tool's execution id, and more calls than a small table holds."""
+    path = tmp_path / "s.jsonl"
+    ids = ["m\udc80", "é-1", "m" * 300]  # a lone surrogate, non-ASCII, long
+    with session.create(path) as s:
+        for run_number in range(2):
+            with s.begin_run() as run:
+                for n in range(40):
+                    name = f"{ids[n % 3]}-{n}"
+                    model = Execution(name, "model")
+                    block = session.tool_call_block(f"t-{n}", "grep", {})
+                    reply = Message("assistant", [block], "toolUse", {"input": n})
+                    run.record(Event("model_exec_start", execution=model, timestamp=T0))
+                    run.record(Event("model_exec_end", execution=model, message=reply, timestamp=T0))
+                    tool = Execution(f"x-{n}", "tool", parent_id=name)
+                    run.record(Event("tool_exec_start", execution=tool, tool="grep", tool_id=f"t-{n}", args={}))
+                    failed = n % 5 == 0
+                    end = {"error": {"type": "Flaky", "message": "no"}} if failed else {"result": "ok"}
+                    run.record(Event("tool_exec_end", execution=tool, tool="grep", tool_id=f"t-{n}", **end))
+                    if failed:  # retried, and the retry succeeds
+                        again = Execution(f"x-{n}", "tool", parent_id=name, attempt=2)
+                        run.record(Event("tool_exec_start", execution=again, tool="grep", args={}))
+                        run.record(Event("tool_exec_end", execution=again, tool="grep", result="ok"))
+    records = list(session.iter_records(path))
+    first = {}  # (run, execution id, attempt) -> the seq of its first record
+    for record in records:
+        execution = record.data.get("execution")
+        if execution is not None:
+            key = (record.run_id, execution["id"], execution.get("attempt", 1))
+            first.setdefault(key, record.seq)
+    page = html_page(path, "--max-bytes", str(64 << 20))
+    runs = list(dict.fromkeys(record.run_id for record in records if record.run_id))
+    for run_id in runs:
+        for n in range(40):
+            name = f"{ids[n % 3]}-{n}"
+            model, tool = first[run_id, name, 1], first[run_id, f"x-{n}", 1]
+            card = page.split(f'id="seq-{tool}"', 1)[0].rsplit("<article", 1)[1]
+            assert f'asked for by <a href="#seq-{model}">model call <code>' in card
+            model_card = page.split(f'id="seq-{model}"', 1)[1].split("</article>", 1)[0]
+            assert f'<a href="#seq-{tool}"><code>t-{n}</code></a>' in model_card
+            if n % 5 == 0:
+                retry = first[run_id, f"x-{n}", 2]
+                retry_card = page.split(f'id="seq-{retry}"', 1)[0].rsplit("<article", 1)[1]
+                assert f'retry of <a href="#seq-{tool}">attempt 1</a>' in retry_card
+    assert "<b class=\"error\">Flaky</b> \u00d716, 16 recovered by a retry" in page
+
+
 def compacting_session(path: Path, turns: int) -> int:
     """*turns* turns of a model call whose input grows until a compaction, after every ninth
     and after each of the twenty turns from the thousandth (as a loop that keeps compacting
