@@ -1080,7 +1080,9 @@ class _Facts:
         self._tools = _Table(self.calls.tool_key)  # (run, tool call id) -> its latest attempt
         self.replaced: Dict[Tuple[int, str, int], int] = {}  # (run, id, attempt) -> number: not the latest
         self.requests = _Requests()  # what changed in each model request, where its messages are shown
-        self.turn_seqs: Dict[str, Dict[int, int]] = {}  # run -> turn -> seq of its turn_start
+        self._turn_starts = array.array(
+            "q"
+        )  # of each turn_start: its run's and turn's places in the pool, its seq
         self._same = array.array("q")  # message records holding a message an earlier one has, ...
         self._same_as = array.array("q")  # ... and that earlier one
         self.token_seqs = array.array("q")  # of each model call that reports its input tokens, ...
@@ -1122,7 +1124,8 @@ class _Facts:
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
             self.turn = self._shared(record.data["turn_index"])
-            self.turn_seqs.setdefault(self._shared(record.run_id or ""), {}).setdefault(self.turn, record.seq)
+            calls = self.calls
+            self._turn_starts.extend((calls.pooled(record.run_id or ""), calls.pooled(self.turn), record.seq))
         elif record.type == "run_start":
             self.turn = 0
             self.run_numbers.setdefault(record.run_id or "", len(self.run_numbers) + 1)
@@ -1436,6 +1439,15 @@ class _Facts:
     def calls_met(self) -> Iterator[_Attempt]:
         """Every call attempt, in the order the page met them."""
         return (_Attempt(self.calls, number) for number in range(len(self.calls)))
+
+    def turn_seqs(self) -> Dict[str, Dict[int, int]]:
+        """Run -> turn -> the seq of its first turn_start (a dictionary entry a turn while the
+        header is written, where the first pass keeps three numbers)."""
+        starts, pool = self._turn_starts, self.calls.pool
+        seqs: Dict[str, Dict[int, int]] = {}
+        for at in range(0, len(starts), 3):
+            seqs.setdefault(pool[starts[at]], {}).setdefault(pool[starts[at + 1]], starts[at + 2])
+        return seqs
 
     def same(self, seq: int) -> Optional[int]:
         """The earlier record that holds the message the record *seq* holds, if one does."""
@@ -2226,6 +2238,7 @@ class _Header:
         self.name = commands.name
         self.damage = damage
         self.turns = _turn_counts(facts)  # run -> turn -> (calls, failed)
+        self.turn_seqs = facts.turn_seqs()
 
     def header(self) -> int:
         """Write the header; returns the place for what the page leaves out (_PageOut.fill)."""
@@ -2308,7 +2321,7 @@ class _Header:
                 '<ol class="turns">'
             )
             for turn, (count, bad) in sorted(group.items()):
-                seq = self.facts.turn_seqs.get(run.run_id, {}).get(turn, 0)
+                seq = self.turn_seqs.get(run.run_id, {}).get(turn, 0)
                 label = f"turn {turn}: {_count(count, 'call')}{_failed(bad)}"
                 write(f"<li>{_link(seq, label, f'talk-{seq}') if seq else label}</li>")
             write("</ol></details>\n")
