@@ -433,6 +433,68 @@ def test_task_calls_of_one_prompt_take_the_sidechains_that_ended_before_their_re
     assert gaps_of(tmp_path / "out.jsonl") == []
 
 
+def test_sidechains_of_one_prompt_go_to_the_calls_by_where_they_begin_and_end(tmp_path: Path) -> None:
+    """Five sidechains of one prompt (and one of another) for three calls of it: each result
+    takes the first chain not taken that began after the call's response and ended before the
+    result; a chain begun before the calls, or still going on at the last result, is its own."""
+
+    def task(key: str, prompt: str) -> List[Any]:
+        return [{"type": "tool_use", "id": key, "name": "Task", "input": {"prompt": prompt}}]
+
+    def result(key: str) -> List[Any]:
+        return [{"type": "tool_result", "tool_use_id": key, "content": "done"}]
+
+    def chain(name: str, prompt: str) -> Dict[str, Any]:
+        return line(f"{name}1", None, "user", prompt, isSidechain=True)
+
+    def answer(name: str) -> Dict[str, Any]:
+        return line(f"{name}2", f"{name}1", "assistant", f"{name} done", isSidechain=True)
+
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "Check three times"),
+            chain("z", "Check"),  # before the calls: no call's
+            answer("z"),
+            line("a1", "u1", "assistant", task("toolu_A", "Check"), id="m1"),
+            line("a2", "a1", "assistant", task("toolu_B", "Check"), id="m1"),
+            line("a3", "a2", "assistant", task("toolu_C", "Check"), id="m1"),
+            line("a4", "a3", "assistant", task("toolu_D", "Nothing began with this"), id="m1"),
+            chain("x", "Check"),  # goes on after toolu_B's result
+            chain("o", "Other"),
+            answer("o"),
+            chain("y", "Check"),
+            answer("y"),
+            chain("w", "Check"),
+            answer("w"),
+            line("r1", "a4", "user", result("toolu_B")),  # x goes on: y
+            answer("x"),
+            chain("v", "Check"),  # goes on after the last result
+            line("r2", "r1", "user", result("toolu_C")),  # x, begun first
+            line("r3", "r2", "user", result("toolu_D")),
+            line("r4", "r3", "user", result("toolu_A")),  # w, the one left that ended
+            answer("v"),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert report.not_understood == ()
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    ran = {
+        call(r).id.split("/")[0]: texts(data(r).message)[0]
+        for r in of(records, "model_exec_end")
+        if "/" in call(r).id
+    }
+    assert ran == {
+        "toolu_A": "w done",
+        "toolu_B": "y done",
+        "toolu_C": "x done",
+        "z1": "z done",
+        "o1": "o done",
+        "v1": "v done",
+    }
+    assert gaps_of(tmp_path / "out.jsonl") == []
+
+
 def test_a_sidechain_no_task_call_began_is_calls_of_its_own_after_the_conversation(tmp_path: Path) -> None:
     report = session_import.import_session(
         sidechain_session(tmp_path, "Another task"), tmp_path / "out.jsonl"
