@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import collections
 import contextlib
 import hashlib
 import json
@@ -1873,11 +1874,15 @@ def _codex_copies(entries: List[_Entry], tally: _Tally) -> List[_Entry]:
     line again (the file written twice), counted.  Lines without that stamp (the first Rust
     versions' bare items) are never copies: a prompt typed again is the same line.  Lines
     are told apart by a digest of each one's JSON, its time in it (``1``, ``1.0`` and
-    ``true``, equal values, are three lines): one set look-up a line, however many share a time."""
+    ``true``, equal values, are three lines): one set look-up a line, however many share a
+    time.  A line alone at its time is no copy: only lines that share theirs are encoded
+    for it (encoding a line costs about what parsing it did, and most have a time of their own)."""
+    stamps = [entry.obj.get("timestamp") if "payload" in entry.obj else None for entry in entries]
+    lines_at = collections.Counter(stamp for stamp in stamps if type(stamp) is str)
     written: Set[bytes] = set()
     kept: List[_Entry] = []
-    for entry in entries:
-        if type(entry.obj.get("timestamp")) is str and "payload" in entry.obj:
+    for entry, stamp in zip(entries, stamps):
+        if type(stamp) is str and lines_at[stamp] > 1:
             digest = hashlib.sha256(_AS_WRITTEN.encode(entry.obj).encode()).digest()
             if digest in written:
                 tally.skip("copy of an earlier line")

@@ -741,6 +741,21 @@ def test_codex_lines_of_one_time_that_differ_as_written_are_not_copies(tmp_path:
     assert report.unmapped["event_msg:task_started"] == base.unmapped.get("event_msg:task_started", 0) + 3
 
 
+def test_codex_lines_whose_time_is_not_a_text_are_never_copies(tmp_path: Path) -> None:
+    lines = CODEX.read_text().splitlines(keepends=True)
+    odd = [
+        f'{{"timestamp":{time},"type":"event_msg","payload":{{"type":"task_started"}}}}\n'
+        for time in ('["2025-11-18T09:30:01.000Z"]', "1763458201", "null")
+        for _ in (1, 2)
+    ]
+    source = tmp_path / CODEX.name
+    source.write_text("".join(lines + odd))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    base = session_import.import_session(CODEX, tmp_path / "base.jsonl")
+    assert "copy of an earlier line" not in report.unmapped and report.not_understood == ()
+    assert report.unmapped["event_msg:task_started"] == base.unmapped.get("event_msg:task_started", 0) + 6
+
+
 def test_codex_a_prompt_typed_again_is_a_turn_again_and_bare_lines_are_never_copies(tmp_path: Path) -> None:
     lines = CODEX.read_text().splitlines(keepends=True)
     prompt = [text for text in lines if "List the files" in text][:2]  # the item and its event
