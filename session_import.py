@@ -34,12 +34,15 @@ docs/import.md has each format's mapping and what it cannot know.  Standard libr
 
 from __future__ import annotations
 
+import bisect
 import codecs
+import collections
 import contextlib
 import hashlib
 import json
 import os
 import re
+import sys
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
@@ -720,6 +723,49 @@ def _prompt(obj: Dict[str, Any]) -> Optional[str]:
     return content if type(content) is str else None
 
 
+_NO_LINE = sys.maxsize  # after every line: the end of a chain taken
+
+
+class _Begun:
+    """Chains of lines that began with one prompt (their *indices* in *chains*), in the order
+    they began, each taken once: the first not taken that begins after a line and ends
+    before another, found in time logarithmic in their number by a tree of the least last
+    line under each node (a chain taken ends at ``_NO_LINE``), its leaves the chains."""
+
+    def __init__(self, indices: List[int], chains: List[List[_Entry]]) -> None:
+        self.indices = indices
+        self.starts = [chains[index][0].number for index in indices]
+        self.size = 1 << (len(indices) - 1).bit_length()
+        ends = [chains[index][-1].number for index in indices]
+        self.least = [_NO_LINE] * self.size + ends + [_NO_LINE] * (self.size - len(ends))
+        for node in reversed(range(1, self.size)):
+            self.least[node] = min(self.least[2 * node], self.least[2 * node + 1])
+
+    def take(self, after: int, before: int) -> Optional[int]:
+        """The index of the first chain not taken that begins after line *after* and ends
+        before line *before*, now taken (``None``: there is none)."""
+        leaf = self.first(1, 0, self.size, bisect.bisect_right(self.starts, after), before)
+        if leaf is None:
+            return None
+        node = self.size + leaf
+        self.least[node] = _NO_LINE
+        while node > 1:
+            node //= 2
+            self.least[node] = min(self.least[2 * node], self.least[2 * node + 1])
+        return self.indices[leaf]
+
+    def first(self, node: int, low: int, high: int, start: int, before: int) -> Optional[int]:
+        """The first leaf from *start* on under *node* (the leaves *low* to *high*) whose
+        chain ends before line *before*: down the first subtree that has one."""
+        if high <= start or self.least[node] >= before:
+            return None
+        if high - low == 1:
+            return low
+        middle = (low + high) // 2
+        found = self.first(2 * node, low, middle, start, before)
+        return found if found is not None else self.first(2 * node + 1, middle, high, start, before)
+
+
 @dataclass
 class _SubAgents:
     """A session's sub-agent files (``<session>/subagents/agent-<id>.jsonl``), by the id of the
@@ -731,6 +777,7 @@ class _SubAgents:
     used: List[str] = field(default_factory=list)
     chains: List[List[_Entry]] = field(default_factory=list)
     chained: Set[int] = field(default_factory=set)  # the chains a tool call ran
+    begun: Dict[Tuple[str, str], _Begun] = field(default_factory=dict)  # by file and first prompt
 
     @classmethod
     def of(cls, source: str) -> _SubAgents:
@@ -786,25 +833,28 @@ class _SubAgents:
             key = entry.obj.get("uuid")
             if type(key) is str:
                 by_uuid[key] = chain
+        self.index()
         return rest
+
+    def index(self) -> None:
+        """The chains that begin with a prompt (a user line's text), by their file and prompt."""
+        begun: Dict[Tuple[str, str], List[int]] = {}
+        for index, chain in enumerate(self.chains):
+            prompt = _prompt(chain[0].obj)
+            if prompt is not None:
+                begun.setdefault((chain[0].file, prompt), []).append(index)
+        self.begun = {key: _Begun(indices, self.chains) for key, indices in begun.items()}
 
     def sidechain(self, prompt: Any, called: _Entry, ended: _Entry) -> List[_Entry]:
         """The first chain no call ran yet that began with *prompt* (an agent tool call's),
         after the first line *called* of the response that made the call, and ended before
         the line *ended* of its result (a chain that goes on is another call's)."""
-        for index, chain in enumerate(self.chains):
-            first = chain[0]
-            if (
-                index not in self.chained
-                and first.file == called.file
-                and called.number < first.number
-                and chain[-1].number < ended.number
-                and type(prompt) is str
-                and _prompt(first.obj) == prompt
-            ):
-                self.chained.add(index)
-                return chain
-        return []
+        begun = self.begun.get((called.file, prompt)) if type(prompt) is str else None
+        index = begun.take(called.number, ended.number) if begun is not None else None
+        if index is None:
+            return []
+        self.chained.add(index)
+        return self.chains[index]
 
     def unran(self) -> Iterator[Tuple[str, List[_Entry]]]:
         """The chains no tool call ran, each with the name its calls take: its first line's uuid."""
@@ -1824,11 +1874,15 @@ def _codex_copies(entries: List[_Entry], tally: _Tally) -> List[_Entry]:
     line again (the file written twice), counted.  Lines without that stamp (the first Rust
     versions' bare items) are never copies: a prompt typed again is the same line.  Lines
     are told apart by a digest of each one's JSON, its time in it (``1``, ``1.0`` and
-    ``true``, equal values, are three lines): one set look-up a line, however many share a time."""
+    ``true``, equal values, are three lines): one set look-up a line, however many share a
+    time.  A line alone at its time is no copy: only lines that share theirs are encoded
+    for it (encoding a line costs about what parsing it did, and most have a time of their own)."""
+    stamps = [entry.obj.get("timestamp") if "payload" in entry.obj else None for entry in entries]
+    lines_at = collections.Counter(stamp for stamp in stamps if type(stamp) is str)
     written: Set[bytes] = set()
     kept: List[_Entry] = []
-    for entry in entries:
-        if type(entry.obj.get("timestamp")) is str and "payload" in entry.obj:
+    for entry, stamp in zip(entries, stamps):
+        if type(stamp) is str and lines_at[stamp] > 1:
             digest = hashlib.sha256(_AS_WRITTEN.encode(entry.obj).encode()).digest()
             if digest in written:
                 tally.skip("copy of an earlier line")

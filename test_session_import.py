@@ -433,6 +433,68 @@ def test_task_calls_of_one_prompt_take_the_sidechains_that_ended_before_their_re
     assert gaps_of(tmp_path / "out.jsonl") == []
 
 
+def test_sidechains_of_one_prompt_go_to_the_calls_by_where_they_begin_and_end(tmp_path: Path) -> None:
+    """Five sidechains of one prompt (and one of another) for three calls of it: each result
+    takes the first chain not taken that began after the call's response and ended before the
+    result; a chain begun before the calls, or still going on at the last result, is its own."""
+
+    def task(key: str, prompt: str) -> List[Any]:
+        return [{"type": "tool_use", "id": key, "name": "Task", "input": {"prompt": prompt}}]
+
+    def result(key: str) -> List[Any]:
+        return [{"type": "tool_result", "tool_use_id": key, "content": "done"}]
+
+    def chain(name: str, prompt: str) -> Dict[str, Any]:
+        return line(f"{name}1", None, "user", prompt, isSidechain=True)
+
+    def answer(name: str) -> Dict[str, Any]:
+        return line(f"{name}2", f"{name}1", "assistant", f"{name} done", isSidechain=True)
+
+    source = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            line("u1", None, "user", "Check three times"),
+            chain("z", "Check"),  # before the calls: no call's
+            answer("z"),
+            line("a1", "u1", "assistant", task("toolu_A", "Check"), id="m1"),
+            line("a2", "a1", "assistant", task("toolu_B", "Check"), id="m1"),
+            line("a3", "a2", "assistant", task("toolu_C", "Check"), id="m1"),
+            line("a4", "a3", "assistant", task("toolu_D", "Nothing began with this"), id="m1"),
+            chain("x", "Check"),  # goes on after toolu_B's result
+            chain("o", "Other"),
+            answer("o"),
+            chain("y", "Check"),
+            answer("y"),
+            chain("w", "Check"),
+            answer("w"),
+            line("r1", "a4", "user", result("toolu_B")),  # x goes on: y
+            answer("x"),
+            chain("v", "Check"),  # goes on after the last result
+            line("r2", "r1", "user", result("toolu_C")),  # x, begun first
+            line("r3", "r2", "user", result("toolu_D")),
+            line("r4", "r3", "user", result("toolu_A")),  # w, the one left that ended
+            answer("v"),
+        ],
+    )
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    assert report.not_understood == ()
+    records = list(session.iter_records(tmp_path / "out.jsonl"))
+    ran = {
+        call(r).id.split("/")[0]: texts(data(r).message)[0]
+        for r in of(records, "model_exec_end")
+        if "/" in call(r).id
+    }
+    assert ran == {
+        "toolu_A": "w done",
+        "toolu_B": "y done",
+        "toolu_C": "x done",
+        "z1": "z done",
+        "o1": "o done",
+        "v1": "v done",
+    }
+    assert gaps_of(tmp_path / "out.jsonl") == []
+
+
 def test_a_sidechain_no_task_call_began_is_calls_of_its_own_after_the_conversation(tmp_path: Path) -> None:
     report = session_import.import_session(
         sidechain_session(tmp_path, "Another task"), tmp_path / "out.jsonl"
@@ -677,6 +739,21 @@ def test_codex_lines_of_one_time_that_differ_as_written_are_not_copies(tmp_path:
     base = session_import.import_session(CODEX, tmp_path / "base.jsonl")
     assert report.unmapped["copy of an earlier line"] == 1  # the last: the first again
     assert report.unmapped["event_msg:task_started"] == base.unmapped.get("event_msg:task_started", 0) + 3
+
+
+def test_codex_lines_whose_time_is_not_a_text_are_never_copies(tmp_path: Path) -> None:
+    lines = CODEX.read_text().splitlines(keepends=True)
+    odd = [
+        f'{{"timestamp":{time},"type":"event_msg","payload":{{"type":"task_started"}}}}\n'
+        for time in ('["2025-11-18T09:30:01.000Z"]', "1763458201", "null")
+        for _ in (1, 2)
+    ]
+    source = tmp_path / CODEX.name
+    source.write_text("".join(lines + odd))
+    report = session_import.import_session(source, tmp_path / "out.jsonl")
+    base = session_import.import_session(CODEX, tmp_path / "base.jsonl")
+    assert "copy of an earlier line" not in report.unmapped and report.not_understood == ()
+    assert report.unmapped["event_msg:task_started"] == base.unmapped.get("event_msg:task_started", 0) + 6
 
 
 def test_codex_a_prompt_typed_again_is_a_turn_again_and_bare_lines_are_never_copies(tmp_path: Path) -> None:

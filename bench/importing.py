@@ -3,6 +3,8 @@ loop over the same file.
 
     python3 bench/importing.py              # a 100 MB transcript: a few minutes
     python3 bench/importing.py --mb 10      # a smaller one
+    python3 bench/importing.py --codex      # a Codex rollout instead
+    python3 bench/importing.py --sidechains 20000
 
 The transcript is written the way Claude Code writes one: per turn a user line (or the tool
 result the previous turn asked for, with 2 to 24 KB of output), then the reply one line per
@@ -17,6 +19,15 @@ the least any import of it can cost.  All in CPU seconds (``time.process_time``)
 process; each ratio is the median of interleaved runs.  "import peak" is the peak resident memory of
 a process of its own that imports the transcript (Linux: ``VmHWM`` after ``5`` is written to
 ``/proc/self/clear_refs``; elsewhere ``ru_maxrss``).  Standard library only.
+
+``--codex`` writes a Codex rollout instead, of the same turns: per turn the reasoning item
+and its ``agent_reasoning`` event, a ``shell`` call, a ``token_count`` event and the call's
+output (2 to 24 KB), every fifth turn a prompt (item and ``user_message`` event) and a reply
+before it; the lines written together (an item and its event) share their millisecond.
+
+``--sidechains N`` times instead the import of a hostile transcript of an older Claude Code:
+one reply of *N* ``Task`` calls of one prompt, *N* sidechains in the session's file (lines
+with ``isSidechain``) that begin with it, then the *N* results, each call taking its own.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -118,17 +129,102 @@ def lines(turns: int) -> Iterator[Dict[str, Any]]:
         parent = f"a{turn}.2"
 
 
-def write(path: Path, megabytes: float) -> int:
-    """A transcript of about *megabytes* at *path*; its number of turns."""
+def codex_lines(turns: int) -> Iterator[Dict[str, Any]]:
+    """A Codex rollout of *turns* turns (a model call and its tool call each), line by line,
+    each line stamped with the millisecond it was written in: an item and the event that
+    repeats it share theirs (half the lines), the others have one of their own."""
+    millisecond = 0
+
+    def batch(*items: Tuple[str, Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+        nonlocal millisecond
+        millisecond += 1500
+        seconds, rest = divmod(millisecond, 1000)
+        clock = f"{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{rest:03d}"
+        for kind, payload in items:
+            yield {"timestamp": f"2026-03-01T{clock}Z", "type": kind, "payload": payload}
+
+    def message(role: str, kind: str, text: str) -> Dict[str, Any]:
+        return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+    meta = {"id": SESSION, "timestamp": "2026-03-01T00:00:00.000Z", "cwd": "/home/user/project"}
+    yield from batch(("session_meta", {**meta, "cli_version": "0.58.0", "originator": "codex_cli_rs"}))
+    context = {"cwd": "/home/user/project", "approval_policy": "on-request", "model": "gpt-5-codex"}
+    for turn in range(turns):
+        total = {"input_tokens": 1000 * turn, "cached_input_tokens": 900 * turn, "output_tokens": 80}
+        usage = ("event_msg", {"type": "token_count", "info": {"total_token_usage": total}})
+        if turn % 5 == 0 and turn:
+            said = f"Part {turn - 1} read."
+            agent = {"type": "agent_message", "message": said}
+            yield from batch(
+                ("response_item", message("assistant", "output_text", said)), ("event_msg", agent)
+            )
+            yield from batch(usage)
+        if turn % 5 == 0:
+            text = f"Turn {turn}: look at the next part of the project and tell me what it does. " * 3
+            typed = {"type": "user_message", "message": text}
+            yield from batch(("turn_context", context))
+            yield from batch(("response_item", message("user", "input_text", text)), ("event_msg", typed))
+        thought = f"I should read part {turn} next. " * 8
+        summary = [{"type": "summary_text", "text": thought}]
+        reasoning = {
+            "type": "reasoning",
+            "summary": summary,
+            "content": None,
+            "encrypted_content": "c2ln" * 40,
+        }
+        yield from batch(
+            ("response_item", reasoning), ("event_msg", {"type": "agent_reasoning", "text": thought})
+        )
+        arguments = json.dumps({"command": ["cat", f"src/part{turn}.py"], "workdir": "/home/user/project"})
+        call = {"type": "function_call", "name": "shell", "arguments": arguments, "call_id": f"call_{turn}"}
+        yield from batch(("response_item", call))
+        yield from batch(usage)
+        output = "\n".join(
+            f"{n:6d}  line {n} of a file the tool read, turn {turn}" for n in range(40 + turn % 400)
+        )
+        result = {"type": "function_call_output", "call_id": f"call_{turn}", "output": output}
+        yield from batch(("response_item", result))
+
+
+def write(path: Path, megabytes: float, codex: bool) -> int:
+    """A transcript (Claude Code's, or with *codex* a Codex rollout) of about *megabytes* at
+    *path*; its number of turns (each ends with a ``progress`` line or a tool's output)."""
     turns = 0
     with open(path, "w", encoding="utf-8") as out:
-        for line in lines(1 << 30):
+        for line in (codex_lines if codex else lines)(1 << 30):
             out.write(json.dumps(line, separators=(",", ":")) + "\n")
-            if line["type"] == "progress":
+            if line["type"] == "progress" or line.get("payload", {}).get("type") == "function_call_output":
                 turns += 1
                 if out.tell() >= megabytes * 1e6:
                     break
     return turns
+
+
+def sidechain_lines(calls: int) -> Iterator[Dict[str, Any]]:
+    """A transcript of *calls* ``Task`` calls of one prompt (one reply, a line per call), a
+    sidechain each in the session's file, and their results, line by line."""
+
+    def line(kind: str, uuid: str, parent: Any, content: Any, **fields: Any) -> Dict[str, Any]:
+        message = {"role": kind, "content": content, **fields.pop("message", {})}
+        stamp = "2026-03-01T10:00:00.000Z"
+        out = {"parentUuid": parent, "sessionId": SESSION, "type": kind, "message": message}
+        return {**out, "uuid": uuid, "timestamp": stamp, **fields}
+
+    reply = {"id": "msg_1", "model": "claude-sonnet-4-5-20250929", "usage": {"input_tokens": 1}}
+    yield line("user", "u", None, "Check each part")
+    parent = "u"
+    for n in range(calls):
+        task = {"type": "tool_use", "id": f"toolu_{n}", "name": "Task", "input": {"prompt": "Check"}}
+        yield line("assistant", f"a{n}", parent, [task], message=reply)
+        parent = f"a{n}"
+    for n in range(calls):
+        yield line("user", f"s{n}", None, "Check", isSidechain=True)
+        answer = {**reply, "id": f"msg_s{n}"}
+        yield line("assistant", f"t{n}", f"s{n}", f"Part {n} checked", message=answer, isSidechain=True)
+    for n in range(calls):
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "checked"}
+        yield line("user", f"r{n}", parent, [result])
+        parent = f"r{n}"
 
 
 def loads(path: Path) -> float:
@@ -174,14 +270,39 @@ def peak_kb(path: Path, folder: str) -> int:
     return kb
 
 
+def sidechains(calls: int, pairs: int) -> int:
+    """The import of a transcript of *calls* sidechains (``sidechain_lines``), timed."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, f"{SESSION}.jsonl")
+        with open(path, "w", encoding="utf-8") as out:
+            out.writelines(json.dumps(line, separators=(",", ":")) + "\n" for line in sidechain_lines(calls))
+        base = [loads(path) for _ in range(pairs)]
+        runs = [imported(path, folder) for _ in range(pairs)]
+        size = os.path.getsize(path)
+    print("| transcript | Task calls and sidechains | json.loads loop (CPU) | import (CPU) |")
+    print("|---|---|---|---|")
+    cells = [
+        f"{size / 1e6:.1f} MB",
+        f"{calls:,}",
+        f"{statistics.median(base):.2f} s",
+        f"{statistics.median(runs):.2f} s",
+    ]
+    print(f"| {' | '.join(cells)} |")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--mb", type=float, default=100)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--codex", action="store_true", help="a Codex rollout instead")
+    parser.add_argument("--sidechains", type=int, default=0, metavar="N")
     args = parser.parse_args(argv)
+    if args.sidechains:
+        return sidechains(args.sidechains, args.pairs)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder, f"{SESSION}.jsonl")
-        turns = write(path, args.mb)
+        turns = write(path, args.mb, args.codex)
         values = output_values(path, folder)
         base, floor, runs, ratios, over_floor = [], [], [], [], []
         for _ in range(args.pairs):
