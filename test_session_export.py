@@ -1482,7 +1482,7 @@ def test_html_page_finds_each_call_by_its_run_and_id_among_many(tmp_path: Path) 
     path = tmp_path / "s.jsonl"
     ids = ["m\udc80", "é-1", "m" * 300]  # a lone surrogate, non-ASCII, long
     with session.create(path) as s:
-        for run_number in range(2):
+        for _ in range(2):
             with s.begin_run() as run:
                 for n in range(40):
                     name = f"{ids[n % 3]}-{n}"
@@ -1492,7 +1492,8 @@ def test_html_page_finds_each_call_by_its_run_and_id_among_many(tmp_path: Path) 
                     run.record(Event("model_exec_start", execution=model, timestamp=T0))
                     run.record(Event("model_exec_end", execution=model, message=reply, timestamp=T0))
                     tool = Execution(f"x-{n}", "tool", parent_id=name)
-                    run.record(Event("tool_exec_start", execution=tool, tool="grep", tool_id=f"t-{n}", args={}))
+                    start = Event("tool_exec_start", execution=tool, tool="grep", tool_id=f"t-{n}", args={})
+                    run.record(start)
                     failed = n % 5 == 0
                     end = {"error": {"type": "Flaky", "message": "no"}} if failed else {"result": "ok"}
                     run.record(Event("tool_exec_end", execution=tool, tool="grep", tool_id=f"t-{n}", **end))
@@ -1501,7 +1502,7 @@ def test_html_page_finds_each_call_by_its_run_and_id_among_many(tmp_path: Path) 
                         run.record(Event("tool_exec_start", execution=again, tool="grep", args={}))
                         run.record(Event("tool_exec_end", execution=again, tool="grep", result="ok"))
     records = list(session.iter_records(path))
-    first = {}  # (run, execution id, attempt) -> the seq of its first record
+    first: Dict[Tuple[Optional[str], str, int], int] = {}  # (run, execution id, attempt) -> its first seq
     for record in records:
         execution = record.data.get("execution")
         if execution is not None:
@@ -1512,16 +1513,16 @@ def test_html_page_finds_each_call_by_its_run_and_id_among_many(tmp_path: Path) 
     for run_id in runs:
         for n in range(40):
             name = f"{ids[n % 3]}-{n}"
-            model, tool = first[run_id, name, 1], first[run_id, f"x-{n}", 1]
-            card = page.split(f'id="seq-{tool}"', 1)[0].rsplit("<article", 1)[1]
-            assert f'asked for by <a href="#seq-{model}">model call <code>' in card
-            model_card = page.split(f'id="seq-{model}"', 1)[1].split("</article>", 1)[0]
-            assert f'<a href="#seq-{tool}"><code>t-{n}</code></a>' in model_card
+            asker, answer = first[run_id, name, 1], first[run_id, f"x-{n}", 1]
+            card = page.split(f'id="seq-{answer}"', 1)[0].rsplit("<article", 1)[1]
+            assert f'asked for by <a href="#seq-{asker}">model call <code>' in card
+            model_card = page.split(f'id="seq-{asker}"', 1)[1].split("</article>", 1)[0]
+            assert f'<a href="#seq-{answer}"><code>t-{n}</code></a>' in model_card
             if n % 5 == 0:
                 retry = first[run_id, f"x-{n}", 2]
                 retry_card = page.split(f'id="seq-{retry}"', 1)[0].rsplit("<article", 1)[1]
-                assert f'retry of <a href="#seq-{tool}">attempt 1</a>' in retry_card
-    assert "<b class=\"error\">Flaky</b> \u00d716, 16 recovered by a retry" in page
+                assert f'retry of <a href="#seq-{answer}">attempt 1</a>' in retry_card
+    assert '<b class="error">Flaky</b> \u00d716, 16 recovered by a retry' in page
 
 
 def compacting_session(path: Path, turns: int) -> int:
