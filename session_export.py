@@ -1146,7 +1146,8 @@ class _Facts:
             attempt.failed = True
             error = data.get("error", "its result is marked as an error")
             reason = (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
-            self.calls.reasons.setdefault(attempt.number, reason)
+            if reason:  # the first error that says something
+                self.calls.reasons.setdefault(attempt.number, reason)
             kind = error.get("type") if type(error) is dict else None
             attempt.error_type = attempt.error_type or (kind[:_PAGE_NAME] if type(kind) is str else "")
         if attempt.kind == "tool" and type(data.get("tool")) is str:

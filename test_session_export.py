@@ -1218,6 +1218,18 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert "run <code>" in page and ": 1 turn, 2 attempts, 1 failed</summary>" in page  # its waterfall
 
 
+def test_html_page_gives_a_failure_the_first_reason_that_says_something(tmp_path: Path) -> None:
+    """An attempt whose first error is empty, and a later one's is not, fails for the later."""
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_start", execution=tool, tool="x", timestamp=T0))
+        run.record(Event("retry", execution=tool, error={"message": ""}, timestamp=T0))  # says nothing
+        run.record(Event("tool_exec_end", execution=tool, tool="x", error="boom", timestamp=T0))
+    page = html_page(path)
+    assert 'tool <code>t1</code> x attempt 1</a>: <span class="error">boom</span></li>' in page
+
+
 def test_html_page_folds_a_long_list_of_failures(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
@@ -1482,7 +1494,7 @@ def test_html_page_finds_each_call_by_its_run_and_id_among_many(tmp_path: Path) 
     path = tmp_path / "s.jsonl"
     ids = ["m\udc80", "é-1", "m" * 300]  # a lone surrogate, non-ASCII, long
     with session.create(path) as s:
-        for run_number in range(2):
+        for _ in range(2):
             with s.begin_run() as run:
                 for n in range(40):
                     name = f"{ids[n % 3]}-{n}"
@@ -1492,7 +1504,8 @@ def test_html_page_finds_each_call_by_its_run_and_id_among_many(tmp_path: Path) 
                     run.record(Event("model_exec_start", execution=model, timestamp=T0))
                     run.record(Event("model_exec_end", execution=model, message=reply, timestamp=T0))
                     tool = Execution(f"x-{n}", "tool", parent_id=name)
-                    run.record(Event("tool_exec_start", execution=tool, tool="grep", tool_id=f"t-{n}", args={}))
+                    start = Event("tool_exec_start", execution=tool, tool="grep", tool_id=f"t-{n}", args={})
+                    run.record(start)
                     failed = n % 5 == 0
                     end = {"error": {"type": "Flaky", "message": "no"}} if failed else {"result": "ok"}
                     run.record(Event("tool_exec_end", execution=tool, tool="grep", tool_id=f"t-{n}", **end))
