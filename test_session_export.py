@@ -1534,7 +1534,7 @@ def test_html_page_finds_each_call_by_its_run_and_id_among_many(tmp_path: Path) 
                 retry = first[run_id, f"x-{n}", 2]
                 retry_card = page.split(f'id="seq-{retry}"', 1)[0].rsplit("<article", 1)[1]
                 assert f'retry of <a href="#seq-{tool}">attempt 1</a>' in retry_card
-    assert "<b class=\"error\">Flaky</b> \u00d716, 16 recovered by a retry" in page
+    assert '<b class="error">Flaky</b> \u00d716, 16 recovered by a retry' in page
 
 
 def compacting_session(path: Path, turns: int) -> int:
