@@ -1520,8 +1520,8 @@ def _turn_counts(facts: _Facts) -> Dict[str, Dict[int, Tuple[int, int]]]:
     for number in range(len(calls)):
         turns, turn = counts.setdefault(pool[calls.run_id[number]], {}), pool[calls.turn[number]]
         count, failed = turns.get(turn, (0, 0))
-        failed += calls.flags[number] & _FAILED  # a tuple: a list takes 16 bytes more
-        turns[turn] = (count + 1, failed)
+        failed += calls.flags[number] & _FAILED
+        turns[turn] = (count + 1, failed)  # a tuple: a list takes 16 bytes more
     return counts
 
 
