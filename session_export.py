@@ -749,6 +749,16 @@ class _Table:
             at = (at + 1) & mask
         return at
 
+    def _free(self, key_hash: int) -> int:
+        """The first free slot at or after the slot of *key_hash* (the keys moved to a larger
+        table differ from each other: none need comparing)."""
+        slots = self._slots
+        mask = len(slots) - 1
+        at = key_hash & mask
+        while slots[at] >= 0:
+            at = (at + 1) & mask
+        return at
+
     def get(self, key: Tuple[int, bytes]) -> int:
         """The latest number of *key*, -1 for none."""
         last, number = self._last
@@ -768,7 +778,7 @@ class _Table:
             old, self._slots = self._slots, array.array("q", [-1]) * (2 * len(self._slots))
             for kept in old:
                 if kept >= 0:
-                    self._slots[self._at(self.key(kept))] = kept
+                    self._slots[self._free(hash(self.key(kept)))] = kept
 
 
 class _Pooled(Generic[_V]):
@@ -782,10 +792,6 @@ class _Pooled(Generic[_V]):
         calls = attempt.calls
         return calls.pool[getattr(calls, self.column)[attempt.number]]  # type: ignore[no-any-return]
 
-    def __set__(self, attempt: _Attempt, value: _V) -> None:
-        calls = attempt.calls
-        getattr(calls, self.column)[attempt.number] = calls.pooled(value)
-
 
 class _Flag:
     """A flag of _Attempt: a bit of its call's entry in _Calls.flags."""
@@ -795,10 +801,6 @@ class _Flag:
 
     def __get__(self, attempt: _Attempt, owner: Any) -> bool:
         return bool(attempt.calls.flags[attempt.number] & self.bit)
-
-    def __set__(self, attempt: _Attempt, value: bool) -> None:
-        flags, number = attempt.calls.flags, attempt.number
-        flags[number] = flags[number] | self.bit if value else flags[number] & ~self.bit
 
 
 class _Attempt:
@@ -1138,26 +1140,33 @@ class _Facts:
         except FormatError:  # not a call this page can place: shown as it is
             self._lone(record)
             return
-        attempt = self._attempt(record, call)
+        number = self._attempt(record, call)
+        calls, data = self.calls, record.data
         if record.type in _ENDS:
-            attempt.ended = True
-        data = record.data
+            calls.flags[number] |= _ENDED
         if "error" in data or data.get("is_error") is True:
-            attempt.failed = True
-            error = data.get("error", "its result is marked as an error")
-            reason = (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
-            self.calls.reasons.setdefault(attempt.number, reason)
-            kind = error.get("type") if type(error) is dict else None
-            attempt.error_type = attempt.error_type or (kind[:_PAGE_NAME] if type(kind) is str else "")
-        if attempt.kind == "tool" and type(data.get("tool")) is str:
-            attempt.name = data["tool"]
+            self._failed(number, data.get("error", "its result is marked as an error"))
+        if calls.pool[calls.kind[number]] == "tool" and type(data.get("tool")) is str:
+            calls.name[number] = calls.pooled(data["tool"])
         if record.type == "model_request":
             self._request(record)
         elif record.type == "context_compacted":
             self._compacted = True
             self.compactions.append(len(self.tokens))
         elif "message" in data:
-            self._message(record, data["message"], attempt)
+            self._message(record, data["message"], number)
+
+    def _failed(self, number: int, error: Any) -> None:
+        """The call *number* failed with *error*: its first reason that says something, and
+        its first error type."""
+        calls = self.calls
+        calls.flags[number] |= _FAILED
+        reason = (error if type(error) is str else _error_text(error))[:_PAGE_NAME]
+        if reason:
+            calls.reasons.setdefault(number, reason)
+        kind = error.get("type") if type(error) is dict else None
+        if type(kind) is str and kind and not calls.error_type[number]:
+            calls.error_type[number] = calls.pooled(kind[:_PAGE_NAME])
 
     def _lone(self, record: Record) -> None:
         """*record*, of no call, as an item: its seq (a tuple of it and its offset took 88 bytes more)."""
@@ -1165,8 +1174,9 @@ class _Facts:
         self._lone_seqs.append(record.seq)
         self._lone_offsets.append(record.offset)
 
-    def _attempt(self, record: Record, execution: Execution) -> _Attempt:
-        """The call attempt *record* is of, made when it is new, with *record* placed in it."""
+    def _attempt(self, record: Record, execution: Execution) -> int:
+        """The number of the call attempt *record* is of, made when it is new, with *record*
+        placed in it."""
         calls = self.calls
         run = calls.pooled(record.run_id or "")
         latest = self._latest.get((run, _id_key(execution.id)))
@@ -1177,7 +1187,7 @@ class _Facts:
         if number < 0:
             number = self._new_attempt(record, execution, run, latest)
         calls.record(number, record.seq, record.offset, _seconds(record.time))
-        return _Attempt(calls, number)
+        return number
 
     def _new_attempt(self, record: Record, execution: Execution, run: int, before: int) -> int:
         """A call attempt met first in *record*, of the run *run*, after the attempt *before*
@@ -1217,7 +1227,7 @@ class _Facts:
         if text:
             run.asked = _Said(seq, text[:_PAGE_SAYS], len(text))
 
-    def _message(self, record: Record, message: Any, attempt: _Attempt) -> None:
+    def _message(self, record: Record, message: Any, number: int) -> None:
         digest = _digest(message)
         earlier = self._recent.setdefault(digest, record.seq)
         if earlier != record.seq:
@@ -1230,23 +1240,25 @@ class _Facts:
             self.token_seqs.append(record.seq)
             self.tokens.append(tokens)
         if record.type == "model_exec_end" and type(usage) is dict:
-            self._usage(usage, attempt, self._run(record))
-        text = _text_of(message) if record.type == "model_exec_end" and not attempt.failed else ""
+            self._usage(usage, number, self._run(record))
+        failed = self.calls.flags[number] & _FAILED
+        text = _text_of(message) if record.type == "model_exec_end" and not failed else ""
         if text and _role(message) == "assistant":
             self._run(record).answered = _Said(record.seq, text[:_PAGE_SAYS], len(text))
 
-    def _usage(self, usage: Dict[str, Any], attempt: _Attempt, run: _RunFacts) -> None:
+    def _usage(self, usage: Dict[str, Any], number: int, run: _RunFacts) -> None:
         """The model and cost of a model call, from its usage, and its tokens if it succeeded
         (as the summary counts them)."""
         try:
-            counts = _usage_counts(usage) if not attempt.failed else {}
+            counts = _usage_counts(usage) if not self.calls.flags[number] & _FAILED else {}
         except FormatError:  # a count beyond 64 bits: the summary leaves the whole usage out
             counts = {}
         for key in ("input", "output"):
             if key in counts:
                 run.tokens[key] = run.tokens.get(key, 0) + counts[key]
         names = [usage.get("model"), usage.get("provider")]
-        attempt.model = " ".join(name for name in names if type(name) is str and name)
+        model = " ".join(name for name in names if type(name) is str and name)
+        self.calls.model[number] = self.calls.pooled(model)
         cost = usage.get("cost")
         amounts: Dict[str, Any] = cost if type(cost) is dict else {}
         total = _amount(amounts.get("total"))
@@ -1255,7 +1267,7 @@ class _Facts:
             numbers = [n for n in (_amount(amounts.get(key)) for key in keys) if n is not None]
             total = _amount(sum(numbers)) if numbers else None  # inf: beyond a double too
         if total is not None:
-            self.calls.cost[attempt.number] = total
+            self.calls.cost[number] = total
             self.cost += total
             self.costed += 1
 
@@ -1504,10 +1516,12 @@ def _turn_counts(facts: _Facts) -> Dict[str, Dict[int, Tuple[int, int]]]:
     """The calls and failed calls of each turn of each run (only the header needs them: it
     lets them go before the cards are drawn)."""
     counts: Dict[str, Dict[int, Tuple[int, int]]] = {}
-    for attempt in facts.calls_met():
-        turns = counts.setdefault(attempt.run_id, {})
-        calls, failed = turns.get(attempt.turn, (0, 0))
-        turns[attempt.turn] = (calls + 1, failed + attempt.failed)  # a tuple: a list takes 16 bytes more
+    calls, pool = facts.calls, facts.calls.pool
+    for number in range(len(calls)):
+        turns, turn = counts.setdefault(pool[calls.run_id[number]], {}), pool[calls.turn[number]]
+        count, failed = turns.get(turn, (0, 0))
+        failed += calls.flags[number] & _FAILED
+        turns[turn] = (count + 1, failed)  # a tuple: a list takes 16 bytes more
     return counts
 
 
@@ -2114,26 +2128,26 @@ class _Timeline:
     ) -> str:
         """One attempt's row: its label, and its bar tied to the attempt it retries."""
         y = row * 18 + 2
-        kind = attempt.kind if attempt.kind in ("model", "tool", "compact") else "other"
-        mark = " ✗" if attempt.failed else ""
-        label = f"{attempt.kind} {attempt.name or attempt.id} #{attempt.attempt}{mark}"[:48]
+        call, call_id, number, begun = attempt.kind, attempt.id, attempt.attempt, attempt.start
+        kind = call if call in ("model", "tool", "compact") else "other"
+        fail = " fail" if attempt.failed else ""
+        label = f"{call} {attempt.name or call_id} #{number}{' ✗' if fail else ''}"[:48]
         parts = [f'<text x="0" y="{y + 12}">{_hs(label)}</text>']
-        if attempt.start is not None:
-            x = 300 + (attempt.start - start) / span * 690
-            width = max(attempt.seconds / span * 690, 2)
-            fail = " fail" if attempt.failed else ""
+        if begun is not None:
+            seconds = attempt.seconds
+            x = 300 + (begun - start) / span * 690
+            width = max(seconds / span * 690, 2)
             parts.append(
                 f'<rect class="{kind}{fail}" x="{x:.1f}" y="{y}" width="{width:.1f}" height="14">'
-                f"<title>{_hs(attempt.kind)} {_hs(attempt.id)} attempt {attempt.attempt}: "
-                f"{_span(attempt.seconds)}</title></rect>"
+                f"<title>{_hs(call)} {_hs(call_id)} attempt {number}: {_span(seconds)}</title></rect>"
             )
-            tied = ends.get(attempt.id)
-            if tied is not None and attempt.attempt > 1:
+            tied = ends.get(call_id)
+            if tied is not None and number > 1:
                 parts.append(
                     f'<path class="tie" d="M{tied[0]:.1f} {tied[1] * 18 + 9}L{x:.1f} {y + 7}">'
-                    f"<title>retry of attempt {attempt.attempt - 1}</title></path>"
+                    f"<title>retry of attempt {number - 1}</title></path>"
                 )
-            ends[attempt.id] = (x + width, row)
+            ends[call_id] = (x + width, row)
         return _link(attempt.seqs[0], "".join(parts))
 
 

@@ -1218,6 +1218,31 @@ def test_html_page_draws_the_waterfall_and_chart_to_scale(tmp_path: Path) -> Non
     assert "run <code>" in page and ": 1 turn, 2 attempts, 1 failed</summary>" in page  # its waterfall
 
 
+def test_html_page_gives_a_failure_the_first_reason_that_says_something(tmp_path: Path) -> None:
+    """An attempt whose first error is empty, and a later one's is not, fails for the later."""
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        tool = Execution("t1", "tool")
+        run.record(Event("tool_exec_start", execution=tool, tool="x", timestamp=T0))
+        run.record(Event("retry", execution=tool, error={"message": ""}, timestamp=T0))  # says nothing
+        run.record(Event("tool_exec_end", execution=tool, tool="x", error="boom", timestamp=T0))
+    page = html_page(path)
+    assert 'tool <code>t1</code> x attempt 1</a>: <span class="error">boom</span></li>' in page
+
+
+def test_html_page_counts_no_recovery_for_a_call_no_retry_of_succeeded(tmp_path: Path) -> None:
+    """A failed attempt numbered below 1 is recovered only by a later attempt that succeeded."""
+    path = tmp_path / "s.jsonl"
+    with session.create(path) as s, s.begin_run() as run:
+        for number in (-3, -1):  # each fails
+            tool = Execution("t1", "tool", attempt=number)
+            run.record(Event("tool_exec_start", execution=tool, tool="x", timestamp=T0))
+            run.record(Event("tool_exec_end", execution=tool, tool="x", error="boom", timestamp=T0))
+    page = html_page(path)
+    assert "errors of no type</b> \u00d72, 0 recovered by a retry" in page
+    assert "recovered by a retry</span>" not in page
+
+
 def test_html_page_folds_a_long_list_of_failures(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     with session.create(path) as s, s.begin_run() as run:
