@@ -803,6 +803,11 @@ class _Flag:
         return bool(attempt.calls.flags[attempt.number] & self.bit)
 
 
+def _unless_nan(number: float) -> Optional[float]:
+    """A number of _Calls' float columns, None for NaN (what they hold for none)."""
+    return None if math.isnan(number) else number
+
+
 class _Attempt:
     """One call attempt the page met, as the drawing asks of it: its entries in the columns
     of *calls*, under its *number* (made when asked for: one object an attempt took 160 bytes)."""
@@ -832,8 +837,7 @@ class _Attempt:
 
     @property
     def cost(self) -> Optional[float]:
-        cost = self.calls.cost[self.number]
-        return None if math.isnan(cost) else cost
+        return _unless_nan(self.calls.cost[self.number])
 
     @property
     def parent(self) -> str:
@@ -843,13 +847,11 @@ class _Attempt:
 
     @property
     def start(self) -> Optional[float]:
-        start = self.calls.start[self.number]
-        return None if math.isnan(start) else start
+        return _unless_nan(self.calls.start[self.number])
 
     @property
     def end(self) -> Optional[float]:
-        end = self.calls.end[self.number]
-        return None if math.isnan(end) else end
+        return _unless_nan(self.calls.end[self.number])
 
     @property
     def seconds(self) -> float:
@@ -1082,9 +1084,8 @@ class _Facts:
         self._tools = _Table(self.calls.tool_key)  # (run, tool call id) -> its latest attempt
         self.replaced: Dict[Tuple[int, str, int], int] = {}  # (run, id, attempt) -> number: not the latest
         self.requests = _Requests()  # what changed in each model request, where its messages are shown
-        self._turn_starts = array.array(
-            "q"
-        )  # of each turn_start: its run's and turn's places in the pool, its seq
+        # of each turn_start: its run's and its turn's places in the pool, and its seq
+        self._turn_starts = array.array("q")
         self._same = array.array("q")  # message records holding a message an earlier one has, ...
         self._same_as = array.array("q")  # ... and that earlier one
         self.token_seqs = array.array("q")  # of each model call that reports its input tokens, ...
