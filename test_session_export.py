@@ -1550,6 +1550,29 @@ def test_html_page_finds_each_call_by_its_run_and_id_among_many(tmp_path: Path) 
     assert '<b class="error">Flaky</b> \u00d716, 16 recovered by a retry' in page
 
 
+def test_html_page_shows_turns_and_attempts_beyond_64_bits_as_written(tmp_path: Path) -> None:
+    """A turn index or attempt number of any size (the format allows any JSON integer there)
+    is kept and shown as written, though the page keeps its calls in arrays of fixed-size
+    numbers."""
+    path, big = tmp_path / "s.jsonl", 2**70
+    with session.create(path) as s, s.begin_run() as run:
+        run.record(Event("turn_start", turn_index=big))
+        model = Execution("m", "model", turn_index=big, attempt=big)
+        run.record(Event("model_exec_start", execution=model, timestamp=T0))
+        run.record(
+            Event("model_exec_end", execution=model, error={"type": "Boom", "message": "x"}, timestamp=T0)
+        )
+        tool = Execution("t", "tool", parent_id="m", turn_index=-big, attempt=-big)
+        run.record(Event("tool_exec_start", execution=tool, tool="grep", args={}, timestamp=T0))
+        run.record(Event("tool_exec_end", execution=tool, tool="grep", result="ok", timestamp=T0))
+    page = html_page(path)
+    assert f"turn {big}: 1 call, " in page  # the navigation
+    assert f"<summary>turn {-big}: 1 attempt, " in page  # the waterfall
+    assert f"model <code>m</code> attempt {big}</a>" in page and f"turn {big}, 0.0 ms, failed" in page
+    assert f"tool <code>t</code> grep attempt {-big}</a>" in page and f"turn {-big}, " in page
+    assert '<b class="error">Boom</b> \u00d71, 0 recovered by a retry' in page
+
+
 def compacting_session(path: Path, turns: int) -> int:
     """*turns* turns of a model call whose input grows until a compaction, after every ninth
     and after each of the twenty turns from the thousandth (as a loop that keeps compacting
