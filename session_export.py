@@ -1110,11 +1110,6 @@ class _Facts:
         self._places: List[str] = []  # where the page shows each message of that request
         self._settings_seq = 0  # the latest request whose tools or config changed
 
-    def _shared(self, name: _V) -> _V:
-        """*name* as the one object kept for it (in the calls' pool): each record read makes
-        its strings and numbers anew."""
-        return self.calls.pool[self.calls.pooled(name)]  # type: ignore[no-any-return]
-
     def __call__(self, record: Record) -> None:
         self._summarizer(record)
         self.session_id = record.session_id
@@ -1126,7 +1121,7 @@ class _Facts:
                 self._asked(record, record.data["message"], 0)  # its place: the request sending it
             return  # shown in the requests that send them
         if record.type == "turn_start" and type(record.data.get("turn_index")) is int:
-            self.turn = self._shared(record.data["turn_index"])
+            self.turn = record.data["turn_index"]  # kept once, in the calls' pool
             calls = self.calls
             self._turn_starts.extend((calls.pooled(record.run_id or ""), calls.pooled(self.turn), record.seq))
         elif record.type == "run_start":
